@@ -1,0 +1,1 @@
+"""Software-defined assets, thin: read tables, call readers/kernels, write tables plus metadata."""

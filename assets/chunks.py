@@ -1,0 +1,65 @@
+"""Stage 2, chunking: documents -> nodes (the retrieval units), plus edges between adjacent chunks."""
+
+import hashlib
+import time
+
+import pyarrow as pa
+from dagster import AssetExecutionContext, asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.kernels.chunking import chunk_texts
+from graphlake.warehouse.io_manager import LakeResource
+
+
+@asset(partitions_def=corpus_partitions, group_name="chunking", metadata={"table": "nodes"})
+def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Table) -> pa.Table:
+    """Chunk every document with its corpus's chunking options; ids are ``<doc_id>#<chunk_idx>``."""
+    chunking = lake.registry.get(context.partition_key).effective_chunking
+    started = time.perf_counter()
+    doc_ids = documents.column("doc_id").to_pylist()
+    texts = documents.column("text").to_pylist()
+    rows: dict[str, list] = {k: [] for k in ("node_id", "doc_id", "chunk_idx", "text", "start", "end", "content_hash")}
+    for doc_id, text, chunks in zip(doc_ids, texts, chunk_texts(texts, chunking.size, chunking.overlap)):
+        for index, chunk in enumerate(chunks):
+            piece = text[chunk.start : chunk.end]
+            rows["node_id"].append(f"{doc_id}#{index}")
+            rows["doc_id"].append(doc_id)
+            rows["chunk_idx"].append(index)
+            rows["text"].append(piece)
+            rows["start"].append(chunk.start)
+            rows["end"].append(chunk.end)
+            rows["content_hash"].append(hashlib.blake2b(piece.encode(), digest_size=16).hexdigest())
+    table = pa.table(rows)
+    context.add_output_metadata(
+        {
+            "chunk_size": chunking.size or "whole document",
+            "chunk_overlap": chunking.overlap,
+            "documents": documents.num_rows,
+            "multi_chunk_documents": rows["chunk_idx"].count(1),
+            "seconds": round(time.perf_counter() - started, 3),
+        }
+    )
+    return table
+
+
+@asset(
+    partitions_def=corpus_partitions,
+    group_name="graphs",
+    metadata={"table": "edges", "partition": {"kind": "contextual"}},
+)
+def contextual_edges(nodes: pa.Table) -> pa.Table:
+    """Edges between consecutive chunks of a document, stored in both directions (weight 1)."""
+    ordered = nodes.select(["node_id", "doc_id", "chunk_idx"]).sort_by([("doc_id", "ascending"), ("chunk_idx", "ascending")])
+    ids, docs = ordered.column("node_id").to_pylist(), ordered.column("doc_id").to_pylist()
+    pairs = [(ids[i], ids[i + 1]) for i in range(len(ids) - 1) if docs[i] == docs[i + 1]]
+    src = [a for a, b in pairs] + [b for a, b in pairs]
+    dst = [b for a, b in pairs] + [a for a, b in pairs]
+    return pa.table(
+        {
+            "src": pa.array(src, pa.string()),
+            "dst": pa.array(dst, pa.string()),
+            "kind": pa.array(["contextual"] * len(src), pa.string()),
+            "weight": pa.array([1.0] * len(src), pa.float64()),
+            "source": pa.array(["chunking"] * len(src), pa.string()),
+        }
+    )

@@ -1,0 +1,45 @@
+"""Stage 1, ingest: one read of a corpus's raw files yields its documents, queries, gold and keys."""
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.readers import FORMATS, ReadRequest
+
+GROUP = "ingest"
+TABLES = ("documents", "queries", "qrels", "foreign_keys")
+
+
+@multi_asset(
+    outs={
+        name: AssetOut(metadata={"table": name}, description=description)
+        for name, description in {
+            "documents": "Raw documents (passages, abstracts, files, or serialised table schemas).",
+            "queries": "Queries with their split.",
+            "qrels": "Gold: query -> relevant document, following each dataset's own definition.",
+            "foreign_keys": "Foreign keys between table documents (Spider/BIRD/demo schemas).",
+        }.items()
+    },
+    partitions_def=corpus_partitions,
+    group_name=GROUP,
+)
+def raw_corpus(context: AssetExecutionContext, lake: LakeResource):
+    """Read the corpus named by the partition as its registry entry says; nothing is written on error."""
+    spec = lake.registry.get(context.partition_key)
+    request = ReadRequest(Path(spec.path), Path(spec.queries) if spec.queries else None, spec.split)
+    ingested = FORMATS[spec.format](request)
+    for note in ingested.notes:
+        context.log.warning(f"{spec.name}: {note}")
+    source = {"format": spec.format, "source": MetadataValue.path(spec.path)}
+    yield Output(ingested.documents, "documents", metadata={**source, "notes": MetadataValue.json(ingested.notes)})
+    yield Output(ingested.queries, "queries", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.queries))})
+    yield Output(ingested.qrels, "qrels", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.qrels))})
+    yield Output(ingested.foreign_keys, "foreign_keys", metadata=source)
+
+
+def _by_split(table: pa.Table) -> dict[str, int]:
+    return dict(sorted(Counter(str(split) for split in table.column("split").to_pylist()).items()))

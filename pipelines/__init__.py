@@ -1,0 +1,1 @@
+"""Wiring: Dagster Definitions (assets, resources, jobs, sensors) and the command line."""

@@ -1,0 +1,157 @@
+"""The ``graphlake`` command line: set up the lake, ingest corpora, materialize assets, query with SQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from graphlake.pipelines.runner import MaterializeError, materialize_corpus
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.corpora import DEMO_CORPUS, Chunking, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.home import lake_home, project_root
+from graphlake.warehouse.readers import FORMATS
+from graphlake.warehouse.storage import StorageError
+
+app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False)
+console = Console()
+errors = Console(stderr=True)
+
+INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
+
+
+def _fail(message: str) -> None:
+    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(1)
+
+
+def _run(corpus: str, selection: str | None) -> None:
+    try:
+        materialize_corpus(lake_home(), corpus, selection, console)
+    except MaterializeError as error:
+        _fail(str(error))
+
+
+@app.command()
+def demo() -> None:
+    """Set up the lake and materialize every asset on the bundled demo corpus, then summarise it."""
+    _run(DEMO_CORPUS, None)
+    _print_summary(DEMO_CORPUS)
+
+
+@app.command()
+def ingest(
+    format: Annotated[str, typer.Argument(help=f"One of: {', '.join(INGEST_FORMATS)}.")],
+    path: Annotated[Path, typer.Argument(help="The file or folder the format expects (.gz read transparently).")],
+    corpus: Annotated[str, typer.Option(help="Name of the corpus (its partition).")],
+    queries: Annotated[Path | None, typer.Option(help="Separate query file (hipporag, jsonl, spider).")] = None,
+    split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
+    chunk_size: Annotated[int | None, typer.Option(help="Chunk window in tokens (default: per format).")] = None,
+    chunk_overlap: Annotated[int, typer.Option(help="Tokens shared by consecutive chunks.")] = 0,
+) -> None:
+    """Declare a corpus and materialize its ingest and chunking assets."""
+    if format not in INGEST_FORMATS:
+        _fail(f"unknown format {format!r}; one of {', '.join(INGEST_FORMATS)}")
+    if not path.exists():
+        _fail(f"{path}: no such file or folder")
+    try:
+        spec = CorpusSpec(
+            name=corpus,
+            format=format,
+            path=str(path.resolve()),
+            queries=str(queries.resolve()) if queries else None,
+            split=split,
+            chunking=Chunking(size=chunk_size, overlap=chunk_overlap) if chunk_size else None,
+        )
+        CorpusRegistry(lake_home()).add(spec)
+    except ValueError as error:
+        _fail(str(error))
+    _run(corpus, "group:ingest or group:chunking")
+    _print_summary(corpus)
+
+
+@app.command()
+def materialize(
+    corpus: Annotated[str, typer.Option(help="Corpus (partition) to materialize.")],
+    select: Annotated[str | None, typer.Option(help="Dagster asset selection, e.g. 'nodes+' or 'group:ingest'.")] = None,
+) -> None:
+    """Materialize assets (all by default) for one declared corpus."""
+    _run(corpus, select)
+    _print_summary(corpus)
+
+
+@app.command()
+def sql(
+    query: Annotated[str, typer.Argument(help="SQL over the lake's tables (read-only).")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of row objects.")] = False,
+) -> None:
+    """Run SQL on a read-only connection to the lake's DuckDB catalog."""
+    import duckdb
+
+    try:
+        with Catalog(lake_home()).reader() as con:
+            result = con.execute(query)
+            names = [column[0] for column in result.description or []]
+            rows = result.fetchall()
+    except duckdb.Error as error:
+        _fail(str(error))
+    if as_json:
+        print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
+        return
+    table = Table(*names, show_lines=False)
+    for row in rows:
+        table.add_row(*("NULL" if value is None else str(value) for value in row))
+    console.print(table)
+
+
+@app.command()
+def corpora() -> None:
+    """List the declared corpora."""
+    table = Table("corpus", "format", "path", "chunking")
+    for spec in CorpusRegistry(lake_home()).all().values():
+        chunking = spec.effective_chunking
+        table.add_row(spec.name, spec.format, spec.path, f"{chunking.size}/{chunking.overlap}" if chunking.size else "whole")
+    console.print(table)
+
+
+@app.command()
+def ui(
+    port: Annotated[int, typer.Option(help="Port on loopback.")] = 3000,
+) -> None:
+    """Serve the Dagster UI (and its daemon, for the reindex sensor) on 127.0.0.1."""
+    from graphlake.pipelines.runner import prepare_dagster_home
+
+    home = lake_home()
+    env = {**os.environ, "DAGSTER_HOME": str(prepare_dagster_home(home)), "GRAPHLAKE_HOME": str(home)}
+    dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
+    command = [dagster, "dev", "-m", "graphlake.pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    raise typer.Exit(subprocess.call(command, env=env, cwd=project_root()))
+
+
+def _print_summary(corpus: str) -> None:
+    summary = """
+        SELECT 'documents' AS "table", '' AS part, count(*) AS rows FROM documents WHERE corpus = $c
+        UNION ALL SELECT 'queries', coalesce(split, '-'), count(*) FROM queries WHERE corpus = $c GROUP BY ALL
+        UNION ALL SELECT 'qrels', coalesce(split, '-'), count(*) FROM qrels WHERE corpus = $c GROUP BY ALL
+        UNION ALL SELECT 'foreign_keys', '', count(*) FROM foreign_keys WHERE corpus = $c
+        UNION ALL SELECT 'nodes', '', count(*) FROM nodes WHERE corpus = $c
+        UNION ALL SELECT 'edges', kind, count(*) FROM edges WHERE corpus = $c GROUP BY ALL
+        ORDER BY 1, 2
+    """
+    try:
+        with Catalog(lake_home()).reader() as con:
+            rows = con.execute(summary, {"c": corpus}).fetchall()
+    except StorageError as error:
+        _fail(str(error))
+    table = Table("table", "split / kind", "rows", title=f"corpus {corpus!r} in {lake_home()}")
+    for name, part, count in rows:
+        table.add_row(name, part, f"{count:,}")
+    console.print(table)

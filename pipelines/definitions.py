@@ -1,0 +1,33 @@
+"""The code location: every asset, its resources, the corpus job and the reindex sensor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from dagster import AssetSelection, Definitions, define_asset_job
+
+from graphlake.assets import chunks, ingest
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.pipelines.sensors import corpus_change_sensor
+from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
+
+ASSETS = [ingest.raw_corpus, chunks.nodes, chunks.contextual_edges]
+
+index_corpus = define_asset_job(
+    "index_corpus",
+    selection=AssetSelection.all(),
+    partitions_def=corpus_partitions,
+    description="Everything graphlake builds for one corpus, from raw files to graphs.",
+)
+
+
+def resources(home: Path) -> dict:
+    return {"lake": LakeResource(home=str(home)), "io_manager": LakeIOManager(home=str(home))}
+
+
+def build_definitions(home: Path) -> Definitions:
+    return Definitions(assets=ASSETS, resources=resources(home), jobs=[index_corpus], sensors=[corpus_change_sensor])
+
+
+defs = build_definitions(lake_home())

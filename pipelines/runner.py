@@ -1,0 +1,127 @@
+"""Materialize a corpus's assets in-process on the persistent Dagster instance, with progress.
+
+Runs started here show in the Dagster UI's history exactly like runs launched from it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+
+from dagster import AssetSelection, DagsterEventType, DagsterInstance, RunsFilter, materialize
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.pipelines.definitions import ASSETS, resources
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.home import project_root
+
+PROGRESS_TAG = "graphlake/progress"
+QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+
+
+class MaterializeError(RuntimeError):
+    """A run failed; the message is the underlying error (file, line, id), not Dagster's wrapper."""
+
+
+def prepare_dagster_home(home: Path) -> Path:
+    """``$DAGSTER_HOME`` if set, else ``<lake>/dagster`` seeded with the project's dagster.yaml."""
+    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    settings = project_root() / "dagster.yaml"
+    if settings.is_file() and not (dagster_home / "dagster.yaml").exists():
+        shutil.copyfile(settings, dagster_home / "dagster.yaml")
+    return dagster_home
+
+
+def materialize_corpus(home: Path, corpus: str, selection: str | None, console: Console) -> None:
+    try:
+        CorpusRegistry(home).get(corpus)
+    except (KeyError, ValueError) as error:
+        raise MaterializeError(str(error.args[0] if isinstance(error, KeyError) else error)) from None
+    os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
+    with DagsterInstance.get() as instance:
+        if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
+            instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
+        selected = AssetSelection.from_string(selection) if selection else AssetSelection.all()
+        total = len(selected.resolve(ASSETS))
+        with _RunProgress(instance, console, f"{corpus}:", total) as progress:
+            result = materialize(
+                ASSETS,
+                instance=instance,
+                partition_key=corpus,
+                resources=resources(home),
+                selection=selected,
+                run_config=QUIET_LOGS,
+                raise_on_error=False,
+                tags={"graphlake/launched_by": "cli", **progress.tags},
+            )
+    if not result.success:
+        failures = result.get_step_failure_events()
+        raise MaterializeError(_root_cause(failures[0]) if failures else f"run {result.run_id} failed")
+
+
+def _root_cause(event) -> str:
+    error = event.step_failure_data.error
+    while error.cause is not None:
+        error = error.cause
+    return f"{event.step_key}: {error.message.strip()}"
+
+
+class _RunProgress:
+    """A progress bar over the run's materializations, read from the instance's event log.
+
+    Dagster's in-process events do not pass through Python logging, so a thread polls the
+    event log of the run tagged with this bar's token.
+    """
+
+    POLL_SECONDS = 0.25
+
+    def __init__(self, instance: DagsterInstance, console: Console, label: str, total: int) -> None:
+        self.instance = instance
+        self.token = uuid.uuid4().hex
+        self.progress = Progress(
+            SpinnerColumn(),
+            TextColumn("{task.description}"),
+            BarColumn(),
+            TextColumn("{task.completed}/{task.total} assets"),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task(label, total=total)
+        self.label = label
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return {PROGRESS_TAG: self.token}
+
+    def _poll(self) -> None:
+        run_id = None
+        while not self._stop.wait(self.POLL_SECONDS):
+            if run_id is None:
+                runs = self.instance.get_runs(RunsFilter(tags=self.tags), limit=1)
+                run_id = runs[0].run_id if runs else None
+            if run_id is not None:
+                self._update(run_id)
+
+    def _update(self, run_id: str) -> None:
+        done = self.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        started = self.instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
+        step = started[-1].dagster_event.step_key if started else ""
+        self.progress.update(self.task, completed=len(done), description=f"{self.label} {step}")
+
+    def __enter__(self) -> _RunProgress:
+        self.progress.start()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.progress.stop()

@@ -1,0 +1,138 @@
+"""The lake's storage contract: atomic partition swaps, contract checks, per-corpus isolation."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.storage import Lake, StorageError
+
+
+def documents(n: int, prefix: str = "d") -> pa.Table:
+    return pa.table(
+        {
+            "doc_id": [f"{prefix}{i}" for i in range(n)],
+            "title": [f"title {i}" for i in range(n)],
+            "text": [f"text {i}" for i in range(n)],
+            "metadata": [None] * n,
+        }
+    )
+
+
+def test_write_then_read_round_trips_and_fills_partition_column(tmp_path):
+    lake = Lake(tmp_path)
+    path = lake.write("documents", {"corpus": "a"}, documents(3))
+    assert path == tmp_path / "tables" / "documents" / "corpus=a" / "data.parquet"
+    table = lake.read("documents", {"corpus": "a"})
+    assert table.column("corpus").to_pylist() == ["a", "a", "a"]
+    assert table.column("doc_id").to_pylist() == ["d0", "d1", "d2"]
+    assert table.schema.names[:5] == ["corpus", "doc_id", "title", "text", "metadata"]
+
+
+def test_write_failing_halfway_leaves_previous_version(tmp_path, monkeypatch):
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(5, "old"))
+    monkeypatch.setattr("graphlake.warehouse.storage.ROW_GROUP_ROWS", 10)
+    calls = {"n": 0}
+    original = pq.ParquetWriter.write_batch
+
+    def failing(self, batch, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise OSError("disk full (simulated)")
+        return original(self, batch, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_batch", failing)
+    with pytest.raises(OSError, match="disk full"):
+        lake.write("documents", {"corpus": "a"}, documents(100, "new"))
+    assert calls["n"] == 3  # it really got halfway
+    assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == [f"old{i}" for i in range(5)]
+    assert [p.name for p in (tmp_path / "tables" / "documents" / "corpus=a").iterdir()] == ["data.parquet"]
+
+
+def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_path):
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(4, "old"))
+    writer = textwrap.dedent(
+        f"""
+        import time, pyarrow as pa, pyarrow.parquet as pq
+        from graphlake.warehouse import storage
+        storage.ROW_GROUP_ROWS = 100
+        original = pq.ParquetWriter.write_batch
+        def slow(self, batch, *a, **k):
+            original(self, batch, *a, **k)
+            print("batch", flush=True)
+            time.sleep(0.5)
+        pq.ParquetWriter.write_batch = slow
+        n = 10_000
+        table = pa.table({{"doc_id": [f"new{{i}}" for i in range(n)], "title": ["t"] * n, "text": ["x"] * n, "metadata": [None] * n}})
+        storage.Lake({str(tmp_path)!r}).write("documents", {{"corpus": "a"}}, table)
+        """
+    )
+    process = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
+    assert process.stdout.readline().strip() == "batch"
+    assert process.stdout.readline().strip() == "batch"
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait(timeout=30)
+    partition = tmp_path / "tables" / "documents" / "corpus=a"
+    leftovers = [p for p in partition.iterdir() if p.name != "data.parquet"]
+    assert len(leftovers) == 1 and leftovers[0].name.endswith(".tmp")
+    assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == [f"old{i}" for i in range(4)]
+    Catalog(tmp_path).refresh()
+    with Catalog(tmp_path).reader() as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (4,)
+    lake.write("documents", {"corpus": "a"}, documents(2, "next"))
+    assert [p.name for p in partition.iterdir()] == ["data.parquet"]
+
+
+def test_contract_violations_are_refused_before_anything_is_written(tmp_path):
+    lake = Lake(tmp_path)
+    with pytest.raises(StorageError, match=r"missing columns \['title'\]"):
+        lake.write("documents", {"corpus": "a"}, documents(2).drop_columns(["title"]))
+    duplicated = pa.concat_tables([documents(2), documents(1)])
+    with pytest.raises(StorageError, match=r"duplicate \('doc_id',\): d0"):
+        lake.write("documents", {"corpus": "a"}, duplicated)
+    with pytest.raises(StorageError, match="rows with corpus other than 'a'"):
+        lake.write("documents", {"corpus": "a"}, documents(2).append_column("corpus", pa.array(["a", "b"])))
+    with pytest.raises(StorageError, match="bad corpus"):
+        lake.write("documents", {"corpus": "../escape"}, documents(1))
+    with pytest.raises(StorageError, match="partitioned by"):
+        lake.write("edges", {"corpus": "a"}, pa.table({"src": ["x"], "dst": ["y"], "kind": ["k"], "weight": [1.0], "source": ["s"]}))
+    assert not (tmp_path / "tables").exists() or not any((tmp_path / "tables").rglob("*.parquet"))
+
+
+def test_one_corpus_write_never_touches_another(tmp_path):
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(2))
+    other = lake.write("documents", {"corpus": "b"}, documents(3))
+    before = other.stat()
+    lake.write("documents", {"corpus": "a"}, documents(5))
+    after = other.stat()
+    assert (before.st_ino, before.st_mtime_ns, before.st_size) == (after.st_ino, after.st_mtime_ns, after.st_size)
+
+
+def test_catalog_views_are_typed_when_empty_and_read_every_partition(tmp_path):
+    catalog = Catalog(tmp_path)
+    with catalog.reader() as con:
+        assert con.execute("SELECT count(*) FROM nodes").fetchone() == (0,)
+        types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'nodes'").fetchall())
+        assert types["chunk_idx"] == "INTEGER" and types["text"] == "VARCHAR"
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(2))
+    catalog.refresh()
+    lake.write("documents", {"corpus": "b"}, documents(3))  # a new partition needs no refresh
+    with catalog.reader() as con:
+        counts = con.execute("SELECT corpus, count(*) FROM documents GROUP BY ALL ORDER BY 1").fetchall()
+        assert counts == [("a", 2), ("b", 3)]
+        with pytest.raises(duckdb.Error, match="read-only"):
+            con.execute("CREATE TABLE scratch (x INTEGER)")

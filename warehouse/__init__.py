@@ -1,0 +1,1 @@
+"""The lakehouse: table contracts, atomic Parquet storage, the DuckDB catalog, corpus registry."""

@@ -1,0 +1,66 @@
+"""The DuckDB catalog: one database file in the lake root with a view per table.
+
+Views read the Parquet partitions through a glob, so new partitions show up without a refresh;
+a refresh is needed only when a table gets its first file (until then its view is an empty,
+typed stub). A file lock keeps refreshes from colliding with readers in other processes.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from graphlake.warehouse.storage import DATA_FILE
+from graphlake.warehouse.tables import TABLES, TableSpec
+
+CATALOG_FILE = "catalog.duckdb"
+
+_DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.float32(): "FLOAT"}
+
+
+class Catalog:
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.path = self.home / CATALOG_FILE
+        self._lock_path = self.home / f".{CATALOG_FILE}.lock"
+
+    def refresh(self) -> None:
+        """(Re)create every table's view; a lock held by an outside program only delays it."""
+        try:
+            with self._locked(fcntl.LOCK_EX), duckdb.connect(str(self.path)) as con:
+                for spec in TABLES.values():
+                    con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec)}')
+        except duckdb.IOException as error:
+            warnings.warn(f"catalog {self.path} not refreshed (another program holds it): {error}", stacklevel=2)
+
+    @contextmanager
+    def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection to the catalog, creating it first if the lake is new."""
+        if not self.path.exists():
+            self.refresh()
+        with self._locked(fcntl.LOCK_SH), duckdb.connect(str(self.path), read_only=True) as con:
+            yield con
+
+    def _view_sql(self, spec: TableSpec) -> str:
+        table_dir = self.home / "tables" / spec.name
+        if any(table_dir.rglob(DATA_FILE)):
+            pattern = str(table_dir / "**" / DATA_FILE).replace("'", "''")
+            return f"SELECT * FROM read_parquet('{pattern}', union_by_name = true, hive_partitioning = false)"
+        columns = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in spec.schema)
+        return f"SELECT {columns} WHERE false"
+
+    @contextmanager
+    def _locked(self, mode: int) -> Iterator[None]:
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "a") as handle:
+            fcntl.flock(handle, mode)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)

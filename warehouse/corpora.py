@@ -1,0 +1,100 @@
+"""The corpus registry: which corpora exist, in which format, read from where, chunked how.
+
+Corpora are declared in ``$GRAPHLAKE_HOME/corpora.yaml`` (by hand or by ``graphlake ingest``);
+the bundled demo corpus is always declared. Each corpus is one Dagster partition.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from graphlake.warehouse.readers import FORMATS
+
+REGISTRY_FILE = "corpora.yaml"
+DEMO_CORPUS = "demo"
+DEMO_PATH = Path(__file__).resolve().parent / "demo"
+
+
+class Chunking(BaseModel):
+    """Chunk window in spaCy tokens; ``size=None`` keeps each document as one node."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: int | None = Field(default=None, gt=0)
+    overlap: int = Field(default=0, ge=0)
+
+    def model_post_init(self, _context: object) -> None:
+        if self.size is not None and self.overlap >= self.size:
+            raise ValueError(f"chunk overlap {self.overlap} must be smaller than chunk size {self.size}")
+
+
+# Benchmark corpora are already passages (their gold is defined per passage), so they are not
+# re-chunked; free text is.
+FORMAT_CHUNKING: dict[str, Chunking] = {
+    "jsonl": Chunking(size=256, overlap=32),
+    "files": Chunking(size=256, overlap=32),
+    "demo": Chunking(size=64, overlap=12),
+}
+
+
+class CorpusSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+    format: str
+    path: str
+    queries: str | None = None
+    split: str | None = None
+    chunking: Chunking | None = None
+
+    def model_post_init(self, _context: object) -> None:
+        if self.format not in FORMATS:
+            raise ValueError(f"corpus {self.name!r}: unknown format {self.format!r}; one of {', '.join(FORMATS)}")
+
+    @property
+    def effective_chunking(self) -> Chunking:
+        return self.chunking or FORMAT_CHUNKING.get(self.format, Chunking())
+
+
+DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
+
+
+class CorpusRegistry:
+    def __init__(self, home: Path) -> None:
+        self.path = Path(home) / REGISTRY_FILE
+
+    def all(self) -> dict[str, CorpusSpec]:
+        declared = {DEMO.name: DEMO}
+        if self.path.is_file():
+            raw = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
+            for name, entry in (raw.get("corpora") or {}).items():
+                try:
+                    declared[name] = CorpusSpec(name=name, **entry)
+                except (ValidationError, TypeError, ValueError) as error:
+                    raise ValueError(f"{self.path}: corpus {name!r}: {error}") from error
+        return declared
+
+    def get(self, name: str) -> CorpusSpec:
+        corpora = self.all()
+        if name not in corpora:
+            raise KeyError(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}")
+        return corpora[name]
+
+    def add(self, spec: CorpusSpec) -> None:
+        """Declare or redeclare a corpus; the file is replaced atomically."""
+        if spec.name == DEMO_CORPUS:
+            raise ValueError(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
+        raw = yaml.safe_load(self.path.read_text(encoding="utf-8")) if self.path.is_file() else None
+        raw = raw or {}
+        corpora = raw.setdefault("corpora", {}) or {}
+        corpora[spec.name] = spec.model_dump(exclude={"name"}, exclude_none=True)
+        raw["corpora"] = corpora
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp")
+        temporary.write_text(yaml.safe_dump(raw, sort_keys=True), encoding="utf-8")
+        os.replace(temporary, self.path)

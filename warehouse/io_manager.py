@@ -1,0 +1,79 @@
+"""Dagster glue: assets hand Arrow tables to this IO manager, which stores them in the lake.
+
+An asset's table is its name unless its definition metadata says ``table``; tables partitioned by
+more than the corpus (edges by ``kind``) get the other values from ``partition`` in that metadata.
+So every edge-kind asset writes its own partition of the one ``edges`` table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+from dagster import ConfigurableIOManager, ConfigurableResource, InputContext, MetadataValue, OutputContext
+
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.storage import Lake
+
+PREVIEW_ROWS = 5
+PREVIEW_CHARS = 80
+
+
+class LakeResource(ConfigurableResource):
+    """The lake root, for assets that need the corpus registry or direct table access."""
+
+    home: str
+
+    @property
+    def lake(self) -> Lake:
+        return Lake(Path(self.home))
+
+    @property
+    def registry(self) -> CorpusRegistry:
+        return CorpusRegistry(Path(self.home))
+
+
+class LakeIOManager(ConfigurableIOManager):
+    home: str
+
+    def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
+        table, partition = _address(context.definition_metadata, context.partition_key)
+        path = Lake(Path(self.home)).write(table, partition, obj)
+        Catalog(Path(self.home)).refresh()
+        context.add_output_metadata(
+            {
+                "table": table,
+                "rows": obj.num_rows,
+                "path": MetadataValue.path(str(path)),
+                "bytes": path.stat().st_size,
+                "preview": MetadataValue.md(markdown_preview(obj)),
+            }
+        )
+
+    def load_input(self, context: InputContext) -> pa.Table:
+        upstream = context.upstream_output
+        assert upstream is not None, "graphlake tables are always produced by assets"
+        table, partition = _address(upstream.definition_metadata, context.asset_partition_key)
+        return Lake(Path(self.home)).read(table, partition)
+
+
+def _address(metadata: dict, corpus: str) -> tuple[str, dict[str, str]]:
+    table = metadata.get("table")
+    if table is None:
+        raise ValueError("graphlake assets declare their table in definition metadata ('table')")
+    return table, {"corpus": corpus, **metadata.get("partition", {})}
+
+
+def markdown_preview(table: pa.Table) -> str:
+    """The first rows as a markdown table, long cells shortened, for the Dagster UI."""
+    rows = table.slice(0, PREVIEW_ROWS).to_pylist()
+    names = table.column_names
+
+    def cell(value: object) -> str:
+        text = "" if value is None else str(value).replace("|", "\\|").replace("\n", " ")
+        return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1] + "…"
+
+    lines = ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+    lines += ["| " + " | ".join(cell(row[name]) for name in names) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,53 @@
+"""BEIR layout: ``corpus.jsonl``, ``queries.jsonl``, ``qrels/<split>.tsv`` (header line optional).
+
+A query's split is the split of the qrels file that judges it; queries judged nowhere keep none.
+"""
+
+from __future__ import annotations
+
+from graphlake.warehouse.readers.base import (
+    CorpusBuilder,
+    IngestError,
+    Ingested,
+    Location,
+    ReadRequest,
+    find_file,
+    iter_jsonl,
+    iter_lines,
+    require,
+)
+
+
+def read(request: ReadRequest) -> Ingested:
+    folder = request.path
+    if not folder.is_dir():
+        raise IngestError(folder, "expected a BEIR folder with corpus.jsonl, queries.jsonl and qrels/")
+    builder = CorpusBuilder()
+    for where, record in iter_jsonl(find_file(folder, "corpus.jsonl")):
+        doc_id = require(record, "_id", where)
+        located = where.with_record(doc_id)
+        builder.add_document(doc_id, record.get("title") or "", require(record, "text", located), where, record.get("metadata") or None)
+    for where, record in iter_jsonl(find_file(folder, "queries.jsonl")):
+        query_id = require(record, "_id", where)
+        builder.add_query(query_id, require(record, "text", where.with_record(query_id)), where, None, record.get("metadata") or None)
+    qrel_files = sorted((folder / "qrels").glob("*.tsv*"))
+    if not qrel_files:
+        raise IngestError(folder / "qrels", "no qrels/<split>.tsv files found")
+    for path in qrel_files:
+        split = path.name.split(".")[0]
+        for number, line in iter_lines(path):
+            fields = line.rstrip("\r\n").split("\t")
+            where = Location(path, number)
+            if not line.strip() or (number == 1 and fields[0] == "query-id"):
+                continue
+            if len(fields) != 3:
+                raise IngestError(where, f"expected 3 tab-separated fields (query-id, corpus-id, score), got {len(fields)}")
+            query_id, doc_id, score = fields
+            if not builder.has_query(query_id):
+                raise IngestError(where.with_record(query_id), f"qrel names unknown query {query_id!r}")
+            try:
+                relevance = int(score)
+            except ValueError:
+                raise IngestError(where, f"score {score!r} is not an integer") from None
+            builder.add_qrel(query_id, doc_id, where, relevance, split)
+    return builder.build()

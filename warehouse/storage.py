@@ -1,0 +1,122 @@
+"""Atomic, partitioned Parquet storage.
+
+Each partition of a table is one Parquet file, ``tables/<table>/corpus=<c>[/kind=<k>]/data.parquet``.
+A write goes to a hidden temporary file beside it and is swapped in with ``os.replace``, so a
+reader sees the old file or the new one, never a torn one, and a failed or killed write leaves the
+previous version in place. Writing one corpus never touches another corpus's files.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from graphlake.warehouse.tables import TableSpec, table_spec
+
+DATA_FILE = "data.parquet"
+ROW_GROUP_ROWS = 64_000
+_PARTITION_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
+
+
+class StorageError(RuntimeError):
+    """A table could not be written or read; the message names the table and partition."""
+
+
+class Lake:
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.tables_dir = self.home / "tables"
+
+    def partition_dir(self, table: str, partition: Mapping[str, str]) -> Path:
+        spec = table_spec(table)
+        if set(partition) != set(spec.partition_by):
+            raise StorageError(f"table {table!r} is partitioned by {spec.partition_by}, got {dict(partition)}")
+        path = self.tables_dir / table
+        for column in spec.partition_by:
+            value = partition[column]
+            if not _PARTITION_VALUE.match(value):
+                raise StorageError(f"bad {column} {value!r} for table {table!r}: use letters, digits, '_', '.', '-'")
+            path = path / f"{column}={value}"
+        return path
+
+    def write(self, table: str, partition: Mapping[str, str], data: pa.Table) -> Path:
+        """Validate ``data`` against the table contract and swap it in as the partition's new version."""
+        spec = table_spec(table)
+        data = conform(spec, partition, data)
+        directory = self.partition_dir(table, partition)
+        directory.mkdir(parents=True, exist_ok=True)
+        _remove_stale_temporaries(directory)
+        final = directory / DATA_FILE
+        temporary = directory / f".{DATA_FILE}.{uuid.uuid4().hex}.tmp"
+        try:
+            with pq.ParquetWriter(temporary, data.schema, compression="zstd") as writer:
+                for batch in data.to_batches(max_chunksize=ROW_GROUP_ROWS):
+                    writer.write_batch(batch)
+            with open(temporary, "rb") as handle:
+                os.fsync(handle.fileno())
+            os.replace(temporary, final)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
+        _fsync_directory(directory)
+        return final
+
+    def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
+        path = self.partition_dir(table, partition) / DATA_FILE
+        if not path.is_file():
+            raise StorageError(f"table {table!r} has no partition {dict(partition)} yet (looked for {path})")
+        return pq.read_table(path)
+
+    def files(self, table: str) -> list[Path]:
+        return sorted((self.tables_dir / table).rglob(DATA_FILE))
+
+
+def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa.Table:
+    """Fill partition columns, check required columns, cast to contract types, refuse duplicate keys."""
+    for column, value in partition.items():
+        if column not in data.column_names:
+            data = data.append_column(column, pa.array([value] * data.num_rows, pa.string()))
+    missing = [f.name for f in spec.schema if f.name not in data.column_names]
+    if missing:
+        raise StorageError(f"table {spec.name!r} is missing columns {missing}")
+    for column, value in partition.items():
+        if data.num_rows and not data.column(column).equals(pa.chunked_array([[value] * data.num_rows], pa.string())):
+            raise StorageError(f"table {spec.name!r}: rows with {column} other than {value!r} in partition {dict(partition)}")
+    required = spec.schema.names
+    ordered = data.select(required + [c for c in data.column_names if c not in required])
+    try:
+        cast = ordered.cast(pa.schema(list(spec.schema) + [ordered.schema.field(c) for c in ordered.column_names[len(required):]]))
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
+        raise StorageError(f"table {spec.name!r} does not match its contract: {error}") from error
+    _check_unique(spec, partition, cast)
+    return cast
+
+
+def _check_unique(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> None:
+    keys = ", ".join(f'"{c}"' for c in spec.key)
+    keyed = data.select(list(spec.key))
+    duplicates = duckdb.sql(f"SELECT {keys}, count(*) AS n FROM keyed GROUP BY ALL HAVING n > 1 LIMIT 5").fetchall()
+    if duplicates:
+        shown = "; ".join(", ".join(map(str, row[:-1])) for row in duplicates)
+        raise StorageError(f"table {spec.name!r} partition {dict(partition)}: duplicate {spec.key}: {shown}")
+
+
+def _remove_stale_temporaries(directory: Path) -> None:
+    """Temporaries left by a killed writer are garbage: the swap never happened."""
+    for leftover in directory.glob(f".{DATA_FILE}.*.tmp"):
+        leftover.unlink(missing_ok=True)
+
+
+def _fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

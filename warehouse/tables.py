@@ -1,0 +1,85 @@
+"""Table contracts: the columns every writer must provide and how each table is partitioned.
+
+Writers may add columns; these are the ones downstream code and users' SQL rely on.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str
+    schema: pa.Schema
+    partition_by: tuple[str, ...]
+    key: tuple[str, ...]
+
+
+def _spec(name: str, fields: list[tuple[str, pa.DataType]], partition_by: tuple[str, ...], key: tuple[str, ...]) -> TableSpec:
+    return TableSpec(name, pa.schema(fields), partition_by, key)
+
+
+S, I32, F64 = pa.string(), pa.int32(), pa.float64()
+
+TABLES: dict[str, TableSpec] = {
+    spec.name: spec
+    for spec in [
+        _spec(
+            "documents",
+            [("corpus", S), ("doc_id", S), ("title", S), ("text", S), ("metadata", S)],
+            ("corpus",),
+            ("doc_id",),
+        ),
+        _spec(
+            "queries",
+            [("corpus", S), ("query_id", S), ("text", S), ("split", S), ("metadata", S)],
+            ("corpus",),
+            ("query_id",),
+        ),
+        _spec(
+            "qrels",
+            [("corpus", S), ("query_id", S), ("doc_id", S), ("relevance", I32), ("split", S)],
+            ("corpus",),
+            ("query_id", "doc_id"),
+        ),
+        _spec(
+            "foreign_keys",
+            # one row per declaration; ``position`` is its index in the schema's list, so a key
+            # a schema declares twice (Spider's dog_kennels) stays visible rather than vanishing
+            [("corpus", S), ("src_doc_id", S), ("src_column", S), ("dst_doc_id", S), ("dst_column", S), ("position", I32)],
+            ("corpus",),
+            ("src_doc_id", "position"),
+        ),
+        _spec(
+            "nodes",
+            [
+                ("corpus", S),
+                ("node_id", S),
+                ("doc_id", S),
+                ("chunk_idx", I32),
+                ("text", S),
+                ("start", I32),
+                ("end", I32),
+                ("content_hash", S),
+            ],
+            ("corpus",),
+            ("node_id",),
+        ),
+        _spec(
+            "edges",
+            [("corpus", S), ("src", S), ("dst", S), ("kind", S), ("weight", F64), ("source", S)],
+            ("corpus", "kind"),
+            ("src", "dst", "kind"),
+        ),
+    ]
+}
+
+
+def table_spec(name: str) -> TableSpec:
+    try:
+        return TABLES[name]
+    except KeyError:
+        raise KeyError(f"unknown table {name!r}; known tables: {', '.join(sorted(TABLES))}") from None
