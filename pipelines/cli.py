@@ -11,15 +11,15 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CORPUS, Chunking, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.home import lake_home, project_root
+from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.readers import FORMATS
-from graphlake.warehouse.storage import StorageError
 
 app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -33,7 +33,7 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection: str | None) -> None:
+def _run(corpus: str, selection: AssetSelection | str | None) -> None:
     try:
         materialize_corpus(lake_home(), corpus, selection, console)
     except MaterializeError as error:
@@ -74,7 +74,7 @@ def ingest(
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:
         _fail(str(error))
-    _run(corpus, "group:ingest or group:chunking")
+    _run(corpus, AssetSelection.groups("ingest", "chunking"))
     _print_summary(corpus)
 
 
@@ -130,10 +130,12 @@ def ui(
     from graphlake.pipelines.runner import prepare_dagster_home
 
     home = lake_home()
-    env = {**os.environ, "DAGSTER_HOME": str(prepare_dagster_home(home)), "GRAPHLAKE_HOME": str(home)}
+    dagster_home = prepare_dagster_home(home)
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "GRAPHLAKE_HOME": str(home)}
     dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
     command = [dagster, "dev", "-m", "graphlake.pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
-    raise typer.Exit(subprocess.call(command, env=env, cwd=project_root()))
+    # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
+    raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
 
 
 def _print_summary(corpus: str) -> None:
@@ -146,11 +148,8 @@ def _print_summary(corpus: str) -> None:
         UNION ALL SELECT 'edges', kind, count(*) FROM edges WHERE corpus = $c GROUP BY ALL
         ORDER BY 1, 2
     """
-    try:
-        with Catalog(lake_home()).reader() as con:
-            rows = con.execute(summary, {"c": corpus}).fetchall()
-    except StorageError as error:
-        _fail(str(error))
+    with Catalog(lake_home()).reader() as con:
+        rows = con.execute(summary, {"c": corpus}).fetchall()
     table = Table("table", "split / kind", "rows", title=f"corpus {corpus!r} in {lake_home()}")
     for name, part, count in rows:
         table.add_row(name, part, f"{count:,}")

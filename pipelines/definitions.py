@@ -7,7 +7,6 @@ from pathlib import Path
 from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, ingest
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
@@ -17,7 +16,6 @@ ASSETS = [ingest.raw_corpus, chunks.nodes, chunks.contextual_edges]
 index_corpus = define_asset_job(
     "index_corpus",
     selection=AssetSelection.all(),
-    partitions_def=corpus_partitions,
     description="Everything graphlake builds for one corpus, from raw files to graphs.",
 )
 

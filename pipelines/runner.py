@@ -38,7 +38,7 @@ def prepare_dagster_home(home: Path) -> Path:
     return dagster_home
 
 
-def materialize_corpus(home: Path, corpus: str, selection: str | None, console: Console) -> None:
+def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str | None, console: Console) -> None:
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
@@ -47,7 +47,10 @@ def materialize_corpus(home: Path, corpus: str, selection: str | None, console: 
     with DagsterInstance.get() as instance:
         if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
             instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
-        selected = AssetSelection.from_string(selection) if selection else AssetSelection.all()
+        if selection is None:
+            selected = AssetSelection.all()
+        else:
+            selected = AssetSelection.from_string(selection) if isinstance(selection, str) else selection
         total = len(selected.resolve(ASSETS))
         with _RunProgress(instance, console, f"{corpus}:", total) as progress:
             result = materialize(

@@ -58,7 +58,7 @@ class CorpusSpec(BaseModel):
 
     @property
     def effective_chunking(self) -> Chunking:
-        return self.chunking or FORMAT_CHUNKING.get(self.format, Chunking())
+        return self.chunking if self.chunking is not None else FORMAT_CHUNKING.get(self.format, Chunking())
 
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,12 +63,16 @@ class Ingested:
 # ---------------------------------------------------------------- reading files
 
 
+# What a corrupt or truncated .gz raises while reading (gzip.BadGzipFile is an OSError).
+_UNREADABLE = (OSError, EOFError, zlib.error)
+
+
 def open_binary(path: Path):
     """Open a file for reading bytes, decompressing ``.gz`` transparently."""
     path = Path(path)
     if not path.is_file():
         raise IngestError(path, "no such file")
-    return gzip.open(path, "rb") if path.suffix == ".gz" else open(path, "rb")
+    return gzip.open(path, "rb") if path.suffix.lower() == ".gz" else open(path, "rb")
 
 
 def find_file(folder: Path, *names: str) -> Path:
@@ -80,10 +85,20 @@ def find_file(folder: Path, *names: str) -> Path:
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)``; a line that is not UTF-8 is an error naming that line."""
+    """Yield ``(line_number, text)``; a line that is not UTF-8 is an error naming that line.
+
+    A UTF-8 byte-order mark opening the file is dropped, as :func:`read_text` does.
+    """
     with open_binary(path) as handle:
-        for number, raw in enumerate(handle, start=1):
-            yield number, _decode(raw, Location(path, number))
+        number = 0
+        try:
+            for number, raw in enumerate(handle, start=1):
+                if number == 1:
+                    raw = raw.removeprefix(b"\xef\xbb\xbf")
+                yield number, _decode(raw, Location(path, number))
+        except _UNREADABLE as error:
+            read = f" beyond line {number}" if number else ""  # buffered reads: no exact line to blame
+            raise IngestError(path, f"cannot read{read}: {error}") from None
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[Location, Any]]:
@@ -98,9 +113,21 @@ def iter_jsonl(path: Path) -> Iterator[tuple[Location, Any]]:
             raise IngestError(where, f"malformed JSON at column {error.colno}: {error.msg}") from None
 
 
+def read_head(path: Path, size: int = 4096) -> bytes:
+    """The first bytes of a file, to tell its layout (a JSON list or JSON lines) before parsing."""
+    with open_binary(path) as handle:
+        try:
+            return handle.read(size).removeprefix(b"\xef\xbb\xbf")
+        except _UNREADABLE as error:
+            raise IngestError(path, f"cannot read: {error}") from None
+
+
 def read_text(path: Path) -> str:
     with open_binary(path) as handle:
-        raw = handle.read()
+        try:
+            raw = handle.read()
+        except _UNREADABLE as error:
+            raise IngestError(path, f"cannot read: {error}") from None
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:

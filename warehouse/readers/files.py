@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import PurePosixPath
 
 from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, Location, ReadRequest, read_text
 
@@ -19,9 +20,10 @@ def read(request: ReadRequest) -> Ingested:
     if not paths:
         raise IngestError(folder, "no .txt or .md files found")
     for path in paths:
-        doc_id = path.relative_to(folder).as_posix().removesuffix(".gz")
+        doc_id = path.relative_to(folder).as_posix()
+        doc_id = doc_id[: -len(".gz")] if doc_id.lower().endswith(".gz") else doc_id
         text = read_text(path)
-        heading = _HEADING.search(text) if doc_id.endswith(".md") else None
-        title = heading.group(1) if heading else path.name.split(".")[0].replace("_", " ").replace("-", " ")
+        heading = _HEADING.search(text) if doc_id.lower().endswith(".md") else None
+        title = heading.group(1) if heading else PurePosixPath(doc_id).stem.replace("_", " ").replace("-", " ")
         builder.add_document(doc_id, title, text, Location(path), {"path": doc_id})
     return builder.build()

@@ -27,8 +27,8 @@ from graphlake.warehouse.readers.base import (
     ReadRequest,
     iter_jsonl,
     load_json,
-    open_binary,
     passage_id,
+    read_head,
     require,
     split_from_name,
 )
@@ -195,9 +195,7 @@ def _paragraphs(record: dict, key: str, where: Location) -> Iterator[tuple[str, 
 
 def _records(path: Path) -> Iterator[tuple[Location, Any]]:
     """Records of a JSON list (located by index until their id is known) or of JSON lines (by line)."""
-    with open_binary(path) as handle:
-        head = handle.read(4096).lstrip(b"\xef\xbb\xbf \t\r\n")
-    if not head.startswith(b"["):
+    if not read_head(path).lstrip().startswith(b"["):
         yield from iter_jsonl(path)
         return
     for index, record in enumerate(load_json(path)):

@@ -1,0 +1,136 @@
+"""The command line end to end, as a user runs it: a real lake, real Dagster runs, real SQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graphlake.pipelines.cli import app
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "lake"
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home
+
+
+def invoke(*args: str):
+    return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def sql_json(query: str) -> list[dict]:
+    result = invoke("sql", query, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def test_demo_prints_the_summary_and_fills_the_lake(lake):
+    result = invoke("demo")
+    assert result.exit_code == 0, result.output
+    assert "corpus 'demo'" in result.stdout and "contextual" in result.stdout
+    assert sql_json("select split, count(*) as n from queries where corpus = 'demo' group by all order by 1") == [
+        {"split": "test", "n": 23},
+        {"split": "train", "n": 11},
+    ]
+    assert (lake / "catalog.duckdb").is_file() and (lake / "dagster" / "dagster.yaml").is_file()
+
+
+def test_ingest_jsonl_then_query_it_with_sql(lake, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(
+        "".join(json.dumps({"id": f"x{i}", "title": f"T{i}", "text": f"Sentence {i}. Another one."}) + "\n" for i in range(3)),
+        encoding="utf-8",
+    )
+    queries = tmp_path / "q.jsonl"
+    queries.write_text(json.dumps({"id": "q1", "text": "which?", "split": "test", "qrels": {"x1": 1}}) + "\n", encoding="utf-8")
+    result = invoke("ingest", "jsonl", str(docs), "--corpus", "mine", "--queries", str(queries))
+    assert result.exit_code == 0, result.output
+    assert sql_json("select count(*) as n from documents where corpus = 'mine'") == [{"n": 3}]
+    assert sql_json("select query_id, doc_id, split from qrels where corpus = 'mine'") == [
+        {"query_id": "q1", "doc_id": "x1", "split": "test"}
+    ]
+    listed = invoke("corpora")
+    assert "mine" in listed.stdout and "jsonl" in listed.stdout
+
+
+def test_bad_input_fails_with_file_and_line_and_writes_nothing(lake, tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    docs.write_bytes(b'{"id": "a", "title": "A", "text": "fine"}\n{"id": "b", "title": "B", "text": "caf\xe9"}\n')
+    result = invoke("ingest", "jsonl", str(docs), "--corpus", "broken")
+    assert result.exit_code == 1
+    assert f"{docs}:2: not valid UTF-8" in result.stderr
+    assert sql_json("select count(*) as n from documents where corpus = 'broken'") == [{"n": 0}]
+    assert not list((lake / "tables").glob("*/corpus=broken"))
+
+
+def test_cli_refuses_unknown_formats_corpora_and_writes(lake, tmp_path):
+    assert "unknown format 'csv'" in invoke("ingest", "csv", str(tmp_path), "--corpus", "x").stderr
+    assert "corpus 'nope' is not declared" in invoke("materialize", "--corpus", "nope").stderr
+    refused = invoke("sql", "create table t (x int)")
+    assert refused.exit_code == 1 and "read-only" in refused.stderr
+
+
+def test_materialize_with_a_selection_runs_only_that(lake):
+    assert invoke("demo").exit_code == 0
+    nodes_file = next((lake / "tables" / "nodes").rglob("data.parquet"))
+    documents_file = next((lake / "tables" / "documents").rglob("data.parquet"))
+    before = documents_file.stat().st_mtime_ns, nodes_file.stat().st_mtime_ns
+    result = invoke("materialize", "--corpus", "demo", "--select", "nodes+")
+    assert result.exit_code == 0, result.output
+    assert documents_file.stat().st_mtime_ns == before[0]
+    assert nodes_file.stat().st_mtime_ns != before[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ui_serves_every_asset_in_one_graph_grouped_by_stage(lake):
+    port = _free_port()
+    graphlake = Path(sys.executable).with_name("graphlake")
+    process = subprocess.Popen(
+        [str(graphlake), "ui", "--port", str(port)], env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName } }"}).encode()
+    try:
+        deadline, answer = time.monotonic() + 120, None
+        while time.monotonic() < deadline and answer is None:
+            try:
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", query, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answer = json.loads(response.read())
+                if not answer.get("data", {}).get("assetNodes"):
+                    answer = None  # the code location is still loading
+            except OSError:
+                time.sleep(1)
+            if answer is None:
+                time.sleep(1)
+        assert answer is not None, "the UI did not answer within 120 s"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
+            assert page.status == 200 and b"<html" in page.read().lower()
+    finally:
+        os.killpg(process.pid, 15)
+        process.wait(timeout=30)
+    groups = {"/".join(node["assetKey"]["path"]): node["groupName"] for node in answer["data"]["assetNodes"]}
+    assert groups == {
+        "documents": "ingest",
+        "queries": "ingest",
+        "qrels": "ingest",
+        "foreign_keys": "ingest",
+        "nodes": "chunking",
+        "contextual_edges": "graphs",
+    }
