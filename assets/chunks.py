@@ -2,9 +2,10 @@
 
 import hashlib
 import time
+import warnings
 
 import pyarrow as pa
-from dagster import AssetExecutionContext, asset
+from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
 
 from graphlake.assets.partitions import corpus_partitions
 from graphlake.kernels.chunking import chunk_texts
@@ -40,6 +41,35 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
         }
     )
     return table
+
+
+# Checks on partitioned assets are a Dagster preview feature; it is the only way to check per corpus.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", PreviewWarning)
+
+    @asset_check(
+        asset=nodes,
+        partitions_def=corpus_partitions,
+        additional_ins={"documents": AssetIn("documents")},
+        blocking=True,
+        description="Every document has nodes numbered 0..n-1, each the exact slice of its text it claims to be.",
+    )
+    def nodes_cover_documents(nodes: pa.Table, documents: pa.Table) -> AssetCheckResult:
+        texts = dict(zip(documents.column("doc_id").to_pylist(), documents.column("text").to_pylist(), strict=True))
+        chunks: dict[str, list[int]] = {}
+        wrong_slices = []
+        for row in nodes.select(["node_id", "doc_id", "chunk_idx", "text", "start", "end"]).to_pylist():
+            chunks.setdefault(row["doc_id"], []).append(row["chunk_idx"])
+            if texts.get(row["doc_id"], "")[row["start"] : row["end"]] != row["text"]:
+                wrong_slices.append(row["node_id"])
+        uncovered = [doc_id for doc_id in texts if doc_id not in chunks]
+        gaps = [doc_id for doc_id, idx in chunks.items() if sorted(idx) != list(range(len(idx)))]
+        unknown = [doc_id for doc_id in chunks if doc_id not in texts]
+        problems = {"documents_without_nodes": uncovered, "non_contiguous_chunks": gaps, "unknown_documents": unknown, "wrong_slices": wrong_slices}
+        return AssetCheckResult(
+            passed=not any(problems.values()),
+            metadata={name: len(ids) for name, ids in problems.items()} | {"examples": str({k: v[:3] for k, v in problems.items() if v})},
+        )
 
 
 @asset(

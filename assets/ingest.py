@@ -11,7 +11,6 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.readers import FORMATS, ReadRequest
 
 GROUP = "ingest"
-TABLES = ("documents", "queries", "qrels", "foreign_keys")
 
 
 @multi_asset(

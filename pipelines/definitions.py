@@ -12,6 +12,7 @@ from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
 ASSETS = [ingest.raw_corpus, chunks.nodes, chunks.contextual_edges]
+CHECKS = [chunks.nodes_cover_documents]
 
 index_corpus = define_asset_job(
     "index_corpus",
@@ -25,7 +26,9 @@ def resources(home: Path) -> dict:
 
 
 def build_definitions(home: Path) -> Definitions:
-    return Definitions(assets=ASSETS, resources=resources(home), jobs=[index_corpus], sensors=[corpus_change_sensor])
+    return Definitions(
+        assets=ASSETS, asset_checks=CHECKS, resources=resources(home), jobs=[index_corpus], sensors=[corpus_change_sensor]
+    )
 
 
 defs = build_definitions(lake_home())

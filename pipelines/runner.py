@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.pipelines.definitions import ASSETS, resources
+from graphlake.pipelines.definitions import ASSETS, CHECKS, resources
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import project_root
 
@@ -54,7 +54,7 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
         total = len(selected.resolve(ASSETS))
         with _RunProgress(instance, console, f"{corpus}:", total) as progress:
             result = materialize(
-                ASSETS,
+                [*ASSETS, *CHECKS],
                 instance=instance,
                 partition_key=corpus,
                 resources=resources(home),
@@ -97,6 +97,7 @@ class _RunProgress:
         )
         self.task = self.progress.add_task(label, total=total)
         self.label = label
+        self._run_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
 
@@ -105,17 +106,17 @@ class _RunProgress:
         return {PROGRESS_TAG: self.token}
 
     def _poll(self) -> None:
-        run_id = None
         while not self._stop.wait(self.POLL_SECONDS):
-            if run_id is None:
-                runs = self.instance.get_runs(RunsFilter(tags=self.tags), limit=1)
-                run_id = runs[0].run_id if runs else None
-            if run_id is not None:
-                self._update(run_id)
+            self._update()
 
-    def _update(self, run_id: str) -> None:
-        done = self.instance.all_logs(run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-        started = self.instance.all_logs(run_id, of_type=DagsterEventType.STEP_START)
+    def _update(self) -> None:
+        if self._run_id is None:
+            runs = self.instance.get_runs(RunsFilter(tags=self.tags), limit=1)
+            self._run_id = runs[0].run_id if runs else None
+        if self._run_id is None:
+            return
+        done = self.instance.all_logs(self._run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        started = self.instance.all_logs(self._run_id, of_type=DagsterEventType.STEP_START)
         step = started[-1].dagster_event.step_key if started else ""
         self.progress.update(self.task, completed=len(done), description=f"{self.label} {step}")
 
@@ -127,4 +128,5 @@ class _RunProgress:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._update()
         self.progress.stop()

@@ -21,7 +21,7 @@ def run(home: Path, instance: DagsterInstance, corpus: str, raise_on_error: bool
     if not instance.has_dynamic_partition("corpus", corpus):
         instance.add_dynamic_partitions("corpus", [corpus])
     return materialize(
-        list(defs.assets), instance=instance, resources=defs.resources, partition_key=corpus, raise_on_error=raise_on_error
+        [*defs.assets, *defs.asset_checks], instance=instance, resources=defs.resources, partition_key=corpus, raise_on_error=raise_on_error
     )
 
 
@@ -57,6 +57,8 @@ def test_demo_materializes_every_asset_into_consistent_tables(tmp_path):
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     assert materialized == {"documents", "queries", "qrels", "foreign_keys", "nodes", "contextual_edges"}
+    [check] = result.get_asset_check_evaluations()
+    assert check.check_name == "nodes_cover_documents" and check.passed
     with Catalog(tmp_path).reader() as con:
         counts = dict(con.execute("SELECT 'documents', count(*) FROM documents UNION ALL SELECT 'nodes', count(*) FROM nodes").fetchall())
         assert counts["documents"] == 53
@@ -138,3 +140,28 @@ def test_chunking_options_come_from_the_registry(tmp_path, size):
     with DagsterInstance.ephemeral() as instance:
         run(tmp_path, instance, "small")
     assert Lake(tmp_path).read("nodes", {"corpus": "small"}).num_rows == (1 if size is None else 3)
+
+
+def test_nodes_check_catches_gaps_wrong_slices_and_uncovered_documents():
+    import pyarrow as pa
+
+    from graphlake.assets.chunks import nodes_cover_documents
+
+    documents = pa.table({"doc_id": ["a", "b", "c"], "text": ["Hello world.", "Second doc.", "Never chunked."]})
+    nodes = pa.table(
+        {
+            "node_id": ["a#0", "b#0", "b#2"],
+            "doc_id": ["a", "b", "b"],
+            "chunk_idx": [0, 0, 2],
+            "text": ["Hello world.", "Second", "doc."],
+            "start": [0, 0, 7],
+            "end": [12, 5, 11],
+        }
+    )
+    result = nodes_cover_documents(nodes=nodes, documents=documents)
+    assert not result.passed
+    assert result.metadata["documents_without_nodes"].value == 1
+    assert result.metadata["non_contiguous_chunks"].value == 1
+    assert result.metadata["wrong_slices"].value == 1
+    good = nodes_cover_documents(nodes=nodes.slice(0, 1), documents=documents.slice(0, 1))
+    assert good.passed

@@ -74,9 +74,6 @@ class Lake:
             raise StorageError(f"table {table!r} has no partition {dict(partition)} yet (looked for {path})")
         return pq.read_table(path)
 
-    def files(self, table: str) -> list[Path]:
-        return sorted((self.tables_dir / table).rglob(DATA_FILE))
-
 
 def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa.Table:
     """Fill partition columns, check required columns, cast to contract types, refuse duplicate keys."""
@@ -101,8 +98,9 @@ def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa
 
 def _check_unique(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> None:
     keys = ", ".join(f'"{c}"' for c in spec.key)
-    keyed = data.select(list(spec.key))
-    duplicates = duckdb.sql(f"SELECT {keys}, count(*) AS n FROM keyed GROUP BY ALL HAVING n > 1 LIMIT 5").fetchall()
+    with duckdb.connect() as con:
+        con.register("keyed", data.select(list(spec.key)))
+        duplicates = con.execute(f"SELECT {keys}, count(*) AS n FROM keyed GROUP BY ALL HAVING n > 1 LIMIT 5").fetchall()
     if duplicates:
         shown = "; ".join(", ".join(map(str, row[:-1])) for row in duplicates)
         raise StorageError(f"table {spec.name!r} partition {dict(partition)}: duplicate {spec.key}: {shown}")
