@@ -15,11 +15,14 @@ from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
+from graphlake.assets.retrieval import assets_to_refresh, search
+from graphlake.pipelines.evaluation import evaluation_report
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CORPUS, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.readers import FORMATS
+from graphlake.warehouse.storage import Lake, StorageError
 
 app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False)
 console = Console()
@@ -35,7 +38,7 @@ def _fail(message: str) -> None:
 
 def _run(corpus: str, selection: AssetSelection | str | None) -> None:
     try:
-        materialize_corpus(lake_home(), corpus, selection, console)
+        materialize_corpus(lake_home(), corpus, selection, errors)  # progress on stderr keeps --json output clean
     except MaterializeError as error:
         _fail(str(error))
 
@@ -109,6 +112,59 @@ def sql(
     table = Table(*names, show_lines=False)
     for row in rows:
         table.add_row(*("NULL" if value is None else str(value) for value in row))
+    console.print(table)
+
+
+@app.command(name="eval")
+def evaluate(
+    corpus: Annotated[str, typer.Option(help="Corpus to evaluate on.")],
+    methods: Annotated[str, typer.Option(help="Comma-separated method names (pipelines/methods.yaml).")] = "bm25,dense",
+    split: Annotated[str, typer.Option(help="Query split to report.")] = "test",
+    k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
+) -> None:
+    """Materialize what is missing for these methods on the corpus, then print their metrics."""
+    home = lake_home()
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    try:
+        cutoffs = [int(c) for c in k.split(",") if c.strip()]
+        refresh = assets_to_refresh(Lake(home), corpus, names, home)
+    except (KeyError, ValueError, StorageError) as error:
+        _fail(str(error.args[0] if isinstance(error, KeyError) else error))
+    if refresh:
+        _run(corpus, AssetSelection.assets(*refresh))
+    report = evaluation_report(home, corpus, names, split, cutoffs)
+    if as_json:
+        print(json.dumps(report))
+        return
+    table = Table("metric", *(row["method"] for row in report), title=f"{corpus} / {split}")
+    shown = [name for name in (report[0]["metrics"] if report else {}) if not name.startswith(("capped_recall", "pr@"))]
+    for name in shown:
+        table.add_row(name, *(f"{row['metrics'][name]:.4f}" for row in report))
+    for percentile in ("p50", "p95"):
+        table.add_row(f"latency {percentile} ms", *(f"{row['latency_ms'][percentile]:.1f}" for row in report))
+    console.print(table)
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="The query.")],
+    corpus: Annotated[str, typer.Option(help="Corpus to search.")],
+    method: Annotated[str, typer.Option(help="Method name (pipelines/methods.yaml).")] = "rrf",
+    top: Annotated[int, typer.Option(help="How many hits to print.")] = 10,
+) -> None:
+    """Search a corpus with one method and print the top hits with their titles."""
+    home = lake_home()
+    try:
+        refresh = [a for a in assets_to_refresh(Lake(home), corpus, [method], home) if not a.startswith(("run_", "metrics_", "query_"))]
+    except (KeyError, StorageError) as error:
+        _fail(str(error.args[0] if isinstance(error, KeyError) else error))
+    if refresh:
+        _run(corpus, AssetSelection.assets(*refresh))
+    hits, latency = search(home, corpus, method, text, top)
+    table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
+    for rank, hit in enumerate(hits, start=1):
+        table.add_row(str(rank), f"{hit['score']:.4f}", hit["node_id"], hit["title"], hit["text"][:120])
     console.print(table)
 
 

@@ -1,23 +1,30 @@
 """The code location: every asset, its resources, the corpus job and the reindex sensor."""
 
-from __future__ import annotations
-
 from pathlib import Path
 
 from dagster import AssetSelection, Definitions, define_asset_job
 
-from graphlake.assets import chunks, ingest
+from graphlake.assets import chunks, ingest, vectors
+from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
-ASSETS = [ingest.raw_corpus, chunks.nodes, chunks.contextual_edges]
+STATIC_ASSETS = [
+    ingest.raw_corpus,
+    chunks.nodes,
+    chunks.contextual_edges,
+    vectors.dense_vectors,
+    vectors.splade_vectors,
+    vectors.bm25_index,
+    vectors.dense_hnsw_index,
+]
 CHECKS = [chunks.nodes_cover_documents]
 
 index_corpus = define_asset_job(
     "index_corpus",
     selection=AssetSelection.all(),
-    description="Everything graphlake builds for one corpus, from raw files to graphs.",
+    description="Everything graphlake builds for one corpus, from raw files to evaluated runs.",
 )
 
 
@@ -26,8 +33,13 @@ def resources(home: Path) -> dict:
 
 
 def build_definitions(home: Path) -> Definitions:
+    """Definitions for the lake at ``home``; its methods.yaml may add run/evaluate assets."""
     return Definitions(
-        assets=ASSETS, asset_checks=CHECKS, resources=resources(home), jobs=[index_corpus], sensors=[corpus_change_sensor]
+        assets=[*STATIC_ASSETS, *method_assets(home)],
+        asset_checks=CHECKS,
+        resources=resources(home),
+        jobs=[index_corpus],
+        sensors=[corpus_change_sensor],
     )
 
 

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.pipelines.definitions import ASSETS, CHECKS, resources
+from graphlake.pipelines.definitions import build_definitions
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import project_root
 
@@ -44,6 +44,8 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
     except (KeyError, ValueError) as error:
         raise MaterializeError(str(error.args[0] if isinstance(error, KeyError) else error)) from None
     os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
+    defs = build_definitions(home)
+    assets = list(defs.assets)
     with DagsterInstance.get() as instance:
         if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
             instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
@@ -51,13 +53,13 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
             selected = AssetSelection.all()
         else:
             selected = AssetSelection.from_string(selection) if isinstance(selection, str) else selection
-        total = len(selected.resolve(ASSETS))
+        total = len(selected.resolve(assets))
         with _RunProgress(instance, console, f"{corpus}:", total) as progress:
             result = materialize(
-                [*ASSETS, *CHECKS],
+                [*assets, *defs.asset_checks],
                 instance=instance,
                 partition_key=corpus,
-                resources=resources(home),
+                resources=defs.resources,
                 selection=selected,
                 run_config=QUIET_LOGS,
                 raise_on_error=False,

@@ -21,7 +21,15 @@ from graphlake.warehouse.tables import TABLES, TableSpec
 
 CATALOG_FILE = "catalog.duckdb"
 
-_DUCKDB_TYPES = {pa.string(): "VARCHAR", pa.int32(): "INTEGER", pa.int64(): "BIGINT", pa.float64(): "DOUBLE", pa.float32(): "FLOAT"}
+_DUCKDB_TYPES = {
+    pa.string(): "VARCHAR",
+    pa.int32(): "INTEGER",
+    pa.int64(): "BIGINT",
+    pa.float64(): "DOUBLE",
+    pa.float32(): "FLOAT",
+    pa.list_(pa.float32()): "FLOAT[]",
+    pa.list_(pa.int32()): "INTEGER[]",
+}
 
 
 class Catalog:

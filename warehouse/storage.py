@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import duckdb
@@ -67,6 +68,48 @@ class Lake:
             raise
         _fsync_directory(directory)
         return final
+
+    def write_artifact(self, name: str, partition: Mapping[str, str], fill: Callable[[Path], None]) -> Path:
+        """Build an artefact folder (an index, a model) with ``fill`` and publish it atomically.
+
+        Each build goes to a fresh version folder; the pointer file ``CURRENT`` is swapped to it with
+        ``os.replace`` and only then are older versions removed, so a failed build changes nothing.
+        """
+        root = self._artifact_root(name, partition)
+        root.mkdir(parents=True, exist_ok=True)
+        version = root / f"v-{uuid.uuid4().hex}"
+        version.mkdir()
+        try:
+            fill(version)
+            pointer = root / f".CURRENT.{uuid.uuid4().hex}.tmp"
+            pointer.write_text(version.name, encoding="utf-8")
+            os.replace(pointer, root / "CURRENT")
+        except BaseException:
+            shutil.rmtree(version, ignore_errors=True)
+            raise
+        _fsync_directory(root)
+        for old in root.glob("v-*"):
+            if old != version:
+                shutil.rmtree(old, ignore_errors=True)
+        return version
+
+    def artifact(self, name: str, partition: Mapping[str, str]) -> Path:
+        root = self._artifact_root(name, partition)
+        pointer = root / "CURRENT"
+        if not pointer.is_file():
+            raise StorageError(f"artefact {name!r} has no version for {dict(partition)} yet (looked in {root})")
+        return root / pointer.read_text(encoding="utf-8").strip()
+
+    def has(self, table: str, partition: Mapping[str, str]) -> bool:
+        return (self.partition_dir(table, partition) / DATA_FILE).is_file()
+
+    def _artifact_root(self, name: str, partition: Mapping[str, str]) -> Path:
+        path = self.home / "artifacts" / name
+        for column, value in partition.items():
+            if not _PARTITION_VALUE.match(value):
+                raise StorageError(f"bad {column} {value!r} for artefact {name!r}")
+            path = path / f"{column}={value}"
+        return path
 
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
         path = self.partition_dir(table, partition) / DATA_FILE

@@ -22,7 +22,7 @@ def _spec(name: str, fields: list[tuple[str, pa.DataType]], partition_by: tuple[
     return TableSpec(name, pa.schema(fields), partition_by, key)
 
 
-S, I32, F64 = pa.string(), pa.int32(), pa.float64()
+S, I32, F32, F64 = pa.string(), pa.int32(), pa.float32(), pa.float64()
 
 TABLES: dict[str, TableSpec] = {
     spec.name: spec
@@ -73,6 +73,50 @@ TABLES: dict[str, TableSpec] = {
             [("corpus", S), ("src", S), ("dst", S), ("kind", S), ("weight", F64), ("source", S)],
             ("corpus", "kind"),
             ("src", "dst", "kind"),
+        ),
+        _spec(
+            "vectors",
+            # dense models fill ``dense``; sparse ones fill ``indices``/``values`` (vocabulary ids, weights)
+            [
+                ("corpus", S),
+                ("model", S),
+                ("node_id", S),
+                ("content_hash", S),
+                ("dense", pa.list_(F32)),
+                ("indices", pa.list_(I32)),
+                ("values", pa.list_(F32)),
+            ],
+            ("corpus", "model"),
+            ("node_id",),
+        ),
+        _spec(
+            "runs",
+            [
+                ("run_id", S),
+                ("corpus", S),
+                ("method", S),
+                ("params", S),
+                ("query_id", S),
+                ("rank", I32),
+                ("node_id", S),
+                ("doc_id", S),
+                ("score", F64),
+                ("latency_ms", F64),
+            ],
+            ("corpus", "method"),
+            ("query_id", "rank"),
+        ),
+        _spec(
+            "metrics",
+            [("run_id", S), ("corpus", S), ("method", S), ("split", S), ("metric", S), ("k", I32), ("value", F64), ("queries", I32)],
+            ("corpus", "method"),
+            ("split", "metric", "k"),
+        ),
+        _spec(
+            "query_metrics",
+            [("run_id", S), ("corpus", S), ("method", S), ("split", S), ("query_id", S), ("metric", S), ("k", I32), ("value", F64)],
+            ("corpus", "method"),
+            ("query_id", "metric", "k"),
         ),
     ]
 }

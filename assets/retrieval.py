@@ -1,0 +1,292 @@
+"""Stage 4, retrieval and evaluation: one run asset and one evaluation asset per declared method.
+
+Methods come from ``pipelines/methods.yaml`` (plus ``$GRAPHLAKE_HOME/methods.yaml``); adding a
+method there adds its assets, no code needed.
+"""
+
+import json
+import time
+import uuid
+from collections.abc import Mapping
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import faiss
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+import yaml
+from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Output, asset, multi_asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.assets.vectors import NODE_IDS_FILE, dense_matrix
+from graphlake.kernels import encoders
+from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.metrics import METRICS_AT_K, evaluate
+from graphlake.kernels.operators import needs, parse_methods
+from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.storage import Lake, StorageError
+
+DEFAULT_METHODS = Path(__file__).resolve().parents[1] / "pipelines" / "methods.yaml"
+CUTOFFS = (1, 2, 5, 10, 20, 100)
+METRIC_NAMES = [f"{m}@{k}" for m in METRICS_AT_K for k in CUTOFFS] + ["mrr"]
+
+# which asset provides each index an operator may read
+INDEX_ASSETS = {"bm25": "bm25_index", "dense": "dense_vectors", "dense_hnsw": "dense_hnsw_index", "splade": "splade_vectors"}
+
+
+def load_methods(home: Path) -> tuple[dict[str, Any], dict[str, dict]]:
+    """Parsed methods and their raw declarations, the project's defaults overridden by the lake's file."""
+    declared = yaml.safe_load(DEFAULT_METHODS.read_text(encoding="utf-8")) or {}
+    override = Path(home) / "methods.yaml"
+    if override.is_file():
+        declared.update(yaml.safe_load(override.read_text(encoding="utf-8")) or {})
+    return parse_methods(declared), declared
+
+
+class LakeIndexes:
+    """One corpus's indexes, loaded on first use and checked to share the nodes table's order."""
+
+    def __init__(self, lake: Lake, corpus: str, node_ids: list[str]) -> None:
+        self.lake, self.corpus, self.node_ids = lake, corpus, node_ids
+
+    def _check_order(self, name: str, node_ids: list[str]) -> None:
+        if node_ids != self.node_ids:
+            raise StorageError(f"{name} of corpus {self.corpus!r} was built from other nodes; materialize it again")
+
+    def _artifact(self, name: str) -> Path:
+        folder = self.lake.artifact(name, {"corpus": self.corpus})
+        self._check_order(name, json.loads((folder / NODE_IDS_FILE).read_text(encoding="utf-8")))
+        return folder
+
+    def _vectors(self, model: str) -> pa.Table:
+        table = self.lake.read("vectors", {"corpus": self.corpus, "model": model})
+        self._check_order(f"{model} vectors", table.column("node_id").to_pylist())
+        return table
+
+    @cached_property
+    def _bm25(self) -> BM25Index:
+        return BM25Index.load(self._artifact("bm25"))
+
+    @cached_property
+    def _dense(self) -> np.ndarray:
+        return dense_matrix(self._vectors(encoders.DENSE_MODEL))
+
+    @cached_property
+    def _hnsw(self):
+        return faiss.read_index(str(self._artifact("dense_hnsw") / "hnsw.faiss"))
+
+    @cached_property
+    def _splade(self) -> sp.csr_matrix:
+        table = self._vectors(encoders.SPLADE_MODEL)
+        indices, values = table.column("indices").combine_chunks(), table.column("values").combine_chunks()
+        indptr = np.asarray(indices.offsets, dtype=np.int64)
+        matrix = sp.csr_matrix(
+            (values.flatten().to_numpy(), indices.flatten().to_numpy(), indptr), shape=(len(table), encoders.splade_vocab_size())
+        )
+        return matrix.tocsc()
+
+    def bm25(self) -> BM25Index:
+        return self._bm25
+
+    def dense(self) -> np.ndarray:
+        return self._dense
+
+    def dense_hnsw(self):
+        return self._hnsw
+
+    def splade(self) -> sp.csr_matrix:
+        return self._splade
+
+    def encode_dense(self, text: str) -> np.ndarray:
+        return encoders.encode_dense([text])[0]
+
+    def encode_splade(self, text: str) -> sp.csr_matrix:
+        return encoders.encode_splade([text])
+
+
+def run_method(name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str) -> tuple[pa.Table, dict]:
+    """Run every query of the corpus through the method, one at a time, timing each."""
+    nodes = lake.read("nodes", {"corpus": corpus}).select(["node_id", "doc_id"])
+    queries = lake.read("queries", {"corpus": corpus}).select(["query_id", "text"])
+    node_ids, doc_ids = nodes.column("node_id").to_pylist(), nodes.column("doc_id").to_pylist()
+    indexes = LakeIndexes(lake, corpus, node_ids)
+    method.run("warm up", indexes, methods)  # load indexes and models outside the timed loop
+    run_id = uuid.uuid4().hex
+    columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
+    latencies = []
+    for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
+        started = time.perf_counter()
+        candidates = method.run(text, indexes, methods)
+        latency = (time.perf_counter() - started) * 1000
+        latencies.append(latency)
+        for rank, (row, score) in enumerate(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True), start=1):
+            columns["query_id"].append(query_id)
+            columns["rank"].append(rank)
+            columns["node_id"].append(node_ids[row])
+            columns["doc_id"].append(doc_ids[row])
+            columns["score"].append(float(score))
+            columns["latency_ms"].append(latency)
+    n = len(columns["rank"])
+    table = pa.table(
+        {"run_id": [run_id] * n, "method": [name] * n, "params": [json.dumps(params, sort_keys=True)] * n, **columns}
+    )
+    summary = {
+        "queries": len(latencies),
+        "latency_p50_ms": round(float(np.percentile(latencies, 50)), 3) if latencies else 0.0,
+        "latency_p95_ms": round(float(np.percentile(latencies, 95)), 3) if latencies else 0.0,
+        "latency_p99_ms": round(float(np.percentile(latencies, 99)), 3) if latencies else 0.0,
+    }
+    return table, summary
+
+
+def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float]:
+    """One ad-hoc query: hits with node id, score, title and text, and the search time in ms."""
+    methods, _ = load_methods(home)
+    lake = Lake(home)
+    nodes = lake.read("nodes", {"corpus": corpus})
+    titles = dict(
+        zip(*(lake.read("documents", {"corpus": corpus}).column(c).to_pylist() for c in ("doc_id", "title")), strict=True)
+    )
+    indexes = LakeIndexes(lake, corpus, nodes.column("node_id").to_pylist())
+    methods[name].run("warm up", indexes, methods)
+    started = time.perf_counter()
+    candidates = methods[name].run(text, indexes, methods).top(top)
+    latency = (time.perf_counter() - started) * 1000
+    rows = nodes.take(pa.array(candidates.rows)).to_pylist()
+    hits = [
+        {"node_id": r["node_id"], "score": float(s), "title": titles[r["doc_id"]], "text": r["text"]}
+        for r, s in zip(rows, candidates.scores.tolist(), strict=True)
+    ]
+    return hits, latency
+
+
+def doc_rankings(runs: pa.Table) -> dict[str, list[str]]:
+    """Per query, documents in order of their best node (a document's score is its best node's)."""
+    rankings: dict[str, list[str]] = {}
+    ordered = runs.select(["query_id", "rank", "doc_id"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
+    for query_id, doc_id in zip(ordered.column("query_id").to_pylist(), ordered.column("doc_id").to_pylist(), strict=True):
+        ranking = rankings.setdefault(query_id, [])
+        if doc_id not in ranking:
+            ranking.append(doc_id)
+    return rankings
+
+
+def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table) -> tuple[pa.Table, pa.Table]:
+    """Metrics per split (means) and per query, over the queries of each split that have gold."""
+    rankings = doc_rankings(runs)
+    run_id = runs.column("run_id")[0].as_py() if runs.num_rows else ""
+    method = runs.column("method")[0].as_py() if runs.num_rows else ""
+    splits = dict(zip(queries.column("query_id").to_pylist(), queries.column("split").to_pylist(), strict=True))
+    gold: dict[str, dict[str, dict[str, int]]] = {}
+    for row in qrels.select(["query_id", "doc_id", "relevance"]).to_pylist():
+        split = splits.get(row["query_id"]) or "all"
+        gold.setdefault(split, {}).setdefault(row["query_id"], {})[row["doc_id"]] = row["relevance"]
+    summary, per_query = [], []
+    for split, split_gold in sorted(gold.items()):
+        values = evaluate(rankings, split_gold, METRIC_NAMES)
+        for name in METRIC_NAMES:
+            metric, _, k = name.partition("@")
+            column = [v[name] for v in values.values()]
+            summary.append({"split": split, "metric": metric, "k": int(k) if k else None, "value": float(np.mean(column)) if column else 0.0, "queries": len(column)})
+            per_query += [
+                {"split": split, "query_id": q, "metric": metric, "k": int(k) if k else None, "value": v[name]} for q, v in values.items()
+            ]
+    common = {"run_id": run_id, "method": method}
+    metrics = pa.Table.from_pylist([{**common, **row} for row in summary])
+    query_metrics = pa.Table.from_pylist([{**common, **row} for row in per_query])
+    return metrics, query_metrics
+
+
+def method_assets(home: Path) -> list[AssetsDefinition]:
+    methods, declared = load_methods(home)
+    return [definition for name in methods for definition in _assets_for(name, methods, declared)]
+
+
+def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, dict]) -> list[AssetsDefinition]:
+    method = methods[name]
+    params = _resolved(name, declared)
+    index_deps = [AssetKey(INDEX_ASSETS[index]) for index in sorted(needs(method, methods))]
+
+    @asset(
+        name=f"run_{name}",
+        partitions_def=corpus_partitions,
+        group_name="retrieval",
+        deps=[AssetKey("nodes"), AssetKey("queries"), *index_deps],
+        metadata={"table": "runs", "partition": {"method": name}},
+        description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
+    )
+    def run_asset(context: AssetExecutionContext, lake: LakeResource) -> pa.Table:
+        table, summary = run_method(name, method, methods, params, lake.lake, context.partition_key)
+        context.add_output_metadata(summary)
+        return table
+
+    @multi_asset(
+        name=f"evaluate_{name}",
+        outs={
+            f"metrics_{name}": AssetOut(metadata={"table": "metrics", "partition": {"method": name}}),
+            f"query_metrics_{name}": AssetOut(metadata={"table": "query_metrics", "partition": {"method": name}}),
+        },
+        partitions_def=corpus_partitions,
+        group_name="evaluation",
+        deps=[AssetKey(f"run_{name}"), AssetKey("queries"), AssetKey("qrels")],
+    )
+    def evaluate_asset(context: AssetExecutionContext, lake: LakeResource):
+        partition = {"corpus": context.partition_key}
+        runs = lake.lake.read("runs", {**partition, "method": name})
+        metrics, query_metrics = evaluate_run(runs, lake.lake.read("queries", partition), lake.lake.read("qrels", partition))
+        headline = {
+            f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4)
+            for row in metrics.to_pylist()
+            if row["k"] in (None, 10)
+        }
+        yield Output(metrics, f"metrics_{name}", metadata=headline)
+        yield Output(query_metrics, f"query_metrics_{name}")
+
+    return [run_asset, evaluate_asset]
+
+
+def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> list[str]:
+    """Asset names a fresh evaluation of ``names`` needs: missing indexes, runs whose method changed, stale metrics."""
+    methods, declared = load_methods(home)
+    unknown = [name for name in names if name not in methods]
+    if unknown:
+        raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
+    partition = {"corpus": corpus}
+    present = {
+        "dense_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.DENSE_MODEL}),
+        "splade_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
+        "bm25_index": lambda: (lake.home / "artifacts" / "bm25" / f"corpus={corpus}" / "CURRENT").is_file(),
+        "dense_hnsw_index": lambda: (lake.home / "artifacts" / "dense_hnsw" / f"corpus={corpus}" / "CURRENT").is_file(),
+    }
+    base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
+    selected = base if not all(lake.has(table, partition) for table in base) else []
+    for name in names:
+        for index in sorted(needs(methods[name], methods)):
+            asset_name = INDEX_ASSETS[index]
+            if asset_name not in selected and (selected[:1] == base[:1] or not present[asset_name]()):
+                selected.append(asset_name)
+        run_partition = {**partition, "method": name}
+        params = json.dumps(_resolved(name, declared), sort_keys=True)
+        if _first(lake, "runs", run_partition, "params") != params:
+            selected += [f"run_{name}", f"metrics_{name}", f"query_metrics_{name}"]
+        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id"):
+            selected += [f"metrics_{name}", f"query_metrics_{name}"]
+    return selected
+
+
+def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:
+    """A value every row of a run shares (its id, its params), or None when there is no such run."""
+    if not lake.has(table, partition):
+        return None
+    values = lake.read(table, partition).column(column)
+    return values[0].as_py() if len(values) else None
+
+
+def _resolved(name: str, declared: Mapping[str, Any]) -> dict:
+    """The declaration with named inputs expanded, so a run records everything that produced it."""
+    spec = dict(declared[name])
+    if "inputs" in spec:
+        spec["inputs"] = [_resolved(item, declared) if isinstance(item, str) else item for item in spec["inputs"]]
+    return spec

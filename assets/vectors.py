@@ -1,0 +1,179 @@
+"""Stage 3, vectors and indexes: dense and learned-sparse node vectors, BM25 and HNSW indexes.
+
+Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's
+node ids beside it, so a row number means the same node in every index of a corpus.
+"""
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import pyarrow as pa
+from dagster import AssetExecutionContext, Config, asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.kernels import encoders
+from graphlake.kernels.bm25 import BM25Index
+from graphlake.warehouse.io_manager import LakeResource
+
+NODE_IDS_FILE = "node_ids.json"
+
+
+def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
+    """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
+    titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
+    return [
+        f"{titles[doc_id]} {text}".strip() if titles[doc_id] else text
+        for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
+    ]
+
+
+def text_hash(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+
+
+class EncoderConfig(Config):
+    batch_size: int = 64
+    threads: int = 0  # 0 = torch's default (all cores)
+
+
+def _encode_with_cache(
+    context: AssetExecutionContext, lake: LakeResource, model: str, nodes: pa.Table, documents: pa.Table, encode
+) -> tuple[pa.Table, dict]:
+    """Reuse the previous vectors of unchanged inputs; encode only new or changed nodes."""
+    texts = retrieval_texts(nodes, documents)
+    hashes = [text_hash(t) for t in texts]
+    partition = {"corpus": context.partition_key, "model": model}
+    cached: dict[str, dict] = {}
+    if lake.lake.has("vectors", partition):
+        previous = lake.lake.read("vectors", partition)
+        cached = {row["content_hash"]: row for row in previous.select(["content_hash", "dense", "indices", "values"]).to_pylist()}
+    missing = [i for i, h in enumerate(hashes) if h not in cached]
+    started = time.perf_counter()
+    fresh = encode([texts[i] for i in missing]) if missing else {}
+    seconds = time.perf_counter() - started
+    for i, row in zip(missing, fresh, strict=True):
+        cached[hashes[i]] = row
+    rows = [cached[h] for h in hashes]
+    table = pa.table(
+        {
+            "model": [model] * len(rows),
+            "node_id": nodes.column("node_id"),
+            "content_hash": hashes,
+            "dense": pa.array([r["dense"] for r in rows], pa.list_(pa.float32())),
+            "indices": pa.array([r["indices"] for r in rows], pa.list_(pa.int32())),
+            "values": pa.array([r["values"] for r in rows], pa.list_(pa.float32())),
+        }
+    )
+    metadata = {
+        "model": model,
+        "encoded": len(missing),
+        "reused": len(rows) - len(missing),
+        "encode_seconds": round(seconds, 2),
+        "passages_per_second": round(len(missing) / seconds, 1) if missing and seconds > 0 else 0.0,
+    }
+    context.log.info(f"{model}: encoded {len(missing)} nodes, reused {len(rows) - len(missing)}")
+    return table, metadata
+
+
+def _set_threads(config: EncoderConfig) -> None:
+    if config.threads > 0:
+        import torch
+
+        torch.set_num_threads(config.threads)
+
+
+@asset(partitions_def=corpus_partitions, group_name="vectors", metadata={"table": "vectors", "partition": {"model": encoders.DENSE_MODEL}})
+def dense_vectors(
+    context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
+) -> pa.Table:
+    """all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash."""
+    _set_threads(config)
+
+    def encode(texts: list[str]) -> list[dict]:
+        vectors = encoders.encode_dense(texts, batch_size=config.batch_size)
+        return [{"dense": v, "indices": None, "values": None} for v in vectors]
+
+    table, metadata = _encode_with_cache(context, lake, encoders.DENSE_MODEL, nodes, documents, encode)
+    context.add_output_metadata(metadata)
+    return table
+
+
+@asset(partitions_def=corpus_partitions, group_name="vectors", metadata={"table": "vectors", "partition": {"model": encoders.SPLADE_MODEL}})
+def splade_vectors(
+    context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
+) -> pa.Table:
+    """SPLADE term weights (vocabulary ids and weights), cached by input hash."""
+    _set_threads(config)
+
+    def encode(texts: list[str]) -> list[dict]:
+        matrix = encoders.encode_splade(texts, batch_size=max(1, config.batch_size // 2))
+        return [
+            {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
+            for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
+        ]
+
+    table, metadata = _encode_with_cache(context, lake, encoders.SPLADE_MODEL, nodes, documents, encode)
+    context.add_output_metadata(metadata)
+    return table
+
+
+class BM25Config(Config):
+    k1: float = 0.9
+    b: float = 0.4
+
+
+@asset(partitions_def=corpus_partitions, group_name="indexes")
+def bm25_index(context: AssetExecutionContext, config: BM25Config, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> None:
+    """BM25 (Lucene formula, Porter stemming, English stopwords) over the nodes, as an artefact folder."""
+    started = time.perf_counter()
+    index = BM25Index.build(retrieval_texts(nodes, documents), k1=config.k1, b=config.b)
+    node_ids = nodes.column("node_id").to_pylist()
+
+    def fill(folder: Path) -> None:
+        index.save(folder)
+        (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
+
+    folder = lake.lake.write_artifact("bm25", {"corpus": context.partition_key}, fill)
+    context.add_output_metadata(
+        {"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
+    )
+
+
+class HNSWConfig(Config):
+    m: int = 32
+    ef_construction: int = 200
+
+
+@asset(partitions_def=corpus_partitions, group_name="indexes")
+def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: LakeResource, dense_vectors: pa.Table) -> None:
+    """faiss HNSW (inner product) over the dense vectors."""
+    started = time.perf_counter()
+    matrix = dense_matrix(dense_vectors)
+    index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = config.ef_construction
+    index.add(matrix)
+    node_ids = dense_vectors.column("node_id").to_pylist()
+
+    def fill(folder: Path) -> None:
+        faiss.write_index(index, str(folder / "hnsw.faiss"))
+        (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
+
+    folder = lake.lake.write_artifact("dense_hnsw", {"corpus": context.partition_key}, fill)
+    context.add_output_metadata(
+        {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
+    )
+
+
+def dense_matrix(vectors: pa.Table) -> np.ndarray:
+    column = vectors.column("dense").combine_chunks()
+    if len(column) == 0:
+        return np.zeros((0, 384), dtype=np.float32)
+    return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
+
+
+def _size(folder: Path) -> dict[str, int]:
+    return {"index_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}

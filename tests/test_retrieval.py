@@ -1,0 +1,169 @@
+"""Operators, method declarations, the embedding cache, and the eval/query commands on the demo."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from dagster import AssetSelection, DagsterInstance, materialize
+from typer.testing import CliRunner
+
+from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.operators import MethodError, parse_methods
+from graphlake.pipelines.cli import app
+from graphlake.pipelines.definitions import build_definitions
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.storage import Lake
+
+
+class HandIndexes:
+    """The Indexes protocol over hand-made arrays, so fused scores can be worked out on paper."""
+
+    def __init__(self) -> None:
+        self._bm25 = BM25Index.build(["apple banana", "apple", "cherry", "banana cherry"])
+        self._dense = np.eye(4, dtype=np.float32)
+
+    def bm25(self) -> BM25Index:
+        return self._bm25
+
+    def dense(self) -> np.ndarray:
+        return self._dense
+
+    def dense_hnsw(self):
+        raise AssertionError("not used")
+
+    def splade(self) -> sp.csr_matrix:
+        return sp.csr_matrix(np.array([[0, 1.0], [2.0, 0], [0, 0], [1.0, 1.0]], dtype=np.float32))
+
+    def encode_dense(self, text: str) -> np.ndarray:
+        return np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32)  # dense ranking: rows 2, 3, 1, 0
+
+    def encode_splade(self, text: str) -> sp.csr_matrix:
+        return sp.csr_matrix(np.array([[1.0, 0.5]], dtype=np.float32))  # scores: 0.5, 2.0, 0, 1.5
+
+
+def test_leaf_operators_rank_as_expected():
+    methods = parse_methods({"b": {"op": "bm25", "k": 10}, "d": {"op": "dense", "k": 3}, "s": {"op": "splade"}})
+    indexes = HandIndexes()
+    bm25 = methods["b"].run("apple", indexes, methods)
+    assert bm25.rows.tolist() == [1, 0]  # shorter document first; non-matching rows are dropped
+    assert methods["d"].run("x", indexes, methods).rows.tolist() == [2, 3, 1]
+    splade = methods["s"].run("x", indexes, methods)
+    assert splade.rows.tolist() == [1, 3, 0] and splade.scores.tolist() == [2.0, 1.5, 0.5]
+
+
+def test_rrf_and_weighted_sum_by_hand():
+    methods = parse_methods(
+        {
+            "d": {"op": "dense", "k": 4},
+            "s": {"op": "splade"},
+            "rrf": {"op": "rrf", "inputs": ["d", "s"], "constant": 1, "weights": [1, 2]},
+            "ws": {"op": "weighted_sum", "inputs": ["d", "s"], "weights": [1, 1]},
+        }
+    )
+    fused = methods["rrf"].run("x", HandIndexes(), methods)
+    # dense ranks: 2->1, 3->2, 1->3, 0->4 ; splade ranks: 1->1, 3->2, 0->3 ; score = w / (1 + rank)
+    expected = {2: 1 / 2, 3: 1 / 3 + 2 / 3, 1: 1 / 4 + 2 / 2, 0: 1 / 5 + 2 / 4}
+    assert fused.rows.tolist() == [1, 3, 0, 2]
+    assert fused.scores.tolist() == pytest.approx([expected[r] for r in fused.rows.tolist()])
+    # min-max per input: dense (0.9, 0.4, 0.2, 0.1) -> 1, .375, .125, 0 ; splade (2, 1.5, .5) -> 1, .667, 0
+    summed = methods["ws"].run("x", HandIndexes(), methods)
+    assert dict(zip(summed.rows.tolist(), summed.scores.tolist())) == pytest.approx({2: 1.0, 3: 0.375 + 2 / 3, 1: 0.125 + 1.0, 0: 0.0})
+
+
+@pytest.mark.parametrize(
+    ("declared", "message"),
+    [
+        ({"x": {"op": "nope"}}, "unknown operator 'nope'"),
+        ({"x": {"op": "bm25", "top": 3}}, "bm25.top: Extra inputs are not permitted"),
+        ({"x": {"op": "dense", "k": 0}}, "dense.k: Input should be greater than 0"),
+        ({"x": {"op": "rrf", "inputs": ["missing"]}}, "input 'missing' is not a declared method"),
+        ({"x": {"op": "rrf", "inputs": ["y"]}, "y": {"op": "rrf", "inputs": ["x"]}}, "cycle"),
+        ({"x": {"op": "rrf", "inputs": [{"op": "bm26"}]}}, "unknown operator 'bm26'"),
+        ({"x": "bm25"}, "expected a mapping"),
+    ],
+)
+def test_method_declaration_errors_name_the_problem(declared, message):
+    with pytest.raises(MethodError, match=message):
+        parse_methods(declared)
+
+
+def test_weights_must_match_inputs():
+    methods = parse_methods({"d": {"op": "dense"}, "f": {"op": "rrf", "inputs": ["d", "d"], "weights": [1]}})
+    with pytest.raises(MethodError, match="1 weights for 2 inputs"):
+        methods["f"].run("x", HandIndexes(), methods)
+
+
+def _embed(home: Path, instance: DagsterInstance) -> dict:
+    defs = build_definitions(home)
+    result = materialize(
+        list(defs.assets),
+        instance=instance,
+        resources=defs.resources,
+        partition_key="tiny",
+        selection=AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("dense_vectors"),
+    )
+    [event] = [e for e in result.get_asset_materialization_events() if e.asset_key.to_user_string() == "dense_vectors"]
+    return {k: v.value for k, v in event.materialization.metadata.items()}
+
+
+def test_embedding_cache_encodes_only_new_or_changed_nodes(tmp_path):
+    source = tmp_path / "docs.jsonl"
+    docs = [{"id": f"t{i}", "title": f"Title {i}", "text": f"Plain sentence number {i}."} for i in range(5)]
+    source.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("corpus", ["tiny"])
+        assert (_embed(tmp_path, instance)["encoded"], _embed(tmp_path, instance)["encoded"]) == (5, 0)
+        first = Lake(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
+        docs[3]["text"] = "A different sentence now."
+        source.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+        metadata = _embed(tmp_path, instance)
+    assert (metadata["encoded"], metadata["reused"]) == (1, 4)
+    second = Lake(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
+    before, after = first.column("dense").to_pylist(), second.column("dense").to_pylist()
+    assert [np.allclose(a, b) for a, b in zip(before, after)] == [True, True, True, False, True]
+    assert np.linalg.norm(after[3]) == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    home = tmp_path / "lake"
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home
+
+
+def test_eval_cli_on_the_demo_end_to_end(lake):
+    runner = CliRunner()
+    result = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25,dense,rrf", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert [r["method"] for r in report] == ["bm25", "dense", "rrf"]
+    for row in report:
+        assert (row["corpus"], row["split"]) == ("demo", "test")
+        assert {"ndcg@10", "recall@10", "hit@10", "mrr"} <= set(row["metrics"])
+        assert all(0.0 <= v <= 1.0 for v in row["metrics"].values())
+        assert row["latency_ms"]["p50"] > 0 and row["latency_ms"]["p95"] >= row["latency_ms"]["p50"]
+    assert report[0]["metrics"]["hit@10"] >= 0.9  # the demo's single-hop questions are easy for BM25
+    lake_ = Lake(lake)
+    run_id = lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py()
+    again = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False)
+    assert json.loads(again.stdout)[0]["metrics"] == report[0]["metrics"]
+    assert lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py() == run_id  # nothing re-ran
+    (lake / "methods.yaml").write_text("bm25: {op: bm25, k: 5}\n", encoding="utf-8")
+    changed = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--k", "5", "--json"], catch_exceptions=False)
+    assert changed.exit_code == 0
+    runs = lake_.read("runs", {"corpus": "demo", "method": "bm25"})
+    assert runs.column("run_id")[0].as_py() != run_id and max(runs.column("rank").to_pylist()) <= 5
+    unknown = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "nope"])
+    assert unknown.exit_code == 1 and "unknown method(s) nope" in unknown.stderr
+
+
+def test_query_cli_prints_titled_hits(lake):
+    result = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", "bm25", "BenthoCam camera sled"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "BenthoCam" in result.stdout and "bm25 on demo" in result.stdout
