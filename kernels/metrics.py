@@ -20,6 +20,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 
+import numpy as np
+
 Ranking = Sequence[str]
 Gold = Mapping[str, int]
 
@@ -106,3 +108,29 @@ def mean(per_query: Mapping[str, Mapping[str, float]], metric: str) -> float:
 def rank_by_score(scores: Mapping[str, float]) -> list[str]:
     """Order documents by score, best first, breaking ties as trec_eval does (document id, descending)."""
     return sorted(scores, key=lambda doc: (scores[doc], doc), reverse=True)
+
+
+def paired_bootstrap(
+    baseline: Sequence[float], system: Sequence[float], samples: int = 10_000, confidence: float = 0.95, seed: int = 0
+) -> dict[str, float]:
+    """Mean per-query difference ``system - baseline`` with a percentile bootstrap interval.
+
+    Queries are resampled with replacement, keeping each query's pair together (Sakai 2006). The
+    p-value is the two-sided share of resampled differences on the other side of zero.
+    """
+    a, b = np.asarray(baseline, dtype=np.float64), np.asarray(system, dtype=np.float64)
+    if a.shape != b.shape or a.size == 0:
+        raise ValueError(f"need two equally long, non-empty lists of per-query values, got {a.size} and {b.size}")
+    differences = b - a
+    rng = np.random.default_rng(seed)
+    means = differences[rng.integers(0, differences.size, size=(samples, differences.size))].mean(axis=1)
+    tail = (1 - confidence) / 2
+    observed = float(differences.mean())
+    other_side = np.mean(means <= 0) if observed > 0 else np.mean(means >= 0)
+    return {
+        "difference": observed,
+        "low": float(np.quantile(means, tail)),
+        "high": float(np.quantile(means, 1 - tail)),
+        "p_value": float(min(1.0, 2 * other_side)),
+        "queries": int(differences.size),
+    }

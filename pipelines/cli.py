@@ -15,8 +15,8 @@ from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
-from graphlake.assets.retrieval import assets_to_refresh, search
-from graphlake.pipelines.evaluation import evaluation_report
+from graphlake.assets.retrieval import assets_to_refresh, load_methods, search
+from graphlake.pipelines.evaluation import compare, evaluation_report, trec_run
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CORPUS, Chunking, CorpusRegistry, CorpusSpec
@@ -48,6 +48,9 @@ def demo() -> None:
     """Set up the lake and materialize every asset on the bundled demo corpus, then summarise it."""
     _run(DEMO_CORPUS, None)
     _print_summary(DEMO_CORPUS)
+    home = lake_home()
+    methods = list(load_methods(home)[0])
+    _print_report(evaluation_report(home, DEMO_CORPUS, methods, "test", [1, 5, 10]), f"{DEMO_CORPUS} / test")
 
 
 @app.command()
@@ -137,13 +140,42 @@ def evaluate(
     if as_json:
         print(json.dumps(report))
         return
-    table = Table("metric", *(row["method"] for row in report), title=f"{corpus} / {split}")
-    shown = [name for name in (report[0]["metrics"] if report else {}) if not name.startswith(("capped_recall", "pr@"))]
-    for name in shown:
-        table.add_row(name, *(f"{row['metrics'][name]:.4f}" for row in report))
-    for percentile in ("p50", "p95"):
-        table.add_row(f"latency {percentile} ms", *(f"{row['latency_ms'][percentile]:.1f}" for row in report))
-    console.print(table)
+    _print_report(report, f"{corpus} / {split}")
+
+
+@app.command(name="compare")
+def compare_methods(
+    corpus: Annotated[str, typer.Option(help="Corpus both runs are on.")],
+    baseline: Annotated[str, typer.Option(help="The method to compare against.")],
+    method: Annotated[str, typer.Option(help="The method being compared.")],
+    metric: Annotated[str, typer.Option(help="Metric, e.g. ndcg@10 or mrr.")] = "ndcg@10",
+    split: Annotated[str, typer.Option(help="Query split.")] = "test",
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Paired bootstrap confidence interval of the per-query difference between two evaluated runs."""
+    try:
+        result = compare(lake_home(), corpus, baseline, method, metric, split)
+    except ValueError as error:
+        _fail(str(error))
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(
+        f"{method} - {baseline} on {metric} ({corpus}/{split}, {result['queries']} queries): "
+        f"{result['difference']:+.4f} [95% CI {result['low']:+.4f}, {result['high']:+.4f}], p = {result['p_value']:.4f}"
+    )
+
+
+@app.command()
+def trec(
+    corpus: Annotated[str, typer.Option(help="Corpus of the run.")],
+    method: Annotated[str, typer.Option(help="Method of the run.")],
+) -> None:
+    """Print a stored run as a TREC run file (document level), e.g. for trec_eval."""
+    try:
+        print("\n".join(trec_run(lake_home(), corpus, method)))
+    except ValueError as error:
+        _fail(str(error))
 
 
 @app.command()
@@ -192,6 +224,16 @@ def ui(
     command = [dagster, "dev", "-m", "graphlake.pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
     # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
     raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
+
+
+def _print_report(report: list[dict], title: str) -> None:
+    table = Table("metric", *(row["method"] for row in report), title=title)
+    shown = [name for name in (report[0]["metrics"] if report else {}) if not name.startswith(("capped_recall", "pr@"))]
+    for name in shown:
+        table.add_row(name, *(f"{row['metrics'][name]:.4f}" for row in report))
+    for percentile in ("p50", "p95"):
+        table.add_row(f"latency {percentile} ms", *(f"{row['latency_ms'][percentile]:.1f}" for row in report))
+    console.print(table)
 
 
 def _print_summary(corpus: str) -> None:

@@ -5,6 +5,7 @@ from pathlib import Path
 from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, ingest, vectors
+from graphlake.assets.report import report_asset
 from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.home import lake_home
@@ -35,7 +36,7 @@ def resources(home: Path) -> dict:
 def build_definitions(home: Path) -> Definitions:
     """Definitions for the lake at ``home``; its methods.yaml may add run/evaluate assets."""
     return Definitions(
-        assets=[*STATIC_ASSETS, *method_assets(home)],
+        assets=[*STATIC_ASSETS, *method_assets(home), report_asset(home)],
         asset_checks=CHECKS,
         resources=resources(home),
         jobs=[index_corpus],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.kernels.metrics import METRICS_AT_K
+from graphlake.kernels.metrics import METRICS_AT_K, paired_bootstrap, parse_metric
 from graphlake.warehouse.catalog import Catalog
 
 
@@ -22,8 +22,8 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
                 raise ValueError(f"no metrics for method {method!r} on split {split!r} of corpus {corpus!r}")
             metrics = {f"{m}@{k}": values[(m, k)] for m in METRICS_AT_K for k in cutoffs if (m, k) in values}
             metrics["mrr"] = values[("mrr", None)]
-            p50, p95 = con.execute(
-                """SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95) FROM (
+            p50, p95, mean = con.execute(
+                """SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), avg(latency_ms) FROM (
                        SELECT r.query_id, any_value(r.latency_ms) AS latency_ms FROM runs r
                        JOIN queries q ON q.corpus = r.corpus AND q.query_id = r.query_id
                        WHERE r.corpus = $c AND r.method = $m AND q.split = $s GROUP BY r.query_id)""",
@@ -35,7 +35,38 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
                     "split": split,
                     "method": method,
                     "metrics": metrics,
-                    "latency_ms": {"p50": p50 or 0.0, "p95": p95 or 0.0},
+                    "latency_ms": {"p50": p50 or 0.0, "p95": p95 or 0.0, "mean": mean or 0.0},
                 }
             )
     return report
+
+
+def compare(home: Path, corpus: str, baseline: str, system: str, metric: str, split: str) -> dict:
+    """Paired bootstrap of ``system`` against ``baseline`` on one metric, over the queries both ran."""
+    name, k = parse_metric(metric)
+    with Catalog(home).reader() as con:
+        rows = con.execute(
+            """SELECT a.value, b.value FROM query_metrics a JOIN query_metrics b USING (corpus, split, query_id, metric, k)
+               WHERE corpus = $c AND split = $s AND metric = $m AND k IS NOT DISTINCT FROM $k AND a.method = $a AND b.method = $b
+               ORDER BY query_id""",
+            {"c": corpus, "s": split, "m": name, "k": k, "a": baseline, "b": system},
+        ).fetchall()
+    if not rows:
+        raise ValueError(f"no per-query {metric} for both {baseline!r} and {system!r} on split {split!r} of {corpus!r}")
+    result = paired_bootstrap([a for a, _ in rows], [b for _, b in rows])
+    return {"corpus": corpus, "split": split, "metric": metric, "baseline": baseline, "method": system, **result}
+
+
+def trec_run(home: Path, corpus: str, method: str) -> list[str]:
+    """The run at document level in TREC format (``qid Q0 doc rank score tag``), a document ranked by its best node."""
+    with Catalog(home).reader() as con:
+        rows = con.execute(
+            """SELECT query_id, doc_id, row_number() OVER (PARTITION BY query_id ORDER BY best) AS rank, score FROM (
+                   SELECT query_id, doc_id, min(rank) AS best, max(score) AS score FROM runs
+                   WHERE corpus = $c AND method = $m GROUP BY ALL)
+               ORDER BY query_id, rank""",
+            {"c": corpus, "m": method},
+        ).fetchall()
+    if not rows:
+        raise ValueError(f"no run of method {method!r} on corpus {corpus!r}; run `graphlake eval` first")
+    return [f"{q} Q0 {d} {r} {s:.6f} graphlake-{method}" for q, d, r, s in rows]

@@ -80,3 +80,19 @@ def test_mean_and_errors():
         with pytest.raises(ValueError, match="unknown metric"):
             parse_metric(bad)
     assert rank_by_score({"a": 1.0, "b": 1.0, "c": 2.0}) == ["c", "b", "a"]
+
+
+def test_paired_bootstrap_interval_and_p_value():
+    from graphlake.kernels.metrics import paired_bootstrap
+
+    same = paired_bootstrap([0.2, 0.5, 0.9], [0.2, 0.5, 0.9])
+    assert (same["difference"], same["low"], same["high"], same["p_value"]) == (0.0, 0.0, 0.0, 1.0)
+    rng = random.Random(1)
+    base = [rng.random() for _ in range(200)]
+    better = paired_bootstrap(base, [min(1.0, b + 0.1 + rng.uniform(-0.05, 0.05)) for b in base], samples=2000)
+    assert better["low"] > 0 and better["p_value"] < 0.01 and better["low"] <= better["difference"] <= better["high"]
+    noisy = paired_bootstrap(base, [b + rng.uniform(-0.3, 0.3) for b in base], samples=2000)
+    assert noisy["low"] < 0 < noisy["high"] and noisy["p_value"] > 0.05
+    assert paired_bootstrap(base, base[::-1], seed=7) == paired_bootstrap(base, base[::-1], seed=7)
+    with pytest.raises(ValueError, match="equally long"):
+        paired_bootstrap([1.0], [1.0, 2.0])

@@ -65,6 +65,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         **{f"run_{m}": "retrieval" for m in methods},
         **{f"metrics_{m}": "evaluation" for m in methods},
         **{f"query_metrics_{m}": "evaluation" for m in methods},
+        "report": "evaluation",
     }
 
 
@@ -75,6 +76,8 @@ def test_demo_materializes_every_asset_into_consistent_tables(tmp_path):
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
     graph = build_definitions(tmp_path).resolve_asset_graph()
     assert materialized == {key.to_user_string() for key in graph.get_all_asset_keys()}
+    report = (Lake(tmp_path).artifact("report", {"corpus": "demo"}) / "report.md").read_text(encoding="utf-8")
+    assert "## split `test`" in report and "| rrf |" in report and "| splade |" in report
     [check] = result.get_asset_check_evaluations()
     assert check.check_name == "nodes_cover_documents" and check.passed
     with Catalog(tmp_path).reader() as con:

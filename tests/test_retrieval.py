@@ -159,6 +159,13 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     assert changed.exit_code == 0
     runs = lake_.read("runs", {"corpus": "demo", "method": "bm25"})
     assert runs.column("run_id")[0].as_py() != run_id and max(runs.column("rank").to_pylist()) <= 5
+    compared = runner.invoke(app, ["compare", "--corpus", "demo", "--baseline", "bm25", "--method", "rrf", "--metric", "recall@10", "--json"])
+    result = json.loads(compared.stdout)
+    assert result["queries"] == 23 and result["low"] <= result["difference"] <= result["high"]
+    trec = runner.invoke(app, ["trec", "--corpus", "demo", "--method", "rrf"]).stdout.splitlines()
+    first = trec[0].split()
+    assert len(first) == 6 and first[1] == "Q0" and first[3] == "1" and first[5] == "graphlake-rrf"
+    assert len({(line.split()[0], line.split()[2]) for line in trec}) == len(trec)  # one line per (query, document)
     unknown = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "nope"])
     assert unknown.exit_code == 1 and "unknown method(s) nope" in unknown.stderr
 

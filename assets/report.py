@@ -1,0 +1,82 @@
+"""Stage 5, the report: a metrics table and recall@k curves per method, stored in the lake and shown in the UI."""
+
+import base64
+import io
+from pathlib import Path
+
+from dagster import AssetExecutionContext, AssetKey, MetadataValue, asset
+from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.assets.retrieval import CUTOFFS, load_methods
+from graphlake.warehouse.io_manager import LakeResource
+
+TABLE_METRICS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "hit@10", "mrr")
+
+
+def report_asset(home: Path):
+    methods, _ = load_methods(home)
+
+    @asset(
+        partitions_def=corpus_partitions,
+        group_name="evaluation",
+        deps=[AssetKey(f"metrics_{name}") for name in methods],
+        description="Markdown table and recall@k plot of every evaluated method, per split.",
+    )
+    def report(context: AssetExecutionContext, lake: LakeResource) -> None:
+        corpus = context.partition_key
+        results: dict[str, dict[str, dict[str, float]]] = {}  # split -> method -> metric -> value
+        for name in methods:
+            partition = {"corpus": corpus, "method": name}
+            if not lake.lake.has("metrics", partition):
+                continue
+            for row in lake.lake.read("metrics", partition).to_pylist():
+                metric = row["metric"] if row["k"] is None else f"{row['metric']}@{row['k']}"
+                results.setdefault(row["split"], {}).setdefault(name, {})[metric] = row["value"]
+        markdown = render_markdown(corpus, results)
+        png = render_plot(corpus, results)
+
+        def fill(folder: Path) -> None:
+            (folder / "report.md").write_text(markdown, encoding="utf-8")
+            (folder / "recall_at_k.png").write_bytes(png)
+
+        folder = lake.lake.write_artifact("report", {"corpus": corpus}, fill)
+        image = base64.b64encode(png).decode()
+        context.add_output_metadata(
+            {
+                "report": MetadataValue.md(markdown + f"\n\n![recall@k](data:image/png;base64,{image})"),
+                "path": MetadataValue.path(str(folder)),
+                "methods": sum(len(by_method) for by_method in results.values()),
+            }
+        )
+
+    return report
+
+
+def render_markdown(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> str:
+    lines = [f"# Retrieval on `{corpus}`"]
+    for split, by_method in sorted(results.items()):
+        lines += ["", f"## split `{split}`", "", "| method | " + " | ".join(TABLE_METRICS) + " |", "|---|" + "---:|" * len(TABLE_METRICS)]
+        for name, values in by_method.items():
+            lines.append(f"| {name} | " + " | ".join(f"{values.get(m, float('nan')):.4f}" for m in TABLE_METRICS) + " |")
+    if not results:
+        lines += ["", "No method has been evaluated on this corpus yet (`graphlake eval`)."]
+    return "\n".join(lines) + "\n"
+
+
+def render_plot(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> bytes:
+    splits = sorted(results) or ["-"]
+    figure = Figure(figsize=(5 * len(splits), 4))
+    axes = figure.subplots(1, len(splits), squeeze=False)
+    for axis, split in zip(axes[0], splits, strict=True):
+        for name, values in results.get(split, {}).items():
+            axis.plot(CUTOFFS, [values.get(f"recall@{k}", float("nan")) for k in CUTOFFS], marker="o", label=name)
+        axis.set(xscale="log", xlabel="k", ylabel="recall@k", title=f"{corpus} / {split}", ylim=(0, 1.02))
+        axis.set_xticks(CUTOFFS, [str(k) for k in CUTOFFS])
+        axis.grid(alpha=0.3)
+        if results.get(split):
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=110)
+    return buffer.getvalue()
