@@ -20,6 +20,7 @@ from graphlake.kernels.bm25 import BM25Index
 from graphlake.warehouse.io_manager import LakeResource
 
 NODE_IDS_FILE = "node_ids.json"
+PROGRESS_EVERY = 512  # nodes encoded between progress lines in the run's log
 
 
 def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
@@ -53,10 +54,13 @@ def _encode_with_cache(
         cached = {row["content_hash"]: row for row in previous.select(["content_hash", "dense", "indices", "values"]).to_pylist()}
     missing = [i for i, h in enumerate(hashes) if h not in cached]
     started = time.perf_counter()
-    fresh = encode([texts[i] for i in missing]) if missing else {}
+    for start in range(0, len(missing), PROGRESS_EVERY):
+        part = missing[start : start + PROGRESS_EVERY]
+        for i, row in zip(part, encode([texts[i] for i in part]), strict=True):
+            cached[hashes[i]] = row
+        done, elapsed = start + len(part), time.perf_counter() - started
+        context.log.info(f"{model}: {done}/{len(missing)} nodes encoded ({done / elapsed:.1f}/s)")
     seconds = time.perf_counter() - started
-    for i, row in zip(missing, fresh, strict=True):
-        cached[hashes[i]] = row
     rows = [cached[h] for h in hashes]
     table = pa.table(
         {
