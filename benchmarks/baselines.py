@@ -52,16 +52,16 @@ def main() -> None:
     rows = []
     for corpus, fmt, relative, split in DATASETS:
         graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus)
-        for result in json.loads(graphlake("eval", "--corpus", corpus, "--methods", METHODS, "--split", split, "--k", "2,5,10", "--json")):
+        for result in json.loads(graphlake("eval", "--corpus", corpus, "--methods", METHODS, "--split", split, "--k", "2,5,10", "--rerun", "--json")):
             rows.append(result)
     lines = [
         "# Baseline retrievers",
         "",
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
-        f"- lake: `GRAPHLAKE_HOME={os.environ.get('GRAPHLAKE_HOME', 'lake/')}`",
+        "- lake: `$GRAPHLAKE_HOME`; vectors and indexes are cached there, so timings below are of the queries alone",
         "- command: `.venv/bin/python benchmarks/baselines.py` (runs `graphlake ingest` and "
-        f"`graphlake eval --methods {METHODS} --json` per set)",
+        f"`graphlake eval --methods {METHODS} --rerun --json` per set)",
         "- metrics at document level; recall@k as HippoRAG/SPRIG define it (|top-k ∩ gold| / |gold|), nDCG@10 as trec_eval's ndcg_cut;",
         "  QPS = 1000 / mean single-query latency (queries run one at a time, query encoding included, 2-core CPU).",
         "",

@@ -125,6 +125,7 @@ def evaluate(
     split: Annotated[str, typer.Option(help="Query split to report.")] = "test",
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
+    rerun: Annotated[bool, typer.Option(help="Run the queries again even if stored runs are current (fresh timings).")] = False,
 ) -> None:
     """Materialize what is missing for these methods on the corpus, then print their metrics."""
     home = lake_home()
@@ -134,6 +135,8 @@ def evaluate(
         refresh = assets_to_refresh(Lake(home), corpus, names, home)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error.args[0] if isinstance(error, KeyError) else error))
+    if rerun:
+        refresh += [a for name in names for a in (f"run_{name}", f"metrics_{name}", f"query_metrics_{name}") if a not in refresh]
     if refresh:
         _run(corpus, AssetSelection.assets(*refresh))
     report = evaluation_report(home, corpus, names, split, cutoffs)
