@@ -15,3 +15,12 @@ def datasets_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"benchmark datasets not found at {path} (set GRAPHLAKE_DATASETS)")
     return path
+
+
+@pytest.fixture
+def lake(tmp_path, monkeypatch) -> Path:
+    """A fresh lake (and Dagster home inside it) that the CLI and Definitions will use."""
+    home = tmp_path / "lake"
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
+    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home

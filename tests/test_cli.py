@@ -11,19 +11,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
 
-
-@pytest.fixture
-def lake(tmp_path, monkeypatch) -> Path:
-    home = tmp_path / "lake"
-    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
-    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    return home
 
 
 def invoke(*args: str):

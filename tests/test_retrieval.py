@@ -129,13 +129,6 @@ def test_embedding_cache_encodes_only_new_or_changed_nodes(tmp_path):
     assert np.linalg.norm(after[3]) == pytest.approx(1.0, abs=1e-5)
 
 
-@pytest.fixture
-def lake(tmp_path, monkeypatch) -> Path:
-    home = tmp_path / "lake"
-    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
-    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    return home
-
 
 def test_eval_cli_on_the_demo_end_to_end(lake):
     runner = CliRunner()
