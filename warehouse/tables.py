@@ -75,6 +75,25 @@ TABLES: dict[str, TableSpec] = {
             ("src", "dst", "kind"),
         ),
         _spec(
+            "entities",
+            # ``extractor``: spacy | regex | llm; ``df``: how many nodes mention the entity
+            [("corpus", S), ("extractor", S), ("entity_id", S), ("name", S), ("norm", S), ("type", S), ("df", I32)],
+            ("corpus", "extractor"),
+            ("entity_id",),
+        ),
+        _spec(
+            "mentions",
+            [("corpus", S), ("extractor", S), ("node_id", S), ("entity_id", S), ("count", I32), ("source", S)],
+            ("corpus", "extractor"),
+            ("node_id", "entity_id"),
+        ),
+        _spec(
+            "triples",
+            [("corpus", S), ("extractor", S), ("subject", S), ("relation", S), ("object", S), ("node_id", S), ("source", S)],
+            ("corpus", "extractor"),
+            ("node_id", "subject", "relation", "object"),
+        ),
+        _spec(
             "vectors",
             # dense models fill ``dense``; sparse ones fill ``indices``/``values`` (vocabulary ids, weights)
             [
