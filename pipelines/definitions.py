@@ -4,7 +4,7 @@ from pathlib import Path
 
 from dagster import AssetSelection, Definitions, define_asset_job
 
-from graphlake.assets import chunks, ingest, vectors
+from graphlake.assets import chunks, entities, entity_edges, ingest, link_edges, vectors
 from graphlake.assets.report import report_asset
 from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.sensors import corpus_change_sensor
@@ -19,6 +19,9 @@ STATIC_ASSETS = [
     vectors.splade_vectors,
     vectors.bm25_index,
     vectors.dense_hnsw_index,
+    *entities.ASSETS,
+    *entity_edges.ASSETS,
+    *link_edges.ASSETS,
 ]
 CHECKS = [chunks.nodes_cover_documents]
 

@@ -16,7 +16,7 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake
 
 
-FOUNDATION = AssetSelection.groups("ingest", "chunking", "graphs")
+FOUNDATION = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("contextual_edges")
 
 
 def run(home: Path, instance: DagsterInstance, corpus: str, raise_on_error: bool = True, selection: AssetSelection | None = FOUNDATION):
@@ -58,6 +58,12 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "foreign_keys": "ingest",
         "nodes": "chunking",
         "contextual_edges": "graphs",
+        "citation_edges": "graphs",
+        "structural_edges": "graphs",
+        "semantic_edges": "graphs",
+        "cooccurrence_edges": "graphs",
+        "conceptual_edges": "graphs",
+        **{f"{table}_{extractor}": "enrichment" for table in ("entities", "mentions") for extractor in ("spacy", "regex")},
         "dense_vectors": "vectors",
         "splade_vectors": "vectors",
         "bm25_index": "indexes",
@@ -96,7 +102,7 @@ def test_demo_materializes_every_asset_into_consistent_tables(tmp_path):
         assert edges == expected
         bad = con.execute(
             """SELECT count(*) FROM edges e JOIN nodes s ON s.node_id = e.src JOIN nodes t ON t.node_id = e.dst
-               WHERE s.doc_id <> t.doc_id OR abs(s.chunk_idx - t.chunk_idx) <> 1"""
+               WHERE e.kind = 'contextual' AND (s.doc_id <> t.doc_id OR abs(s.chunk_idx - t.chunk_idx) <> 1)"""
         ).fetchone()[0]
         assert bad == 0
         assert con.execute("SELECT count(*) FROM foreign_keys").fetchone()[0] == 6

@@ -1,0 +1,137 @@
+"""Stage 3, enrichment: nodes -> mentions and entities, once per extractor (spaCy NER, SPRIG regex).
+
+Each extractor is one multi-asset writing its own ``(corpus, extractor)`` partition of the
+``entities`` and ``mentions`` tables, so the two can be built, compared and used side by side.
+An entity's id is ``<extractor>:<norm>``, its norm taken after SPRIG-EL title-alias linking
+(when ``link_titles``), and its ``df`` is the number of nodes that mention it.
+"""
+
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import numpy as np
+import pyarrow as pa
+from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
+
+GROUP = "enrichment"
+TOP_HUBS = 10
+
+
+class RegexEntityConfig(Config):
+    link_titles: bool = True  # SPRIG-EL: map mentions onto unambiguous document-title aliases
+
+
+class SpacyEntityConfig(RegexEntityConfig):
+    n_process: int = 1  # spaCy worker processes
+    batch_size: int = 256  # texts per nlp.pipe batch
+
+
+def _outs(extractor: str) -> dict[str, AssetOut]:
+    partition = {"extractor": extractor}
+    return {
+        f"entities_{extractor}": AssetOut(
+            metadata={"table": "entities", "partition": partition},
+            description=f"Entities found by {extractor}, with the number of nodes mentioning each (df).",
+        ),
+        f"mentions_{extractor}": AssetOut(
+            metadata={"table": "mentions", "partition": partition},
+            description=f"How often each node mentions each {extractor} entity.",
+        ),
+    }
+
+
+_INS = {"nodes": AssetIn("nodes"), "documents": AssetIn("documents")}
+
+
+@multi_asset(name="spacy_entities", outs=_outs("spacy"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
+def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, nodes: pa.Table, documents: pa.Table):
+    """spaCy ``en_core_web_sm`` NER over every node (quantities skipped, see the kernel)."""
+    yield from _extract(context, "spacy", config.link_titles, nodes, documents,
+                        lambda texts: spacy_entities(texts, n_process=config.n_process, batch_size=config.batch_size))
+
+
+@multi_asset(name="regex_entities", outs=_outs("regex"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
+def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, nodes: pa.Table, documents: pa.Table):
+    """SPRIG's capitalised-span heuristic over every node: no model, orders of magnitude faster."""
+    yield from _extract(context, "regex", config.link_titles, nodes, documents, regex_entities)
+
+
+Extractor = Callable[[list[str]], list[list[Mention]]]
+
+
+def _extract(
+    context: AssetExecutionContext, extractor: str, link_titles: bool, nodes: pa.Table, documents: pa.Table, extract: Extractor
+):
+    """Extract, alias-link and aggregate; both outputs carry the same counts and timings."""
+    corpus = context.partition_key
+    started = time.perf_counter()
+    aliases = title_aliases(documents.column("title").to_pylist()) if link_titles else {}
+    node_ids = nodes.column("node_id").to_pylist()
+    try:
+        collected = collect_mentions(node_ids, extract(nodes.column("text").to_pylist()), aliases)
+    except Exception as error:
+        raise RuntimeError(f"entity extraction failed for corpus {corpus!r}, extractor {extractor!r}: {error}") from error
+    mentions = _mentions_table(extractor, collected)
+    entities = _entities_table(extractor, collected)
+    seconds = time.perf_counter() - started
+    counts = {
+        "nodes": nodes.num_rows,
+        "nodes_without_entities": nodes.num_rows - len({node for node, _ in collected.counts}),
+        "mention_occurrences": int(sum(collected.counts.values())),
+        "alias_map_size": len(aliases),
+        "alias_linked_occurrences": collected.linked,
+        "seconds": round(seconds, 3),
+        "seconds_per_document": round(seconds / max(documents.num_rows, 1), 6),
+    }
+    yield Output(entities, f"entities_{extractor}", metadata={**counts, **_hub_stats(entities)})
+    yield Output(mentions, f"mentions_{extractor}", metadata=counts)
+
+
+def _mentions_table(extractor: str, collected: Collected) -> pa.Table:
+    pairs = sorted(collected.counts.items())
+    return pa.table(
+        {
+            "node_id": pa.array([node for (node, _), _ in pairs], pa.string()),
+            "entity_id": pa.array([f"{extractor}:{norm}" for (_, norm), _ in pairs], pa.string()),
+            "count": pa.array([count for _, count in pairs], pa.int32()),
+            "source": pa.array([extractor] * len(pairs), pa.string()),
+        }
+    )
+
+
+def _entities_table(extractor: str, collected: Collected) -> pa.Table:
+    df = Counter(norm for _, norm in collected.counts)
+    norms = sorted(df)
+    names, types = zip(*(collected.name_and_type(norm) for norm in norms)) if norms else ((), ())
+    return pa.table(
+        {
+            "entity_id": pa.array([f"{extractor}:{norm}" for norm in norms], pa.string()),
+            "name": pa.array(names, pa.string()),
+            "norm": pa.array(norms, pa.string()),
+            "type": pa.array(types, pa.string()),
+            "df": pa.array([df[norm] for norm in norms], pa.int32()),
+        }
+    )
+
+
+def _hub_stats(entities: pa.Table) -> dict:
+    """How heavy the df tail is: hubs are what SPRIG down-weights and prunes."""
+    df = entities.column("df").to_numpy()
+    if not len(df):
+        return {"entities": 0}
+    top = np.argsort(-df, kind="stable")[:TOP_HUBS]
+    ids = entities.column("entity_id").to_pylist()
+    return {
+        "entities": len(df),
+        "df_max": int(df.max()),
+        "df_p95": round(float(np.percentile(df, 95)), 2),
+        "df_p50": float(np.percentile(df, 50)),
+        "top_hubs": MetadataValue.json({ids[i]: int(df[i]) for i in top}),
+    }
+
+
+ASSETS = [spacy_entity_assets, regex_entity_assets]

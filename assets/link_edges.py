@@ -1,0 +1,210 @@
+"""Stage 2, link graphs: citation, structural and semantic edges between nodes.
+
+Edges join nodes (``<doc_id>#<chunk_idx>``), so a link between documents has to pick its nodes:
+
+- ``citation``: from the node whose span holds the citation (the earliest chunk that contains it
+  whole; chunks overlap) to the cited document's first node (``#0``), which carries its title and
+  opening. A node citing a document several times, in any style, gives one edge of weight 1.
+- ``structural``: first node to first node, because a foreign key or a hyperlink relates whole
+  documents. Foreign keys point from the referencing table to the referenced one; a table pair
+  is one edge whose weight is the number of keys declared between them (storage keys edges by
+  (src, dst, kind), and Spider's dog_kennels declares one key twice), so the weights add up to
+  the ``foreign_keys`` rows. Self-referencing keys are kept as loops. For ``files`` corpora,
+  markdown and HTML links between files add edges the same way (weight = number of links).
+- ``semantic``: node to node, the exact k nearest neighbours by cosine of the dense vectors.
+"""
+
+import time
+from collections import Counter, defaultdict
+
+import numpy as np
+import pyarrow as pa
+from dagster import AssetExecutionContext, Config, MetadataValue, asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.assets.vectors import dense_matrix
+from graphlake.kernels.citations import CitationIndex, find_citations, find_links
+from graphlake.kernels.encoders import DENSE_MODEL
+from graphlake.warehouse.io_manager import LakeResource
+
+GROUP = "graphs"
+SCORE_BLOCK = 1 << 26  # similarity scores held at once by the kNN (256 MB of float32)
+
+
+def _edge_metadata(kind: str) -> dict:
+    return {"table": "edges", "partition": {"kind": kind}}
+
+
+class NodeSpans:
+    """Each document's chunks in order, for finding a document's first node or the node at an offset."""
+
+    def __init__(self, nodes: pa.Table) -> None:
+        self.spans: dict[str, list[tuple[int, int, int, str]]] = defaultdict(list)
+        for row in nodes.select(["node_id", "doc_id", "chunk_idx", "start", "end"]).to_pylist():
+            self.spans[row["doc_id"]].append((row["chunk_idx"], row["start"], row["end"], row["node_id"]))
+        for spans in self.spans.values():
+            spans.sort()
+
+    def first(self, doc_id: str) -> str | None:
+        spans = self.spans.get(doc_id)
+        return spans[0][3] if spans else None
+
+    def containing(self, doc_id: str, start: int, end: int) -> str | None:
+        """The earliest chunk holding ``[start, end)`` whole, else the one where it starts."""
+        spans = self.spans.get(doc_id, [])
+        whole = [node for _, s, e, node in spans if s <= start and end <= e]
+        starts = [node for _, s, e, node in spans if s <= start < e]
+        return (whole or starts or [None])[0]
+
+
+def edge_table(weights: dict[tuple[str, str], float], kind: str, sources: dict[tuple[str, str], str]) -> pa.Table:
+    pairs = sorted(weights)
+    return pa.table(
+        {
+            "src": pa.array([a for a, _ in pairs], pa.string()),
+            "dst": pa.array([b for _, b in pairs], pa.string()),
+            "kind": pa.array([kind] * len(pairs), pa.string()),
+            "weight": pa.array([float(weights[p]) for p in pairs], pa.float64()),
+            "source": pa.array([sources[p] for p in pairs], pa.string()),
+        }
+    )
+
+
+def graph_metadata(edges: pa.Table, node_ids: list[str], started: float) -> dict:
+    """Size and shape of an edge set; the out-degree percentile is over all nodes of the corpus."""
+    src, dst = edges.column("src").to_pylist(), edges.column("dst").to_pylist()
+    out_degree = Counter(src)
+    degrees = np.array([out_degree.get(node, 0) for node in node_ids] or [0])
+    return {
+        "edges": edges.num_rows,
+        "distinct_endpoints": len(set(src) | set(dst)),
+        "p95_out_degree": float(np.percentile(degrees, 95)),
+        "build_seconds": round(time.perf_counter() - started, 3),
+    }
+
+
+# ---------------------------------------------------------------- citations
+
+
+def citation_weights(nodes: pa.Table, documents: pa.Table) -> tuple[dict[tuple[str, str], float], Counter]:
+    """Node -> cited first node pairs (weight 1) and the number of citations found per style."""
+    doc_ids = documents.column("doc_id").to_pylist()
+    index = CitationIndex.build(doc_ids, documents.column("title").to_pylist(), documents.column("metadata").to_pylist())
+    spans = NodeSpans(nodes)
+    weights: dict[tuple[str, str], float] = {}
+    styles: Counter = Counter()
+    for doc_id, text in zip(doc_ids, documents.column("text").to_pylist(), strict=True):
+        for citation in find_citations(text or "", index, doc_id):
+            src, dst = spans.containing(doc_id, citation.start, citation.end), spans.first(citation.doc_id)
+            if src and dst:
+                weights[(src, dst)] = 1.0
+                styles[citation.style] += 1
+    return weights, styles
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("citation"))
+def citation_edges(context: AssetExecutionContext, nodes: pa.Table, documents: pa.Table) -> pa.Table:
+    """Regex citations (author-year, numbered, quoted or long exact titles) as node -> cited document edges."""
+    started = time.perf_counter()
+    weights, styles = citation_weights(nodes, documents)
+    table = edge_table(weights, "citation", dict.fromkeys(weights, "regex"))
+    context.add_output_metadata(
+        {**graph_metadata(table, nodes.column("node_id").to_pylist(), started), "citations_by_style": MetadataValue.json(dict(styles))}
+    )
+    return table
+
+
+# ---------------------------------------------------------------- structural
+
+
+def foreign_key_weights(foreign_keys: pa.Table, spans: NodeSpans) -> Counter:
+    """Declared keys per (referencing table's first node, referenced table's first node)."""
+    pairs = zip(foreign_keys.column("src_doc_id").to_pylist(), foreign_keys.column("dst_doc_id").to_pylist(), strict=True)
+    weights = Counter((spans.first(src), spans.first(dst)) for src, dst in pairs)
+    return Counter({pair: n for pair, n in weights.items() if None not in pair})
+
+
+def link_weights(documents: pa.Table, spans: NodeSpans) -> Counter:
+    """Hyperlinks per (linking file's first node, linked file's first node); doc ids are relative paths."""
+    doc_ids = documents.column("doc_id").to_pylist()
+    paths = {doc_id: doc_id for doc_id in doc_ids}
+    weights: Counter = Counter()
+    for doc_id, text in zip(doc_ids, documents.column("text").to_pylist(), strict=True):
+        for link in find_links(text or "", doc_id, paths):
+            weights[(spans.first(doc_id), spans.first(link.doc_id))] += 1
+    return Counter({pair: n for pair, n in weights.items() if None not in pair})
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("structural"))
+def structural_edges(
+    context: AssetExecutionContext, lake: LakeResource, foreign_keys: pa.Table, nodes: pa.Table, documents: pa.Table
+) -> pa.Table:
+    """Foreign keys (referencing -> referenced table) and, for ``files`` corpora, links between files."""
+    started = time.perf_counter()
+    spans = NodeSpans(nodes)
+    keys = foreign_key_weights(foreign_keys, spans)
+    links = link_weights(documents, spans) if lake.registry.get(context.partition_key).format == "files" else Counter()
+    sources = dict.fromkeys(keys, "foreign_key") | dict.fromkeys(links, "link")
+    table = edge_table(keys | links, "structural", sources)
+    context.add_output_metadata(
+        {
+            **graph_metadata(table, nodes.column("node_id").to_pylist(), started),
+            "foreign_key_declarations": foreign_keys.num_rows,
+            "foreign_key_declarations_covered": sum(keys.values()),
+            "foreign_key_edges": len(keys),
+            "foreign_key_self_references": sum(1 for src, dst in keys if src == dst),
+            "links": sum(links.values()),
+            "link_edges": len(links),
+        }
+    )
+    return table
+
+
+# ---------------------------------------------------------------- semantic
+
+
+class SemanticConfig(Config):
+    k: int = 10
+
+
+def nearest_neighbours(matrix: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-k cosine neighbours of every row among the other rows: (row indices, cosines), best first.
+
+    Scores are computed a block of rows at a time so memory stays bounded for large corpora.
+    """
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    unit = (matrix / np.where(norms > 0, norms, 1.0)).astype(np.float32)
+    n, k = len(unit), max(0, min(k, len(unit) - 1))
+    indices, scores = np.zeros((n, k), np.int64), np.zeros((n, k), np.float32)
+    if k == 0:
+        return indices, scores
+    block = max(1, SCORE_BLOCK // n)
+    for start in range(0, n, block):
+        sims = unit[start : start + block] @ unit.T
+        rows = np.arange(len(sims))
+        sims[rows, start + rows] = -np.inf  # never one's own neighbour
+        top = np.argpartition(-sims, k - 1, axis=1)[:, :k]
+        top_sims = np.take_along_axis(sims, top, axis=1)
+        order = np.lexsort((top, -top_sims), axis=1)
+        indices[start : start + block] = np.take_along_axis(top, order, axis=1)
+        scores[start : start + block] = np.take_along_axis(top_sims, order, axis=1)
+    return indices, scores
+
+
+@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("semantic"))
+def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense_vectors: pa.Table) -> pa.Table:
+    """Each node to its k nearest other nodes by cosine of their all-MiniLM-L6-v2 vectors (exact)."""
+    started = time.perf_counter()
+    node_ids = dense_vectors.column("node_id").to_pylist()
+    neighbours, cosines = nearest_neighbours(dense_matrix(dense_vectors), config.k)
+    weights = {
+        (node_ids[row], node_ids[col]): float(cos)
+        for row in range(len(node_ids))
+        for col, cos in zip(neighbours[row], cosines[row], strict=True)
+    }
+    table = edge_table(weights, "semantic", dict.fromkeys(weights, DENSE_MODEL))
+    context.add_output_metadata({**graph_metadata(table, node_ids, started), "k": config.k, "model": DENSE_MODEL})
+    return table
+
+
+ASSETS = [citation_edges, structural_edges, semantic_edges]
