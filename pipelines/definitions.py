@@ -4,7 +4,8 @@ from pathlib import Path
 
 from dagster import AssetSelection, Definitions, define_asset_job
 
-from graphlake.assets import chunks, entities, entity_edges, ingest, link_edges, vectors
+from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
+from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.report import report_asset
 from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.sensors import corpus_change_sensor
@@ -22,12 +23,21 @@ STATIC_ASSETS = [
     *entities.ASSETS,
     *entity_edges.ASSETS,
     *link_edges.ASSETS,
+    *knowledge_graph.ASSETS,
 ]
-CHECKS = [chunks.nodes_cover_documents]
+EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
+CHECKS = [
+    chunks.nodes_cover_documents,
+    *edge_checks(EDGE_ASSETS),
+    *(mentions_match_df(f"mentions_{extractor}") for extractor in ("spacy", "regex")),
+]
+
+# The LLM-backed assets need a server (GRAPHLAKE_LLM_BASE_URL): opt-in, never part of the default build.
+DEFAULT_SELECTION = AssetSelection.all() - AssetSelection.groups("llm")
 
 index_corpus = define_asset_job(
     "index_corpus",
-    selection=AssetSelection.all(),
+    selection=DEFAULT_SELECTION,
     description="Everything graphlake builds for one corpus, from raw files to evaluated runs.",
 )
 

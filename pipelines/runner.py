@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.pipelines.definitions import build_definitions
+from graphlake.pipelines.definitions import DEFAULT_SELECTION, build_definitions
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import project_root
 
@@ -49,10 +49,7 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
     with DagsterInstance.get() as instance:
         if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
             instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
-        if selection is None:
-            selected = AssetSelection.all()
-        else:
-            selected = AssetSelection.from_string(selection) if isinstance(selection, str) else selection
+        selected = _resolve_selection(selection)
         total = len(selected.resolve(assets))
         with _RunProgress(instance, console, f"{corpus}:", total) as progress:
             result = materialize(
@@ -68,6 +65,16 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
     if not result.success:
         failures = result.get_step_failure_events()
         raise MaterializeError(_root_cause(failures[0]) if failures else f"run {result.run_id} failed")
+
+
+def _resolve_selection(selection: AssetSelection | str | None) -> AssetSelection:
+    """All but the LLM-backed assets by default; those run only when a selection names them."""
+    if selection is None:
+        return DEFAULT_SELECTION
+    if isinstance(selection, AssetSelection):
+        return selection
+    chosen = AssetSelection.from_string(selection)
+    return chosen if "llm" in selection else chosen & DEFAULT_SELECTION
 
 
 def _root_cause(event) -> str:

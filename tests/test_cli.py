@@ -121,4 +121,4 @@ def test_ui_serves_every_asset_in_one_graph_grouped_by_stage(lake):
     groups = {"/".join(node["assetKey"]["path"]): node["groupName"] for node in answer["data"]["assetNodes"]}
     graph = build_definitions(lake).resolve_asset_graph()
     assert groups == {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    assert set(groups.values()) == {"ingest", "chunking", "graphs", "vectors", "indexes", "retrieval", "evaluation"}
+    assert set(groups.values()) == {"ingest", "enrichment", "chunking", "graphs", "vectors", "indexes", "retrieval", "evaluation", "llm"}

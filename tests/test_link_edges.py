@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from dagster import DagsterInstance, build_asset_context, materialize
 
-from graphlake.assets.link_edges import ASSETS, SemanticConfig, nearest_neighbours, semantic_edges
+from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, semantic_edges
 from graphlake.kernels.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
@@ -136,7 +136,7 @@ def build(home: Path, corpus: str, selection: list[str]):
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", [corpus])
         result = materialize(
-            [*STATIC_ASSETS, *ASSETS], instance=instance, resources=resources(home), partition_key=corpus, selection=selection
+            STATIC_ASSETS, instance=instance, resources=resources(home), partition_key=corpus, selection=selection
         )
     assert result.success
     return result

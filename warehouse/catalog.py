@@ -16,6 +16,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from graphlake.warehouse.graph_sql import install_macros
 from graphlake.warehouse.storage import DATA_FILE
 from graphlake.warehouse.tables import TABLES, TableSpec
 
@@ -39,11 +40,12 @@ class Catalog:
         self._lock_path = self.home / f".{CATALOG_FILE}.lock"
 
     def refresh(self) -> None:
-        """(Re)create every table's view; a lock held by an outside program only delays it."""
+        """(Re)create every table's view and the graph macros; a lock held by an outside program only delays it."""
         try:
             with self._locked(fcntl.LOCK_EX), duckdb.connect(str(self.path)) as con:
                 for spec in TABLES.values():
                     con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec)}')
+                install_macros(con)
         except duckdb.IOException as error:
             warnings.warn(f"catalog {self.path} not refreshed (another program holds it): {error}", stacklevel=2)
 

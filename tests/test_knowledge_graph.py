@@ -1,0 +1,86 @@
+"""The offline knowledge graph: spaCy triples, Allan-Poe logical edges, and their Dagster assets."""
+
+from __future__ import annotations
+
+from dagster import AssetSelection, DagsterInstance, materialize
+
+from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP, logical_edges, triples_spacy
+from graphlake.kernels.triples import logical_edges as link_nodes, normalize_entity, spacy_triples
+from graphlake.pipelines.definitions import STATIC_ASSETS, resources
+from graphlake.warehouse.catalog import Catalog
+
+
+def test_spacy_extracts_subject_verb_object_triples():
+    texts = [
+        "Marie Curie discovered polonium in Paris.",
+        "Ingrid Valtersen coordinated the fieldwork and Colm Dempsey maintained the camera systems.",
+        "The survey was funded by the Estmere Maritime Science Council.",
+        "Alice and Bob founded Acme Corporation.",
+        "It rained.",
+    ]
+    found = [[t.key() for t in triples] for triples in spacy_triples(texts)]
+    assert found == [
+        [("Marie Curie", "discover", "polonium"), ("Marie Curie", "discover in", "Paris")],
+        [("Ingrid Valtersen", "coordinate", "fieldwork"), ("Colm Dempsey", "maintain", "camera systems")],
+        [("Estmere Maritime Science Council", "fund", "survey")],
+        [("Alice", "found", "Acme Corporation"), ("Bob", "found", "Acme Corporation")],
+        [],
+    ]
+
+
+def test_logical_edges_follow_allan_poe_exactly():
+    rows = [
+        # node a: Curie discovered polonium; node b names polonium; node c names Curie and Paris
+        ("a", "Marie Curie", "discovered", "polonium"),
+        ("b", "Polonium", "is", "radioactive element"),
+        ("c", "marie curie", "lived in", "Paris"),
+        ("d", "Paris", "is capital of", "France"),
+    ]
+    # V(a)={curie, polonium} V(b)={polonium, radioactive element} V(c)={curie, paris} V(d)={paris, france}
+    # (curie, discovered, polonium): s in V(c), polonium not in V(c) -> c->a, c->b
+    # (curie, lived in, paris):      s in V(a), paris not in V(a)    -> a->c, a->d
+    # (paris, is capital of, france): s in V(c), france not in V(c)   -> c->d
+    # (polonium, is, radioactive element): s in V(a) -> a->b
+    assert link_nodes(rows) == [("a", "b", 1), ("a", "c", 1), ("a", "d", 1), ("c", "a", 1), ("c", "b", 1), ("c", "d", 1)]
+
+
+def test_logical_edge_weight_counts_distinct_linking_triples():
+    rows = [
+        ("x", "Ann", "met", "Bob"),
+        ("y", "Ann", "hired", "Bob"),
+        ("y", "Ann", "hired", "Bob"),  # a repeated triple counts once
+        ("z", "Ann", "knows", "Cy"),
+    ]
+    # x and y name {ann, bob}; z names {ann, cy}: z -> x and z -> y by 'met' and 'hired'; x,y -> z by 'knows'
+    assert link_nodes(rows) == [("x", "z", 1), ("y", "z", 1), ("z", "x", 2), ("z", "y", 2)]
+    assert normalize_entity("The  Vesk Reef") == "vesk reef"
+
+
+def test_demo_knowledge_graph_materializes_without_dangling_edges(tmp_path):
+    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_spacy, logical_edges)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("corpus", ["demo"])
+        result = materialize(
+            STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="demo", selection=selection
+        )
+    assert result.success
+    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+    assert {"triples_spacy", "logical_edges"} <= materialized and "triples_llm" not in materialized
+    with Catalog(tmp_path).reader() as con:
+        triples = con.execute("SELECT count(*), count(DISTINCT node_id) FROM triples WHERE extractor = 'spacy'").fetchone()
+        assert triples[0] > 100 and triples[1] > 20
+        edges = con.execute("SELECT count(*), min(weight) FROM edges WHERE kind = 'logical'").fetchone()
+        assert edges[0] > 0 and edges[1] >= 1
+        dangling = con.execute(
+            """SELECT count(*) FROM edges e WHERE kind = 'logical'
+               AND (e.src NOT IN (SELECT node_id FROM nodes) OR e.dst NOT IN (SELECT node_id FROM nodes) OR e.src = e.dst)"""
+        ).fetchone()[0]
+        assert dangling == 0
+
+
+def test_llm_triples_sit_in_their_own_group():
+    assert {a.key.to_user_string(): a.group_names_by_key[a.key] for a in ASSETS} == {
+        "triples_spacy": "enrichment",
+        "triples_llm": LLM_GROUP,
+        "logical_edges": "graphs",
+    }

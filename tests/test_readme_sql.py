@@ -1,0 +1,48 @@
+"""The README's SQL examples return what the README says they return, on a freshly built demo lake."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graphlake.pipelines.cli import app
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+EXAMPLE = re.compile(r'```bash\n\.venv/bin/graphlake sql "(?P<query>[^"]+)"\n```\n```\n(?P<rows>(?:│.*\n)+)```')
+
+
+def examples() -> list[tuple[str, list[list[str]]]]:
+    found = []
+    for match in EXAMPLE.finditer(README.read_text(encoding="utf-8")):
+        rows = [[cell.strip() for cell in line.strip().strip("│").split("│")] for line in match["rows"].splitlines()]
+        found.append((match["query"], rows))
+    return found
+
+
+def test_the_readme_has_sql_examples():
+    assert len(examples()) >= 6
+
+
+@pytest.fixture(scope="module")
+def demo_lake(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("lake")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRAPHLAKE_HOME", str(home))
+        patch.setenv("DAGSTER_HOME", str(home / "dagster"))
+        result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return home
+
+
+@pytest.mark.parametrize(("query", "expected"), examples())
+def test_readme_sql_example(demo_lake, monkeypatch, query, expected):
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(demo_lake))
+    monkeypatch.setenv("DAGSTER_HOME", str(demo_lake / "dagster"))
+    result = CliRunner().invoke(app, ["sql", query, "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [[str(value) for value in row.values()] for row in json.loads(result.stdout)]
+    assert rows == expected
