@@ -7,6 +7,7 @@ An entity's id is ``<extractor>:<norm>``, its norm taken after SPRIG-EL title-al
 """
 
 import time
+from pathlib import Path
 from collections import Counter
 from collections.abc import Callable
 
@@ -14,7 +15,11 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
+from graphlake.assets.knowledge_graph import LLM_CACHE
 from graphlake.assets.partitions import corpus_partitions
+from graphlake.kernels.llm import LLMClient, LLMConfig, LLMOutputError
+from graphlake.kernels.triples import llm_entities
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 
 GROUP = "enrichment"
@@ -60,11 +65,36 @@ def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfi
     yield from _extract(context, "regex", config.link_titles, nodes, documents, regex_entities)
 
 
+@multi_asset(name="llm_entities", outs=_outs("llm"), ins=_INS, partitions_def=corpus_partitions, group_name="llm")
+def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
+    """NER by an LLM (GraphER's prompt, answers cached in the lake); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
+    llm = LLMConfig.from_env()
+    client = LLMClient(llm, Path(lake.home) / LLM_CACHE)
+
+    def extract(texts: list[str]) -> list[list[Mention]]:
+        found = []
+        for text in texts:
+            try:
+                found.append([(name, "LLM") for name in llm_entities(client, text)])
+            except LLMOutputError as error:  # one unreadable answer should not cost the other calls
+                context.log.warning(str(error))
+                found.append([])
+        return found
+
+    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, client.stats.as_metadata)
+
+
 Extractor = Callable[[list[str]], list[list[Mention]]]
 
 
 def _extract(
-    context: AssetExecutionContext, extractor: str, link_titles: bool, nodes: pa.Table, documents: pa.Table, extract: Extractor
+    context: AssetExecutionContext,
+    extractor: str,
+    link_titles: bool,
+    nodes: pa.Table,
+    documents: pa.Table,
+    extract: Extractor,
+    extra_metadata: Callable[[], dict] = dict,
 ):
     """Extract, alias-link and aggregate; both outputs carry the same counts and timings."""
     corpus = context.partition_key
@@ -86,6 +116,7 @@ def _extract(
         "alias_linked_occurrences": collected.linked,
         "seconds": round(seconds, 3),
         "seconds_per_document": round(seconds / max(documents.num_rows, 1), 6),
+        **extra_metadata(),
     }
     yield Output(entities, f"entities_{extractor}", metadata={**counts, **_hub_stats(entities)})
     yield Output(mentions, f"mentions_{extractor}", metadata=counts)
@@ -134,4 +165,4 @@ def _hub_stats(entities: pa.Table) -> dict:
     }
 
 
-ASSETS = [spacy_entity_assets, regex_entity_assets]
+ASSETS = [spacy_entity_assets, regex_entity_assets, llm_entity_assets]

@@ -16,15 +16,19 @@ Edges join nodes (``<doc_id>#<chunk_idx>``), so a link between documents has to 
 
 import time
 from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
+from graphlake.assets.knowledge_graph import LLM_CACHE
 from graphlake.assets.partitions import corpus_partitions
 from graphlake.assets.vectors import dense_matrix
-from graphlake.kernels.citations import CitationIndex, find_citations, find_links
+from graphlake.kernels.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.kernels.encoders import DENSE_MODEL
+from graphlake.kernels.llm import LLMClient, LLMConfig
 from graphlake.warehouse.io_manager import LakeResource
 
 GROUP = "graphs"
@@ -102,15 +106,41 @@ def citation_weights(nodes: pa.Table, documents: pa.Table) -> tuple[dict[tuple[s
     return weights, styles
 
 
+def llm_citation_weights(client: LLMClient, nodes: pa.Table, documents: pa.Table) -> dict[tuple[str, str], float]:
+    """Node -> cited first node pairs found by the LLM detector, one prompt per node."""
+    index = CitationIndex.build(*(documents.column(c).to_pylist() for c in ("doc_id", "title", "metadata")))
+    spans = NodeSpans(nodes)
+    weights: dict[tuple[str, str], float] = {}
+    rows = zip(*(nodes.column(c).to_pylist() for c in ("node_id", "doc_id", "text")), strict=True)
+    for node_id, doc_id, text in rows:
+        for cited in llm_citations(client, text, index, doc_id):
+            if (first := spans.first(cited)) is not None:
+                weights[(node_id, first)] = 1.0
+    return weights
+
+
+class CitationConfig(Config):
+    detector: Literal["regex", "llm"] = "regex"  # llm: needs GRAPHLAKE_LLM_BASE_URL; answers cached in the lake
+
+
 @asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("citation"))
-def citation_edges(context: AssetExecutionContext, nodes: pa.Table, documents: pa.Table) -> pa.Table:
-    """Regex citations (author-year, numbered, quoted or long exact titles) as node -> cited document edges."""
+def citation_edges(
+    context: AssetExecutionContext, config: CitationConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
+) -> pa.Table:
+    """Citations as node -> cited document edges, found by regex (author-year, numbered, quoted or long
+    exact titles) or, as an option, by an LLM reading each node."""
     started = time.perf_counter()
-    weights, styles = citation_weights(nodes, documents)
-    table = edge_table(weights, "citation", dict.fromkeys(weights, "regex"))
-    context.add_output_metadata(
-        {**graph_metadata(table, nodes.column("node_id").to_pylist(), started), "citations_by_style": MetadataValue.json(dict(styles))}
-    )
+    if config.detector == "llm":
+        llm = LLMConfig.from_env()
+        client = LLMClient(llm, Path(lake.home) / LLM_CACHE)
+        weights = llm_citation_weights(client, nodes, documents)
+        table = edge_table(weights, "citation", dict.fromkeys(weights, f"llm:{llm.model}"))
+        extra = client.stats.as_metadata()
+    else:
+        weights, styles = citation_weights(nodes, documents)
+        table = edge_table(weights, "citation", dict.fromkeys(weights, "regex"))
+        extra = {"citations_by_style": MetadataValue.json(dict(styles))}
+    context.add_output_metadata({**graph_metadata(table, nodes.column("node_id").to_pylist(), started), "detector": config.detector, **extra})
     return table
 
 

@@ -29,7 +29,12 @@ import unicodedata
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Annotated
 from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, Field
+
+from graphlake.kernels.llm import LLMClient
 
 MIN_TITLE_WORDS = 5
 KEY_WORDS = 3  # unquoted titles are looked up by their first words, so a text is scanned once
@@ -226,3 +231,38 @@ def _relative_target(href: str, doc_path: str) -> str | None:
     joined = target.lstrip("/") if target.startswith("/") else posixpath.join(posixpath.dirname(doc_path), target)
     resolved = posixpath.normpath(joined)
     return None if resolved.startswith("..") else resolved
+
+
+# ---------------------------------------------------------------- LLM detector
+
+
+class CitedWork(BaseModel):
+    title: Annotated[str, Field(max_length=300)] = ""
+    first_author_surname: Annotated[str, Field(max_length=80)] = ""
+    year: int | None = None
+
+
+class CitedWorks(BaseModel):
+    works: Annotated[list[CitedWork], Field(max_length=30)]
+
+
+CITATION_PROMPT = """List every work that the passage below cites or refers to by name. For each work give its
+title if the passage states it (quoted or in a reference list), else the first author's surname and the year.
+Answer in JSON: {"works": [{"title": "...", "first_author_surname": "...", "year": 2019}]}.
+Passage:
+{content}
+"""
+
+
+def llm_citations(client: LLMClient, text: str, index: CitationIndex, doc_id: str | None = None) -> list[str]:
+    """Documents a passage cites, as an LLM reads it (FastInsight built its citation graph so), resolved
+    against the corpus exactly like the regex detector's findings: by unique title, else (surname, year)."""
+    answer = client.structured(CITATION_PROMPT.replace("{content}", text), CitedWorks)
+    cited = []
+    for work in answer.works:
+        found = index.by_title(work.title) if work.title else None
+        if found is None and work.first_author_surname and work.year is not None:
+            found = index.by_author_year(work.first_author_surname, None, work.year)
+        if found is not None and found != doc_id and found not in cited:
+            cited.append(found)
+    return cited

@@ -29,7 +29,7 @@ EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS
 CHECKS = [
     chunks.nodes_cover_documents,
     *edge_checks(EDGE_ASSETS),
-    *(mentions_match_df(f"mentions_{extractor}") for extractor in ("spacy", "regex")),
+    *(mentions_match_df(f"mentions_{extractor}") for extractor in ("spacy", "regex", "llm")),
 ]
 
 # The LLM-backed assets need a server (GRAPHLAKE_LLM_BASE_URL): opt-in, never part of the default build.

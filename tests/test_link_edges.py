@@ -220,3 +220,27 @@ def test_schema_structural_edges_cover_every_declared_key(datasets_dir, tmp_path
     )
     assert meta["foreign_key_declarations"] == meta["foreign_key_declarations_covered"] == declared
     assert sum(e["weight"] for e in found) == declared and len(found) == meta["foreign_key_edges"]
+
+
+def test_llm_citations_resolve_like_regex_findings():
+    """The resolution step alone; the model answer is scripted here (tests/test_llm.py runs a real server)."""
+    from graphlake.kernels.citations import CitedWork, CitedWorks, llm_citations
+
+    class Scripted:
+        def structured(self, prompt, schema):
+            assert "Urchins graze" in prompt and schema is CitedWorks
+            return CitedWorks(
+                works=[
+                    CitedWork(title="kelp forests of vesk reef"),  # normalised title match
+                    CitedWork(first_author_surname="Okafor", year=2019),  # author-year
+                    CitedWork(title="A Paper Nobody Wrote"),  # unknown: dropped
+                    CitedWork(title="Urchin Grazing"),  # itself: dropped
+                ]
+            )
+
+    index = CitationIndex.build(
+        ["a", "b", "c"],
+        ["Kelp Forests of Vesk Reef", "Urchin Grazing", "Tides"],
+        [None, None, json.dumps({"authors": ["Ada Okafor"], "year": 2019})],
+    )
+    assert llm_citations(Scripted(), "Urchins graze the kelp.", index, "b") == ["a", "c"]

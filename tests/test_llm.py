@@ -23,6 +23,7 @@ from dagster import AssetSelection, DagsterInstance, materialize
 from graphlake.assets.knowledge_graph import LLM_CACHE, triples_llm
 from graphlake.kernels.llm import ENV_BASE_URL, LLMClient, LLMConfig, LLMUnavailable, parse_json
 from graphlake.kernels.triples import Entities, Triple, llm_entities, llm_triples
+from graphlake.assets.entities import llm_entity_assets
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
@@ -119,7 +120,7 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
     source = tmp_path / "raw.jsonl"
     source.write_text("".join(json.dumps({"id": f"t{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(TEXTS)))
     CorpusRegistry(tmp_path).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
-    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_llm)
+    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_llm, llm_entity_assets)
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["tiny"])
         runs = [
@@ -130,10 +131,18 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
         next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "triples_llm").materialization.metadata
         for r in runs
     ]
-    assert metadata[0]["llm_calls"].value == 2 * len(TEXTS) and metadata[1]["llm_calls"].value == 0
+    entities = [
+        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "entities_llm").materialization.metadata
+        for r in runs
+    ]
+    # one NER and one triple prompt per text in all; entities_llm and triples_llm share the NER prompt via the cache
+    assert metadata[0]["llm_calls"].value + entities[0]["llm_calls"].value == 2 * len(TEXTS)
+    assert metadata[1]["llm_calls"].value == entities[1]["llm_calls"].value == 0
     assert metadata[1]["llm_cache_hits"].value == 2 * len(TEXTS)
     assert set(Lake(tmp_path).read("triples", {"corpus": "tiny", "extractor": "llm"}).column("source").to_pylist()) <= {f"llm:{MODEL}"}
     assert "sk-test-secret" not in "".join(p.read_text() for p in (tmp_path / LLM_CACHE).rglob("*.json"))
+    mentions = Lake(tmp_path).read("mentions", {"corpus": "tiny", "extractor": "llm"})
+    assert set(mentions.column("source").to_pylist()) <= {"llm"}
 
 
 def test_a_server_that_is_down_fails_naming_its_url(tmp_path):
@@ -159,3 +168,32 @@ def test_configuration_comes_from_the_environment_and_hides_the_key(monkeypatch)
 
 def test_json_is_dug_out_of_prose_when_the_server_ignores_the_schema():
     assert parse_json('Sure! Here it is: {"entities": ["Paris"]} Hope that helps.', Entities).entities == ["Paris"]
+
+
+def test_llm_citation_detector_resolves_against_the_corpus_and_caches(llm_server, tmp_path, monkeypatch):
+    monkeypatch.setenv(ENV_BASE_URL, llm_server)
+    monkeypatch.setenv("GRAPHLAKE_LLM_MODEL", MODEL)
+    docs = [
+        {"id": "a", "title": "Kelp Forests of Vesk Reef", "text": "Kelp dominates the exposed rock of Vesk Reef."},
+        {"id": "b", "title": "Urchin Grazing", "text": 'Urchins graze the kelp described in "Kelp Forests of Vesk Reef".'},
+    ]
+    source = tmp_path / "raw.jsonl"
+    source.write_text("".join(json.dumps(d) + "\n" for d in docs))
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="cites", format="jsonl", path=str(source)))
+    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("citation_edges")
+    config = {"ops": {"citation_edges": {"config": {"detector": "llm"}}}}
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("corpus", ["cites"])
+        runs = [
+            materialize(STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="cites", selection=selection, run_config=config)
+            for _ in range(2)
+        ]
+    metadata = [
+        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "citation_edges").materialization.metadata
+        for r in runs
+    ]
+    assert metadata[0]["llm_calls"].value == len(docs) and metadata[1]["llm_calls"].value == 0  # one prompt per node, then cached
+    edges = Lake(tmp_path).read("edges", {"corpus": "cites", "kind": "citation"})
+    # the weak model may miss the citation; whatever it finds must resolve to a real, other document
+    assert set(zip(edges.column("src").to_pylist(), edges.column("dst").to_pylist())) <= {("b#0", "a#0"), ("a#0", "b#0")}
+    assert set(edges.column("source").to_pylist()) <= {f"llm:{MODEL}"}
