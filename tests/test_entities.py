@@ -138,7 +138,8 @@ def demo_lake(tmp_path_factory) -> Lake:
             instance=instance,
             resources=resources(home),
             partition_key="demo",
-            selection=AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(*entity_assets.ASSETS, *entity_edges.ASSETS),
+            selection=AssetSelection.groups("ingest", "chunking")
+            | AssetSelection.assets(entity_assets.spacy_entity_assets, entity_assets.regex_entity_assets, *entity_edges.ASSETS),
         )
     assert result.success
     materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
