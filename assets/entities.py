@@ -7,7 +7,6 @@ An entity's id is ``<extractor>:<norm>``, its norm taken after SPRIG-EL title-al
 """
 
 import time
-from pathlib import Path
 from collections import Counter
 from collections.abc import Callable
 
@@ -15,9 +14,8 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
-from graphlake.assets.knowledge_graph import LLM_CACHE
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.kernels.llm import LLMClient, LLMConfig, LLMOutputError
+from graphlake.kernels.llm import LLMOutputError, lake_client
 from graphlake.kernels.triples import llm_entities
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
@@ -68,8 +66,7 @@ def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfi
 @multi_asset(name="llm_entities", outs=_outs("llm"), ins=_INS, partitions_def=corpus_partitions, group_name="llm")
 def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
     """NER by an LLM (GraphER's prompt, answers cached in the lake); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
-    llm = LLMConfig.from_env()
-    client = LLMClient(llm, Path(lake.home) / LLM_CACHE)
+    client = lake_client(lake.home)
 
     def extract(texts: list[str]) -> list[list[Mention]]:
         found = []

@@ -6,18 +6,16 @@ CI) leave it out with ``AssetSelection.all() - AssetSelection.groups("llm")``: i
 """
 
 import time
-from pathlib import Path
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, asset
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.kernels.llm import LLMClient, LLMConfig, LLMOutputError
+from graphlake.kernels.llm import LLMOutputError, lake_client
 from graphlake.kernels.triples import Triple, llm_triples, logical_edges as link_nodes, spacy_source, spacy_triples
 from graphlake.warehouse.io_manager import LakeResource
 
 LLM_GROUP = "llm"
-LLM_CACHE = "llm_cache"
 
 
 @asset(
@@ -41,8 +39,7 @@ def triples_spacy(context: AssetExecutionContext, nodes: pa.Table) -> pa.Table:
 )
 def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Table) -> pa.Table:
     """LLM NER then triple extraction per node; answers are cached in the lake, so a re-run is free."""
-    config = LLMConfig.from_env()
-    client = LLMClient(config, Path(lake.home) / LLM_CACHE)
+    client = lake_client(lake.home)
     node_ids = nodes.column("node_id").to_pylist()
     found: list[list[Triple]] = []
     unparsed = 0
@@ -53,8 +50,8 @@ def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Ta
             context.log.warning(f"{node_id}: {error}")
             found.append([])
             unparsed += 1
-    context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": config.model, "unparsed_answers": unparsed})
-    return _triples_table(node_ids, found, f"llm:{config.model}")
+    context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": client.config.model, "unparsed_answers": unparsed})
+    return _triples_table(node_ids, found, f"llm:{client.config.model}")
 
 
 @asset(

@@ -16,19 +16,17 @@ Edges join nodes (``<doc_id>#<chunk_idx>``), so a link between documents has to 
 
 import time
 from collections import Counter, defaultdict
-from pathlib import Path
 from typing import Literal
 
 import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
-from graphlake.assets.knowledge_graph import LLM_CACHE
 from graphlake.assets.partitions import corpus_partitions
 from graphlake.assets.vectors import dense_matrix
 from graphlake.kernels.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.kernels.encoders import DENSE_MODEL
-from graphlake.kernels.llm import LLMClient, LLMConfig
+from graphlake.kernels.llm import LLMClient, lake_client
 from graphlake.warehouse.io_manager import LakeResource
 
 GROUP = "graphs"
@@ -131,10 +129,9 @@ def citation_edges(
     exact titles) or, as an option, by an LLM reading each node."""
     started = time.perf_counter()
     if config.detector == "llm":
-        llm = LLMConfig.from_env()
-        client = LLMClient(llm, Path(lake.home) / LLM_CACHE)
+        client = lake_client(lake.home)
         weights = llm_citation_weights(client, nodes, documents)
-        table = edge_table(weights, "citation", dict.fromkeys(weights, f"llm:{llm.model}"))
+        table = edge_table(weights, "citation", dict.fromkeys(weights, f"llm:{client.config.model}"))
         extra = client.stats.as_metadata()
     else:
         weights, styles = citation_weights(nodes, documents)

@@ -219,6 +219,14 @@ class LLMClient:
         os.replace(temporary, path)
 
 
+LAKE_CACHE = "llm_cache"  # folder in the lake root holding every cached answer
+
+
+def lake_client(home: Path) -> LLMClient:
+    """The client the assets use: configured from the environment, caching into the lake at ``home``."""
+    return LLMClient(LLMConfig.from_env(), Path(home) / LAKE_CACHE)
+
+
 def parse_json(text: str, schema: type[T]) -> T:
     """Validate the reply as ``schema``; failing that, the first JSON object found in the text."""
     try:

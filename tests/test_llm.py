@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from dagster import AssetSelection, DagsterInstance, materialize
 
-from graphlake.assets.knowledge_graph import LLM_CACHE, triples_llm
-from graphlake.kernels.llm import ENV_BASE_URL, LLMClient, LLMConfig, LLMUnavailable, parse_json
+from graphlake.assets.knowledge_graph import triples_llm
+from graphlake.kernels.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable, parse_json
 from graphlake.kernels.triples import Entities, Triple, llm_entities, llm_triples
 from graphlake.assets.entities import llm_entity_assets
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
@@ -140,7 +140,7 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
     assert metadata[1]["llm_calls"].value == entities[1]["llm_calls"].value == 0
     assert metadata[1]["llm_cache_hits"].value == 2 * len(TEXTS)
     assert set(Lake(tmp_path).read("triples", {"corpus": "tiny", "extractor": "llm"}).column("source").to_pylist()) <= {f"llm:{MODEL}"}
-    assert "sk-test-secret" not in "".join(p.read_text() for p in (tmp_path / LLM_CACHE).rglob("*.json"))
+    assert "sk-test-secret" not in "".join(p.read_text() for p in (tmp_path / LAKE_CACHE).rglob("*.json"))
     mentions = Lake(tmp_path).read("mentions", {"corpus": "tiny", "extractor": "llm"})
     assert set(mentions.column("source").to_pylist()) <= {"llm"}
 
