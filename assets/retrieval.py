@@ -23,8 +23,12 @@ from graphlake.assets.partitions import corpus_partitions
 from graphlake.assets.vectors import NODE_IDS_FILE, dense_matrix
 from graphlake.kernels import encoders
 from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.entities import conceptual_weights, normalise, regex_entities, spacy_entities, title_aliases
+from graphlake.kernels.entity_graph import EntityGraph
+from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.kernels.metrics import METRICS_AT_K, evaluate
 from graphlake.kernels.operators import needs, parse_methods
+from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -33,7 +37,19 @@ CUTOFFS = (1, 2, 5, 10, 20, 100)
 METRIC_NAMES = [f"{m}@{k}" for m in METRICS_AT_K for k in CUTOFFS] + ["mrr"]
 
 # which asset provides each index an operator may read
-INDEX_ASSETS = {"bm25": "bm25_index", "dense": "dense_vectors", "dense_hnsw": "dense_hnsw_index", "splade": "splade_vectors"}
+INDEX_ASSETS: dict[str, tuple[str, ...]] = {
+    "bm25": ("bm25_index",),
+    "dense": ("dense_vectors",),
+    "dense_hnsw": ("dense_hnsw_index",),
+    "splade": ("splade_vectors",),
+    "cooccurrence": ("cooccurrence_edges",),
+    "structural": ("structural_edges",),
+    "contextual": ("contextual_edges",),
+    "mentions_spacy": ("entities_spacy", "mentions_spacy"),  # one multi-asset: built together
+    "mentions_regex": ("entities_regex", "mentions_regex"),
+    "graph_rankers": ("graph_rankers",),
+}
+EXTRACT = {"spacy": spacy_entities, "regex": regex_entities}
 
 
 def load_methods(home: Path) -> tuple[dict[str, Any], dict[str, dict]]:
@@ -104,6 +120,104 @@ class LakeIndexes:
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         return encoders.encode_splade([text])
+
+    def node_rows(self, node_ids: list[str], table: str) -> np.ndarray:
+        """Rows of ``node_ids`` in the nodes table; an id it lacks means ``table`` is stale."""
+        position = self._positions
+        missing = next((n for n in node_ids if n not in position), None)
+        if missing is not None:
+            raise StorageError(f"{table} of corpus {self.corpus!r} names node {missing!r}, which is not in nodes; materialize it again")
+        return np.fromiter((position[n] for n in node_ids), dtype=np.int64, count=len(node_ids))
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {node_id: row for row, node_id in enumerate(self.node_ids)}
+
+    @cached_property
+    def _cooccurrence(self) -> pa.Table:
+        return self.lake.read("edges", {"corpus": self.corpus, "kind": "cooccurrence"})
+
+    @cached_property
+    def _entity_graphs(self) -> dict[tuple[float, int], EntityGraph]:
+        return {}
+
+    def entity_graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> EntityGraph:
+        key = (hub_prune_percent, degree_cap)
+        if key not in self._entity_graphs:
+            edges = self._cooccurrence
+            entity_ids = edges.column("src").combine_chunks().dictionary_encode()
+            norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
+            self._entity_graphs[key] = EntityGraph.build(
+                len(self.node_ids),
+                norms,
+                entity_ids.indices.to_numpy(),
+                self.node_rows(edges.column("dst").to_pylist(), "cooccurrence edges"),
+                edges.column("weight").to_numpy(),
+                hub_prune_percent,
+                degree_cap,
+            )
+        return self._entity_graphs[key]
+
+    def query_entities(self, text: str, extractor: str) -> list[str]:
+        """The query's entity norms, found by the extractor the graph was built with and alias-linked like it."""
+        built_with = self._cooccurrence.column("source")[0].as_py() if self._cooccurrence.num_rows else extractor
+        if built_with != extractor:
+            raise StorageError(f"cooccurrence edges of corpus {self.corpus!r} come from {built_with!r} mentions, not {extractor!r}")
+        norms = [normalise(name) for name, _ in EXTRACT[extractor]([text])[0]]
+        return [self._aliases.get(norm, norm) for norm in norms if norm]
+
+    @cached_property
+    def _aliases(self) -> dict[str, str]:
+        return title_aliases(self.lake.read("documents", {"corpus": self.corpus}).column("title").to_pylist())
+
+    def proximity(self) -> str:
+        return CorpusRegistry(self.lake.home).get(self.corpus).proximity
+
+    @cached_property
+    def _proximity_graphs(self) -> dict[str, sp.csr_matrix]:
+        return {}
+
+    def candidate_graph(self, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
+        """Adjacency among the candidate rows: GraphER A.3's weights for ``conceptual``, 1 per linked pair otherwise."""
+        if proximity == "conceptual":
+            mentions = self._mention_matrix(extractor)[rows].tocoo()
+            src, dst, weight = conceptual_weights(mentions.row, mentions.col, len(rows), mentions.shape[1])
+            return sp.csr_matrix((weight, (src, dst)), shape=(len(rows), len(rows)))
+        if proximity not in self._proximity_graphs:
+            edges = self.lake.read("edges", {"corpus": self.corpus, "kind": proximity})
+            src = self.node_rows(edges.column("src").to_pylist(), f"{proximity} edges")
+            dst = self.node_rows(edges.column("dst").to_pylist(), f"{proximity} edges")
+            n = len(self.node_ids)
+            linked = sp.csr_matrix((np.ones(2 * len(src)), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
+            linked.data[:] = 1.0  # GraphER: weight 1 between linked objects, however many links
+            linked.setdiag(0)
+            linked.eliminate_zeros()
+            self._proximity_graphs[proximity] = linked
+        return self._proximity_graphs[proximity][rows][:, rows].tocsr()
+
+    @cached_property
+    def _mention_matrices(self) -> dict[str, sp.csr_matrix]:
+        return {}
+
+    def _mention_matrix(self, extractor: str) -> sp.csr_matrix:
+        """Node rows x entities, 1 where the node mentions the entity."""
+        if extractor not in self._mention_matrices:
+            mentions = self.lake.read("mentions", {"corpus": self.corpus, "extractor": extractor})
+            entity = mentions.column("entity_id").combine_chunks().dictionary_encode()
+            node = self.node_rows(mentions.column("node_id").to_pylist(), f"{extractor} mentions")
+            matrix = sp.csr_matrix(
+                (np.ones(len(node)), (node, entity.indices.to_numpy())), shape=(len(self.node_ids), len(entity.dictionary))
+            )
+            matrix.data[:] = 1.0
+            self._mention_matrices[extractor] = matrix
+        return self._mention_matrices[extractor]
+
+    @cached_property
+    def _tuned_rankers(self) -> TunedRankers:
+        return TunedRankers.load(self.lake.artifact("graph_rankers", {"corpus": self.corpus}))
+
+    def tuned_rankers(self) -> TunedRankers:
+        return self._tuned_rankers
 
 
 def run_method(name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str) -> tuple[pa.Table, dict]:
@@ -207,7 +321,7 @@ def method_assets(home: Path) -> list[AssetsDefinition]:
 def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, dict]) -> list[AssetsDefinition]:
     method = methods[name]
     params = _resolved(name, declared)
-    index_deps = [AssetKey(INDEX_ASSETS[index]) for index in sorted(needs(method, methods))]
+    index_deps = [AssetKey(asset) for index in sorted(needs(method, methods)) for asset in INDEX_ASSETS[index]]
 
     @asset(
         name=f"run_{name}",
@@ -254,19 +368,25 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
     if unknown:
         raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
     partition = {"corpus": corpus}
+    def artifact(name: str):
+        return lambda: (lake.home / "artifacts" / name / f"corpus={corpus}" / "CURRENT").is_file()
+
     present = {
         "dense_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.DENSE_MODEL}),
         "splade_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
-        "bm25_index": lambda: (lake.home / "artifacts" / "bm25" / f"corpus={corpus}" / "CURRENT").is_file(),
-        "dense_hnsw_index": lambda: (lake.home / "artifacts" / "dense_hnsw" / f"corpus={corpus}" / "CURRENT").is_file(),
+        "bm25_index": artifact("bm25"),
+        "dense_hnsw_index": artifact("dense_hnsw"),
+        "graph_rankers": artifact("graph_rankers"),
+        **{f"{kind}_edges": _edges_present(lake, corpus, kind) for kind in ("cooccurrence", "structural", "contextual")},
+        **{f"mentions_{x}": _mentions_present(lake, corpus, x) for x in ("spacy", "regex")},
     }
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
     selected = base if not all(lake.has(table, partition) for table in base) else []
     for name in names:
         for index in sorted(needs(methods[name], methods)):
-            asset_name = INDEX_ASSETS[index]
-            if asset_name not in selected and (selected[:1] == base[:1] or not present[asset_name]()):
-                selected.append(asset_name)
+            assets = INDEX_ASSETS[index]
+            if assets[-1] not in selected and (selected[:1] == base[:1] or not present[assets[-1]]()):
+                selected += assets
         run_partition = {**partition, "method": name}
         params = json.dumps(_resolved(name, declared), sort_keys=True)
         if _first(lake, "runs", run_partition, "params") != params:
@@ -274,6 +394,14 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id"):
             selected += [f"metrics_{name}", f"query_metrics_{name}"]
     return selected
+
+
+def _edges_present(lake: Lake, corpus: str, kind: str):
+    return lambda: lake.has("edges", {"corpus": corpus, "kind": kind})
+
+
+def _mentions_present(lake: Lake, corpus: str, extractor: str):
+    return lambda: lake.has("mentions", {"corpus": corpus, "extractor": extractor})
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:

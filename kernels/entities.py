@@ -137,19 +137,32 @@ def cooccurrence_weights(
     """SPRIG entity->passage weights for mention rows (entity code, node code, tf), one row per pair.
 
     ``w = tf * log(N / df) * df ** -gamma`` with N the number of passages and df the entity's
-    passage count; ``gamma=0`` disables hub down-weighting. SPRIG-PRUNE then drops the top
-    ``floor(E * hub_prune_percent / 100)`` entities by df (ties by code) and keeps each entity's
-    ``degree_cap`` heaviest edges (0 = all; ties by node code). Edges of weight 0 (an entity in
-    every passage) carry nothing and are dropped. Returns the kept row indices and their weights.
+    passage count; ``gamma=0`` disables hub down-weighting. Edges of weight 0 (an entity in every
+    passage) carry nothing and are dropped; then :func:`prune_hubs`. Returns the kept row indices
+    and their weights.
     """
     df = np.bincount(entity)
     safe_df = np.maximum(df, 1).astype(float)
     scale = np.log(n_passages / safe_df) * safe_df**-gamma
     weight = tf * scale[entity]
-    keep = weight > 0
-    n_hubs = int(len(df) * hub_prune_percent / 100)
+    rows = np.flatnonzero(weight > 0)
+    rows = rows[prune_hubs(entity[rows], node[rows], weight[rows], hub_prune_percent, degree_cap)]
+    return rows, weight[rows]
+
+
+def prune_hubs(
+    entity: np.ndarray, node: np.ndarray, weight: np.ndarray, hub_prune_percent: float = 0.0, degree_cap: int = 0
+) -> np.ndarray:
+    """SPRIG-PRUNE over entity->node edges: the rows kept, in their original order.
+
+    Drops every edge of the top ``floor(E * hub_prune_percent / 100)`` entities by degree (ties by
+    code), then keeps each entity's ``degree_cap`` heaviest edges (0 = all; ties by node code).
+    """
+    keep = np.ones(len(entity), dtype=bool)
+    degree = np.bincount(entity) if len(entity) else np.zeros(0, np.int64)
+    n_hubs = int(np.count_nonzero(degree) * hub_prune_percent / 100)
     if n_hubs:
-        hubs = np.lexsort((np.arange(len(df)), -df))[:n_hubs]
+        hubs = np.lexsort((np.arange(len(degree)), -degree))[:n_hubs]
         keep &= ~np.isin(entity, hubs)
     rows = np.flatnonzero(keep)
     if degree_cap:
@@ -158,7 +171,7 @@ def cooccurrence_weights(
         starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
         rank = np.arange(len(order)) - np.repeat(starts, np.diff(np.r_[starts, len(order)]))
         rows = np.sort(order[rank < degree_cap])
-    return rows, weight[rows]
+    return rows
 
 
 def conceptual_weights(

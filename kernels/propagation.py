@@ -1,53 +1,69 @@
 """Score propagation over graphs: Personalized PageRank (power iteration and push) and GraphER's
 Graph Cohesive Smoothing.
 
-Graphs are sparse adjacency matrices ``A`` (``A[i, j] > 0``: an edge i -> j). The vector code takes an
-array module ``xp`` (numpy, or cupy with a cupyx sparse matrix) so one path serves CPU and GPU.
+Graphs are sparse adjacency matrices ``A`` (``A[i, j] > 0``: an edge i -> j). Both papers write the
+update as ``p <- alpha s + (1 - alpha) W p`` with ``alpha`` the weight of the seeds (the restart
+probability): SPRIG's ``P^T`` with ``P`` row-stochastic and GraphER's column-normalised ``W`` are the
+same matrix, ``A^T D_out^-1``, under which score flows out of a node along its edges. GCS instead
+row-normalises, so a node takes the weighted mean of its neighbours' scores.
+
+A :class:`Walk` holds the normalised matrices of one graph so a query pays only for the
+propagation. The vector code takes an array module ``xp`` (numpy, or cupy with cupyx sparse
+matrices) so one path serves CPU and GPU.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from types import ModuleType
 
 import numpy as np
 import scipy.sparse as sp
 
 
-def _out_degrees(adjacency: sp.spmatrix, xp: ModuleType = np):
-    return xp.asarray(adjacency.sum(axis=1)).ravel()
+@dataclass(frozen=True)
+class Walk:
+    """A graph prepared for propagation: row-stochastic ``P`` (push), ``P^T`` (power) and dangling nodes."""
+
+    transition: sp.csr_matrix  # P[i, j] = A[i, j] / sum_k A[i, k]
+    flow: sp.csr_matrix  # P^T: (flow @ p)[j] is the score arriving at j
+    dangling: np.ndarray  # bool, nodes without out-edges (their mass returns to the seeds)
+    out_edges: np.ndarray  # edge count per node, push's threshold scale
+
+    @classmethod
+    def from_adjacency(cls, adjacency: sp.spmatrix) -> Walk:
+        adjacency = sp.csr_matrix(adjacency, dtype=np.float64)
+        weights = np.asarray(adjacency.sum(axis=1)).ravel()
+        inverse = np.divide(1.0, weights, out=np.zeros_like(weights), where=weights > 0)
+        transition = sp.csr_matrix(sp.diags(inverse) @ adjacency)
+        return cls(transition, transition.T.tocsr(), weights <= 0, np.diff(adjacency.indptr))
+
+    @property
+    def size(self) -> int:
+        return self.transition.shape[0]
 
 
 def _distribution(seeds, xp: ModuleType = np):
     seeds = xp.asarray(seeds, dtype=xp.float64)
     total = seeds.sum()
-    if total <= 0:
+    if not total > 0:
         raise ValueError("seed scores must have positive mass")
     return seeds / total
 
 
 def ppr_power(
-    adjacency: sp.spmatrix,
-    seeds,
-    damping: float = 0.85,
-    tol: float = 1e-8,
-    max_iter: int = 100,
-    xp: ModuleType = np,
+    walk: Walk, seeds, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 100, xp: ModuleType = np
 ) -> tuple[np.ndarray, int]:
-    """PPR by power iteration: p <- (1 - d) s + d (W p + dangling mass · s), W column-normalised.
+    """PPR by power iteration, ``p <- alpha s + (1 - alpha) (P^T p + dangling mass * s)``, from ``p = s``.
 
-    Score flows out of a node to its out-neighbours in proportion to edge weight (the random-walk
-    reading PPR papers use); mass stranded on nodes without out-edges returns to the seeds, so p stays
-    a distribution. Stops when the L1 change is below ``tol``; returns the scores and the iterations.
+    Stops after ``max_iter`` iterations (SPRIG runs a fixed 5) or once the L1 change is below
+    ``tol``; returns the scores, a distribution, and the iterations run.
     """
     s = _distribution(seeds, xp)
-    degrees = _out_degrees(adjacency, xp)
-    inverse = xp.where(degrees > 0, 1.0 / xp.where(degrees > 0, degrees, 1.0), 0.0)
-    flow = adjacency.T.tocsr()
+    dangling = xp.asarray(walk.dangling)
     p = s.copy()
     for iteration in range(1, max_iter + 1):
-        spread = flow @ (p * inverse)
-        stranded = p[degrees == 0].sum()
-        updated = (1 - damping) * s + damping * (spread + stranded * s)
+        updated = alpha * s + (1 - alpha) * (walk.flow @ p + p[dangling].sum() * s)
         change = float(xp.abs(updated - p).sum())
         p = updated
         if change < tol:
@@ -55,39 +71,31 @@ def ppr_power(
     return p, max_iter
 
 
-def ppr_push(adjacency: sp.csr_matrix, seeds: np.ndarray, damping: float = 0.85, epsilon: float = 1e-7) -> np.ndarray:
-    """PPR by forward push (Andersen, Chung and Lang 2006): touches only the seeds' neighbourhood.
+def ppr_push(walk: Walk, seeds, alpha: float = 0.15, epsilon: float = 1e-6, max_rounds: int = 10_000) -> np.ndarray:
+    """PPR by push (Andersen, Chung and Lang 2006), every over-threshold node at once per round.
 
-    Pushes while some node's residual exceeds ``epsilon`` times its out-degree (``epsilon`` for nodes
-    without out-edges, whose residual returns to the seeds as in :func:`ppr_power`). The result
-    differs from the power-iteration fixpoint by at most ``epsilon`` per unit of degree.
+    A node pushes while its residual exceeds ``epsilon`` times its edge count: it keeps ``alpha``
+    of the residual and passes the rest along its out-edges (back to the seeds from a dangling
+    node). Work follows the seeds' neighbourhood instead of the whole graph; each node's score is
+    within ``epsilon`` per edge of the power-iteration fixpoint. Synchronous rounds make each round
+    one sparse product, which is what keeps it fast in numpy.
     """
-    adjacency = sp.csr_matrix(adjacency)
     s = _distribution(seeds)
-    degrees = _out_degrees(adjacency)
+    threshold = epsilon * np.maximum(walk.out_edges, 1)
     p = np.zeros_like(s)
     residual = s.copy()
-    queue = [int(i) for i in np.flatnonzero(residual > epsilon * np.maximum(degrees, 1))]
-    queued = set(queue)
-    seed_nodes = np.flatnonzero(s)
-    while queue:
-        node = queue.pop()
-        queued.discard(node)
-        mass = residual[node]
-        if mass <= epsilon * max(degrees[node], 1):
-            continue
-        residual[node] = 0.0
-        p[node] += (1 - damping) * mass
-        start, end = adjacency.indptr[node], adjacency.indptr[node + 1]
-        if degrees[node] > 0:
-            targets, shares = adjacency.indices[start:end], adjacency.data[start:end] / degrees[node]
-        else:
-            targets, shares = seed_nodes, s[seed_nodes]
-        np.add.at(residual, targets, damping * mass * shares)
-        for target in targets.tolist():
-            if target not in queued and residual[target] > epsilon * max(degrees[target], 1):
-                queue.append(target)
-                queued.add(target)
+    for _ in range(max_rounds):
+        frontier = np.flatnonzero(residual > threshold)
+        if len(frontier) == 0:
+            break
+        mass = residual[frontier]
+        residual[frontier] = 0.0
+        p[frontier] += alpha * mass
+        passed = (1 - alpha) * mass
+        residual += walk.transition[frontier].T @ passed
+        stranded = passed[walk.dangling[frontier]].sum()
+        if stranded:
+            residual += stranded * s
     return p
 
 
@@ -101,7 +109,7 @@ def gcs(
     accumulate score the way PPR lets it), and the final max keeps every node at least at its seed score.
     """
     s = xp.asarray(seeds, dtype=xp.float64)
-    degrees = _out_degrees(adjacency, xp)
+    degrees = xp.asarray(adjacency.sum(axis=1)).ravel()
     inverse = xp.where(degrees > 0, 1.0 / xp.where(degrees > 0, degrees, 1.0), 0.0)
     average = sp.diags(inverse) @ adjacency if xp is np else adjacency.multiply(inverse[:, None]).tocsr()
     p = s.copy()

@@ -42,6 +42,19 @@ FORMAT_CHUNKING: dict[str, Chunking] = {
 }
 
 
+# GraphER §3: which proximity links a corpus's candidates. Tables link by foreign keys, multi-hop
+# passages by shared named entities, chunks of one document by adjacency.
+FORMAT_PROXIMITY: dict[str, str] = {
+    "spider": "structural",
+    "bird": "structural",
+    "hotpotqa": "conceptual",
+    "hotpotqa-ircot": "conceptual",
+    "2wiki": "conceptual",
+    "musique": "conceptual",
+    "hipporag": "conceptual",
+}
+
+
 class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -51,6 +64,9 @@ class CorpusSpec(BaseModel):
     queries: str | None = None
     split: str | None = None
     chunking: Chunking | None = None
+    # the corpus whose queries tune and train the rankers used here (GraphER's alpha and GAT);
+    # unset: this corpus's own "train" split
+    train_corpus: str | None = None
 
     def model_post_init(self, _context: object) -> None:
         if self.format not in FORMATS:
@@ -59,6 +75,10 @@ class CorpusSpec(BaseModel):
     @property
     def effective_chunking(self) -> Chunking:
         return self.chunking if self.chunking is not None else FORMAT_CHUNKING.get(self.format, Chunking())
+
+    @property
+    def proximity(self) -> str:
+        return FORMAT_PROXIMITY.get(self.format, "contextual")
 
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))

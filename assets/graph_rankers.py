@@ -1,0 +1,155 @@
+"""GraphER's learned part: alpha for PPR and GCS grid-searched, and the GAT / MLP rankers trained,
+on a training corpus's queries, for use on this corpus.
+
+The training queries are the corpus registry's ``train_corpus`` (all its queries: GraphER tunes on
+BIRD and evaluates on Spider) or, when none is declared, this corpus's own ``train`` split; never
+the queries being evaluated. Candidates come from the same base retriever and proximity graph the
+``graph_rerank`` operator uses, so tuning sees exactly what evaluation will.
+"""
+
+import time
+from dataclasses import asdict
+
+import numpy as np
+import torch
+from dagster import AssetExecutionContext, AssetKey, Config, asset
+
+from graphlake.assets.partitions import corpus_partitions
+from graphlake.assets.retrieval import LakeIndexes, load_methods
+from graphlake.kernels import encoders
+from graphlake.kernels.graph_operators import GraphRerank, TunedRankers, ranking_graph
+from graphlake.kernels.propagation import gcs
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.storage import Lake, StorageError
+
+ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
+
+
+class GraphRankersConfig(Config):
+    base: str = "grapher_base"  # the method whose candidates are reranked
+    metric_k: int = 10  # tuned for perfect recall at this cutoff, GraphER's headline metric
+    train_networks: bool = True  # also train the GAT and its MLP ablation
+    validation_share: float = 0.2  # held out to pick learning rate, weight decay and epochs
+    max_epochs: int = 30
+    seed: int = 0
+
+
+@asset(
+    partitions_def=corpus_partitions,
+    group_name="retrieval",
+    deps=[AssetKey(name) for name in ("nodes", "qrels", "bm25_index", "dense_vectors", "structural_edges", "contextual_edges", "mentions_spacy")],
+)
+def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:
+    """Tuned alpha per propagation ranker and trained GAT / MLP rankers, as an artefact folder."""
+    started = time.perf_counter()
+    corpus = context.partition_key
+    train_corpus, split = training_queries(lake.home, corpus)
+    methods, _ = load_methods(lake.home)
+    if config.base not in methods:
+        raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
+    examples = candidate_examples(lake.lake, train_corpus, split, methods, config.base)
+    if not examples:
+        raise StorageError(f"corpus {train_corpus!r} has no {split or ''} queries with gold to tune graph rankers on")
+    alpha, curves = {}, {}
+    for ranker in ("ppr", "gcs"):
+        op = GraphRerank(op="graph_rerank", inputs=[config.base], ranker=ranker)
+        curves[ranker] = {a: mean_perfect_recall(examples, lambda e, a=a: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k) for a in ALPHAS}
+        alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
+    base_pr = mean_perfect_recall(examples, lambda e: e["base"].scores, config.metric_k)
+    report = {
+        "train_corpus": train_corpus,
+        "split": split or "all",
+        "base": config.base,
+        "queries": len(examples),
+        f"base_pr@{config.metric_k}": base_pr,
+        f"pr@{config.metric_k}_by_alpha": {r: {str(a): v for a, v in c.items()} for r, c in curves.items()},
+    }
+    models = {}
+    if config.train_networks:
+        models, report["networks"] = train_networks(examples, alpha["gcs"], config)
+    rankers = TunedRankers(alpha, models, report)
+    lake.lake.write_artifact("graph_rankers", {"corpus": corpus}, rankers.save)
+    context.add_output_metadata(
+        {
+            "train_corpus": train_corpus,
+            "queries": len(examples),
+            "alpha_ppr": alpha["ppr"],
+            "alpha_gcs": alpha["gcs"],
+            f"base_pr@{config.metric_k}": round(base_pr, 4),
+            f"ppr_pr@{config.metric_k}": round(curves["ppr"][alpha["ppr"]], 4),
+            f"gcs_pr@{config.metric_k}": round(curves["gcs"][alpha["gcs"]], 4),
+            "seconds": round(time.perf_counter() - started, 1),
+        }
+    )
+
+
+def training_queries(home, corpus: str) -> tuple[str, str | None]:
+    """(corpus whose queries train, split to keep or None for all)."""
+    spec = CorpusRegistry(home).get(corpus)
+    if spec.train_corpus:
+        CorpusRegistry(home).get(spec.train_corpus)  # fails clearly if undeclared
+        return spec.train_corpus, None
+    return corpus, "train"
+
+
+def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: dict, base: str) -> list[dict]:
+    """Per training query with gold: its text, base candidates, candidate graph and 0/1 labels."""
+    partition = {"corpus": corpus}
+    nodes = lake.read("nodes", partition)
+    queries = lake.read("queries", partition).to_pylist()
+    gold: dict[str, set[str]] = {}
+    for row in lake.read("qrels", partition).to_pylist():
+        if row["relevance"] > 0:
+            gold.setdefault(row["query_id"], set()).add(row["doc_id"])
+    doc_ids = np.asarray(nodes.column("doc_id").to_pylist(), dtype=object)
+    indexes = LakeIndexes(lake, corpus, nodes.column("node_id").to_pylist())
+    op = GraphRerank(op="graph_rerank", inputs=[base], ranker="gcs")
+    examples = []
+    for query in queries:
+        if (split and query["split"] != split) or query["query_id"] not in gold:
+            continue
+        candidates, adjacency = op.candidate_graph(query["text"], indexes, methods)
+        labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
+        examples.append(
+            {"query": query["text"], "base": candidates, "adjacency": adjacency, "labels": labels, "gold": len(gold[query["query_id"]]), "indexes": indexes}
+        )
+    return examples
+
+
+def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
+    """Mean PR@k: a query counts when every gold document is in its top k (gold outside the candidates never is)."""
+    hits = []
+    for example in examples:
+        order = np.argsort(-np.asarray(score(example)), kind="stable")[:k]
+        hits.append(float(example["labels"][order].sum() >= example["gold"]))
+    return float(np.mean(hits))
+
+
+def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfig) -> tuple[dict, dict]:
+    """GAT and MLP rankers on GCS scores at the tuned alpha; a seeded share of queries validates."""
+    from graphlake.kernels.graph_rankers import train_ranker
+
+    indexes = examples[0]["indexes"]
+    vectors = encoders.encode_dense([e["query"] for e in examples])
+    graphs = []
+    for example, query in zip(examples, vectors, strict=True):
+        if not example["labels"].any():
+            continue  # no gold among the candidates: nothing to learn from
+        smoothed, _ = gcs(example["adjacency"], example["base"].scores, alpha, tol=1e-9)
+        graphs.append(ranking_graph(smoothed, query, indexes.dense()[example["base"].rows], example["adjacency"], example["labels"]))
+    order = np.random.default_rng(config.seed).permutation(len(graphs))
+    cut = max(1, int(len(graphs) * config.validation_share))
+    validation, train = [graphs[i] for i in order[:cut]], [graphs[i] for i in order[cut:]]
+    models, reports = {}, {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # graphs of 200 nodes: thread hand-offs cost more than they save
+    try:
+        for name, message_passing in (("gat", True), ("mlp", False)):
+            model, report = train_ranker(
+                train, validation, message_passing=message_passing, max_epochs=config.max_epochs, metric_k=config.metric_k, seed=config.seed
+            )
+            models[name], reports[name] = model, asdict(report)
+    finally:
+        torch.set_num_threads(threads)
+    return models, reports
