@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
-import platform
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from common import DATASETS as DATASETS_DIR
+from common import ROOT, graphlake, machine
+
 METHODS = "bm25,dense,splade,rrf"
 COLUMNS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "mrr")
 
@@ -30,21 +29,9 @@ DATASETS = [
 ]
 
 
-def graphlake(*args: str) -> str:
-    command = [str(Path(sys.executable).with_name("graphlake")), *args]
-    print("$ graphlake " + " ".join(args), file=sys.stderr, flush=True)
-    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
-
-
-def machine() -> str:
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.system()} {platform.machine()}, {cpu}, {os.cpu_count()} cores, {memory:.0f} GiB RAM, Python {platform.python_version()}"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--datasets", type=Path, default=Path(os.environ.get("GRAPHLAKE_DATASETS", ROOT.parent / "shared" / "datasets")))
+    parser.add_argument("--datasets", type=Path, default=DATASETS_DIR)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "baselines.md")
     args = parser.parse_args()
     if not shutil.which("graphlake", path=str(Path(sys.executable).parent)):

@@ -151,7 +151,7 @@ def _check_ops(name: str, spec: Mapping[str, Any]) -> None:
     """A clear message for an unknown operator before pydantic's union error."""
     if spec.get("op") not in OPERATOR_NAMES:
         raise MethodError(f"method {name!r}: unknown operator {spec.get('op')!r}; known: {', '.join(OPERATOR_NAMES)}")
-    for item in spec.get("inputs") or []:
+    for item in [*(spec.get("inputs") or []), spec.get("fallback")]:
         if isinstance(item, Mapping):
             _check_ops(name, item)
 

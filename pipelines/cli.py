@@ -62,6 +62,9 @@ def ingest(
     split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
     chunk_size: Annotated[int | None, typer.Option(help="Chunk window in tokens (default: per format).")] = None,
     chunk_overlap: Annotated[int, typer.Option(help="Tokens shared by consecutive chunks.")] = 0,
+    train_corpus: Annotated[
+        str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")
+    ] = None,
 ) -> None:
     """Declare a corpus and materialize its ingest and chunking assets."""
     if format not in INGEST_FORMATS:
@@ -76,6 +79,7 @@ def ingest(
             queries=str(queries.resolve()) if queries else None,
             split=split,
             chunking=Chunking(size=chunk_size, overlap=chunk_overlap) if chunk_size else None,
+            train_corpus=train_corpus,
         )
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:

@@ -11,7 +11,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from dagster import AssetSelection, DagsterEventType, DagsterInstance, RunsFilter, materialize
+from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterError, RunsFilter, materialize
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -73,7 +73,10 @@ def _resolve_selection(selection: AssetSelection | str | None) -> AssetSelection
         return DEFAULT_SELECTION
     if isinstance(selection, AssetSelection):
         return selection
-    chosen = AssetSelection.from_string(selection)
+    try:
+        chosen = AssetSelection.from_string(selection)
+    except DagsterError as error:
+        raise MaterializeError(f"invalid asset selection {selection!r}: write e.g. 'nodes+' or 'key:bm25_index or key:dense_vectors'") from error
     return chosen if "llm" in selection else chosen & DEFAULT_SELECTION
 
 

@@ -70,6 +70,8 @@ def test_bad_input_fails_with_file_and_line_and_writes_nothing(lake, tmp_path):
 def test_cli_refuses_unknown_formats_corpora_and_writes(lake, tmp_path):
     assert "unknown format 'csv'" in invoke("ingest", "csv", str(tmp_path), "--corpus", "x").stderr
     assert "corpus 'nope' is not declared" in invoke("materialize", "--corpus", "nope").stderr
+    bad_selection = invoke("materialize", "--corpus", "demo", "--select", "nodes,bm25_index")
+    assert bad_selection.exit_code == 1 and "invalid asset selection 'nodes,bm25_index'" in bad_selection.stderr
     refused = invoke("sql", "create table t (x int)")
     assert refused.exit_code == 1 and "read-only" in refused.stderr
 
