@@ -31,7 +31,10 @@ class GraphRankersConfig(Config):
     metric_k: int = 10  # tuned for perfect recall at this cutoff, GraphER's headline metric
     train_networks: bool = True  # also train the GAT and its MLP ablation
     validation_share: float = 0.2  # held out to pick learning rate, weight decay and epochs
+    learning_rates: list[float] = [1e-3, 3e-4]
+    weight_decays: list[float] = [0.0, 1e-4]
     max_epochs: int = 30
+    patience: int = 5  # epochs without a better validation PR@K before a setting stops
     seed: int = 0
 
 
@@ -147,7 +150,15 @@ def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfi
     try:
         for name, message_passing in (("gat", True), ("mlp", False)):
             model, report = train_ranker(
-                train, validation, message_passing=message_passing, max_epochs=config.max_epochs, metric_k=config.metric_k, seed=config.seed
+                train,
+                validation,
+                message_passing=message_passing,
+                learning_rates=config.learning_rates,
+                weight_decays=config.weight_decays,
+                max_epochs=config.max_epochs,
+                patience=config.patience,
+                metric_k=config.metric_k,
+                seed=config.seed,
             )
             models[name], reports[name] = model, asdict(report)
     finally:

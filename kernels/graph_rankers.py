@@ -196,8 +196,13 @@ def _fit(
     seed: int,
     validation: list[Batch] | None = None,
     metric_k: int = 10,
+    patience: int = 0,
 ) -> tuple[GraphRanker, list[float]]:
-    """Train one model from a seeded start; returns it and the validation PR@K after each epoch."""
+    """Train one model from a seeded start; returns it and the validation PR@K after each epoch.
+
+    With ``patience``, stops once validation PR@K has not improved for that many epochs (the best
+    epoch is already behind: later ones cannot be chosen, so training them is waste).
+    """
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     model = GraphRanker(dim, **model_kwargs)
@@ -211,6 +216,8 @@ def _fit(
             optimizer.step()
         if validation is not None:
             curve.append(_mean_perfect_recall(model, validation, metric_k))
+            if patience and len(curve) - 1 - int(np.argmax(curve)) >= patience:
+                break
     return model, curve
 
 
@@ -221,6 +228,7 @@ def train_ranker(
     learning_rates: Sequence[float] = (1e-3, 3e-4),
     weight_decays: Sequence[float] = (0.0, 1e-4),
     max_epochs: int = 30,
+    patience: int = 5,
     metric_k: int = 10,
     seed: int = 0,
     hidden: int = 64,
@@ -229,7 +237,8 @@ def train_ranker(
 ) -> tuple[GraphRanker, TrainingReport]:
     """GraphER's protocol (A.3): grid-search lr x weight decay x epochs on validation PR@K, then retrain.
 
-    Each setting trains with Adam for ``max_epochs`` and is evaluated after every epoch; the best
+    Each setting trains with Adam for up to ``max_epochs`` (``patience`` epochs without a better
+    validation PR@K end it) and is evaluated after every epoch; the best
     (lr, wd, epoch) wins, ties going to the earlier one. The returned model is trained from scratch on
     train + validation with the winning settings, so no labelled graph is wasted. Seeds make the run
     repeatable; the global torch RNG is restored afterwards.
@@ -246,7 +255,7 @@ def train_ranker(
         for lr in learning_rates:
             for wd in weight_decays:
                 _, curve = _fit(
-                    train_data, dim, model_kwargs, lr, wd, max_epochs, batch_size, seed, validation_batches, metric_k
+                    train_data, dim, model_kwargs, lr, wd, max_epochs, batch_size, seed, validation_batches, metric_k, patience
                 )
                 best = int(np.argmax(curve))
                 grid.append(
