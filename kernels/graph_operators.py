@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from pydantic import Field, model_validator
 
 from graphlake.kernels.operator_base import Candidates, Indexes, Input, MethodError, Op, ranked, run_inputs
-from graphlake.kernels.propagation import Walk, gcs, ppr_power, ppr_push
+from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
 
 Extractor = Literal["spacy", "regex"]
@@ -33,7 +33,7 @@ class PPR(Op):
     the top ``seed_k`` passages of each input (``seed_weighting``), mixed by ``mixing``. A query
     with no seed at all seeds from the ``fallback`` retriever's top ``seed_k`` instead (SPRIG's
     BM25 fallback). ``mode: power`` runs ``iterations`` steps (SPRIG: 5); ``push`` runs to
-    residual ``epsilon``. ``hub_prune_percent`` / ``degree_cap`` are SPRIG-PRUNE at query time.
+    residual ``epsilon``; ``cg`` solves to relative residual ``epsilon`` (converged, and fastest). ``hub_prune_percent`` / ``degree_cap`` are SPRIG-PRUNE at query time.
     """
 
     INDEXES = frozenset({"cooccurrence"})
@@ -46,7 +46,7 @@ class PPR(Op):
     seed_weighting: Weighting = "rank"
     mixing: Mixing = "mass"
     alpha: float = Field(0.15, gt=0, lt=1)
-    mode: Literal["power", "push"] = "power"
+    mode: Literal["power", "push", "cg"] = "power"
     iterations: int = Field(5, gt=0)
     epsilon: float = Field(1e-6, gt=0)
     hub_prune_percent: float = Field(0.0, ge=0, lt=100)
@@ -86,6 +86,8 @@ class PPR(Op):
             return Candidates(np.zeros(0, np.int64), np.zeros(0))
         if self.mode == "push":
             scores = ppr_push(graph.walk, seeds, self.alpha, self.epsilon)
+        elif self.mode == "cg":
+            scores, _ = ppr_cg(graph.walk, seeds, self.alpha, rtol=self.epsilon)
         else:
             scores, _ = ppr_power(graph.walk, seeds, self.alpha, tol=0.0, max_iter=self.iterations)
         passages = scores[: graph.n_passages]

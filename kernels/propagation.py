@@ -8,7 +8,9 @@ same matrix, ``A^T D_out^-1``, under which score flows out of a node along its e
 row-normalises, so a node takes the weighted mean of its neighbours' scores.
 
 A :class:`Walk` holds the normalised matrices of one graph so a query pays only for the
-propagation. The vector code takes an array module ``xp`` (numpy, or cupy with cupyx sparse
+propagation. On an undirected graph (SPRIG's entity-passage graph) PPR is also a symmetric positive
+definite linear system, which conjugate gradients solve in a few dozen products where power
+iteration needs hundreds for the same accuracy (:func:`ppr_cg`). The vector code takes an array module ``xp`` (numpy, or cupy with cupyx sparse
 matrices) so one path serves CPU and GPU.
 """
 
@@ -19,6 +21,7 @@ from types import ModuleType
 
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, cg
 
 
 @dataclass(frozen=True)
@@ -29,14 +32,24 @@ class Walk:
     flow: sp.csr_matrix  # P^T: (flow @ p)[j] is the score arriving at j
     dangling: np.ndarray  # bool, nodes without out-edges (their mass returns to the seeds)
     out_edges: np.ndarray  # edge count per node, push's threshold scale
+    # undirected graphs only: D^-1/2 A D^-1/2 and sqrt(D), for ppr_cg
+    symmetric: sp.csr_matrix | None = None
+    sqrt_degree: np.ndarray | None = None
 
     @classmethod
     def from_adjacency(cls, adjacency: sp.spmatrix) -> Walk:
         adjacency = sp.csr_matrix(adjacency, dtype=np.float64)
         weights = np.asarray(adjacency.sum(axis=1)).ravel()
         inverse = np.divide(1.0, weights, out=np.zeros_like(weights), where=weights > 0)
-        transition = sp.csr_matrix(sp.diags(inverse) @ adjacency)
-        return cls(transition, transition.T.tocsr(), weights <= 0, np.diff(adjacency.indptr))
+        transition = _scale_rows(adjacency, inverse)
+        symmetric = sqrt_degree = None
+        asymmetry = adjacency - adjacency.T
+        if asymmetry.nnz == 0 or abs(asymmetry).max() <= 1e-12 * abs(adjacency).max():
+            sqrt_degree = np.sqrt(weights)
+            half = np.sqrt(inverse)
+            symmetric = _scale_rows(adjacency, half)
+            symmetric.data *= half[symmetric.indices]
+        return cls(transition, transition.T.tocsr(), weights <= 0, np.diff(adjacency.indptr), symmetric, sqrt_degree)
 
     @property
     def size(self) -> int:
@@ -60,15 +73,43 @@ def ppr_power(
     ``tol``; returns the scores, a distribution, and the iterations run.
     """
     s = _distribution(seeds, xp)
-    dangling = xp.asarray(walk.dangling)
+    dangling = xp.flatnonzero(xp.asarray(walk.dangling))  # an index array sums faster than a mask
+    restart = alpha * s
     p = s.copy()
     for iteration in range(1, max_iter + 1):
-        updated = alpha * s + (1 - alpha) * (walk.flow @ p + p[dangling].sum() * s)
+        updated = restart + (1 - alpha) * (walk.flow @ p + p[dangling].sum() * s)
         change = float(xp.abs(updated - p).sum())
         p = updated
         if change < tol:
             return p, iteration
     return p, max_iter
+
+
+def ppr_cg(walk: Walk, seeds, alpha: float = 0.15, rtol: float = 1e-6, max_iter: int = 1000) -> tuple[np.ndarray, int]:
+    """PPR on an undirected graph by conjugate gradients; the same fixpoint as :func:`ppr_power`.
+
+    With ``A`` symmetric, ``q = alpha (I - (1 - alpha) A D^-1)^-1 s`` becomes ``q = D^1/2 y`` with
+    ``(I - (1 - alpha) D^-1/2 A D^-1/2) y = alpha D^-1/2 s``, whose matrix is symmetric with
+    eigenvalues in ``[alpha, 2 - alpha]``: CG needs about a fifth of power iteration's products. An
+    isolated node keeps ``alpha`` times its seed; returning dangling mass to the seeds only rescales
+    ``q``, so ``p = q / sum(q)``. Stops at relative residual ``rtol``; returns scores and iterations.
+    """
+    if walk.symmetric is None or walk.sqrt_degree is None:
+        raise ValueError("ppr_cg needs an undirected (symmetric) graph; use ppr_power")
+    s = _distribution(seeds)
+    connected = walk.sqrt_degree > 0
+    inverse = np.divide(1.0, walk.sqrt_degree, out=np.zeros_like(s), where=connected)
+    symmetric, decay = walk.symmetric, 1 - alpha
+    system = LinearOperator(symmetric.shape, matvec=lambda y: y - decay * (symmetric @ y), dtype=np.float64)
+    iterations = 0
+
+    def count(_) -> None:
+        nonlocal iterations
+        iterations += 1
+
+    y, _ = cg(system, alpha * inverse * s, rtol=rtol, maxiter=max_iter, callback=count)
+    q = np.where(connected, walk.sqrt_degree * y, alpha * s)
+    return q / q.sum(), iterations
 
 
 def ppr_push(walk: Walk, seeds, alpha: float = 0.15, epsilon: float = 1e-6, max_rounds: int = 10_000) -> np.ndarray:
@@ -111,7 +152,7 @@ def gcs(
     s = xp.asarray(seeds, dtype=xp.float64)
     degrees = xp.asarray(adjacency.sum(axis=1)).ravel()
     inverse = xp.where(degrees > 0, 1.0 / xp.where(degrees > 0, degrees, 1.0), 0.0)
-    average = sp.diags(inverse) @ adjacency if xp is np else adjacency.multiply(inverse[:, None]).tocsr()
+    average = _scale_rows(adjacency, inverse) if xp is np else adjacency.multiply(inverse[:, None]).tocsr()
     p = s.copy()
     for iteration in range(1, max_iter + 1):
         updated = alpha * s + (1 - alpha) * (average @ p)
@@ -120,3 +161,10 @@ def gcs(
         if change < tol:
             return xp.maximum(p, s), iteration
     return xp.maximum(p, s), max_iter
+
+
+def _scale_rows(matrix: sp.spmatrix, factors: np.ndarray) -> sp.csr_matrix:
+    """``diag(factors) @ matrix`` by scaling a CSR copy's data in place (a sparse product costs 5x more)."""
+    scaled = sp.csr_matrix(matrix, dtype=np.float64, copy=True)
+    scaled.data *= np.repeat(factors, np.diff(scaled.indptr))
+    return scaled

@@ -60,6 +60,7 @@ METHODS = {
     "graph_hybrid": {"op": "ppr", "inputs": ["bm25"], "seed_k": 1},
     "graph_push": {"op": "ppr", "mode": "push", "epsilon": 1e-10},
     "graph_converged": {"op": "ppr", "iterations": 500},
+    "graph_cg": {"op": "ppr", "mode": "cg", "epsilon": 1e-12},
     "graph_pruned": {"op": "ppr", "hub_prune_percent": 50},
     "base": {"op": "weighted_sum", "inputs": ["bm25"], "normalise": [False], "k": 10},
     "gcs": {"op": "graph_rerank", "inputs": ["base"], "ranker": "gcs"},
@@ -76,7 +77,9 @@ def test_ppr_walks_from_query_entities_and_seed_passages():
     assert set(hybrid.rows.tolist()) == {0, 1, 2, 3}  # BM25's top passage (3) seeds beta's side too
     pushed = methods["graph_push"].run("alpha", indexes, methods)
     converged = methods["graph_converged"].run("alpha", indexes, methods)
+    solved = methods["graph_cg"].run("alpha", indexes, methods)
     assert pushed.rows.tolist() == converged.rows.tolist() and np.allclose(pushed.scores, converged.scores, atol=1e-8)
+    assert solved.rows.tolist() == converged.rows.tolist() and np.allclose(solved.scores, converged.scores, atol=1e-10)
 
 
 def test_ppr_falls_back_to_bm25_and_prunes_hubs():

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.propagation import Walk, gcs, ppr_power, ppr_push
+from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.seeds import entity_seed_weights, mix_seeds, passage_seed_weights
 
 
@@ -101,3 +101,24 @@ def test_seed_weightings_and_mixing():
     assert adaptive[2:4].sum() == pytest.approx(3 / 5)
     only_passages = mix_seeds(5, np.array([], int), np.array([]), passage_rows, passage_weights, "adaptive")
     assert only_passages.tolist() == [0.0, 0.0, 1.0, 0.5, 0.0]
+
+
+@pytest.mark.parametrize("isolated", [False, True])
+def test_ppr_cg_solves_the_same_fixpoint_on_undirected_graphs(isolated):
+    adjacency = random_graph(50, 3, dangling=False)
+    adjacency = (adjacency + adjacency.T).tolil()
+    if isolated:
+        adjacency[4, :] = 0
+        adjacency[:, 4] = 0
+    adjacency = adjacency.tocsr()
+    adjacency.eliminate_zeros()
+    seeds = np.zeros(50)
+    seeds[[4, 9, 20]] = [0.2, 0.5, 0.3]
+    walk = Walk.from_adjacency(adjacency)
+    exact = closed_form_ppr(adjacency, seeds, 0.15)
+    solved, iterations = ppr_cg(walk, seeds, 0.15, rtol=1e-10)
+    assert np.allclose(solved, exact, atol=1e-9) and solved.sum() == pytest.approx(1.0)
+    power_iterations = ppr_power(walk, seeds, 0.15, tol=1e-10, max_iter=1000)[1]
+    assert iterations < power_iterations  # the reason it exists (4x fewer on the HotpotQA entity graph)
+    with pytest.raises(ValueError, match="undirected"):
+        ppr_cg(Walk.from_adjacency(random_graph(10, 1, dangling=False)), np.ones(10))
