@@ -43,7 +43,7 @@ class EntityGraph:
         adjacency = sp.csr_matrix((np.concatenate([weight, weight]), (rows, cols)), shape=(size, size))
         df = np.bincount(entity, minlength=len(entity_norms))
         return cls(
-            Walk.from_adjacency(adjacency),
+            Walk.from_adjacency(adjacency, split=n_passages),
             n_passages,
             {norm: n_passages + i for i, norm in enumerate(entity_norms) if df[i]},
             df,

@@ -35,9 +35,12 @@ class Walk:
     # undirected graphs only: D^-1/2 A D^-1/2 and sqrt(D), for ppr_cg
     symmetric: sp.csr_matrix | None = None
     sqrt_degree: np.ndarray | None = None
+    # bipartite ones (rows < split only link to rows >= split): the off-diagonal block B and B^T
+    bipartite: tuple[sp.csr_matrix, sp.csr_matrix] | None = None
 
     @classmethod
-    def from_adjacency(cls, adjacency: sp.spmatrix) -> Walk:
+    def from_adjacency(cls, adjacency: sp.spmatrix, split: int | None = None) -> Walk:
+        """``split``: the first side's size if the graph may be bipartite (passages, then entities)."""
         adjacency = sp.csr_matrix(adjacency, dtype=np.float64)
         weights = np.asarray(adjacency.sum(axis=1)).ravel()
         inverse = np.divide(1.0, weights, out=np.zeros_like(weights), where=weights > 0)
@@ -49,7 +52,11 @@ class Walk:
             half = np.sqrt(inverse)
             symmetric = _scale_rows(adjacency, half)
             symmetric.data *= half[symmetric.indices]
-        return cls(transition, transition.T.tocsr(), weights <= 0, np.diff(adjacency.indptr), symmetric, sqrt_degree)
+        bipartite = None
+        if symmetric is not None and split is not None and symmetric[:split, :split].nnz == 0 and symmetric[split:, split:].nnz == 0:
+            block = symmetric[:split, split:].tocsr()
+            bipartite = (block, block.T.tocsr())
+        return cls(transition, transition.T.tocsr(), weights <= 0, np.diff(adjacency.indptr), symmetric, sqrt_degree, bipartite)
 
     @property
     def size(self) -> int:
@@ -89,25 +96,37 @@ def ppr_cg(walk: Walk, seeds, alpha: float = 0.15, rtol: float = 1e-6, max_iter:
     """PPR on an undirected graph by conjugate gradients; the same fixpoint as :func:`ppr_power`.
 
     With ``A`` symmetric, ``q = alpha (I - (1 - alpha) A D^-1)^-1 s`` becomes ``q = D^1/2 y`` with
-    ``(I - (1 - alpha) D^-1/2 A D^-1/2) y = alpha D^-1/2 s``, whose matrix is symmetric with
-    eigenvalues in ``[alpha, 2 - alpha]``: CG needs about a fifth of power iteration's products. An
-    isolated node keeps ``alpha`` times its seed; returning dangling mass to the seeds only rescales
-    ``q``, so ``p = q / sum(q)``. Stops at relative residual ``rtol``; returns scores and iterations.
+    ``(I - c S) y = alpha D^-1/2 s``, ``c = 1 - alpha``, ``S = D^-1/2 A D^-1/2``: symmetric, with
+    eigenvalues in ``[alpha, 2 - alpha]``, so CG needs a fraction of power iteration's products. On
+    a bipartite graph (``S = [[0, B], [B^T, 0]]``) the first side's block is solved alone,
+    ``(I - c^2 B B^T) y_1 = b_1 + c B b_2`` (eigenvalues in ``[1 - c^2, 1]``: about half the
+    iterations, on shorter vectors), then ``y_2 = b_2 + c B^T y_1``. An isolated node keeps
+    ``alpha`` times its seed; returning dangling mass to the seeds only rescales ``q``, so
+    ``p = q / sum(q)``. Stops at relative residual ``rtol`` of the system solved; returns scores
+    and iterations.
     """
     if walk.symmetric is None or walk.sqrt_degree is None:
         raise ValueError("ppr_cg needs an undirected (symmetric) graph; use ppr_power")
     s = _distribution(seeds)
     connected = walk.sqrt_degree > 0
     inverse = np.divide(1.0, walk.sqrt_degree, out=np.zeros_like(s), where=connected)
-    symmetric, decay = walk.symmetric, 1 - alpha
-    system = LinearOperator(symmetric.shape, matvec=lambda y: y - decay * (symmetric @ y), dtype=np.float64)
+    b, decay = alpha * inverse * s, 1 - alpha
     iterations = 0
 
     def count(_) -> None:
         nonlocal iterations
         iterations += 1
 
-    y, _ = cg(system, alpha * inverse * s, rtol=rtol, maxiter=max_iter, callback=count)
+    if walk.bipartite is not None:
+        block, transposed = walk.bipartite
+        m = block.shape[0]
+        system = LinearOperator((m, m), matvec=lambda y: y - decay**2 * (block @ (transposed @ y)), dtype=np.float64)
+        first, _ = cg(system, b[:m] + decay * (block @ b[m:]), rtol=rtol, maxiter=max_iter, callback=count)
+        y = np.concatenate([first, b[m:] + decay * (transposed @ first)])
+    else:
+        symmetric = walk.symmetric
+        system = LinearOperator(symmetric.shape, matvec=lambda y: y - decay * (symmetric @ y), dtype=np.float64)
+        y, _ = cg(system, b, rtol=rtol, maxiter=max_iter, callback=count)
     q = np.where(connected, walk.sqrt_degree * y, alpha * s)
     return q / q.sum(), iterations
 

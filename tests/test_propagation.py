@@ -122,3 +122,17 @@ def test_ppr_cg_solves_the_same_fixpoint_on_undirected_graphs(isolated):
     assert iterations < power_iterations  # the reason it exists (4x fewer on the HotpotQA entity graph)
     with pytest.raises(ValueError, match="undirected"):
         ppr_cg(Walk.from_adjacency(random_graph(10, 1, dangling=False)), np.ones(10))
+
+
+def test_ppr_cg_on_a_bipartite_graph_solves_one_side_alone():
+    rng = np.random.default_rng(2)
+    block = sp.csr_matrix((rng.random((30, 80)) < 0.08) * rng.uniform(0.5, 2.0, (30, 80)))
+    adjacency = sp.bmat([[None, block], [block.T, None]], format="csr")
+    walk = Walk.from_adjacency(adjacency, split=30)
+    assert walk.bipartite is not None and Walk.from_adjacency(adjacency).bipartite is None
+    seeds = np.zeros(110)
+    seeds[[2, 40, 70]] = [0.6, 0.3, 0.1]
+    solved, iterations = ppr_cg(walk, seeds, 0.15, rtol=1e-12)
+    assert np.allclose(solved, closed_form_ppr(adjacency, seeds, 0.15), atol=1e-9)
+    full = Walk(walk.transition, walk.flow, walk.dangling, walk.out_edges, walk.symmetric, walk.sqrt_degree)
+    assert iterations < ppr_cg(full, seeds, 0.15, rtol=1e-12)[1]
