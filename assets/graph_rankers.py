@@ -53,7 +53,10 @@ def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, la
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
     examples = candidate_examples(lake.lake, train_corpus, split, methods, config.base)
     if not examples:
-        raise StorageError(f"corpus {train_corpus!r} has no {split or ''} queries with gold to tune graph rankers on")
+        raise StorageError(
+            f"corpus {train_corpus!r} has no {split + ' ' if split else ''}queries with gold to tune graph rankers on; "
+            f"name a training corpus for {corpus!r} (graphlake ingest ... --train-corpus NAME, or train_corpus: in corpora.yaml)"
+        )
     alpha, curves = {}, {}
     for ranker in ("ppr", "gcs"):
         op = GraphRerank(op="graph_rerank", inputs=[config.base], ranker=ranker)
