@@ -10,11 +10,13 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
+from graphlake.assets.graph_rankers import training_queries
 from graphlake.kernels.bm25 import BM25Index
 from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.kernels.operators import MethodError, parse_methods
 from graphlake.pipelines.cli import app
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
 
@@ -120,3 +122,13 @@ def test_grapher_and_sprig_methods_end_to_end_on_the_demo(lake):
     base = lake_.read("runs", {"corpus": "demo", "method": "grapher_base"})
     assert set(runs.column("query_id").to_pylist()) == set(base.column("query_id").to_pylist())
     assert runs.num_rows == base.num_rows  # a reranker reorders its candidates, it never adds or drops any
+
+
+def test_rankers_learn_from_the_declared_training_corpus_or_the_train_split(tmp_path):
+    registry = CorpusRegistry(tmp_path)
+    registry.add(CorpusSpec(name="tables", format="jsonl", path=str(tmp_path), train_corpus="other"))
+    assert training_queries(tmp_path, "demo") == ("demo", "train")
+    with pytest.raises(KeyError, match="corpus 'other' is not declared"):
+        training_queries(tmp_path, "tables")
+    registry.add(CorpusSpec(name="other", format="jsonl", path=str(tmp_path)))
+    assert training_queries(tmp_path, "tables") == ("other", None)  # all of the training corpus's queries
