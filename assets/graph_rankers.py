@@ -60,7 +60,10 @@ def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, la
     alpha, curves = {}, {}
     for ranker in ("ppr", "gcs"):
         op = GraphRerank(op="graph_rerank", inputs=[config.base], ranker=ranker)
-        curves[ranker] = {a: mean_perfect_recall(examples, lambda e, a=a: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k) for a in ALPHAS}
+        curves[ranker] = {
+            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
+            for a in ALPHAS
+        }
         alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
     base_pr = mean_perfect_recall(examples, lambda e: e["base"].scores, config.metric_k)
     report = {

@@ -7,15 +7,10 @@ in the lake, so a second run against the same ``GRAPHLAKE_HOME`` only re-runs th
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
-import shutil
-import sys
-from pathlib import Path
 
-from common import DATASETS as DATASETS_DIR
-from common import ROOT, graphlake, machine
+from common import arguments, graphlake, machine
 
 METHODS = "bm25,dense,splade,rrf"
 COLUMNS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "mrr")
@@ -30,12 +25,7 @@ DATASETS = [
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--datasets", type=Path, default=DATASETS_DIR)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "baselines.md")
-    args = parser.parse_args()
-    if not shutil.which("graphlake", path=str(Path(sys.executable).parent)):
-        sys.exit("run with the project's venv: .venv/bin/python benchmarks/baselines.py")
+    args = arguments(__doc__, "baselines.md")
     rows = []
     for corpus, fmt, relative, split in DATASETS:
         graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus)

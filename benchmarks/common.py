@@ -28,4 +28,23 @@ def machine() -> str:
 
 def header(title: str, command: str) -> list[str]:
     """The opening lines of a results file: what, when, where, how to reproduce."""
-    return [f"# {title}", "", f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC", f"- machine: {machine()}", f"- command: `{command}`"]
+    return [f"# {title}", "", f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", f"- machine: {machine()}", f"- command: `{command}`"]
+
+
+def arguments(description: str, results: str):
+    """``--datasets`` and ``--output`` (default ``benchmarks/results/<results>``), after checking the venv."""
+    import argparse
+    import shutil
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--datasets", type=Path, default=DATASETS)
+    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / results)
+    args = parser.parse_args()
+    if not shutil.which("graphlake", path=str(Path(sys.executable).parent)):
+        sys.exit(f"run with the project's venv: .venv/bin/python {Path(sys.argv[0]).as_posix()}")
+    return args
+
+
+def table(title: str, columns: list[str]) -> list[str]:
+    """A markdown section opening on a table header (numeric columns right-aligned after the first two)."""
+    return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]

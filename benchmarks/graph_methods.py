@@ -9,13 +9,9 @@ the paired training corpus (BIRD <-> Spider, 2Wiki train -> passages), as GraphE
 
 from __future__ import annotations
 
-import argparse
 import json
-import shutil
-import sys
-from pathlib import Path
 
-from common import DATASETS, ROOT, graphlake, header
+from common import arguments, graphlake, header, table
 
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.warehouse.home import lake_home
@@ -68,10 +64,12 @@ def grapher_rows(corpus: str, split: str) -> list[str]:
     )
     by = {(row["method"], row["k"]): row for row in values}
     latency = {r["method"]: r["latency_ms"]["p50"] for r in json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join(GRAPHER_METHODS), "--split", split, "--json"))}
+    def multi(row: dict) -> str:
+        return f"{100 * row['multi']:.1f}" if row["multi"] is not None else "–"
+
     rows = []
     for method in GRAPHER_METHODS:
         five, ten = by[(method, 5)], by[(method, 10)]
-        multi = lambda row: f"{100 * row['multi']:.1f}" if row["multi"] is not None else "–"  # noqa: E731
         rows.append(
             f"| {corpus} | {method} | {multi(five)} ({100 * five['everyone']:.1f}) | {multi(ten)} ({100 * ten['everyone']:.1f}) "
             f"| {ten['multi_queries']} | {latency[method]:.1f} |"
@@ -117,34 +115,23 @@ def rankers_line(corpus: str) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--datasets", type=Path, default=DATASETS)
-    parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "graph_methods.md")
-    args = parser.parse_args()
-    if not shutil.which("graphlake", path=str(Path(sys.executable).parent)):
-        sys.exit("run with the project's venv: .venv/bin/python benchmarks/graph_methods.py")
+    args = arguments(__doc__, "graph_methods.md")
     for corpus, (fmt, relative, _, train) in CORPORA.items():
         graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
     for corpus in ("bird", "spider", "2wiki-train"):  # training corpora need their own indexes before anyone learns from them
         graphlake("eval", "--corpus", corpus, "--methods", "grapher_base", "--split", CORPORA[corpus][2], "--json")
     lines = header("SPRIG and GraphER on the real sets", ".venv/bin/python benchmarks/graph_methods.py")
-    lines += [
-        "- documents-level metrics; latency is per query, one at a time, query encoding and NER included (2-core CPU)",
-        "",
-        "## SPRIG (entity-passage graph, spaCy NER, PPR restart 0.15, 5 iterations, top-5 rank-weighted seeds)",
-        "",
-        "| corpus | method | R@5 | R@10 | Hit@10 | MRR | p50 ms | p95 ms | ΔR@10 vs RRF [95% CI] |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---|",
-    ]
+    lines.append("- document-level metrics; latency is per query, one at a time, query encoding and NER included (2-core CPU)")
+    lines += table(
+        "SPRIG (entity-passage graph, spaCy NER, PPR restart 0.15, 5 iterations, top-5 rank-weighted seeds)",
+        ["corpus", "method", "R@5", "R@10", "Hit@10", "MRR", "p50 ms", "p95 ms", "ΔR@10 vs RRF [95% CI]"],
+    )
     for corpus in SPRIG_SETS:
         lines += sprig_rows(corpus, CORPORA[corpus][2])
-    lines += [
-        "",
-        "## GraphER (base: 0.7 cosine + 0.3 normalised BM25, 200 candidates; PR@K in %, queries with >1 gold (all queries))",
-        "",
-        "| corpus | method | PR@5 | PR@10 | queries >1 gold | p50 ms |",
-        "|---|---|---:|---:|---:|---:|",
-    ]
+    lines += table(
+        "GraphER (base: 0.7 cosine + 0.3 normalised BM25, 200 candidates; PR@K in %, queries with >1 gold (all queries))",
+        ["corpus", "method", "PR@5", "PR@10", "queries >1 gold", "p50 ms"],
+    )
     for corpus in GRAPHER_SETS:
         lines += grapher_rows(corpus, CORPORA[corpus][2])
     lines += ["", "Tuned on the training corpus (alpha grid 0.1…0.9 by PR@10; GAT/MLP learning rate, weight decay, epochs on a held-out 20%):", ""]

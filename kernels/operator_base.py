@@ -75,7 +75,7 @@ def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
     return Candidates(rows[order], scores[order])
 
 
-Input = Union[str, "Operator"]  # noqa: F821 - resolved by graphlake.kernels.operators
+Input = Union[str, "Operator"]  # "Operator" is resolved by graphlake.kernels.operators
 
 
 def run_inputs(inputs: list, query: str, indexes: Indexes, methods: Mapping[str, Any]) -> list[Candidates]:
