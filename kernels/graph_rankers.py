@@ -178,7 +178,7 @@ def _mean_perfect_recall(model: GraphRanker, batches: list[Batch], k: int) -> fl
     hits = []
     for batch in batches:
         scores = model(batch.x, batch.edge_index)
-        for start, end in zip(batch.ptr[:-1].tolist(), batch.ptr[1:].tolist()):
+        for start, end in zip(batch.ptr[:-1].tolist(), batch.ptr[1:].tolist(), strict=True):
             labels = batch.y[start:end]
             top = torch.argsort(scores[start:end], descending=True, stable=True)[:k]
             hits.append(float(labels[top].sum() == labels.sum()))
