@@ -50,7 +50,8 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     Definitions.validate_loadable(defs)
     graph = defs.resolve_asset_graph()
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
-    methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf"]
+    methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph", "graph_hybrid", "graph_dense", "graph_rrf", "rrf_ppr"]
+    methods += [f"grapher_{ranker}" for ranker in ("base", "ppr", "gcs", "gat", "mlp")]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -73,6 +74,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "splade_vectors": "vectors",
         "bm25_index": "indexes",
         "dense_hnsw_index": "indexes",
+        "graph_rankers": "retrieval",
         **{f"run_{m}": "retrieval" for m in methods},
         **{f"metrics_{m}": "evaluation" for m in methods},
         **{f"query_metrics_{m}": "evaluation" for m in methods},
