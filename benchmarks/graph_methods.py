@@ -57,7 +57,12 @@ def sprig_rows(corpus: str, split: str) -> list[str]:
 
 
 def grapher_rows(corpus: str, split: str) -> list[str]:
-    graphlake("eval", "--corpus", corpus, "--methods", ",".join(GRAPHER_METHODS), "--split", split, "--k", "5,10", "--json")
+    """PR rows; GAT/MLP only where the corpus's graph_rankers trained them (config ``train_networks``)."""
+    methods = GRAPHER_METHODS[:3]
+    graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--json")
+    if {"gat", "mlp"} <= set(TunedRankers.load(Lake(lake_home()).artifact("graph_rankers", {"corpus": corpus})).models):
+        methods = GRAPHER_METHODS
+        graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--json")
     values = sql(
         f"""SELECT m.method, m.k, avg(m.value) AS everyone, avg(m.value) FILTER (WHERE g.n > 1) AS multi, count(*) FILTER (WHERE g.n > 1) AS multi_queries
             FROM query_metrics m JOIN (SELECT query_id, count(*) AS n FROM qrels WHERE corpus = '{corpus}' GROUP BY query_id) g USING (query_id)
@@ -68,7 +73,7 @@ def grapher_rows(corpus: str, split: str) -> list[str]:
         return f"{100 * row['multi']:.1f}" if row["multi"] is not None else "–"
 
     rows = []
-    for method in GRAPHER_METHODS:
+    for method in methods:
         five, ten = by[(method, 5)], by[(method, 10)]
         rows.append(
             f"| {corpus} | {method} | {multi(five)} ({100 * five['everyone']:.1f}) | {multi(ten)} ({100 * ten['everyone']:.1f}) "
@@ -107,7 +112,7 @@ def rankers_line(corpus: str) -> str:
     chosen = "; ".join(
         f"{name}: lr {r['learning_rate']}, wd {r['weight_decay']}, {r['epochs']} epochs, validation PR@10 {r['validation_pr_at_k']:.3f}"
         for name, r in networks.items()
-    )
+    ) or "GAT/MLP not trained (train_networks: false)"
     return (
         f"- {corpus}: trained on {report['train_corpus']} ({report['queries']} queries); alpha PPR {rankers.alpha['ppr']}, "
         f"GCS {rankers.alpha['gcs']} (training PR@10: base {report['base_pr@10']:.3f}); {chosen}"
