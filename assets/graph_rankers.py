@@ -11,7 +11,6 @@ import time
 from dataclasses import asdict
 
 import numpy as np
-import torch
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.assets.partitions import corpus_partitions
@@ -137,6 +136,8 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 
 def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfig) -> tuple[dict, dict]:
     """GAT and MLP rankers on GCS scores at the tuned alpha; a seeded share of queries validates."""
+    import torch
+
     from graphlake.kernels.graph_rankers import train_ranker
 
     indexes = examples[0]["indexes"]
