@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -118,8 +119,12 @@ def test_ui_serves_every_asset_in_one_graph_grouped_by_stage(lake):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=5) as page:
             assert page.status == 200 and b"<html" in page.read().lower()
     finally:
-        os.killpg(process.pid, 15)
-        process.wait(timeout=30)
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:  # a loaded machine can stall dagster's graceful shutdown of its code server
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=30)
     groups = {"/".join(node["assetKey"]["path"]): node["groupName"] for node in answer["data"]["assetNodes"]}
     graph = build_definitions(lake).resolve_asset_graph()
     assert groups == {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
