@@ -136,7 +136,6 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 
 def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfig) -> tuple[dict, dict]:
     """GAT and MLP rankers on GCS scores at the tuned alpha; a seeded share of queries validates."""
-    import torch
 
     from graphlake.kernels.graph_rankers import train_ranker
 
@@ -152,22 +151,17 @@ def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfi
     cut = max(1, int(len(graphs) * config.validation_share))
     validation, train = [graphs[i] for i in order[:cut]], [graphs[i] for i in order[cut:]]
     models, reports = {}, {}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # graphs of 200 nodes: thread hand-offs cost more than they save
-    try:
-        for name, message_passing in (("gat", True), ("mlp", False)):
-            model, report = train_ranker(
-                train,
-                validation,
-                message_passing=message_passing,
-                learning_rates=config.learning_rates,
-                weight_decays=config.weight_decays,
-                max_epochs=config.max_epochs,
-                patience=config.patience,
-                metric_k=config.metric_k,
-                seed=config.seed,
-            )
-            models[name], reports[name] = model, asdict(report)
-    finally:
-        torch.set_num_threads(threads)
+    for name, message_passing in (("gat", True), ("mlp", False)):
+        model, report = train_ranker(
+            train,
+            validation,
+            message_passing=message_passing,
+            learning_rates=config.learning_rates,
+            weight_decays=config.weight_decays,
+            max_epochs=config.max_epochs,
+            patience=config.patience,
+            metric_k=config.metric_k,
+            seed=config.seed,
+        )
+        models[name], reports[name] = model, asdict(report)
     return models, reports

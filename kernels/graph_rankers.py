@@ -53,15 +53,18 @@ class RankingGraph:
 
 
 def node_features(graph: RankingGraph) -> torch.Tensor:
-    """Per-node input ``[seed score / max |seed score|, query, node]``, shape (n, 2d + 1).
+    """Per-node input ``[standardised seed score, query, node]``, shape (n, 2d + 1).
 
-    GCS scores are on a per-query scale (they depend on the seeds' mass and the graph), so each graph's
-    scores are divided by their largest magnitude: the best candidate gets 1 and the ranker sees
-    relative strength, comparable across queries. An all-zero score vector stays zero.
+    GCS scores sit on a per-query scale and bunch together (200 candidates within a few hundredths of
+    cosine), so each graph's scores are standardised to mean 0 and unit spread: the ranker sees how
+    far a candidate stands out among its own candidates, comparable across queries. Dividing by the
+    largest score instead left the spread so small that on 2Wiki the network learnt less from the
+    scores than GCS alone gives (validation PR@10 0.60 against GCS's 0.72; standardised: 0.84).
+    Constant scores become all zero.
     """
-    seeds = np.asarray(graph.seed_scores, dtype=np.float32)
-    scale = np.abs(seeds).max(initial=0.0)
-    seeds = seeds / scale if scale > 0 else seeds
+    seeds = np.asarray(graph.seed_scores, dtype=np.float64)
+    spread = seeds.std()
+    seeds = ((seeds - seeds.mean()) / spread if spread > 0 else np.zeros_like(seeds)).astype(np.float32)
     n = len(seeds)
     query = np.broadcast_to(np.asarray(graph.query, dtype=np.float32), (n, len(graph.query)))
     return torch.from_numpy(np.hstack([seeds[:, None], query, np.asarray(graph.nodes, dtype=np.float32)]))
@@ -76,10 +79,12 @@ class GraphRanker(nn.Module):
 
     Between layers: ELU, and a residual connection once the width is ``hidden`` (every layer after the
     first), which keeps five stacked attention layers trainable in a few epochs. Heads are averaged
-    (``concat=False``) so both variants have the same layer sizes.
+    (``concat=False``) so both variants have the same layer sizes. One head by default: GraphER does
+    not give a head count, and on 2Wiki candidate graphs (200 nodes, ~6k edges) the per-edge work
+    dominates, so a second head made an epoch 4.5x slower on this CPU.
     """
 
-    def __init__(self, dim: int, hidden: int = 64, heads: int = 2, layers: int = 5, message_passing: bool = True):
+    def __init__(self, dim: int, hidden: int = 64, heads: int = 1, layers: int = 5, message_passing: bool = True):
         super().__init__()
         self.config = {
             "dim": dim,
@@ -232,7 +237,7 @@ def train_ranker(
     metric_k: int = 10,
     seed: int = 0,
     hidden: int = 64,
-    heads: int = 2,
+    heads: int = 1,
     batch_size: int = 16,
 ) -> tuple[GraphRanker, TrainingReport]:
     """GraphER's protocol (A.3): grid-search lr x weight decay x epochs on validation PR@K, then retrain.

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.graph_rankers import RankingGraph, load_ranker, save_ranker, score, train_ranker
+from graphlake.kernels.graph_rankers import RankingGraph, load_ranker, node_features, save_ranker, score, train_ranker
 
 NODES, DIM, K = 30, 8, 10
 SMALL = {"max_epochs": 20, "hidden": 16, "heads": 2, "seed": 0}
@@ -100,3 +100,14 @@ def test_only_the_gat_uses_edges(task):
     edgeless = dataclasses.replace(graph, src=graph.src[:0], dst=graph.dst[:0])
     np.testing.assert_array_equal(score(mlp, edgeless), score(mlp, graph))
     assert not np.allclose(score(gat, edgeless), score(gat, graph), atol=1e-3)
+
+
+def test_seed_scores_are_standardised_per_graph():
+    """Candidates bunched within 0.01 of each other still span several units of input."""
+    nodes = np.zeros((4, DIM), dtype=np.float32)
+    bunched = RankingGraph(np.array([0.700, 0.703, 0.706, 0.709]), np.zeros(DIM), nodes, np.array([0]), np.array([1]))
+    column = node_features(bunched)[:, 0].numpy()
+    np.testing.assert_allclose(column, (bunched.seed_scores - 0.7045) / np.std(bunched.seed_scores), rtol=1e-5)
+    assert column.mean() == pytest.approx(0, abs=1e-6) and column.std() == pytest.approx(1, rel=1e-5)
+    constant = dataclasses.replace(bunched, seed_scores=np.full(4, 0.5))
+    assert not node_features(constant)[:, 0].any()
