@@ -136,7 +136,6 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 
 def train_networks(examples: list[dict], alpha: float, config: GraphRankersConfig) -> tuple[dict, dict]:
     """GAT and MLP rankers on GCS scores at the tuned alpha; a seeded share of queries validates."""
-
     from graphlake.kernels.graph_rankers import train_ranker
 
     indexes = examples[0]["indexes"]
