@@ -362,46 +362,56 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
 
 
 def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> list[str]:
-    """Asset names a fresh evaluation of ``names`` needs: missing indexes, runs whose method changed, stale metrics."""
+    """Asset names a fresh evaluation of ``names`` needs: missing indexes, outdated runs, stale metrics.
+
+    A run is outdated when its method's declaration changed or when anything it read (nodes,
+    queries, an index, a trained model) was written after it, so retraining ``graph_rankers`` or
+    rebuilding an index re-runs the methods that use it.
+    """
     methods, declared = load_methods(home)
     unknown = [name for name in names if name not in methods]
     if unknown:
         raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
     partition = {"corpus": corpus}
-    def artifact(name: str):
-        return lambda: (lake.home / "artifacts" / name / f"corpus={corpus}" / "CURRENT").is_file()
-
-    present = {
-        "dense_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.DENSE_MODEL}),
-        "splade_vectors": lambda: lake.has("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
-        "bm25_index": artifact("bm25"),
-        "dense_hnsw_index": artifact("dense_hnsw"),
-        "graph_rankers": artifact("graph_rankers"),
-        **{f"{kind}_edges": _edges_present(lake, corpus, kind) for kind in ("cooccurrence", "structural", "contextual")},
-        **{f"mentions_{x}": _mentions_present(lake, corpus, x) for x in ("spacy", "regex")},
+    built = {  # when each index asset last wrote its output, None when it never did
+        "dense_vectors": lambda: lake.written_at("vectors", {**partition, "model": encoders.DENSE_MODEL}),
+        "splade_vectors": lambda: lake.written_at("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
+        **{f"{name}_index": _artifact_written(lake, name, corpus) for name in ("bm25", "dense_hnsw")},
+        "graph_rankers": _artifact_written(lake, "graph_rankers", corpus),
+        **{f"{kind}_edges": _edges_written(lake, corpus, kind) for kind in ("cooccurrence", "structural", "contextual")},
+        **{f"mentions_{x}": _mentions_written(lake, corpus, x) for x in ("spacy", "regex")},
     }
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
     selected = base if not all(lake.has(table, partition) for table in base) else []
     for name in names:
+        run_partition = {**partition, "method": name}
+        run_written = lake.written_at("runs", run_partition)
+        inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
         for index in sorted(needs(methods[name], methods)):
             assets = INDEX_ASSETS[index]
-            if assets[-1] not in selected and (selected[:1] == base[:1] or not present[assets[-1]]()):
+            written = None if selected[:1] == base[:1] or assets[-1] in selected else built[assets[-1]]()
+            if written is None and assets[-1] not in selected:
                 selected += assets
-        run_partition = {**partition, "method": name}
+            inputs.append(written)
         params = json.dumps(_resolved(name, declared), sort_keys=True)
-        if _first(lake, "runs", run_partition, "params") != params:
+        outdated = run_written is None or any(when is None or when > run_written for when in inputs)
+        if outdated or _first(lake, "runs", run_partition, "params") != params:
             selected += [f"run_{name}", f"metrics_{name}", f"query_metrics_{name}"]
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id"):
             selected += [f"metrics_{name}", f"query_metrics_{name}"]
     return selected
 
 
-def _edges_present(lake: Lake, corpus: str, kind: str):
-    return lambda: lake.has("edges", {"corpus": corpus, "kind": kind})
+def _artifact_written(lake: Lake, name: str, corpus: str):
+    return lambda: lake.artifact_written_at(name, {"corpus": corpus})
 
 
-def _mentions_present(lake: Lake, corpus: str, extractor: str):
-    return lambda: lake.has("mentions", {"corpus": corpus, "extractor": extractor})
+def _edges_written(lake: Lake, corpus: str, kind: str):
+    return lambda: lake.written_at("edges", {"corpus": corpus, "kind": kind})
+
+
+def _mentions_written(lake: Lake, corpus: str, extractor: str):
+    return lambda: lake.written_at("mentions", {"corpus": corpus, "extractor": extractor})
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:

@@ -147,6 +147,16 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     again = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False)
     assert json.loads(again.stdout)[0]["metrics"] == report[0]["metrics"]
     assert lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py() == run_id  # nothing re-ran
+    def run_ids() -> dict[str, str]:
+        return {m: lake_.read("runs", {"corpus": "demo", "method": m}).column("run_id")[0].as_py() for m in ("bm25", "dense", "rrf")}
+
+    before = run_ids()
+    rebuilt = runner.invoke(app, ["materialize", "--corpus", "demo", "--select", "key:bm25_index"], catch_exceptions=False)
+    assert rebuilt.exit_code == 0, rebuilt.output
+    runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25,dense,rrf", "--json"], catch_exceptions=False)
+    after = run_ids()  # a rebuilt index outdates the runs that read it, and only those
+    assert after["dense"] == before["dense"] and after["bm25"] != before["bm25"] and after["rrf"] != before["rrf"]
+    run_id = after["bm25"]
     (lake / "methods.yaml").write_text("bm25: {op: bm25, k: 5}\n", encoding="utf-8")
     changed = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--k", "5", "--json"], catch_exceptions=False)
     assert changed.exit_code == 0

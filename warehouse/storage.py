@@ -103,6 +103,16 @@ class Lake:
     def has(self, table: str, partition: Mapping[str, str]) -> bool:
         return (self.partition_dir(table, partition) / DATA_FILE).is_file()
 
+    def written_at(self, table: str, partition: Mapping[str, str]) -> float | None:
+        """When the partition's current version was written (epoch seconds), None if it has none."""
+        path = self.partition_dir(table, partition) / DATA_FILE
+        return path.stat().st_mtime if path.is_file() else None
+
+    def artifact_written_at(self, name: str, partition: Mapping[str, str]) -> float | None:
+        """When the artefact's current version was swapped in, None if it has none."""
+        pointer = self._artifact_root(name, partition) / "CURRENT"
+        return pointer.stat().st_mtime if pointer.is_file() else None
+
     def _artifact_root(self, name: str, partition: Mapping[str, str]) -> Path:
         path = self.home / "artifacts" / name
         for column, value in partition.items():
