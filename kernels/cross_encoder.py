@@ -1,0 +1,198 @@
+"""The project's own cross-encoder: a BERT sequence classifier with one output, split at [CLS].
+
+No pretrained cross-encoder ships offline, so one is fine-tuned from the packaged all-MiniLM-L6-v2
+weights (``encoders.dense_model_path``). FastInsight's GRanker smooths the [CLS] vectors over the
+graph before scoring them, so the model is used in two halves: :meth:`CrossEncoder.features` gives
+the last layer's [CLS] vector of each (query, passage) pair and :meth:`CrossEncoder.head` maps
+vectors to scores with the classifier head (BERT's pooler dense + tanh, then the output layer: the
+"last two layers" FastInsight takes as its MLP). ``head(features(...))`` is exactly the model's score.
+
+Training is listwise: each group holds one relevant passage and hard negatives, and the loss is the
+softmax cross-entropy of the relevant one (as in GRASP's and most rerankers' recipes).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import transformers
+from transformers import AutoTokenizer, BertForSequenceClassification
+
+from graphlake.kernels.encoders import dense_model_path
+
+MAX_TOKENS = 256
+TRAINING_FILE = "training.json"
+
+
+class CrossEncoder:
+    """Scores (query, passage) pairs; eval mode unless training."""
+
+    def __init__(self, model: BertForSequenceClassification, tokenizer, max_tokens: int = MAX_TOKENS):
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.max_tokens = max_tokens
+
+    @classmethod
+    def initial(cls, max_tokens: int = MAX_TOKENS, seed: int = 0) -> CrossEncoder:
+        """all-MiniLM-L6-v2's encoder with a freshly initialised, seeded one-output head."""
+        path = str(dense_model_path())
+        torch.manual_seed(seed)
+        verbosity = transformers.logging.get_verbosity()
+        transformers.logging.set_verbosity_error()  # "classifier newly initialised" is the point, not news
+        try:
+            model = BertForSequenceClassification.from_pretrained(path, num_labels=1, local_files_only=True)
+        finally:
+            transformers.logging.set_verbosity(verbosity)
+        return cls(model, AutoTokenizer.from_pretrained(path, local_files_only=True), max_tokens)
+
+    @classmethod
+    def load(cls, folder: Path) -> CrossEncoder:
+        model = BertForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
+        return cls(model, tokenizer, int(json.loads((folder / TRAINING_FILE).read_text())["max_tokens"]))
+
+    def save(self, folder: Path, report: dict | None = None) -> None:
+        self.model.save_pretrained(str(folder))
+        self.tokenizer.save_pretrained(str(folder))
+        (folder / TRAINING_FILE).write_text(json.dumps({"max_tokens": self.max_tokens, **(report or {})}, indent=2))
+
+    def _encode(self, query: str, texts: Sequence[str]) -> dict[str, torch.Tensor]:
+        return self.tokenizer(
+            [query] * len(texts), list(texts), truncation="only_second", max_length=self.max_tokens, padding=True, return_tensors="pt"
+        )
+
+    def _cls(self, query: str, texts: Sequence[str]) -> torch.Tensor:
+        return self.model.bert(**self._encode(query, texts)).last_hidden_state[:, 0]
+
+    def _head(self, cls: torch.Tensor) -> torch.Tensor:
+        pooled = self.model.bert.pooler.activation(self.model.bert.pooler.dense(cls))
+        return self.model.classifier(self.model.dropout(pooled)).squeeze(-1)
+
+    @torch.inference_mode()
+    def features(self, query: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
+        """[CLS] vectors ``(len(texts), hidden)`` of the (query, text) pairs, batched by length."""
+        self.model.eval()
+        out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
+        order = np.argsort([len(t) for t in texts], kind="stable")
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            out[rows] = self._cls(query, [texts[i] for i in rows]).numpy()
+        return out
+
+    @torch.inference_mode()
+    def head(self, features: np.ndarray) -> np.ndarray:
+        """Scores ``(n,)`` for [CLS] vectors (raw or smoothed)."""
+        self.model.eval()
+        return self._head(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy().astype(np.float64)
+
+    def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        return self.head(self.features(query, texts))
+
+
+@dataclass(frozen=True)
+class Group:
+    """One training example: a query, a relevant passage, and non-relevant passages ranked high by a retriever."""
+
+    query: str
+    positive: str
+    negatives: tuple[str, ...]
+
+
+@dataclass
+class TrainingReport:
+    """What :func:`train` did: the data, the budget, and the validation metric over the steps."""
+
+    groups: int
+    negatives_per_group: int
+    steps: int
+    seconds: float
+    learning_rate: float
+    best_step: int
+    best_validation: float
+    initial_validation: float
+    curve: list[dict] = field(default_factory=list)  # {"step", "loss", "validation", "seconds"}
+
+
+def train(
+    encoder: CrossEncoder,
+    groups: Sequence[Group],
+    validate: Callable[[CrossEncoder], float],
+    learning_rate: float = 3e-5,
+    groups_per_step: int = 4,
+    epochs: int = 1,
+    budget_seconds: float = math.inf,
+    validate_every: int = 50,
+    seed: int = 0,
+) -> TrainingReport:
+    """Fine-tune ``encoder`` in place with a listwise softmax loss; keeps the weights of the best validation.
+
+    ``validate`` returns a higher-is-better metric on held-out queries (nDCG@10 of reranking, say);
+    it runs before training, every ``validate_every`` steps and at the end. Training stops at the end
+    of ``epochs`` or once ``budget_seconds`` have passed, whichever is first; linear warm-up over
+    the first 10% of the planned steps, then linear decay.
+    """
+    rng = np.random.default_rng(seed)
+    torch.manual_seed(seed)
+    planned = max(1, epochs * math.ceil(len(groups) / groups_per_step))
+    optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=learning_rate, weight_decay=0.01)
+    warmup = max(1, planned // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (planned - step) / max(1, planned - warmup)))
+    )
+    started = time.perf_counter()
+    initial = best = validate(encoder)
+    best_state = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+    curve = [{"step": 0, "loss": None, "validation": initial, "seconds": 0.0}]
+    step, best_step, losses = 0, 0, []
+    out_of_time = False
+    for _ in range(epochs):
+        order = rng.permutation(len(groups))
+        for start in range(0, len(order), groups_per_step):
+            encoder.model.train()
+            batch = [groups[i] for i in order[start : start + groups_per_step]]
+            loss = torch.stack([_group_loss(encoder, group) for group in batch]).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
+            optimizer.step()
+            schedule.step()
+            step += 1
+            losses.append(float(loss.detach()))
+            out_of_time = time.perf_counter() - started > budget_seconds
+            if step % validate_every == 0 or step == planned or out_of_time:
+                value = validate(encoder)
+                curve.append({"step": step, "loss": float(np.mean(losses)), "validation": value, "seconds": time.perf_counter() - started})
+                losses = []
+                if value > best:
+                    best, best_step = value, step
+                    best_state = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+            if out_of_time:
+                break
+        if out_of_time:
+            break
+    encoder.model.load_state_dict(best_state)
+    encoder.model.eval()
+    return TrainingReport(
+        groups=len(groups),
+        negatives_per_group=max((len(g.negatives) for g in groups), default=0),
+        steps=step,
+        seconds=time.perf_counter() - started,
+        learning_rate=learning_rate,
+        best_step=best_step,
+        best_validation=best,
+        initial_validation=initial,
+        curve=curve,
+    )
+
+
+def _group_loss(encoder: CrossEncoder, group: Group) -> torch.Tensor:
+    """Softmax cross-entropy of the relevant passage (index 0) among the group's passages."""
+    scores = encoder._head(encoder._cls(group.query, [group.positive, *group.negatives]))
+    return torch.nn.functional.cross_entropy(scores[None, :], torch.zeros(1, dtype=torch.long))
