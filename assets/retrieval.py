@@ -20,9 +20,10 @@ import yaml
 from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Output, asset, multi_asset
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.assets.vectors import NODE_IDS_FILE, dense_matrix
+from graphlake.assets.vectors import NODE_IDS_FILE, dense_matrix, retrieval_texts
 from graphlake.kernels import encoders
 from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.cross_encoder import CrossEncoder
 from graphlake.kernels.entities import conceptual_weights, normalise, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.graph_operators import TunedRankers
@@ -48,8 +49,13 @@ INDEX_ASSETS: dict[str, tuple[str, ...]] = {
     "mentions_spacy": ("entities_spacy", "mentions_spacy"),  # one multi-asset: built together
     "mentions_regex": ("entities_regex", "mentions_regex"),
     "graph_rankers": ("graph_rankers",),
+    "reranker": ("bm25_index", "dense_vectors", "reranker"),  # it mines negatives with both
+    "citation": ("citation_edges",),
+    "semantic": ("semantic_edges",),
+    "conceptual": ("conceptual_edges",),
 }
 EXTRACT = {"spacy": spacy_entities, "regex": regex_entities}
+EDGE_KINDS = ("cooccurrence", "structural", "contextual", "citation", "semantic", "conceptual")
 
 
 def load_methods(home: Path) -> tuple[dict[str, Any], dict[str, dict]]:
@@ -183,17 +189,66 @@ class LakeIndexes:
             mentions = self._mention_matrix(extractor)[rows].tocoo()
             src, dst, weight = conceptual_weights(mentions.row, mentions.col, len(rows), mentions.shape[1])
             return sp.csr_matrix((weight, (src, dst)), shape=(len(rows), len(rows)))
-        if proximity not in self._proximity_graphs:
-            edges = self.lake.read("edges", {"corpus": self.corpus, "kind": proximity})
-            src = self.node_rows(edges.column("src").to_pylist(), f"{proximity} edges")
-            dst = self.node_rows(edges.column("dst").to_pylist(), f"{proximity} edges")
+        return self._linked(proximity)[rows][:, rows].tocsr()
+
+    def _linked(self, kind: str) -> sp.csr_matrix:
+        """The corpus's ``kind`` edges as an undirected 0/1 adjacency over node rows, no loops."""
+        if kind not in self._proximity_graphs:
+            edges = self.lake.read("edges", {"corpus": self.corpus, "kind": kind})
+            src = self.node_rows(edges.column("src").to_pylist(), f"{kind} edges")
+            dst = self.node_rows(edges.column("dst").to_pylist(), f"{kind} edges")
             n = len(self.node_ids)
             linked = sp.csr_matrix((np.ones(2 * len(src)), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
-            linked.data[:] = 1.0  # GraphER: weight 1 between linked objects, however many links
+            linked.data[:] = 1.0  # weight 1 between linked objects, however many links
             linked.setdiag(0)
             linked.eliminate_zeros()
-            self._proximity_graphs[proximity] = linked
-        return self._proximity_graphs[proximity][rows][:, rows].tocsr()
+            self._proximity_graphs[kind] = linked
+        return self._proximity_graphs[kind]
+
+    def corpus_graph(self, kinds: tuple[str, ...]) -> tuple[sp.csr_matrix, np.ndarray]:
+        """The union of the ``kinds`` edge sets, undirected 0/1, and its node degrees (FastInsight's, GAR's graph)."""
+        key = ",".join(sorted(kinds))
+        if key not in self._corpus_graphs:
+            union = sum((self._linked(kind) for kind in kinds), sp.csr_matrix((len(self.node_ids),) * 2))
+            union = sp.csr_matrix(union)
+            union.data[:] = 1.0
+            self._corpus_graphs[key] = (union, np.diff(union.indptr))
+        return self._corpus_graphs[key]
+
+    @cached_property
+    def _corpus_graphs(self) -> dict[str, tuple[sp.csr_matrix, np.ndarray]]:
+        return {}
+
+    def corpus_graph_kinds(self) -> tuple[str, ...]:
+        return CorpusRegistry(self.lake.home).get(self.corpus).corpus_graph
+
+    @cached_property
+    def _nodes(self) -> pa.Table:
+        nodes = self.lake.read("nodes", {"corpus": self.corpus})
+        self._check_order("nodes", nodes.column("node_id").to_pylist())
+        return nodes
+
+    @cached_property
+    def _texts(self) -> list[str]:
+        return retrieval_texts(self._nodes, self.lake.read("documents", {"corpus": self.corpus}))
+
+    def texts(self) -> list[str]:
+        """``title + text`` of every node row, what the encoders and the cross-encoder read."""
+        return self._texts
+
+    @cached_property
+    def _doc_ids(self) -> np.ndarray:
+        return np.asarray(self._nodes.column("doc_id").to_pylist(), dtype=object)
+
+    def doc_ids(self) -> np.ndarray:
+        return self._doc_ids
+
+    @cached_property
+    def _reranker(self) -> CrossEncoder:
+        return CrossEncoder.load(self.lake.artifact("reranker", {}))
+
+    def reranker(self) -> CrossEncoder:
+        return self._reranker
 
     @cached_property
     def _mention_matrices(self) -> dict[str, sp.csr_matrix]:
@@ -378,7 +433,8 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
         "splade_vectors": lambda: lake.written_at("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
         **{f"{name}_index": _artifact_written(lake, name, corpus) for name in ("bm25", "dense_hnsw")},
         "graph_rankers": _artifact_written(lake, "graph_rankers", corpus),
-        **{f"{kind}_edges": _edges_written(lake, corpus, kind) for kind in ("cooccurrence", "structural", "contextual")},
+        "reranker": lambda: lake.artifact_written_at("reranker", {}),
+        **{f"{kind}_edges": _edges_written(lake, corpus, kind) for kind in EDGE_KINDS},
         **{f"mentions_{x}": _mentions_written(lake, corpus, x) for x in ("spacy", "regex")},
     }
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]

@@ -16,6 +16,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from graphlake.kernels.graph_operators import PPR, GraphRerank
 from graphlake.kernels.operator_base import Candidates, Indexes, Input, MethodError, Op, from_dict, ranked, run_inputs
+from graphlake.kernels.rerank_operators import GAR, CrossEncoderRerank, FastInsight
 
 
 class BM25(Op):
@@ -115,10 +116,15 @@ class WeightedSum(Op):
         return from_dict(fused, self.k)
 
 
-Operator = Annotated[Union[BM25, Dense, DenseHNSW, Splade, RRF, WeightedSum, PPR, GraphRerank], Field(discriminator="op")]
-for _model in (RRF, WeightedSum, PPR, GraphRerank):
+Operator = Annotated[
+    Union[BM25, Dense, DenseHNSW, Splade, RRF, WeightedSum, PPR, GraphRerank, CrossEncoderRerank, GAR, FastInsight],
+    Field(discriminator="op"),
+]
+for _model in (RRF, WeightedSum, PPR, GraphRerank, CrossEncoderRerank, GAR):
     _model.model_rebuild(_types_namespace={"Operator": Operator})
-OPERATOR_NAMES = ("bm25", "dense", "dense_hnsw", "splade", "rrf", "weighted_sum", "ppr", "graph_rerank")
+OPERATOR_NAMES = (
+    "bm25", "dense", "dense_hnsw", "splade", "rrf", "weighted_sum", "ppr", "graph_rerank", "cross_encoder", "gar", "fastinsight",
+)
 _OPERATOR = TypeAdapter(Operator)
 
 

@@ -6,6 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
 from graphlake.assets.graph_rankers import graph_rankers
+from graphlake.assets.reranker import reranker
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.report import report_asset
 from graphlake.assets.retrieval import method_assets
@@ -26,6 +27,7 @@ STATIC_ASSETS = [
     *link_edges.ASSETS,
     *knowledge_graph.ASSETS,
     graph_rankers,
+    reranker,
 ]
 EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
 CHECKS = [

@@ -50,12 +50,15 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
         if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
             instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
         selected = _resolve_selection(selection)
-        total = len(selected.resolve(assets))
-        with _RunProgress(instance, console, f"{corpus}:", total) as progress:
+        keys = selected.resolve(assets)
+        by_key = {key: definition for definition in assets for key in definition.keys}
+        # lake-wide assets (the reranker) take no partition; a run of only those must not name one
+        partitioned = any(by_key[key].partitions_def is not None for key in keys)
+        with _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
             result = materialize(
                 [*assets, *defs.asset_checks],
                 instance=instance,
-                partition_key=corpus,
+                partition_key=corpus if partitioned else None,
                 resources=defs.resources,
                 selection=selected,
                 run_config=QUIET_LOGS,

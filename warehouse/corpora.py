@@ -54,6 +54,16 @@ FORMAT_PROXIMITY: dict[str, str] = {
     "hipporag": "conceptual",
 }
 
+# the corpus graph FastInsight and GAR walk: citations where documents cite, shared entities for
+# multi-hop passages, semantic kNN + shared entities for BEIR sets (SciFact has no citations)
+FORMAT_CORPUS_GRAPH: dict[str, tuple[str, ...]] = {
+    "demo": ("citation",),
+    "beir": ("semantic", "conceptual"),
+    **{name: ("conceptual",) for name in ("hotpotqa", "hotpotqa-ircot", "2wiki", "musique", "hipporag")},
+    "spider": ("structural",),
+    "bird": ("structural",),
+}
+
 
 class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -79,6 +89,10 @@ class CorpusSpec(BaseModel):
     @property
     def proximity(self) -> str:
         return FORMAT_PROXIMITY.get(self.format, "contextual")
+
+    @property
+    def corpus_graph(self) -> tuple[str, ...]:
+        return FORMAT_CORPUS_GRAPH.get(self.format, ("citation", "semantic"))
 
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
