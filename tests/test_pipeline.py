@@ -75,6 +75,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "bm25_index": "indexes",
         "dense_hnsw_index": "indexes",
         "graph_rankers": "retrieval",
+        "reranker": "retrieval",
         **{f"run_{m}": "retrieval" for m in methods},
         **{f"metrics_{m}": "evaluation" for m in methods},
         **{f"query_metrics_{m}": "evaluation" for m in methods},
