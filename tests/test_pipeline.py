@@ -52,6 +52,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     groups = {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
     methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph", "graph_hybrid", "graph_dense", "graph_rrf", "rrf_ppr"]
     methods += [f"grapher_{ranker}" for ranker in ("base", "ppr", "gcs", "gat", "mlp")]
+    methods += ["vector", "re2", "gar", "fastinsight"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
