@@ -209,9 +209,8 @@ class LakeIndexes:
         """The union of the ``kinds`` edge sets, undirected 0/1, and its node degrees (FastInsight's, GAR's graph)."""
         key = ",".join(sorted(kinds))
         if key not in self._corpus_graphs:
-            union = sum((self._linked(kind) for kind in kinds), sp.csr_matrix((len(self.node_ids),) * 2))
-            union = sp.csr_matrix(union)
-            union.data[:] = 1.0
+            union = sum((self._linked(kind) for kind in kinds), sp.csr_matrix((len(self.node_ids),) * 2)).tocsr()
+            union.data[:] = 1.0  # an edge present in several kinds is still one edge
             self._corpus_graphs[key] = (union, np.diff(union.indptr))
         return self._corpus_graphs[key]
 
