@@ -3,18 +3,26 @@ on a training corpus's queries, for use on this corpus.
 
 The training queries are the corpus registry's ``train_corpus`` (all its queries: GraphER tunes on
 BIRD and evaluates on Spider) or, when none is declared, this corpus's own ``train`` split; never
-the queries being evaluated. Candidates come from the same base retriever and proximity graph the
-``graph_rerank`` operator uses, so tuning sees exactly what evaluation will.
+the queries being evaluated. ``alpha_corpus`` moves the alpha search to another corpus, as GraphER
+A.3 does (alpha tuned once on BIRD, fixed everywhere). Candidates come from the same base retriever
+and proximity graph the ``graph_rerank`` operator uses, so tuning sees exactly what evaluation will.
+
+Corpora that learn from the same queries with the same config get the same rankers: the artefact
+carries a fingerprint of its inputs, and an equal one already in the lake is copied, not retrained.
 """
 
+import hashlib
+import json
+import shutil
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 import numpy as np
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.assets.partitions import corpus_partitions
-from graphlake.assets.retrieval import LakeIndexes, load_methods
+from graphlake.assets.retrieval import LakeIndexes, asset_written_at, load_methods
 from graphlake.kernels import encoders
 from graphlake.kernels.graph_operators import GraphRerank, TunedRankers, ranking_graph
 from graphlake.kernels.propagation import gcs
@@ -23,6 +31,7 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake, StorageError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
+INPUTS = ("nodes", "queries", "qrels", "bm25_index", "dense_vectors", "structural_edges", "contextual_edges", "mentions_spacy")
 
 
 class GraphRankersConfig(Config):
@@ -40,36 +49,46 @@ class GraphRankersConfig(Config):
 @asset(
     partitions_def=corpus_partitions,
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("nodes", "qrels", "bm25_index", "dense_vectors", "structural_edges", "contextual_edges", "mentions_spacy")],
+    deps=[AssetKey(name) for name in INPUTS if name != "queries"],
 )
 def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:
     """Tuned alpha per propagation ranker and trained GAT / MLP rankers, as an artefact folder."""
     started = time.perf_counter()
     corpus = context.partition_key
     train_corpus, split = training_queries(lake.home, corpus)
+    alpha_corpus, alpha_split = alpha_queries(lake.home, corpus)
     methods, _ = load_methods(lake.home)
     if config.base not in methods:
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
-    examples = candidate_examples(lake.lake, train_corpus, split, methods, config.base)
-    if not examples:
-        raise StorageError(
-            f"corpus {train_corpus!r} has no {split + ' ' if split else ''}queries with gold to tune graph rankers on; "
-            f"name a training corpus for {corpus!r} (graphlake ingest ... --train-corpus NAME, or train_corpus: in corpora.yaml)"
-        )
+    fingerprint = _fingerprint(lake.lake, [(train_corpus, split), (alpha_corpus, alpha_split)], config)
+    same = _artefact_with(lake.lake, fingerprint, prefer=corpus)
+    if same is not None:
+        source = same.parent.name.removeprefix("corpus=")
+        if source != corpus:
+            lake.lake.write_artifact("graph_rankers", {"corpus": corpus}, lambda folder: shutil.copytree(same, folder, dirs_exist_ok=True))
+        context.log.info(f"graph_rankers: training data and config as for {source!r}; reusing its rankers")
+        context.add_output_metadata({"retrained": False, "same_as": source})
+        return
+    examples = _examples(lake.lake, train_corpus, split, methods, config.base)
+    alpha_examples = examples if (alpha_corpus, alpha_split) == (train_corpus, split) else _examples(lake.lake, alpha_corpus, alpha_split, methods, config.base)
     alpha, curves = {}, {}
     for ranker in ("ppr", "gcs"):
         op = GraphRerank(op="graph_rerank", inputs=[config.base], ranker=ranker)
         curves[ranker] = {
-            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
+            a: mean_perfect_recall(alpha_examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
             for a in ALPHAS
         }
         alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
-    base_pr = mean_perfect_recall(examples, lambda e: e["base"].scores, config.metric_k)
+    base_pr = mean_perfect_recall(alpha_examples, lambda e: e["base"].scores, config.metric_k)
     report = {
+        "fingerprint": fingerprint,
         "train_corpus": train_corpus,
         "split": split or "all",
+        "alpha_corpus": alpha_corpus,
+        "alpha_split": alpha_split or "all",
         "base": config.base,
         "queries": len(examples),
+        "alpha_queries": len(alpha_examples),
         f"base_pr@{config.metric_k}": base_pr,
         f"pr@{config.metric_k}_by_alpha": {r: {str(a): v for a, v in c.items()} for r, c in curves.items()},
     }
@@ -80,7 +99,9 @@ def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, la
     lake.lake.write_artifact("graph_rankers", {"corpus": corpus}, rankers.save)
     context.add_output_metadata(
         {
+            "retrained": True,
             "train_corpus": train_corpus,
+            "alpha_corpus": alpha_corpus,
             "queries": len(examples),
             "alpha_ppr": alpha["ppr"],
             "alpha_gcs": alpha["gcs"],
@@ -99,6 +120,50 @@ def training_queries(home, corpus: str) -> tuple[str, str | None]:
         CorpusRegistry(home).get(spec.train_corpus)  # fails clearly if undeclared
         return spec.train_corpus, None
     return corpus, "train"
+
+
+def alpha_queries(home, corpus: str) -> tuple[str, str | None]:
+    """(corpus whose queries pick alpha, split or None for all): ``alpha_corpus``, else the training queries."""
+    spec = CorpusRegistry(home).get(corpus)
+    if spec.alpha_corpus:
+        CorpusRegistry(home).get(spec.alpha_corpus)
+        return spec.alpha_corpus, None
+    return training_queries(home, corpus)
+
+
+def _examples(lake: Lake, corpus: str, split: str | None, methods: dict, base: str) -> list[dict]:
+    examples = candidate_examples(lake, corpus, split, methods, base)
+    if not examples:
+        raise StorageError(
+            f"corpus {corpus!r} has no {split + ' ' if split else ''}queries with gold to tune graph rankers on; "
+            f"name a training corpus (graphlake ingest ... --train-corpus NAME, or train_corpus: in corpora.yaml)"
+        )
+    return examples
+
+
+def _fingerprint(lake: Lake, sources: list[tuple[str, str | None]], config: GraphRankersConfig) -> str:
+    """What rankers were learned from: config, the (corpus, split) sources and when their inputs were written."""
+    written = {
+        corpus: {name: asset_written_at(lake, corpus, name) for name in INPUTS}
+        for corpus, _ in sources
+    }
+    content = {"config": config.model_dump(), "sources": sources, "written": written}
+    return hashlib.blake2b(json.dumps(content, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def _artefact_with(lake: Lake, fingerprint: str, prefer: str) -> Path | None:
+    """The current graph_rankers folder (this corpus's first) whose report carries ``fingerprint``."""
+    root = lake.home / "artifacts" / "graph_rankers"
+    partitions = sorted(root.glob("corpus=*"), key=lambda p: p.name != f"corpus={prefer}")
+    for partition in partitions:
+        try:
+            folder = lake.artifact("graph_rankers", {"corpus": partition.name.removeprefix("corpus=")})
+            saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
+        except (StorageError, OSError, ValueError):
+            continue
+        if saved.get("report", {}).get("fingerprint") == fingerprint:
+            return folder
+    return None
 
 
 def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: dict, base: str) -> list[dict]:

@@ -427,15 +427,6 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
     if unknown:
         raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
     partition = {"corpus": corpus}
-    built = {  # when each index asset last wrote its output, None when it never did
-        "dense_vectors": lambda: lake.written_at("vectors", {**partition, "model": encoders.DENSE_MODEL}),
-        "splade_vectors": lambda: lake.written_at("vectors", {**partition, "model": encoders.SPLADE_MODEL}),
-        **{f"{name}_index": _artifact_written(lake, name, corpus) for name in ("bm25", "dense_hnsw")},
-        "graph_rankers": _artifact_written(lake, "graph_rankers", corpus),
-        "reranker": lambda: lake.artifact_written_at("reranker", {}),
-        **{f"{kind}_edges": _edges_written(lake, corpus, kind) for kind in EDGE_KINDS},
-        **{f"mentions_{x}": _mentions_written(lake, corpus, x) for x in ("spacy", "regex")},
-    }
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
     selected = base if not all(lake.has(table, partition) for table in base) else []
     for name in names:
@@ -444,7 +435,7 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
         inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
         for index in sorted(needs(methods[name], methods)):
             assets = INDEX_ASSETS[index]
-            written = None if selected[:1] == base[:1] or assets[-1] in selected else built[assets[-1]]()
+            written = None if selected[:1] == base[:1] or assets[-1] in selected else asset_written_at(lake, corpus, assets[-1])
             if written is None and assets[-1] not in selected:
                 selected += assets
             inputs.append(written)
@@ -457,16 +448,21 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
     return selected
 
 
-def _artifact_written(lake: Lake, name: str, corpus: str):
-    return lambda: lake.artifact_written_at(name, {"corpus": corpus})
-
-
-def _edges_written(lake: Lake, corpus: str, kind: str):
-    return lambda: lake.written_at("edges", {"corpus": corpus, "kind": kind})
-
-
-def _mentions_written(lake: Lake, corpus: str, extractor: str):
-    return lambda: lake.written_at("mentions", {"corpus": corpus, "extractor": extractor})
+def asset_written_at(lake: Lake, corpus: str, asset: str) -> float | None:
+    """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
+    partition = {"corpus": corpus}
+    if asset in ("dense_vectors", "splade_vectors"):
+        model = encoders.DENSE_MODEL if asset == "dense_vectors" else encoders.SPLADE_MODEL
+        return lake.written_at("vectors", {**partition, "model": model})
+    if asset in ("bm25_index", "dense_hnsw_index", "graph_rankers"):
+        return lake.artifact_written_at(asset.removesuffix("_index"), partition)
+    if asset == "reranker":
+        return lake.artifact_written_at("reranker", {})
+    if asset.endswith("_edges") and asset.removesuffix("_edges") in EDGE_KINDS:
+        return lake.written_at("edges", {**partition, "kind": asset.removesuffix("_edges")})
+    if asset.startswith("mentions_"):
+        return lake.written_at("mentions", {**partition, "extractor": asset.removeprefix("mentions_")})
+    return lake.written_at(asset, partition)
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:

@@ -65,6 +65,9 @@ def ingest(
     train_corpus: Annotated[
         str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")
     ] = None,
+    alpha_corpus: Annotated[
+        str | None, typer.Option(help="Corpus whose queries pick GraphER's alpha (default: the training corpus).")
+    ] = None,
 ) -> None:
     """Declare a corpus and materialize its ingest and chunking assets."""
     if format not in INGEST_FORMATS:
@@ -80,6 +83,7 @@ def ingest(
             split=split,
             chunking=Chunking(size=chunk_size, overlap=chunk_overlap) if chunk_size else None,
             train_corpus=train_corpus,
+            alpha_corpus=alpha_corpus,
         )
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:

@@ -10,13 +10,15 @@ import pytest
 import scipy.sparse as sp
 from typer.testing import CliRunner
 
-from graphlake.assets.graph_rankers import training_queries
+from dagster import AssetKey, DagsterInstance
+
+from graphlake.assets.graph_rankers import alpha_queries, training_queries
 from graphlake.kernels.bm25 import BM25Index
 from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.kernels.operators import MethodError, parse_methods
 from graphlake.pipelines.cli import app
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
 
@@ -123,6 +125,21 @@ def test_grapher_and_sprig_methods_end_to_end_on_the_demo(lake):
     assert set(runs.column("query_id").to_pylist()) == set(base.column("query_id").to_pylist())
     assert runs.num_rows == base.num_rows  # a reranker reorders its candidates, it never adds or drops any
 
+    # two corpora learning from the same queries share one training: the second copies the first's rankers
+    registry = CorpusRegistry(lake)
+    for name in ("twin-a", "twin-b"):
+        registry.add(CorpusSpec(name=name, format="demo", path=str(DEMO_PATH), train_corpus="demo"))
+    for name, retrained in (("twin-a", True), ("twin-b", False), ("twin-a", False)):
+        result = CliRunner().invoke(app, ["materialize", "--corpus", name, "--select", "key:graph_rankers"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        with DagsterInstance.get() as instance:
+            metadata = instance.get_latest_materialization_event(AssetKey("graph_rankers")).asset_materialization.metadata
+        assert metadata["retrained"].value is retrained
+    twin_a = lake_.artifact("graph_rankers", {"corpus": "twin-a"})
+    twin_b = lake_.artifact("graph_rankers", {"corpus": "twin-b"})
+    assert (twin_a / "rankers.json").read_text() == (twin_b / "rankers.json").read_text()
+    assert TunedRankers.load(twin_a).report["split"] == "all"  # the training corpus's queries, all of them
+
 
 def test_rankers_learn_from_the_declared_training_corpus_or_the_train_split(tmp_path):
     registry = CorpusRegistry(tmp_path)
@@ -132,3 +149,8 @@ def test_rankers_learn_from_the_declared_training_corpus_or_the_train_split(tmp_
         training_queries(tmp_path, "tables")
     registry.add(CorpusSpec(name="other", format="jsonl", path=str(tmp_path)))
     assert training_queries(tmp_path, "tables") == ("other", None)  # all of the training corpus's queries
+    assert alpha_queries(tmp_path, "tables") == ("other", None)  # alpha follows the training queries by default
+    registry.add(CorpusSpec(name="passages", format="jsonl", path=str(tmp_path), train_corpus="other", alpha_corpus="tables"))
+    assert alpha_queries(tmp_path, "passages") == ("tables", None)  # GraphER: alpha tuned once, on BIRD
+    with pytest.raises(ValueError, match="alpha_corpus must be another corpus"):
+        CorpusSpec(name="tables", format="jsonl", path=str(tmp_path), alpha_corpus="tables")

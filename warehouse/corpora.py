@@ -77,10 +77,16 @@ class CorpusSpec(BaseModel):
     # the corpus whose queries tune and train the rankers used here (GraphER's alpha and GAT);
     # unset: this corpus's own "train" split
     train_corpus: str | None = None
+    # the corpus whose queries pick GraphER's alpha (GraphER A.3 tunes it once, on BIRD, and fixes it
+    # for every data set); unset: the training queries above
+    alpha_corpus: str | None = None
 
     def model_post_init(self, _context: object) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"corpus {self.name!r}: unknown format {self.format!r}; one of {', '.join(FORMATS)}")
+        for role, other in (("train_corpus", self.train_corpus), ("alpha_corpus", self.alpha_corpus)):
+            if other == self.name:
+                raise ValueError(f"corpus {self.name!r}: {role} must be another corpus, never the one evaluated")
 
     @property
     def effective_chunking(self) -> Chunking:
