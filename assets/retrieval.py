@@ -27,8 +27,9 @@ from graphlake.kernels.cross_encoder import CrossEncoder
 from graphlake.kernels.entities import conceptual_weights, normalise, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.graph_operators import TunedRankers
-from graphlake.kernels.metrics import METRICS_AT_K, evaluate
+from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.operators import needs, parse_methods
+from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake, StorageError
@@ -341,8 +342,9 @@ def doc_rankings(runs: pa.Table) -> dict[str, list[str]]:
     return rankings
 
 
-def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table) -> tuple[pa.Table, pa.Table]:
-    """Metrics per split (means) and per query, over the queries of each split that have gold."""
+def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: DocumentGraph | None = None) -> tuple[pa.Table, pa.Table]:
+    """Metrics per split (means) and per query, over the queries of each split that have gold;
+    Topological Recall too when the corpus graph is given."""
     rankings = doc_rankings(runs)
     run_id = runs.column("run_id")[0].as_py() if runs.num_rows else ""
     method = runs.column("method")[0].as_py() if runs.num_rows else ""
@@ -351,10 +353,14 @@ def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table) -> tuple[pa
     for row in qrels.select(["query_id", "doc_id", "relevance"]).to_pylist():
         split = splits.get(row["query_id"]) or "all"
         gold.setdefault(split, {}).setdefault(row["query_id"], {})[row["doc_id"]] = row["relevance"]
+    names = METRIC_NAMES + ([f"{m}@{k}" for m in GRAPH_METRICS for k in TR_CUTOFFS] if documents else [])
     summary, per_query = [], []
     for split, split_gold in sorted(gold.items()):
         values = evaluate(rankings, split_gold, METRIC_NAMES)
-        for name in METRIC_NAMES:
+        if documents:
+            for query_id, extra in topological_values(rankings, split_gold, documents).items():
+                values[query_id] |= extra
+        for name in names:
             metric, _, k = name.partition("@")
             column = [v[name] for v in values.values()]
             summary.append({"split": split, "metric": metric, "k": int(k) if k else None, "value": float(np.mean(column)) if column else 0.0, "queries": len(column)})
@@ -403,7 +409,8 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
     def evaluate_asset(context: AssetExecutionContext, lake: LakeResource):
         partition = {"corpus": context.partition_key}
         runs = lake.lake.read("runs", {**partition, "method": name})
-        metrics, query_metrics = evaluate_run(runs, lake.lake.read("queries", partition), lake.lake.read("qrels", partition))
+        documents = document_graph(lake.lake, context.partition_key)
+        metrics, query_metrics = evaluate_run(runs, lake.lake.read("queries", partition), lake.lake.read("qrels", partition), documents)
         headline = {
             f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4)
             for row in metrics.to_pylist()
@@ -413,6 +420,16 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
         yield Output(query_metrics, f"query_metrics_{name}")
 
     return [run_asset, evaluate_asset]
+
+
+def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
+    """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
+    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
+    if not all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds):
+        return None
+    nodes = lake.read("nodes", {"corpus": corpus})
+    adjacency, _ = LakeIndexes(lake, corpus, nodes.column("node_id").to_pylist()).corpus_graph(kinds)
+    return DocumentGraph.from_nodes(adjacency, nodes.column("doc_id").to_pylist())
 
 
 def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> list[str]:

@@ -26,6 +26,7 @@ Ranking = Sequence[str]
 Gold = Mapping[str, int]
 
 METRICS_AT_K = ("recall", "capped_recall", "ndcg", "hit", "pr")
+GRAPH_METRICS = ("tr", "misstr")  # need the corpus graph: Topological Recall, computed by assets.topology
 
 
 def _relevant(gold: Gold) -> set[str]:
@@ -76,8 +77,8 @@ def parse_metric(name: str) -> tuple[str, int | None]:
     base, _, cutoff = name.lower().partition("@")
     if base == "mrr" and not cutoff:
         return base, None
-    if base not in _AT_K or not cutoff.isdigit() or int(cutoff) < 1:
-        known = ", ".join(f"{m}@k" for m in METRICS_AT_K)
+    if base not in (*_AT_K, *GRAPH_METRICS) or not cutoff.isdigit() or int(cutoff) < 1:
+        known = ", ".join(f"{m}@k" for m in (*METRICS_AT_K, *GRAPH_METRICS))
         raise ValueError(f"unknown metric {name!r}; use mrr or one of {known}")
     return base, int(cutoff)
 

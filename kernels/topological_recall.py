@@ -10,11 +10,17 @@ The corpus graph is taken as undirected (a citation can be followed either way),
 undirected degrees, and "the shortest path" is by hop count; when several hop-shortest paths join a
 retrieved node to an oracle node, the least uncertain one counts, as the definition already takes
 the least uncertain retrieved node.
+
+Stored runs are scored at document level like every other metric: nodes are merged into their
+documents (two documents are linked when any of their nodes are; where nodes are whole documents,
+as in every benchmark set, nothing changes), and a gold document absent from the corpus counts as
+unreachable (credit 0) just as Recall counts it missed, so TR >= Recall query by query.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
@@ -92,3 +98,41 @@ def miss_topological_recall(graph: CorpusGraph, retrieved: Iterable[int], oracle
     if not missed:
         return 0.0
     return len(missed) / len(oracle) * topological_recall(graph, retrieved, missed)
+
+
+TR_CUTOFFS = (10, 100)  # R@10's cutoff, and FastInsight's b_max (every retrieved node)
+
+
+@dataclass(frozen=True)
+class DocumentGraph:
+    graph: CorpusGraph
+    position: dict[str, int]  # document id -> graph node
+
+    @classmethod
+    def from_nodes(cls, adjacency: sp.spmatrix, doc_ids: Sequence[str]) -> DocumentGraph:
+        """Merge a node graph into its documents (``doc_ids[i]`` owns node ``i``)."""
+        position = {doc: i for i, doc in enumerate(dict.fromkeys(doc_ids))}
+        owner = [position[doc] for doc in doc_ids]
+        incidence = sp.csr_matrix((np.ones(len(doc_ids)), (np.arange(len(doc_ids)), owner)), shape=(len(doc_ids), len(position)))
+        return cls(CorpusGraph(incidence.T @ sp.csr_matrix(adjacency) @ incidence), position)
+
+
+def topological_values(
+    rankings: Mapping[str, Sequence[str]], gold: Mapping[str, Mapping[str, int]], documents: DocumentGraph
+) -> dict[str, dict[str, float]]:
+    """Per query with relevant gold: ``tr@k`` and ``misstr@k`` of its document ranking, k in TR_CUTOFFS."""
+    values: dict[str, dict[str, float]] = {}
+    for query_id, judged in gold.items():
+        relevant = [doc for doc, grade in judged.items() if grade > 0]
+        if not relevant:
+            continue
+        oracle = [documents.position[doc] for doc in relevant if doc in documents.position]
+        share = len(oracle) / len(relevant)
+        ranking = list(dict.fromkeys(rankings.get(query_id, ())))
+        values[query_id] = {}
+        for k in TR_CUTOFFS:
+            retrieved = [documents.position[doc] for doc in ranking[:k] if doc in documents.position]
+            tr = share * topological_recall(documents.graph, retrieved, oracle) if oracle else 0.0
+            miss = share * miss_topological_recall(documents.graph, retrieved, oracle) if oracle else 0.0
+            values[query_id] |= {f"tr@{k}": tr, f"misstr@{k}": miss}
+    return values

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.kernels.metrics import METRICS_AT_K, paired_bootstrap, parse_metric
+from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric
 from graphlake.warehouse.catalog import Catalog
 
 
 def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, cutoffs: list[int]) -> list[dict]:
-    """One object per method: metrics at the cutoffs (``name@k``, plus ``mrr``) and latency percentiles."""
+    """One object per method: metrics at the cutoffs (``name@k``, plus ``mrr``; ``tr``/``misstr`` where the
+    corpus graph exists) and latency percentiles."""
     report = []
     with Catalog(home).reader() as con:
         for method in methods:
@@ -20,7 +21,7 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
             values = {(metric, k): value for metric, k, value in rows}
             if not values:
                 raise ValueError(f"no metrics for method {method!r} on split {split!r} of corpus {corpus!r}")
-            metrics = {f"{m}@{k}": values[(m, k)] for m in METRICS_AT_K for k in cutoffs if (m, k) in values}
+            metrics = {f"{m}@{k}": values[(m, k)] for m in (*METRICS_AT_K, *GRAPH_METRICS) for k in cutoffs if (m, k) in values}
             metrics["mrr"] = values[("mrr", None)]
             p50, p95, mean = con.execute(
                 """SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), avg(latency_ms) FROM (

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.topological_recall import CorpusGraph, miss_topological_recall, topological_recall
+from graphlake.kernels.topological_recall import CorpusGraph, DocumentGraph, miss_topological_recall, topological_recall, topological_values
 
 
 def graph_of(edges: list[tuple[int, int]], n: int) -> CorpusGraph:
@@ -82,3 +82,18 @@ def test_matches_the_definition_on_random_graphs(seed):
     # Corollary 1: TR = Recall + MissTR, hence TR >= Recall
     assert tr == pytest.approx(recall + miss_topological_recall(graph, retrieved, oracle), rel=1e-12)
     assert tr >= recall
+
+
+def test_document_level_values_merge_nodes_and_count_gold_outside_the_corpus_as_missed():
+    # nodes 0..6 of CHAIN owned by documents: a = {0}, b = {1, 5, 6}, c = {2}, d = {3}, e = {4}
+    # merged: a - b - c - d - e, degrees 1, 2, 2, 2, 1
+    documents = DocumentGraph.from_nodes(CHAIN.adjacency, ["a", "b", "c", "d", "e", "b", "b"])
+    assert documents.graph.size == 5 and documents.position == {"a": 0, "b": 1, "c": 2, "d": 3, "e": 4}
+    gold = {"q": {"a": 1, "d": 2, "zz": 1, "b": 0}}  # "zz" is not in the corpus; "b" is judged not relevant
+    values = topological_values({"q": ["a", "b"]}, gold, documents)["q"]
+    # d reached from b through b, c: ln 3 + ln 3; a retrieved; zz unreachable
+    expected = (1 + 1 / (1 + 2 * math.log(3)) + 0) / 3
+    assert values["tr@10"] == pytest.approx(expected) and values["tr@100"] == pytest.approx(expected)
+    assert values["misstr@10"] == pytest.approx(expected - 1 / 3)  # Corollary 1: TR = Recall + MissTR
+    only_first = topological_values({"q": ["a"]}, gold, documents)["q"]
+    assert only_first["tr@10"] == pytest.approx((1 + 1 / (1 + math.log(2) + math.log(3) + math.log(3))) / 3)
