@@ -111,6 +111,22 @@ def rank_by_score(scores: Mapping[str, float]) -> list[str]:
     return sorted(scores, key=lambda doc: (scores[doc], doc), reverse=True)
 
 
+def bootstrap_interval(values: Sequence[float], samples: int = 10_000, confidence: float = 0.95, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of per-query values (queries resampled with replacement)."""
+    return _interval(_resampled_means(np.asarray(values, dtype=np.float64), samples, seed), confidence)
+
+
+def _resampled_means(values: np.ndarray, samples: int, seed: int) -> np.ndarray:
+    if values.size == 0:
+        raise ValueError("need at least one per-query value")
+    return values[np.random.default_rng(seed).integers(0, values.size, size=(samples, values.size))].mean(axis=1)
+
+
+def _interval(means: np.ndarray, confidence: float) -> tuple[float, float]:
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
+
+
 def paired_bootstrap(
     baseline: Sequence[float], system: Sequence[float], samples: int = 10_000, confidence: float = 0.95, seed: int = 0
 ) -> dict[str, float]:
@@ -123,15 +139,14 @@ def paired_bootstrap(
     if a.shape != b.shape or a.size == 0:
         raise ValueError(f"need two equally long, non-empty lists of per-query values, got {a.size} and {b.size}")
     differences = b - a
-    rng = np.random.default_rng(seed)
-    means = differences[rng.integers(0, differences.size, size=(samples, differences.size))].mean(axis=1)
-    tail = (1 - confidence) / 2
+    means = _resampled_means(differences, samples, seed)
+    low, high = _interval(means, confidence)
     observed = float(differences.mean())
     other_side = np.mean(means <= 0) if observed > 0 else np.mean(means >= 0)
     return {
         "difference": observed,
-        "low": float(np.quantile(means, tail)),
-        "high": float(np.quantile(means, 1 - tail)),
+        "low": low,
+        "high": high,
         "p_value": float(min(1.0, 2 * other_side)),
         "queries": int(differences.size),
     }

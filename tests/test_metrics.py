@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 import pytrec_eval
 
@@ -96,3 +97,17 @@ def test_paired_bootstrap_interval_and_p_value():
     assert paired_bootstrap(base, base[::-1], seed=7) == paired_bootstrap(base, base[::-1], seed=7)
     with pytest.raises(ValueError, match="equally long"):
         paired_bootstrap([1.0], [1.0, 2.0])
+
+
+def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_queries():
+    from graphlake.kernels.metrics import bootstrap_interval
+
+    rng = np.random.default_rng(3)
+    few, many = rng.uniform(0, 1, 30), rng.uniform(0, 1, 3000)
+    low, high = bootstrap_interval(few, samples=2000)
+    assert low < few.mean() < high
+    wide, narrow = high - low, np.subtract(*bootstrap_interval(many, samples=2000)[::-1])
+    assert narrow < wide / 5  # ~ 1 / sqrt(100) as wide
+    assert bootstrap_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
+    with pytest.raises(ValueError, match="at least one"):
+        bootstrap_interval([])
