@@ -11,13 +11,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+import yaml
 from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
 from graphlake.assets.retrieval import assets_to_refresh, load_methods, search
 from graphlake.pipelines.evaluation import compare, evaluation_report, trec_run
-from graphlake.pipelines.runner import MaterializeError, materialize_corpus
+from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CORPUS, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
@@ -36,9 +37,12 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection: AssetSelection | str | None) -> None:
+def _run(corpus: str, selection: AssetSelection | str | None, config: Path | None = None) -> None:
+    run_config = _run_config(config) if config else None
     try:
-        materialize_corpus(lake_home(), corpus, selection, errors)  # progress on stderr keeps --json output clean
+        materialize_corpus(lake_home(), corpus, selection, errors, run_config)  # progress on stderr keeps --json output clean
+    except RunConfigError as error:
+        _fail(f"{config}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error))
 
@@ -96,10 +100,23 @@ def ingest(
 def materialize(
     corpus: Annotated[str, typer.Option(help="Corpus (partition) to materialize.")],
     select: Annotated[str | None, typer.Option(help="Dagster asset selection, e.g. 'nodes+' or 'group:ingest'.")] = None,
+    config: Annotated[
+        Path | None, typer.Option(help="YAML run config, as in the Dagster launchpad: ops: {reranker: {config: {...}}}.")
+    ] = None,
 ) -> None:
     """Materialize assets (all by default) for one declared corpus."""
-    _run(corpus, select)
+    _run(corpus, select, config)
     _print_summary(corpus)
+
+
+def _run_config(path: Path) -> dict:
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError) as error:
+        _fail(f"{path}: cannot read run config: {error}")
+    if not isinstance(loaded, dict) or not set(loaded) <= {"ops"}:
+        _fail(f"{path}: a run config is a mapping with one key, ops: {{asset name: {{config: {{...}}}}}}")
+    return loaded
 
 
 @app.command()

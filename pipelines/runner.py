@@ -11,7 +11,7 @@ import threading
 import uuid
 from pathlib import Path
 
-from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterError, RunsFilter, materialize
+from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, RunsFilter, materialize
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
@@ -28,6 +28,10 @@ class MaterializeError(RuntimeError):
     """A run failed; the message is the underlying error (file, line, id), not Dagster's wrapper."""
 
 
+class RunConfigError(MaterializeError):
+    """The run config does not fit the selected assets' config schemas; nothing ran."""
+
+
 def prepare_dagster_home(home: Path) -> Path:
     """``$DAGSTER_HOME`` if set, else ``<lake>/dagster`` seeded with the project's dagster.yaml."""
     dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
@@ -38,7 +42,9 @@ def prepare_dagster_home(home: Path) -> Path:
     return dagster_home
 
 
-def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str | None, console: Console) -> None:
+def materialize_corpus(
+    home: Path, corpus: str, selection: AssetSelection | str | None, console: Console, run_config: dict | None = None
+) -> None:
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
@@ -55,16 +61,19 @@ def materialize_corpus(home: Path, corpus: str, selection: AssetSelection | str 
         # lake-wide assets (the reranker) take no partition; a run of only those must not name one
         partitioned = any(by_key[key].partitions_def is not None for key in keys)
         with _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
-            result = materialize(
-                [*assets, *defs.asset_checks],
-                instance=instance,
-                partition_key=corpus if partitioned else None,
-                resources=defs.resources,
-                selection=selected,
-                run_config=QUIET_LOGS,
-                raise_on_error=False,
-                tags={"graphlake/launched_by": "cli", **progress.tags},
-            )
+            try:
+                result = materialize(
+                    [*assets, *defs.asset_checks],
+                    instance=instance,
+                    partition_key=corpus if partitioned else None,
+                    resources=defs.resources,
+                    selection=selected,
+                    run_config={**(run_config or {}), **QUIET_LOGS},
+                    raise_on_error=False,
+                    tags={"graphlake/launched_by": "cli", **progress.tags},
+                )
+            except DagsterInvalidConfigError as error:
+                raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
     if not result.success:
         failures = result.get_step_failure_events()
         raise MaterializeError(_root_cause(failures[0]) if failures else f"run {result.run_id} failed")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from typer.testing import CliRunner
 
+from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-
+from graphlake.warehouse.storage import Lake
 
 
 def invoke(*args: str):
@@ -77,7 +78,7 @@ def test_cli_refuses_unknown_formats_corpora_and_writes(lake, tmp_path):
     assert refused.exit_code == 1 and "read-only" in refused.stderr
 
 
-def test_materialize_with_a_selection_runs_only_that(lake):
+def test_materialize_runs_only_the_selection_with_the_given_run_config(lake):
     assert invoke("demo").exit_code == 0
     nodes_file = next((lake / "tables" / "nodes").rglob("data.parquet"))
     documents_file = next((lake / "tables" / "documents").rglob("data.parquet"))
@@ -86,6 +87,22 @@ def test_materialize_with_a_selection_runs_only_that(lake):
     assert result.exit_code == 0, result.output
     assert documents_file.stat().st_mtime_ns == before[0]
     assert nodes_file.stat().st_mtime_ns != before[1]
+
+    # a run config as in the Dagster launchpad reaches the asset; a bad one is refused before anything runs
+    config = lake.parent / "run.yaml"
+    config.write_text("ops:\n  graph_rankers:\n    config:\n      train_networks: false\n", encoding="utf-8")
+    result = invoke("materialize", "--corpus", "demo", "--select", "key:graph_rankers", "--config", str(config))
+    assert result.exit_code == 0, result.output
+    assert TunedRankers.load(Lake(lake).artifact("graph_rankers", {"corpus": "demo"})).models == {}  # the config reached the asset
+    config.write_text("ops:\n  graph_rankers:\n    config:\n      trian_networks: false\n", encoding="utf-8")
+    before = Lake(lake).artifact("graph_rankers", {"corpus": "demo"})
+    refused = invoke("materialize", "--corpus", "demo", "--select", "key:graph_rankers", "--config", str(config))
+    flat = "".join(refused.stderr.split())  # the console wraps long lines
+    assert refused.exit_code == 1 and "".join(f"{config}: invalid run config".split()) in flat and "trian_networks" in flat
+    assert Lake(lake).artifact("graph_rankers", {"corpus": "demo"}) == before  # nothing ran
+    config.write_text("- not a mapping\n", encoding="utf-8")
+    not_a_mapping = invoke("materialize", "--corpus", "demo", "--config", str(config))
+    assert not_a_mapping.exit_code == 1 and "".join(f"{config}: a run config is a mapping".split()) in "".join(not_a_mapping.stderr.split())
 
 
 def _free_port() -> int:
