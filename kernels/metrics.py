@@ -26,7 +26,7 @@ Ranking = Sequence[str]
 Gold = Mapping[str, int]
 
 METRICS_AT_K = ("recall", "capped_recall", "ndcg", "hit", "pr")
-GRAPH_METRICS = ("tr", "misstr")  # need the corpus graph: Topological Recall, computed by assets.topology
+GRAPH_METRICS = ("tr", "misstr")  # need the corpus graph: Topological Recall, computed by kernels.topological_recall
 
 
 def _relevant(gold: Gold) -> set[str]:

@@ -133,6 +133,6 @@ def topological_values(
         for k in TR_CUTOFFS:
             retrieved = [documents.position[doc] for doc in ranking[:k] if doc in documents.position]
             tr = share * topological_recall(documents.graph, retrieved, oracle) if oracle else 0.0
-            miss = share * miss_topological_recall(documents.graph, retrieved, oracle) if oracle else 0.0
-            values[query_id] |= {f"tr@{k}": tr, f"misstr@{k}": miss}
+            found = len(set(oracle) & set(retrieved)) / len(relevant)
+            values[query_id] |= {f"tr@{k}": tr, f"misstr@{k}": tr - found}  # Corollary 1: one search per oracle, not two
     return values
