@@ -135,17 +135,15 @@ def train(
 
     ``validate`` returns a higher-is-better metric on held-out queries (nDCG@10 of reranking, say);
     it runs before training, every ``validate_every`` steps and at the end. Training stops at the end
-    of ``epochs`` or once ``budget_seconds`` have passed, whichever is first; linear warm-up over
-    the first 10% of the planned steps, then linear decay.
+    of ``epochs`` or once ``budget_seconds`` have passed, whichever is first. The learning rate warms
+    up linearly over the first 10% of the run and then decays linearly to zero, where the run's
+    progress is the larger of its share of the planned steps and its share of the budget: a run the
+    budget cuts short still anneals instead of stopping at its peak rate.
     """
     rng = np.random.default_rng(seed)
     torch.manual_seed(seed)
     planned = max(1, epochs * math.ceil(len(groups) / groups_per_step))
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=learning_rate, weight_decay=0.01)
-    warmup = max(1, planned // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: min((step + 1) / warmup, max(0.0, (planned - step) / max(1, planned - warmup)))
-    )
     started = time.perf_counter()
     initial = best = validate(encoder)
     best_state = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
@@ -155,6 +153,9 @@ def train(
     for _ in range(epochs):
         order = rng.permutation(len(groups))
         for start in range(0, len(order), groups_per_step):
+            progress = max(step / planned, (time.perf_counter() - started) / budget_seconds)
+            for param_group in optimizer.param_groups:
+                param_group["lr"] = learning_rate * _rate_factor(progress)
             encoder.model.train()
             batch = [groups[i] for i in order[start : start + groups_per_step]]
             loss = torch.stack([_group_loss(encoder, group) for group in batch]).mean()
@@ -162,7 +163,6 @@ def train(
             loss.backward()
             torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
             optimizer.step()
-            schedule.step()
             step += 1
             losses.append(float(loss.detach()))
             out_of_time = time.perf_counter() - started > budget_seconds
@@ -190,6 +190,13 @@ def train(
         initial_validation=initial,
         curve=curve,
     )
+
+
+def _rate_factor(progress: float, warmup: float = 0.1) -> float:
+    """Share of the peak learning rate at ``progress`` in [0, 1]: linear warm-up, then linear decay to 0."""
+    if progress < warmup:
+        return (progress + 1e-3) / warmup
+    return max(0.0, (1.0 - progress) / (1.0 - warmup))
 
 
 def _group_loss(encoder: CrossEncoder, group: Group) -> torch.Tensor:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.cross_encoder import CrossEncoder, Group, train
+from graphlake.kernels.cross_encoder import CrossEncoder, Group, _rate_factor, train
 
 QUERY = "Which research vessel carried the BenthoCam camera sled?"
 TEXTS = [
@@ -52,3 +52,8 @@ def test_training_learns_the_groups_and_keeps_the_best_weights(encoder, tmp_path
     again = CrossEncoder.load(tmp_path / "model")
     assert again.max_tokens == 64
     np.testing.assert_allclose(again.score(QUERY, TEXTS), encoder.score(QUERY, TEXTS), rtol=1e-5)
+
+
+def test_the_learning_rate_warms_up_then_anneals_to_zero_at_the_end_of_the_run():
+    assert _rate_factor(0.0) < 0.05 and _rate_factor(0.1) == pytest.approx(1.0)
+    assert _rate_factor(0.55) == pytest.approx(0.5) and _rate_factor(1.0) == 0.0 and _rate_factor(1.2) == 0.0
