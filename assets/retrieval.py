@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 import yaml
-from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Output, asset, multi_asset
+from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Config, Output, asset, multi_asset
 
 from graphlake.assets.partitions import corpus_partitions
 from graphlake.assets.vectors import NODE_IDS_FILE, dense_matrix, retrieval_texts
@@ -32,6 +32,7 @@ from graphlake.kernels.operators import needs, parse_methods
 from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.pair_cache import PairCache
 from graphlake.warehouse.storage import Lake, StorageError
 
 DEFAULT_METHODS = Path(__file__).resolve().parents[1] / "pipelines" / "methods.yaml"
@@ -71,8 +72,9 @@ def load_methods(home: Path) -> tuple[dict[str, Any], dict[str, dict]]:
 class LakeIndexes:
     """One corpus's indexes, loaded on first use and checked to share the nodes table's order."""
 
-    def __init__(self, lake: Lake, corpus: str, node_ids: list[str]) -> None:
+    def __init__(self, lake: Lake, corpus: str, node_ids: list[str], reuse_pairs: bool = False) -> None:
         self.lake, self.corpus, self.node_ids = lake, corpus, node_ids
+        self.reuse_pairs = reuse_pairs
 
     def _check_order(self, name: str, node_ids: list[str]) -> None:
         if node_ids != self.node_ids:
@@ -250,6 +252,23 @@ class LakeIndexes:
     def reranker(self) -> CrossEncoder:
         return self._reranker
 
+    def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's
+        pair cache when this index set reuses pairs (``graphlake eval --reuse-pairs``)."""
+        encoder, texts = self._reranker, self._texts
+
+        def compute(missing: np.ndarray) -> np.ndarray:
+            return encoder.features(query, [texts[r] for r in missing])
+
+        return self.pair_cache.features(query, rows, compute) if self.pair_cache else compute(rows)
+
+    @cached_property
+    def pair_cache(self) -> PairCache | None:
+        if not self.reuse_pairs:
+            return None
+        stamp = f"{self.lake.artifact_written_at('reranker', {}):.6f}-{self.lake.written_at('nodes', {'corpus': self.corpus}):.6f}"
+        return PairCache(self.lake.home, self.corpus, stamp)
+
     @cached_property
     def _mention_matrices(self) -> dict[str, sp.csr_matrix]:
         return {}
@@ -275,12 +294,18 @@ class LakeIndexes:
         return self._tuned_rankers
 
 
-def run_method(name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str) -> tuple[pa.Table, dict]:
+class RunConfig(Config):
+    reuse_pairs: bool = False  # cross-encoder vectors from the lake's pair cache (warehouse/pair_cache.py); timings then are no QPT
+
+
+def run_method(
+    name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str, reuse_pairs: bool = False
+) -> tuple[pa.Table, dict]:
     """Run every query of the corpus through the method, one at a time, timing each."""
     nodes = lake.read("nodes", {"corpus": corpus}).select(["node_id", "doc_id"])
     queries = lake.read("queries", {"corpus": corpus}).select(["query_id", "text"])
     node_ids, doc_ids = nodes.column("node_id").to_pylist(), nodes.column("doc_id").to_pylist()
-    indexes = LakeIndexes(lake, corpus, node_ids)
+    indexes = LakeIndexes(lake, corpus, node_ids, reuse_pairs)
     method.run("warm up", indexes, methods)  # load indexes and models outside the timed loop
     run_id = uuid.uuid4().hex
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
@@ -307,6 +332,8 @@ def run_method(name: str, method: Any, methods: Mapping[str, Any], params: dict,
         "latency_p95_ms": round(float(np.percentile(latencies, 95)), 3) if latencies else 0.0,
         "latency_p99_ms": round(float(np.percentile(latencies, 99)), 3) if latencies else 0.0,
     }
+    if indexes.pair_cache:
+        summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
     return table, summary
 
 
@@ -391,8 +418,8 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
         metadata={"table": "runs", "partition": {"method": name}},
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
-    def run_asset(context: AssetExecutionContext, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(name, method, methods, params, lake.lake, context.partition_key)
+    def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
+        table, summary = run_method(name, method, methods, params, lake.lake, context.partition_key, config.reuse_pairs)
         context.add_output_metadata(summary)
         return table
 

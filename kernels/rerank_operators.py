@@ -3,7 +3,8 @@
 All three use the project's trained cross-encoder (the ``reranker`` asset) on ``title + text`` of
 each node, the text the other indexes see. A node's [CLS] vector is computed once per query: GAR
 and FastInsight re-rank the growing set every batch, and only the new nodes are encoded. Nothing is
-cached across queries or methods, so a run's latency is what the method costs.
+kept across queries or methods, so a run's latency is what the method costs, unless the run reuses
+the lake's pair cache (``graphlake eval --reuse-pairs``, for sweeps).
 
 ``graph: auto`` takes the corpus's graph for these methods (``CorpusSpec.corpus_graph``: citations
 for the demo, semantic kNN + shared entities for BEIR sets, shared entities for multi-hop passages).
@@ -25,8 +26,7 @@ GRAPH_INDEXES = frozenset({"citation", "semantic", "conceptual", "structural", "
 
 def _scorer(query: str, indexes: Indexes) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
-    encoder, texts = indexes.reranker(), indexes.texts()
-    return PairScorer(lambda rows: encoder.features(query, [texts[r] for r in rows]), encoder.head)
+    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker().head)
 
 
 class CrossEncoderRerank(Op):

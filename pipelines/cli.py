@@ -37,12 +37,13 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection: AssetSelection | str | None, config: Path | None = None) -> None:
-    run_config = _run_config(config) if config else None
+def _run(corpus: str, selection: AssetSelection | str | None, config: Path | dict | None = None) -> None:
+    """Materialize, failing cleanly; ``config`` is a run config, or the YAML file holding one."""
+    run_config = _run_config(config) if isinstance(config, Path) else config
     try:
         materialize_corpus(lake_home(), corpus, selection, errors, run_config)  # progress on stderr keeps --json output clean
     except RunConfigError as error:
-        _fail(f"{config}: invalid run config: {error}")
+        _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error))
 
@@ -151,6 +152,9 @@ def evaluate(
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
     rerun: Annotated[bool, typer.Option(help="Run the queries again even if stored runs are current (fresh timings).")] = False,
+    reuse_pairs: Annotated[
+        bool, typer.Option(help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
+    ] = False,
 ) -> None:
     """Materialize what is missing for these methods on the corpus, then print their metrics."""
     home = lake_home()
@@ -163,7 +167,11 @@ def evaluate(
     if rerun:
         refresh += [a for name in names for a in (f"run_{name}", f"metrics_{name}", f"query_metrics_{name}") if a not in refresh]
     if refresh:
-        _run(corpus, AssetSelection.assets(*refresh))
+        runs = [a for a in refresh if a.startswith("run_")]
+        config = {"ops": {a: {"config": {"reuse_pairs": True}} for a in runs}} if reuse_pairs and runs else None
+        _run(corpus, AssetSelection.assets(*refresh), config)
+        if config:
+            errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
     report = evaluation_report(home, corpus, names, split, cutoffs)
     if as_json:
         print(json.dumps(report))

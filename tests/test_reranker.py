@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
@@ -93,3 +94,30 @@ def test_topological_recall_is_at_least_recall_for_every_run(evaluated):
                 assert tr >= recall - 1e-12 and tr == pytest.approx(recall + miss)
     missed_but_near = [r for r in lake.read("query_metrics", {"corpus": "demo", "method": "vector"}).to_pylist() if r["metric"] == "misstr" and r["value"] > 0]
     assert missed_but_near  # some gold the vector search missed sits near what it found: TR sees it, Recall does not
+
+
+def test_reusing_pairs_gives_the_cold_runs_and_encodes_each_pair_once(evaluated):
+    home, _, _ = evaluated
+    lake = Lake(home)
+
+    def ranked(method: str) -> dict[str, list[tuple[str, float]]]:
+        rows = sorted(lake.read("runs", {"corpus": "demo", "method": method}).to_pylist(), key=lambda r: (r["query_id"], r["rank"]))
+        out: dict[str, list[tuple[str, float]]] = {}
+        for r in rows:
+            out.setdefault(r["query_id"], []).append((r["node_id"], r["score"]))
+        return out
+
+    cold = {method: ranked(method) for method in ("re2", "fastinsight")}
+    result = CliRunner().invoke(app, ["eval", "--corpus", "demo", "--methods", "re2,fastinsight", "--rerun", "--reuse-pairs", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    with DagsterInstance.get() as instance:
+        re2, fastinsight = (instance.get_latest_materialization_event(AssetKey(f"run_{m}")).asset_materialization.metadata for m in ("re2", "fastinsight"))
+    queries = lake.read("queries", {"corpus": "demo"}).num_rows
+    assert re2["reused_pairs"].value == 0 and re2["encoded_pairs"].value > 0  # the first run fills the cache
+    assert fastinsight["reused_pairs"].value > 0 and fastinsight["encoded_pairs"].value < 100 * queries  # the second reads it
+    for method, before in cold.items():
+        after = ranked(method)
+        assert after.keys() == before.keys()
+        for query_id, hits in before.items():
+            assert [n for n, _ in after[query_id]] == [n for n, _ in hits], (method, query_id)
+            np.testing.assert_allclose([s for _, s in after[query_id]], [s for _, s in hits], atol=1e-4)
