@@ -29,6 +29,7 @@ from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.operators import needs, parse_methods
+from graphlake.kernels.rerank_operators import CORPUS_GRAPH, graph_indexes
 from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
@@ -55,6 +56,8 @@ INDEX_ASSETS: dict[str, tuple[str, ...]] = {
     "citation": ("citation_edges",),
     "semantic": ("semantic_edges",),
     "conceptual": ("conceptual_edges",),
+    # graph: auto, for the asset graph's lineage (any kind a corpus may use); a run needs only its corpus's (corpus_needs)
+    CORPUS_GRAPH: ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"),
 }
 EXTRACT = {"spacy": spacy_entities, "regex": regex_entities}
 EDGE_KINDS = ("cooccurrence", "structural", "contextual", "citation", "semantic", "conceptual")
@@ -459,6 +462,14 @@ def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
     return DocumentGraph.from_nodes(adjacency, nodes.column("doc_id").to_pylist())
 
 
+def corpus_needs(method: Any, methods: Mapping[str, Any], home: Path, corpus: str) -> set[str]:
+    """The indexes a method reads on this corpus: ``graph: auto`` resolved to the corpus's edge kinds."""
+    found = needs(method, methods)
+    if CORPUS_GRAPH in found:
+        found = (found - {CORPUS_GRAPH}) | graph_indexes(CorpusRegistry(home).get(corpus).corpus_graph)
+    return found
+
+
 def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> list[str]:
     """Asset names a fresh evaluation of ``names`` needs: missing indexes, outdated runs, stale metrics.
 
@@ -477,7 +488,7 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
         run_partition = {**partition, "method": name}
         run_written = lake.written_at("runs", run_partition)
         inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
-        for index in sorted(needs(methods[name], methods)):
+        for index in sorted(corpus_needs(methods[name], methods, home, corpus)):
             assets = INDEX_ASSETS[index]
             written = None if selected[:1] == base[:1] or assets[-1] in selected else asset_written_at(lake, corpus, assets[-1])
             if written is None and assets[-1] not in selected:

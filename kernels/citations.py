@@ -103,7 +103,7 @@ class CitationIndex:
         for i, word in enumerate(words):
             for title, doc_id in self.long_titles.get(tuple(w.group() for w in words[i : i + KEY_WORDS]), ()):
                 end = word.start() + len(title)
-                whole = end == len(body) or not _WORD.match(body[end])
+                whole = end >= len(body) or not _WORD.match(body[end])  # a title running past the body is no match below
                 if whole and body.startswith(title, word.start()) and self.by_title(title):
                     found.append(Citation(word.start(), end, doc_id, "title"))
         return found

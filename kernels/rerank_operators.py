@@ -21,7 +21,12 @@ from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.kernels.operator_base import Candidates, Indexes, Input, Op, ranked, run_inputs
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
-GRAPH_INDEXES = frozenset({"citation", "semantic", "conceptual", "structural", "contextual"})
+CORPUS_GRAPH = "corpus_graph"  # what ``graph: auto`` reads: the corpus's own edge kinds, known only per corpus
+
+
+def graph_indexes(kinds) -> frozenset[str]:
+    """The indexes a corpus graph of these edge kinds is read from (conceptual edges come from spaCy mentions)."""
+    return frozenset(kinds) | ({"mentions_spacy"} if "conceptual" in kinds else frozenset())
 
 
 def _scorer(query: str, indexes: Indexes) -> PairScorer:
@@ -55,9 +60,7 @@ class GraphBudgeted(Op):
     k: int = Field(100, gt=0)
 
     def indexes(self) -> frozenset[str]:
-        graphs = GRAPH_INDEXES if self.graph == "auto" else frozenset(self.graph)
-        mentions = {"mentions_spacy"} if "conceptual" in graphs else set()  # conceptual edges are built from them
-        return self.INDEXES | graphs | mentions
+        return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
     def corpus_graph(self, indexes: Indexes):
         return indexes.corpus_graph(tuple(indexes.corpus_graph_kinds() if self.graph == "auto" else self.graph))

@@ -89,6 +89,7 @@ def test_title_mentions_quoted_or_long_and_exact():
         ("Two Decades Aboard the RV Kestrel Dawn", "f18", "title"),
     ]
     assert cited("two decades aboard the RV Kestrel Dawn") == []  # unquoted titles match case-sensitively
+    assert cited("Crew notes: Two Decades Aboard") == []  # a text ending inside a title's first words
 
 
 def test_corpus_without_author_metadata_still_resolves_numbers_and_titles():

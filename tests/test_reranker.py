@@ -113,8 +113,9 @@ def test_reusing_pairs_gives_the_cold_runs_and_encodes_each_pair_once(evaluated)
     with DagsterInstance.get() as instance:
         re2, fastinsight = (instance.get_latest_materialization_event(AssetKey(f"run_{m}")).asset_materialization.metadata for m in ("re2", "fastinsight"))
     queries = lake.read("queries", {"corpus": "demo"}).num_rows
-    assert re2["reused_pairs"].value == 0 and re2["encoded_pairs"].value > 0  # the first run fills the cache
-    assert fastinsight["reused_pairs"].value > 0 and fastinsight["encoded_pairs"].value < 100 * queries  # the second reads it
+    first, second = sorted((re2, fastinsight), key=lambda metadata: metadata["reused_pairs"].value)
+    assert first["reused_pairs"].value == 0 and first["encoded_pairs"].value > 0  # the first run fills the cache
+    assert second["reused_pairs"].value > 0 and second["encoded_pairs"].value < 100 * queries  # the second reads it
     for method, before in cold.items():
         after = ranked(method)
         assert after.keys() == before.keys()

@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from dagster import AssetSelection, DagsterInstance, materialize
 from typer.testing import CliRunner
 
+from graphlake.assets.retrieval import assets_to_refresh
 from graphlake.kernels.bm25 import BM25Index
 from graphlake.kernels.operators import MethodError, parse_methods
 from graphlake.pipelines.cli import app
@@ -177,3 +178,18 @@ def test_query_cli_prints_titled_hits(lake):
     result = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", "bm25", "BenthoCam camera sled"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "BenthoCam" in result.stdout and "bm25 on demo" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("fmt", "built", "not_built"),
+    [
+        ("2wiki", {"conceptual_edges", "mentions_spacy"}, {"citation_edges", "semantic_edges", "structural_edges", "contextual_edges"}),
+        ("beir", {"semantic_edges", "conceptual_edges", "mentions_spacy"}, {"citation_edges", "structural_edges", "contextual_edges"}),
+        ("demo", {"citation_edges"}, {"conceptual_edges", "mentions_spacy", "semantic_edges", "structural_edges"}),
+    ],
+)
+def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt, built, not_built):
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format=fmt, path=str(tmp_path)))
+    selected = set(assets_to_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path))
+    assert built <= selected and not (not_built & selected)
+    assert {"run_gar", "run_fastinsight", "reranker"} <= selected
