@@ -15,6 +15,7 @@ from typing import Any
 import faiss
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import scipy.sparse as sp
 import yaml
 from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Config, Output, asset, multi_asset
@@ -297,18 +298,28 @@ class LakeIndexes:
         return self._tuned_rankers
 
 
+SPLIT_PARAM = "query_split"  # in a run's params when it ran one split's queries only
+
+
 class RunConfig(Config):
+    split: str | None = None  # run only this split's queries (``graphlake eval --split``); None: every query
     reuse_pairs: bool = False  # cross-encoder vectors from the lake's pair cache (warehouse/pair_cache.py); timings then are no QPT
 
 
 def run_method(
-    name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str, reuse_pairs: bool = False
+    name: str, method: Any, methods: Mapping[str, Any], params: dict, lake: Lake, corpus: str, config: RunConfig | None = None
 ) -> tuple[pa.Table, dict]:
-    """Run every query of the corpus through the method, one at a time, timing each."""
+    """Run the corpus's queries (one split's, if the config says) through the method, one at a time, timing each."""
+    config = config or RunConfig()
     nodes = lake.read("nodes", {"corpus": corpus}).select(["node_id", "doc_id"])
-    queries = lake.read("queries", {"corpus": corpus}).select(["query_id", "text"])
+    queries = lake.read("queries", {"corpus": corpus}).select(["query_id", "text", "split"])
+    if config.split is not None:
+        queries = queries.filter(pc.equal(queries.column("split"), config.split))
+        if not queries.num_rows:
+            raise StorageError(f"corpus {corpus!r} has no queries in split {config.split!r}")
+        params = {**params, SPLIT_PARAM: config.split}
     node_ids, doc_ids = nodes.column("node_id").to_pylist(), nodes.column("doc_id").to_pylist()
-    indexes = LakeIndexes(lake, corpus, node_ids, reuse_pairs)
+    indexes = LakeIndexes(lake, corpus, node_ids, config.reuse_pairs)
     method.run("warm up", indexes, methods)  # load indexes and models outside the timed loop
     run_id = uuid.uuid4().hex
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
@@ -422,7 +433,7 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(name, method, methods, params, lake.lake, context.partition_key, config.reuse_pairs)
+        table, summary = run_method(name, method, methods, params, lake.lake, context.partition_key, config)
         context.add_output_metadata(summary)
         return table
 
@@ -440,7 +451,12 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
         partition = {"corpus": context.partition_key}
         runs = lake.lake.read("runs", {**partition, "method": name})
         documents = document_graph(lake.lake, context.partition_key)
-        metrics, query_metrics = evaluate_run(runs, lake.lake.read("queries", partition), lake.lake.read("qrels", partition), documents)
+        queries, qrels = lake.lake.read("queries", partition), lake.lake.read("qrels", partition)
+        split = json.loads(runs.column("params")[0].as_py()).get(SPLIT_PARAM) if runs.num_rows else None
+        if split is not None:  # a run of one split says nothing about the others
+            queries = queries.filter(pc.equal(queries.column("split"), split))
+            qrels = qrels.filter(pc.is_in(qrels.column("query_id"), queries.column("query_id")))
+        metrics, query_metrics = evaluate_run(runs, queries, qrels, documents)
         headline = {
             f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4)
             for row in metrics.to_pylist()
@@ -470,12 +486,13 @@ def corpus_needs(method: Any, methods: Mapping[str, Any], home: Path, corpus: st
     return found
 
 
-def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> list[str]:
-    """Asset names a fresh evaluation of ``names`` needs: missing indexes, outdated runs, stale metrics.
+def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path, split: str | None = None) -> list[str]:
+    """Asset names a fresh evaluation of ``names`` on ``split`` (None: every query) needs: missing
+    indexes, outdated runs, stale metrics.
 
-    A run is outdated when its method's declaration changed or when anything it read (nodes,
-    queries, an index, a trained model) was written after it, so retraining ``graph_rankers`` or
-    rebuilding an index re-runs the methods that use it.
+    A run is outdated when its method's declaration changed, when it ran another split's queries,
+    or when anything it read (nodes, queries, an index, a trained model) was written after it, so
+    retraining ``graph_rankers`` or rebuilding an index re-runs the methods that use it.
     """
     methods, declared = load_methods(home)
     unknown = [name for name in names if name not in methods]
@@ -494,9 +511,8 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path) -> 
             if written is None and assets[-1] not in selected:
                 selected += assets
             inputs.append(written)
-        params = json.dumps(_resolved(name, declared), sort_keys=True)
         outdated = run_written is None or any(when is None or when > run_written for when in inputs)
-        if outdated or _first(lake, "runs", run_partition, "params") != params:
+        if outdated or not _covers(_first(lake, "runs", run_partition, "params"), _resolved(name, declared), split):
             selected += [f"run_{name}", f"metrics_{name}", f"query_metrics_{name}"]
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id"):
             selected += [f"metrics_{name}", f"query_metrics_{name}"]
@@ -518,6 +534,15 @@ def asset_written_at(lake: Lake, corpus: str, asset: str) -> float | None:
     if asset.startswith("mentions_"):
         return lake.written_at("mentions", {**partition, "extractor": asset.removeprefix("mentions_")})
     return lake.written_at(asset, partition)
+
+
+def _covers(stored: str | None, declaration: dict, split: str | None) -> bool:
+    """Whether a run with these stored params is the declared method over the queries asked for."""
+    if stored is None:
+        return False
+    params = json.loads(stored)
+    ran = params.pop(SPLIT_PARAM, None)
+    return params == declaration and ran in (None, split)
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:

@@ -161,16 +161,16 @@ def evaluate(
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
         cutoffs = [int(c) for c in k.split(",") if c.strip()]
-        refresh = assets_to_refresh(Lake(home), corpus, names, home)
+        refresh = assets_to_refresh(Lake(home), corpus, names, home, split)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error.args[0] if isinstance(error, KeyError) else error))
     if rerun:
         refresh += [a for name in names for a in (f"run_{name}", f"metrics_{name}", f"query_metrics_{name}") if a not in refresh]
     if refresh:
-        runs = [a for a in refresh if a.startswith("run_")]
-        config = {"ops": {a: {"config": {"reuse_pairs": True}} for a in runs}} if reuse_pairs and runs else None
+        runs = [a for a in refresh if a.startswith("run_")]  # only the reported split's queries: a cross-encoder is slow
+        config = {"ops": {a: {"config": {"split": split, "reuse_pairs": reuse_pairs}} for a in runs}}
         _run(corpus, AssetSelection.assets(*refresh), config)
-        if config:
+        if reuse_pairs and runs:
             errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
     report = evaluation_report(home, corpus, names, split, cutoffs)
     if as_json:

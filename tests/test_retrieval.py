@@ -174,6 +174,27 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     assert unknown.exit_code == 1 and "unknown method(s) nope" in unknown.stderr
 
 
+def test_eval_runs_only_the_queries_of_the_split_it_reports(lake):
+    runner, lake_ = CliRunner(), Lake(lake)
+
+    def stored(table: str) -> tuple[str, set[str]]:
+        split_of = {q["query_id"]: q["split"] for q in lake_.read("queries", {"corpus": "demo"}).to_pylist()}
+        rows = lake_.read(table, {"corpus": "demo", "method": "dense"})
+        found = {split_of[q] for q in rows.column("query_id").to_pylist()} if table == "runs" else set(rows.column("split").to_pylist())
+        return rows.column("run_id")[0].as_py(), found
+
+    for split in ("train", "test"):  # another split than the stored run's runs again
+        result = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "dense", "--split", split, "--json"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.stdout)[0]["split"] == split
+        (run_id, run_splits), (metrics_run_id, metric_splits) = stored("runs"), stored("metrics")
+        assert run_splits == metric_splits == {split} and metrics_run_id == run_id
+    runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "dense", "--split", "test", "--json"], catch_exceptions=False)
+    assert stored("runs")[0] == run_id  # the same split again: nothing re-ran
+    missing = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "dense", "--split", "nope"])
+    assert missing.exit_code == 1 and "no queries in split 'nope'" in missing.stderr
+
+
 def test_query_cli_prints_titled_hits(lake):
     result = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", "bm25", "BenthoCam camera sled"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
