@@ -88,6 +88,11 @@ def per_query(corpus: str, method: str, split: str, metric: str, k: int) -> np.n
     return np.array([row["value"] for row in rows])
 
 
+def variant(prefix: str, value: float) -> str:
+    """A method name for a parameter value (method names are Dagster names: no dots)."""
+    return f"{prefix}{value}".replace(".", "_")
+
+
 def declare_variants() -> dict[str, dict]:
     """Budget and sensitivity variants of the three methods, written to the lake's methods.yaml."""
     variants: dict[str, dict] = {}
@@ -96,9 +101,9 @@ def declare_variants() -> dict[str, dict]:
         variants[f"gar_b{b}"] = {"op": "gar", "inputs": ["vector"], "graph": "auto", "batch": 10, "budget": b, "k": b}
         variants[f"fastinsight_b{b}"] = {"op": "fastinsight", "graph": "auto", "batch": 10, "budget": b, "k": b}
     for a in ALPHAS:
-        variants[f"fastinsight_alpha{a}"] = {"op": "fastinsight", "graph": "auto", "alpha": a}
+        variants[variant("fastinsight_alpha", a)] = {"op": "fastinsight", "graph": "auto", "alpha": a}
     for beta in BETAS:
-        variants[f"fastinsight_beta{beta}"] = {"op": "fastinsight", "graph": "auto", "beta": beta}
+        variants[variant("fastinsight_beta", beta)] = {"op": "fastinsight", "graph": "auto", "beta": beta}
     path = lake_home() / "methods.yaml"
     declared = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}) if path.is_file() else {}
     path.write_text(yaml.safe_dump({**declared, **variants}, sort_keys=False), encoding="utf-8")
@@ -161,10 +166,10 @@ def curves(corpus: str, split: str, output) -> list[str]:
     figure, axes = plt.subplots(1, 2, figsize=(10, 4))
     lines += table(f"FastInsight sensitivity on {corpus} {split} (b_max 100; the other parameter at its default)", ["parameter", "value", "R@10", "nDCG@10"])
     for axis, (parameter, (values, prefix)) in zip(axes, sweeps.items(), strict=True):
-        report = evaluate(corpus, [f"{prefix}{v}" for v in values], split, "10")
-        recall = [report[f"{prefix}{v}"]["metrics"]["capped_recall@10"] for v in values]
+        report = evaluate(corpus, [variant(prefix, v) for v in values], split, "10")
+        recall = [report[variant(prefix, v)]["metrics"]["capped_recall@10"] for v in values]
         for v, r in zip(values, recall, strict=True):
-            lines.append(f"| {parameter} | {v} | {100 * r:.1f} | {100 * report[f'{prefix}{v}']['metrics']['ndcg@10']:.1f} |")
+            lines.append(f"| {parameter} | {v} | {100 * r:.1f} | {100 * report[variant(prefix, v)]['metrics']['ndcg@10']:.1f} |")
         axis.plot([str(v) for v in values], recall, marker="o")
         axis.set(xlabel=parameter, ylabel="capped R@10", title=f"FastInsight R@10 vs {parameter} ({corpus})")
     figure.tight_layout()

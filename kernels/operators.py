@@ -8,6 +8,7 @@ Every operator runs one query at a time, so a run's per-query latency is what a 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, Union
 
@@ -136,10 +137,15 @@ def _weights(op: RRF | WeightedSum) -> list[float]:
     return op.weights
 
 
+METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
 def parse_methods(declared: Mapping[str, Any]) -> dict[str, Any]:
     """Validate every method; errors name the method, the operator and the offending parameter."""
     methods = {}
     for name, spec in declared.items():
+        if not isinstance(name, str) or not METHOD_NAME.fullmatch(name):
+            raise MethodError(f"method {name!r}: a name is letters, digits and underscores (it names the method's Dagster assets)")
         if not isinstance(spec, Mapping) or "op" not in spec:
             raise MethodError(f"method {name!r}: expected a mapping with 'op', got {spec!r}")
         _check_ops(name, spec)

@@ -85,6 +85,7 @@ def test_rrf_and_weighted_sum_by_hand():
         ({"x": {"op": "rrf", "inputs": ["y"]}, "y": {"op": "rrf", "inputs": ["x"]}}, "cycle"),
         ({"x": {"op": "rrf", "inputs": [{"op": "bm26"}]}}, "unknown operator 'bm26'"),
         ({"x": "bm25"}, "expected a mapping"),
+        ({"bm25_b0.5": {"op": "bm25"}}, "'bm25_b0.5': a name is letters, digits and underscores"),
     ],
 )
 def test_method_declaration_errors_name_the_problem(declared, message):
