@@ -120,6 +120,17 @@ def test_one_corpus_write_never_touches_another(tmp_path):
     assert (before.st_ino, before.st_mtime_ns, before.st_size) == (after.st_ino, after.st_mtime_ns, after.st_size)
 
 
+def test_an_unchanged_write_keeps_the_current_version_and_its_time(tmp_path):
+    lake = Lake(tmp_path)
+    path = lake.write("documents", {"corpus": "a"}, documents(3))
+    before = path.stat()
+    assert lake.write("documents", {"corpus": "a"}, documents(3)) == path
+    assert (before.st_ino, before.st_mtime_ns) == (path.stat().st_ino, path.stat().st_mtime_ns)
+    lake.write("documents", {"corpus": "a"}, documents(3, "e"))  # one changed value is a new version
+    assert path.stat().st_ino != before.st_ino
+    assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["e0", "e1", "e2"]
+
+
 def test_catalog_views_are_typed_when_empty_and_read_every_partition(tmp_path):
     catalog = Catalog(tmp_path)
     with catalog.reader() as con:

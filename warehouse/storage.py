@@ -48,13 +48,20 @@ class Lake:
         return path
 
     def write(self, table: str, partition: Mapping[str, str], data: pa.Table) -> Path:
-        """Validate ``data`` against the table contract and swap it in as the partition's new version."""
+        """Validate ``data`` against the table contract and swap it in as the partition's new version.
+
+        Data equal to the current version is not written again: the partition keeps its write time,
+        so re-ingesting unchanged files leaves everything built from them (indexes, a trained model,
+        runs, the pair cache) current instead of stale.
+        """
         spec = table_spec(table)
         data = conform(spec, partition, data)
         directory = self.partition_dir(table, partition)
+        final = directory / DATA_FILE
+        if final.is_file() and pq.read_table(final).equals(data):
+            return final
         directory.mkdir(parents=True, exist_ok=True)
         _remove_stale_temporaries(directory)
-        final = directory / DATA_FILE
         temporary = directory / f".{DATA_FILE}.{uuid.uuid4().hex}.tmp"
         try:
             with pq.ParquetWriter(temporary, data.schema, compression="zstd") as writer:
