@@ -31,14 +31,17 @@ def header(title: str, command: str) -> list[str]:
     return [f"# {title}", "", f"- date: {dt.datetime.now(dt.UTC):%Y-%m-%d %H:%M} UTC", f"- machine: {machine()}", f"- command: `{command}`"]
 
 
-def arguments(description: str, results: str):
-    """``--datasets`` and ``--output`` (default ``benchmarks/results/<results>``), after checking the venv."""
+def arguments(description: str, results: str, extra=None):
+    """``--datasets``, ``--output`` (default ``benchmarks/results/<results>``) and whatever ``extra(parser)``
+    adds, after checking the venv."""
     import argparse
     import shutil
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--datasets", type=Path, default=DATASETS)
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / results)
+    if extra:
+        extra(parser)
     args = parser.parse_args()
     if not shutil.which("graphlake", path=str(Path(sys.executable).parent)):
         sys.exit(f"run with the project's venv: .venv/bin/python {Path(sys.argv[0]).as_posix()}")

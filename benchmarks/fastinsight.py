@@ -16,6 +16,7 @@ Query processing time is measured apart, cold (no cache), one query at a time on
 from __future__ import annotations
 
 import json
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -216,7 +217,12 @@ def reranker_lines() -> list[str]:
 
 
 def main() -> None:
-    args = arguments(__doc__, "fastinsight.md")
+    sets = ",".join(EVALUATED)
+    args = arguments(__doc__, "fastinsight.md", lambda p: p.add_argument("--sets", default=sets, help=f"evaluated sets among {sets}"))
+    unknown = [name for name in args.sets.split(",") if name not in EVALUATED]
+    if unknown:
+        sys.exit(f"--sets: unknown {', '.join(unknown)}; choose among {sets}")
+    evaluated = {corpus: EVALUATED[corpus] for corpus in args.sets.split(",")}
     args.output.parent.mkdir(parents=True, exist_ok=True)
     for corpus, (fmt, relative) in INGEST.items():
         graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus)
@@ -227,7 +233,8 @@ def main() -> None:
         config.write_text(yaml.safe_dump({"ops": {"reranker": {"config": {"corpora": list(TRAINING)}}}}), encoding="utf-8")
         graphlake("materialize", "--corpus", "scifact", "--select", "key:reranker", "--config", str(config))
     declare_variants()
-    lines = header("FastInsight, Re2, GAR on the real sets", ".venv/bin/python benchmarks/fastinsight.py")
+    command = ".venv/bin/python benchmarks/fastinsight.py" + ("" if args.sets == sets else f" --sets {args.sets}")
+    lines = header("FastInsight, Re2, GAR on the real sets", command)
     lines.append("- capped R@10 and nDCG@10 in %, 95% bootstrap interval over queries; TR@10 over the corpus graph;")
     lines.append("- QPT = latency of the whole method per query (query encoding included), cold (no pair cache), one query at a time,")
     lines.append(f"  on a seeded sample of {QPT_QUERIES} queries per set, 2-core CPU")
@@ -240,16 +247,16 @@ def main() -> None:
 
     # every evaluation first (they may share the machine), then every timing on a quiet one
     save(table("Retrieval (b_max 100, BATCH 10, alpha 0.2, beta 1)", ["corpus", "method", "R@10", "nDCG@10", "TR@10"]))
-    for corpus, split in EVALUATED.items():
+    for corpus, split in evaluated.items():
         save(main_rows(corpus, split))
     save(table("FastInsight against Re2 and GAR, paired bootstrap", ["corpus", "difference", "metric", "Δ [95% CI]", "p"]))
-    for corpus, split in EVALUATED.items():
+    for corpus, split in evaluated.items():
         save(paired_rows(corpus, split))
     budget, budgeted = budget_rows(CURVE_SET, EVALUATED[CURVE_SET])
     save(budget)
     save(sensitivity_rows(CURVE_SET, EVALUATED[CURVE_SET], args.output))
     save(table("Query processing time at b_max 100 (ms, cold)", ["corpus", "method", "p50", "p95", "mean"]))
-    for corpus, split in EVALUATED.items():
+    for corpus, split in evaluated.items():
         save(qpt_rows(corpus, split))
     save(budget_plot(CURVE_SET, EVALUATED[CURVE_SET], budgeted, args.output))
     print(args.output.read_text(encoding="utf-8"))
