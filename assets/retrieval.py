@@ -492,13 +492,17 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path, spl
 
     A run is outdated when its method's declaration changed, when it ran another split's queries,
     or when anything it read (nodes, queries, an index, a trained model) was written after it, so
-    retraining ``graph_rankers`` or rebuilding an index re-runs the methods that use it.
+    retraining ``graph_rankers`` or rebuilding an index re-runs the methods that use it. Metrics are
+    stale when they belong to another run, or when they lack Topological Recall though the corpus
+    graph is now complete (a BM25 run evaluated before FastInsight built the graph gets its TR then).
     """
     methods, declared = load_methods(home)
     unknown = [name for name in names if name not in methods]
     if unknown:
         raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
     partition = {"corpus": corpus}
+    kinds = CorpusRegistry(home).get(corpus).corpus_graph
+    graph_complete = bool(kinds) and all(lake.has("edges", {**partition, "kind": kind}) for kind in kinds)
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
     selected = base if not all(lake.has(table, partition) for table in base) else []
     for name in names:
@@ -514,7 +518,9 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path, spl
         outdated = run_written is None or any(when is None or when > run_written for when in inputs)
         if outdated or not _covers(_first(lake, "runs", run_partition, "params"), _resolved(name, declared), split):
             selected += [f"run_{name}", f"metrics_{name}", f"query_metrics_{name}"]
-        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id"):
+        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
+            graph_complete and not _has_topological_recall(lake, run_partition)
+        ):
             selected += [f"metrics_{name}", f"query_metrics_{name}"]
     return selected
 
@@ -543,6 +549,10 @@ def _covers(stored: str | None, declaration: dict, split: str | None) -> bool:
     params = json.loads(stored)
     ran = params.pop(SPLIT_PARAM, None)
     return params == declaration and ran in (None, split)
+
+
+def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:
+    return lake.has("metrics", partition) and GRAPH_METRICS[0] in lake.read("metrics", partition).column("metric").to_pylist()
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:

@@ -149,6 +149,11 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     again = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False)
     assert json.loads(again.stdout)[0]["metrics"] == report[0]["metrics"]
     assert lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py() == run_id  # nothing re-ran
+    assert "tr@10" not in report[0]["metrics"]  # no corpus graph yet; once it is built, the same run gets its TR
+    assert runner.invoke(app, ["materialize", "--corpus", "demo", "--select", "key:citation_edges"], catch_exceptions=False).exit_code == 0
+    with_tr = json.loads(runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False).stdout)[0]
+    assert with_tr["metrics"]["tr@10"] >= with_tr["metrics"]["recall@10"] and with_tr["metrics"]["ndcg@10"] == report[0]["metrics"]["ndcg@10"]
+    assert lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py() == run_id
     def run_ids() -> dict[str, str]:
         return {m: lake_.read("runs", {"corpus": "demo", "method": m}).column("run_id")[0].as_py() for m in ("bm25", "dense", "rrf")}
 
