@@ -470,12 +470,18 @@ def _assets_for(name: str, methods: Mapping[str, Any], declared: Mapping[str, di
 
 def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
     """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
-    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
-    if not all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds):
+    if not corpus_graph_built(lake, corpus):
         return None
     nodes = lake.read("nodes", {"corpus": corpus})
+    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
     adjacency, _ = LakeIndexes(lake, corpus, nodes.column("node_id").to_pylist()).corpus_graph(kinds)
     return DocumentGraph.from_nodes(adjacency, nodes.column("doc_id").to_pylist())
+
+
+def corpus_graph_built(lake: Lake, corpus: str) -> bool:
+    """Whether every edge kind of the corpus graph (Topological Recall's graph) is in the lake."""
+    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
+    return all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds)
 
 
 def corpus_needs(method: Any, methods: Mapping[str, Any], home: Path, corpus: str) -> set[str]:
@@ -501,8 +507,7 @@ def assets_to_refresh(lake: Lake, corpus: str, names: list[str], home: Path, spl
     if unknown:
         raise KeyError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
     partition = {"corpus": corpus}
-    kinds = CorpusRegistry(home).get(corpus).corpus_graph
-    graph_complete = bool(kinds) and all(lake.has("edges", {**partition, "kind": kind}) for kind in kinds)
+    graph_complete = corpus_graph_built(lake, corpus)
     base = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
     selected = base if not all(lake.has(table, partition) for table in base) else []
     for name in names:
