@@ -24,7 +24,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 
 from graphlake.assets.retrieval import LakeIndexes, load_methods
 from graphlake.kernels.encoders import DENSE_MODEL
-from graphlake.kernels.cross_encoder import TRAINING_FILE, CrossEncoder, Group, train
+from graphlake.kernels.cross_encoder import TRAINING_FILE, CrossEncoder, Group, reranked_ndcg, train
 from graphlake.kernels.metrics import ndcg_at_k
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
@@ -75,20 +75,12 @@ def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeR
         context.log.info("reranker: training data and config unchanged; keeping the current model")
         context.add_output_metadata({"retrained": False, **_headline(current)})
         return
-    started = time.perf_counter()
-    order = np.random.default_rng(config.seed).permutation(len(queries))
-    cut = max(1, int(round(len(queries) * config.validation_share)))
-    held_out, learn = [queries[i] for i in order[:cut]], [queries[i] for i in order[cut:]]
-    methods, _ = load_methods(store.home)
-    indexes = {corpus: _indexes(store, corpus) for corpus in corpora}
-    groups = [g for q in learn for g in training_groups(q, indexes[q.corpus], methods, config)]
-    validation = [validation_item(q, indexes[q.corpus], methods, config.validation_depth) for q in held_out]
-    mined = time.perf_counter() - started
+    data = mine(store, corpora, queries, config)
     encoder = CrossEncoder.initial(config.max_tokens, config.seed)
     report = train(
         encoder,
-        groups,
-        lambda model: mean_reranked_ndcg(model, validation),
+        data.groups,
+        lambda model: reranked_ndcg(model, data.validation),
         learning_rate=config.learning_rate,
         groups_per_step=config.groups_per_step,
         epochs=config.epochs,
@@ -99,10 +91,7 @@ def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeR
     summary = {
         "fingerprint": fingerprint,
         "corpora": corpora,
-        "training_queries": {c: sum(q.corpus == c for q in learn) for c in corpora},
-        "validation_queries": {c: sum(q.corpus == c for q in held_out) for c in corpora},
-        "validation_dense_ndcg@10": float(np.mean([item["dense_ndcg"] for item in validation])),
-        "mining_seconds": mined,
+        **data.summary(corpora),
         "config": config.model_dump(),
         "training": asdict(report),
     }
@@ -110,6 +99,38 @@ def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeR
     context.add_output_metadata(
         {"retrained": True, **_headline(summary), "curve": MetadataValue.json(report.curve)}
     )
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What training reads: groups from the learning queries, dense top lists of the held-out ones."""
+
+    learn: list[TrainingQuery]
+    held_out: list[TrainingQuery]
+    groups: list[Group]
+    validation: list[dict]  # validation_item per held-out query
+    seconds: float  # spent mining
+
+    def summary(self, corpora: list[str]) -> dict:
+        return {
+            "training_queries": {c: sum(q.corpus == c for q in self.learn) for c in corpora},
+            "validation_queries": {c: sum(q.corpus == c for q in self.held_out) for c in corpora},
+            "validation_dense_ndcg@10": float(np.mean([item["dense_ndcg"] for item in self.validation])),
+            "mining_seconds": self.seconds,
+        }
+
+
+def mine(store: Lake, corpora: list[str], queries: list[TrainingQuery], config: RerankerConfig) -> TrainingData:
+    """Hold out a seeded share of ``queries``, mine the rest's groups and the held-out queries' dense lists."""
+    started = time.perf_counter()
+    order = np.random.default_rng(config.seed).permutation(len(queries))
+    cut = max(1, int(round(len(queries) * config.validation_share)))
+    held_out, learn = [queries[i] for i in order[:cut]], [queries[i] for i in order[cut:]]
+    methods, _ = load_methods(store.home)
+    indexes = {corpus: _indexes(store, corpus) for corpus in corpora}
+    groups = [g for q in learn for g in training_groups(q, indexes[q.corpus], methods, config)]
+    validation = [validation_item(q, indexes[q.corpus], methods, config.validation_depth) for q in held_out]
+    return TrainingData(learn, held_out, groups, validation, time.perf_counter() - started)
 
 
 def _headline(summary: dict) -> dict:
@@ -199,18 +220,6 @@ def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: dict, d
         "gold": gold,
         "dense_ndcg": ndcg_at_k(list(dict.fromkeys(docs)), gold, 10),
     }
-
-
-def mean_reranked_ndcg(model: CrossEncoder, items: list[dict]) -> float:
-    """nDCG@10 (documents, first node of each counts) after reranking each item's candidates by ``model``."""
-    values = []
-    for item in items:
-        if not item["texts"]:
-            values.append(0.0)
-            continue
-        order = np.argsort(-model.score(item["query"], item["texts"]), kind="stable")
-        values.append(ndcg_at_k(list(dict.fromkeys(item["docs"][i] for i in order)), item["gold"], 10))
-    return float(np.mean(values))
 
 
 def _fingerprint(lake: Lake, queries: list[TrainingQuery], config: RerankerConfig) -> str:

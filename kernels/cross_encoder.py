@@ -9,6 +9,9 @@ vectors to scores with the classifier head (BERT's pooler dense + tanh, then the
 
 Training is listwise: each group holds one relevant passage and hard negatives, and the loss is the
 softmax cross-entropy of the relevant one (as in GRASP's and most rerankers' recipes).
+
+The model runs on the GPU when torch sees one (training and scoring alike) and on the CPU otherwise;
+vectors and scores always come back as NumPy arrays on the host.
 """
 
 from __future__ import annotations
@@ -26,35 +29,42 @@ import transformers
 from transformers import AutoTokenizer, BertForSequenceClassification
 
 from graphlake.kernels.encoders import dense_model_path
+from graphlake.kernels.metrics import ndcg_at_k
 
 MAX_TOKENS = 256
 TRAINING_FILE = "training.json"
 
 
-class CrossEncoder:
-    """Scores (query, passage) pairs; eval mode unless training."""
+def default_device() -> torch.device:
+    """The first GPU when torch sees one, else the CPU."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
-    def __init__(self, model: BertForSequenceClassification, tokenizer, max_tokens: int = MAX_TOKENS):
-        self.model = model.eval()
+
+class CrossEncoder:
+    """Scores (query, passage) pairs on ``device``; eval mode unless training."""
+
+    def __init__(self, model: BertForSequenceClassification, tokenizer, max_tokens: int = MAX_TOKENS, device: torch.device | None = None):
+        self.device = device or default_device()
+        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.max_tokens = max_tokens
 
     @classmethod
-    def initial(cls, max_tokens: int = MAX_TOKENS, seed: int = 0) -> CrossEncoder:
-        """all-MiniLM-L6-v2's encoder with a freshly initialised, seeded one-output head."""
-        path = str(dense_model_path())
+    def initial(cls, max_tokens: int = MAX_TOKENS, seed: int = 0, weights: Path | None = None) -> CrossEncoder:
+        """all-MiniLM-L6-v2's encoder (or the encoder saved in ``weights``) with a freshly initialised, seeded one-output head."""
+        path = str(weights or dense_model_path())
         torch.manual_seed(seed)
         verbosity = transformers.logging.get_verbosity()
         transformers.logging.set_verbosity_error()  # "classifier newly initialised" is the point, not news
         try:
-            model = BertForSequenceClassification.from_pretrained(path, num_labels=1, local_files_only=True)
+            model = BertForSequenceClassification.from_pretrained(path, num_labels=1, local_files_only=True, dtype=torch.float32)
         finally:
             transformers.logging.set_verbosity(verbosity)
         return cls(model, AutoTokenizer.from_pretrained(path, local_files_only=True), max_tokens)
 
     @classmethod
     def load(cls, folder: Path) -> CrossEncoder:
-        model = BertForSequenceClassification.from_pretrained(str(folder), local_files_only=True)
+        model = BertForSequenceClassification.from_pretrained(str(folder), local_files_only=True, dtype=torch.float32)
         tokenizer = AutoTokenizer.from_pretrained(str(folder), local_files_only=True)
         return cls(model, tokenizer, int(json.loads((folder / TRAINING_FILE).read_text())["max_tokens"]))
 
@@ -64,9 +74,10 @@ class CrossEncoder:
         (folder / TRAINING_FILE).write_text(json.dumps({"max_tokens": self.max_tokens, **(report or {})}, indent=2))
 
     def _encode(self, query: str, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        return self.tokenizer(
+        encoded = self.tokenizer(
             [query] * len(texts), list(texts), truncation="only_second", max_length=self.max_tokens, padding=True, return_tensors="pt"
         )
+        return {name: tensor.to(self.device) for name, tensor in encoded.items()}
 
     def _cls(self, query: str, texts: Sequence[str]) -> torch.Tensor:
         return self.model.bert(**self._encode(query, texts)).last_hidden_state[:, 0]
@@ -83,17 +94,31 @@ class CrossEncoder:
         order = np.argsort([len(t) for t in texts], kind="stable")
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
-            out[rows] = self._cls(query, [texts[i] for i in rows]).numpy()
+            out[rows] = self._cls(query, [texts[i] for i in rows]).float().cpu().numpy()
         return out
 
     @torch.inference_mode()
     def head(self, features: np.ndarray) -> np.ndarray:
         """Scores ``(n,)`` for [CLS] vectors (raw or smoothed)."""
         self.model.eval()
-        return self._head(torch.as_tensor(np.asarray(features, dtype=np.float32))).numpy().astype(np.float64)
+        vectors = torch.as_tensor(np.asarray(features, dtype=np.float32), device=self.device)
+        return self._head(vectors).float().cpu().numpy().astype(np.float64)
 
     def score(self, query: str, texts: Sequence[str]) -> np.ndarray:
         return self.head(self.features(query, texts))
+
+
+def reranked_ndcg(model: CrossEncoder, items: Sequence[dict]) -> float:
+    """Mean nDCG@10 of documents (a document ranks at its first node) after ``model`` reranks each item's
+    candidates; an item holds ``query``, node ``texts``, their ``docs`` and ``gold`` ({doc: relevance})."""
+    values = []
+    for item in items:
+        if not item["texts"]:
+            values.append(0.0)
+            continue
+        order = np.argsort(-model.score(item["query"], item["texts"]), kind="stable")
+        values.append(ndcg_at_k(list(dict.fromkeys(item["docs"][i] for i in order)), item["gold"], 10))
+    return float(np.mean(values))
 
 
 @dataclass(frozen=True)
@@ -202,4 +227,4 @@ def _rate_factor(progress: float, warmup: float = 0.1) -> float:
 def _group_loss(encoder: CrossEncoder, group: Group) -> torch.Tensor:
     """Softmax cross-entropy of the relevant passage (index 0) among the group's passages."""
     scores = encoder._head(encoder._cls(group.query, [group.positive, *group.negatives]))
-    return torch.nn.functional.cross_entropy(scores[None, :], torch.zeros(1, dtype=torch.long))
+    return torch.nn.functional.cross_entropy(scores[None, :], torch.zeros(1, dtype=torch.long, device=scores.device))

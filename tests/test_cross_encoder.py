@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.cross_encoder import CrossEncoder, Group, _rate_factor, train
+from graphlake.kernels.cross_encoder import CrossEncoder, Group, _rate_factor, reranked_ndcg, train
 
 QUERY = "Which research vessel carried the BenthoCam camera sled?"
 TEXTS = [
@@ -57,3 +57,27 @@ def test_training_learns_the_groups_and_keeps_the_best_weights(encoder, tmp_path
 def test_the_learning_rate_warms_up_then_anneals_to_zero_at_the_end_of_the_run():
     assert _rate_factor(0.0) < 0.05 and _rate_factor(0.1) == pytest.approx(1.0)
     assert _rate_factor(0.55) == pytest.approx(0.5) and _rate_factor(1.0) == 0.0 and _rate_factor(1.2) == 0.0
+
+
+def test_training_can_start_from_a_half_precision_copy_of_the_encoder(tmp_path):
+    """A machine without the packaged model (a lent GPU) starts from a copy; it loads back in float32."""
+    from transformers import AutoModel, AutoTokenizer
+
+    from graphlake.kernels.encoders import dense_model_path
+
+    AutoModel.from_pretrained(str(dense_model_path())).half().save_pretrained(str(tmp_path / "copy"))
+    AutoTokenizer.from_pretrained(str(dense_model_path())).save_pretrained(str(tmp_path / "copy"))
+    packaged, copied = CrossEncoder.initial(64, seed=3), CrossEncoder.initial(64, seed=3, weights=tmp_path / "copy")
+    assert copied.model.dtype == torch.float32 and copied.device == packaged.device
+    # the same seeded head; only the encoder's rounding to 16 bits differs
+    np.testing.assert_allclose(copied.score(QUERY, TEXTS), packaged.score(QUERY, TEXTS), atol=2e-2)
+
+
+def test_reranked_ndcg_scores_the_documents_in_the_models_order():
+    class ByLength:
+        def score(self, query, texts):
+            return np.array([float(len(t)) for t in texts])
+
+    item = {"query": QUERY, "texts": ["a", "bbb", "cc", "dddd"], "docs": ["d1", "d2", "d1", "d3"], "gold": {"d2": 1}}
+    assert reranked_ndcg(ByLength(), [item]) == pytest.approx(1 / np.log2(3))  # order d3, d2, d1: gold at rank 2
+    assert reranked_ndcg(ByLength(), [item, {**item, "texts": [], "docs": []}]) == pytest.approx(0.5 / np.log2(3))
