@@ -15,6 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
+from threadpoolctl import ThreadpoolController
+
+_THREADS = ThreadpoolController()  # the BLAS that NumPy loaded
 
 
 @dataclass(frozen=True)
@@ -28,23 +31,36 @@ class PairScorer:
         return self.head(self.features(rows))
 
 
-def granker_smooth(features: np.ndarray, adjacency: sp.csr_matrix, degrees: np.ndarray, alpha: float) -> np.ndarray:
+def granker_smooth(features: np.ndarray, adjacency: sp.spmatrix, degrees: np.ndarray, alpha: float) -> np.ndarray:
     """GRanker's latent fusion (Algorithm 2, lines 2-6): ``H' = (1 - alpha) H + alpha P H``.
 
-    ``adjacency`` is the 0/1 subgraph among the retrieved nodes, ``degrees`` their degrees in the whole
-    corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal of its corpus degree, so a hub
-    speaks softly; ``P`` row-normalises ``W``. A node with no retrieved neighbour has no row to
-    normalise and keeps its own vector (as if ``P`` had a self-loop there), rather than shrinking it.
+    ``adjacency`` is the subgraph among the retrieved nodes (stored entries = edges), ``degrees``
+    their degrees in the whole corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal
+    of its corpus degree, so a hub speaks softly; ``P`` row-normalises ``W``. A node with no
+    retrieved neighbour has no row to normalise and keeps its own vector (as if ``P`` had a
+    self-loop there), rather than shrinking it. ``P`` is built from the CSR arrays in one go: the
+    sparse algebra it replaces cost more than the product.
     """
-    a = sp.csr_matrix(adjacency, dtype=np.float64)
-    a.data[:] = 1.0
-    w = a @ sp.diags(1.0 / np.maximum(np.asarray(degrees, dtype=np.float64), 1.0))
-    row_sums = np.asarray(w.sum(axis=1)).ravel()
+    a = sp.csr_matrix(adjacency)
+    a.sum_duplicates()
+    w = 1.0 / np.maximum(np.asarray(degrees, dtype=np.float64), 1.0)[a.indices]
+    owner = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
+    row_sums = np.bincount(owner, weights=w, minlength=a.shape[0])
     isolated = row_sums == 0
-    p = sp.diags(np.where(isolated, 0.0, 1.0 / np.where(isolated, 1.0, row_sums))) @ w
+    p = sp.csr_matrix((w / row_sums[owner], a.indices, a.indptr), shape=a.shape)
     propagated = p @ features
     propagated[isolated] = features[isolated]
     return (1.0 - alpha) * features + alpha * propagated
+
+
+def _links(graph: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(i, neighbour)`` for every edge of ``rows[i]``, read straight from the CSR arrays: slicing a
+    scipy matrix each batch cost FastInsight more than all its arithmetic."""
+    starts = graph.indptr[rows]
+    counts = graph.indptr[rows + 1] - starts
+    owner = np.repeat(np.arange(len(rows)), counts)
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(starts, counts)
+    return owner, graph.indices[offsets]
 
 
 def stex(
@@ -64,9 +80,9 @@ def stex(
     """
     retrieved = np.asarray(retrieved, dtype=np.int64)
     r_max = len(retrieved)
-    links = graph[retrieved].tocoo()  # row i: the i-th retrieved node (rank i + 1); col: its neighbour
-    outside = ~np.isin(links.col, retrieved)
-    rank, neighbour = links.row[outside] + 1, links.col[outside]
+    owner, neighbours = _links(graph, retrieved)  # owner i: the i-th retrieved node (rank i + 1)
+    outside = ~np.isin(neighbours, retrieved)
+    rank, neighbour = owner[outside] + 1, neighbours[outside]
     if neighbour.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
     rows, inverse = np.unique(neighbour, return_inverse=True)
@@ -85,9 +101,16 @@ def stex(
 
 
 def _subgraph(graph: sp.csr_matrix, rows: np.ndarray) -> sp.csr_matrix:
-    return graph[rows][:, rows].tocsr()
+    """The 0/1 adjacency among ``rows`` (in their order)."""
+    position = np.full(graph.shape[0], -1)
+    position[rows] = np.arange(len(rows))
+    owner, neighbours = _links(graph, rows)
+    inside = position[neighbours] >= 0
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[inside], minlength=len(rows)))])
+    return sp.csr_matrix((np.ones(int(inside.sum())), position[neighbours[inside]], indptr), shape=(len(rows), len(rows)))
 
 
+@_THREADS.wrap(limits=1, user_api="blas")
 def fastinsight(
     query: np.ndarray,
     vectors: np.ndarray,
@@ -104,6 +127,9 @@ def fastinsight(
     When STeX offers fewer than a batch (the retrieved nodes have few unretrieved neighbours), the
     batch is filled with the next nodes by vector similarity, which is STeX's own score for a node
     without structural support; without it the loop could stall below the budget.
+    Its vector products run on one BLAS thread: idle BLAS threads spin, and they slowed the
+    cross-encoder's tokenizer between them by 3-4x on a 16-core machine (FastInsight 185 ms against
+    123 ms per query, benchmarks/results/gpu_qpt.md).
     Returns (rows, GRanker scores) of every retrieved node, best first.
     """
     similarity = np.asarray(vectors @ query, dtype=np.float64)
