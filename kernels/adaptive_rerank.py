@@ -128,8 +128,8 @@ def fastinsight(
     batch is filled with the next nodes by vector similarity, which is STeX's own score for a node
     without structural support; without it the loop could stall below the budget.
     Its vector products run on one BLAS thread: idle BLAS threads spin, and they slowed the
-    cross-encoder's tokenizer between them by 3-4x on a 16-core machine (FastInsight 185 ms against
-    123 ms per query, benchmarks/results/gpu_qpt.md).
+    cross-encoder's tokenizer between them by 3-4x on a 16-core machine (FastInsight's mean on 2Wiki
+    went from 221 to 138 ms per query, benchmarks/results/gpu_qpt.md).
     Returns (rows, GRanker scores) of every retrieved node, best first.
     """
     similarity = np.asarray(vectors @ query, dtype=np.float64)
