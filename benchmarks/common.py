@@ -51,3 +51,22 @@ def arguments(description: str, results: str, extra=None):
 def table(title: str, columns: list[str]) -> list[str]:
     """A markdown section opening on a table header (numeric columns right-aligned after the first two)."""
     return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]
+
+
+QPT_QUERIES = 40  # the seeded query sample every timing script draws per set
+
+
+def timing_sample(corpus: str, split: str):
+    """What a timing needs from the lake (GRAPHLAKE_HOME): its methods, the seeded sample of
+    ``split`` queries shared by the CPU and GPU timings, and the corpus's indexes."""
+    import numpy as np
+
+    from graphlake.assets.retrieval import LakeIndexes, load_methods
+    from graphlake.warehouse.home import lake_home
+    from graphlake.warehouse.storage import Lake
+
+    lake = Lake(lake_home())
+    methods, _ = load_methods(lake_home())
+    queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
+    sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
+    return methods, sample, LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())

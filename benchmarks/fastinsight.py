@@ -24,9 +24,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import arguments, graphlake, header, table
+from common import QPT_QUERIES, arguments, graphlake, header, table, timing_sample
 
-from graphlake.assets.retrieval import LakeIndexes, load_methods
 from graphlake.kernels.cross_encoder import TRAINING_FILE
 from graphlake.kernels.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
@@ -51,7 +50,6 @@ BETAS = (0.0, 0.5, 1.0, 2.0, 5.0, 100.0)
 BUDGETED = ("re2", "gar", "fastinsight")
 SWEEPS = {"alpha": (ALPHAS, "fastinsight_alpha"), "beta": (BETAS, "fastinsight_beta")}
 CURVE_SET = "2wiki-dev"
-QPT_QUERIES = 40  # seeded sample per set for the cold timings
 
 
 def evaluate(corpus: str, methods: list[str], split: str, cutoffs: str = "10,100") -> dict[str, dict]:
@@ -68,11 +66,7 @@ def cold_qpt(corpus: str, split: str, names: list[str]) -> dict[str, np.ndarray]
     machine drifts by 10-20% over minutes, and timing one method's whole sample after another's
     would measure the drift as a difference between methods.
     """
-    lake = Lake(lake_home())
-    methods, _ = load_methods(lake_home())
-    queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
-    sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
-    indexes = LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())
+    methods, sample, indexes = timing_sample(corpus, split)
     for name in names:
         methods[name].run("warm up", indexes, methods)
     timings: dict[str, list[float]] = {name: [] for name in names}

@@ -28,27 +28,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
-from common import ROOT, header
+from common import ROOT, header, timing_sample
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.kernels.cross_encoder import CrossEncoder
 
-QUERIES = 40  # the CPU timings' sample size and seed (benchmarks/fastinsight.py)
 DEPTH = 100
 METHODS = ("re2", "gar", "fastinsight")
 
 
 def export(folder: Path, corpus: str, split: str) -> None:
-    from graphlake.assets.retrieval import LakeIndexes, load_methods
-    from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
-
     folder.mkdir(parents=True, exist_ok=True)
-    lake = Lake(lake_home())
-    methods, _ = load_methods(lake_home())
-    queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
-    sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QUERIES, len(queries)), replace=False)]
-    indexes = LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())
+    methods, sample, indexes = timing_sample(corpus, split)
     graph, degrees = indexes.corpus_graph(tuple(indexes.corpus_graph_kinds()))
     pq.write_table(
         pa.table({
