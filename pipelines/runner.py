@@ -80,7 +80,10 @@ def materialize_corpus(
 
 
 def _resolve_selection(selection: AssetSelection | str | None) -> AssetSelection:
-    """All but the LLM-backed assets by default; those run only when a selection names them."""
+    """All but the LLM-backed assets by default; those run only when a selection names them. A
+    selection that takes one output of a multi-asset (``+key:conceptual_edges`` reaches
+    ``mentions_spacy``, built together with ``entities_spacy``) takes its siblings too: Dagster
+    cannot run part of one."""
     if selection is None:
         return DEFAULT_SELECTION
     if isinstance(selection, AssetSelection):
@@ -89,7 +92,7 @@ def _resolve_selection(selection: AssetSelection | str | None) -> AssetSelection
         chosen = AssetSelection.from_string(selection)
     except DagsterError as error:
         raise MaterializeError(f"invalid asset selection {selection!r}: write e.g. 'nodes+' or 'key:bm25_index or key:dense_vectors'") from error
-    return chosen if "llm" in selection else chosen & DEFAULT_SELECTION
+    return (chosen if "llm" in selection else chosen & DEFAULT_SELECTION).required_multi_asset_neighbors()
 
 
 def _root_cause(event) -> str:

@@ -86,6 +86,10 @@ def test_materialize_runs_only_the_selection_with_the_given_run_config(lake):
     assert result.exit_code == 0, result.output
     assert _last_materialization("documents") == before["documents"]
     assert _last_materialization("nodes") != before["nodes"]
+    # the upstream of conceptual edges reaches half of the spaCy entities/mentions multi-asset: it runs whole
+    upstream = invoke("materialize", "--corpus", "demo", "--select", "+key:conceptual_edges")
+    assert upstream.exit_code == 0, upstream.output
+    assert _last_materialization("entities_spacy") == _last_materialization("mentions_spacy") == _last_materialization("conceptual_edges")
 
     # a run config as in the Dagster launchpad reaches the asset; a bad one is refused before anything runs
     config = lake.parent / "run.yaml"
