@@ -70,3 +70,41 @@ def timing_sample(corpus: str, split: str):
     queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
     return methods, sample, LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())
+
+
+# The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and
+# reranker_training.py on a GPU machine): which corpora, which queries teach, which are evaluated.
+HOTPOT = "hotpotqa/ircot/processed_data/hotpotqa/dev_subsampled.jsonl.gz"
+WIKI_TRAIN = "2wikimultihopqa/migres/data/wikihop_train_preprocess.json.gz"
+WIKI_DEV = "2wikimultihopqa/migres/data/wikihop.json.gz"
+INGEST = {  # corpus: format, path under the datasets folder
+    "scifact": ("beir", "scifact"),
+    "hotpotqa-train": ("hipporag", "hotpotqa/hipporag/data"),
+    "2wiki-train": ("2wiki", WIKI_TRAIN),
+    "hotpotqa": ("hotpotqa-ircot", HOTPOT),
+    "2wiki-dev": ("2wiki", WIKI_DEV),
+}
+TRAINING = {"scifact": "train", "2wiki-train": "train", "hotpotqa-train": "train"}  # this order is part of the model's fingerprint (it fixes the held-out draw)
+EVALUATED = {"scifact": "test", "hotpotqa": "dev", "2wiki-dev": "dev"}
+CURVE_SET = "2wiki-dev"  # the curves' set: the cheapest to rerank
+BUDGETED = ("re2", "gar", "fastinsight")
+BUDGETS = (10, 20, 50, 100)
+ALPHAS = (0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
+BETAS = (0.0, 0.5, 1.0, 2.0, 5.0, 100.0)
+
+
+def prepare_lake(datasets: Path) -> None:
+    """Ingest the protocol's corpora and build what the reranker mines from (BM25 and dense on the
+    training sets) and what the evaluated sets' methods read (both runs, the corpus graph)."""
+    from graphlake.assets.retrieval import corpus_graph_built
+    from graphlake.warehouse.corpora import CorpusRegistry
+    from graphlake.warehouse.home import lake_home
+    from graphlake.warehouse.storage import Lake
+
+    for corpus, (fmt, relative) in INGEST.items():
+        graphlake("ingest", fmt, str(datasets / relative), "--corpus", corpus)
+    for corpus, split in [*TRAINING.items(), *EVALUATED.items()]:  # builds the indexes; SciFact serves both
+        graphlake("eval", "--corpus", corpus, "--methods", "vector,bm25", "--split", split, "--json")
+    for corpus in (c for c in EVALUATED if not corpus_graph_built(Lake(lake_home()), c)):  # materialize re-runs NER
+        kinds = CorpusRegistry(lake_home()).get(corpus).corpus_graph
+        graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))

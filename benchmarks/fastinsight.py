@@ -24,32 +24,30 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import QPT_QUERIES, arguments, graphlake, header, table, timing_sample
+from common import (
+    ALPHAS,
+    BETAS,
+    BUDGETED,
+    BUDGETS,
+    CURVE_SET,
+    EVALUATED,
+    QPT_QUERIES,
+    TRAINING,
+    arguments,
+    graphlake,
+    header,
+    prepare_lake,
+    table,
+    timing_sample,
+)
 
 from graphlake.kernels.cross_encoder import TRAINING_FILE
 from graphlake.kernels.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 
-HOTPOT = "hotpotqa/ircot/processed_data/hotpotqa/dev_subsampled.jsonl.gz"
-WIKI_TRAIN = "2wikimultihopqa/migres/data/wikihop_train_preprocess.json.gz"
-WIKI_DEV = "2wikimultihopqa/migres/data/wikihop.json.gz"
-INGEST = {  # corpus: format, path under the datasets folder
-    "scifact": ("beir", "scifact"),
-    "hotpotqa-train": ("hipporag", "hotpotqa/hipporag/data"),
-    "2wiki-train": ("2wiki", WIKI_TRAIN),
-    "hotpotqa": ("hotpotqa-ircot", HOTPOT),
-    "2wiki-dev": ("2wiki", WIKI_DEV),
-}
-TRAINING = {"scifact": "train", "2wiki-train": "train", "hotpotqa-train": "train"}  # this order is part of the model's fingerprint (it fixes the held-out draw)
-EVALUATED = {"scifact": "test", "hotpotqa": "dev", "2wiki-dev": "dev"}
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")
-BUDGETS = (10, 20, 50, 100)
-ALPHAS = (0.0, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0)
-BETAS = (0.0, 0.5, 1.0, 2.0, 5.0, 100.0)
-BUDGETED = ("re2", "gar", "fastinsight")
 SWEEPS = {"alpha": (ALPHAS, "fastinsight_alpha"), "beta": (BETAS, "fastinsight_beta")}
-CURVE_SET = "2wiki-dev"
 
 
 def evaluate(corpus: str, methods: list[str], split: str, cutoffs: str = "10,100") -> dict[str, dict]:
@@ -236,10 +234,7 @@ def main() -> None:
         sys.exit(f"--sets: unknown {', '.join(unknown)}; choose among {sets}")
     evaluated = {corpus: EVALUATED[corpus] for corpus in args.sets.split(",")}
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    for corpus, (fmt, relative) in INGEST.items():
-        graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus)
-    for corpus, split in TRAINING.items():  # the reranker mines its negatives from these indexes
-        evaluate(corpus, ["vector", "bm25"], split)
+    prepare_lake(args.datasets)
     with tempfile.TemporaryDirectory() as folder:  # the three training sets only, whatever else the lake holds
         config = Path(folder) / "reranker.yaml"
         config.write_text(yaml.safe_dump({"ops": {"reranker": {"config": {"corpora": list(TRAINING)}}}}), encoding="utf-8")

@@ -11,15 +11,12 @@ from __future__ import annotations
 
 import json
 
-from common import arguments, graphlake, header, table
+from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 
-HOTPOT = "hotpotqa/ircot/processed_data/hotpotqa/dev_subsampled.jsonl.gz"
-WIKI_TRAIN = "2wikimultihopqa/migres/data/wikihop_train_preprocess.json.gz"
-WIKI_DEV = "2wikimultihopqa/migres/data/wikihop.json.gz"
 # corpus: format, path under the datasets folder, split, GraphER's training corpus and alpha corpus
 # (GraphER A.3: alpha tuned once on BIRD and fixed for every set; BIRD itself takes Spider's)
 CORPORA = {
