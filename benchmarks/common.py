@@ -48,6 +48,24 @@ def arguments(description: str, results: str, extra=None):
     return args
 
 
+def export_and_run(description: str, exported: str, results: str, run: tuple[str, str]):
+    """The parser of a script in two steps, for a GPU machine that has no lake: ``export`` (beside the
+    lake: ``--folder``, ``--datasets``) writes ``exported``; the ``run`` command (name, help) reads that
+    folder anywhere and writes ``--output`` (default ``benchmarks/results/<results>``).
+    Returns the parser and both subparsers, for the scripts' own options."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    out = commands.add_parser("export", help=f"{exported}, from the lake (GRAPHLAKE_HOME), built first where it lacks anything")
+    out.add_argument("--folder", type=Path, required=True)
+    out.add_argument("--datasets", type=Path, default=DATASETS)
+    step = commands.add_parser(run[0], help=run[1])
+    step.add_argument("--folder", type=Path, required=True)
+    step.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / results)
+    return parser, out, step
+
+
 def table(title: str, columns: list[str]) -> list[str]:
     """A markdown section opening on a table header (numeric columns right-aligned after the first two)."""
     return ["", f"## {title}", "", "| " + " | ".join(columns) + " |", "|---|---|" + "---:|" * (len(columns) - 2)]

@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
-from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, DATASETS, EVALUATED, QPT_QUERIES, ROOT, header, prepare_lake, table
+from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.kernels.cross_encoder import CrossEncoder
@@ -303,15 +303,10 @@ def run_evaluation(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    out = commands.add_parser("export", help="the evaluated sets' inputs, from the lake (GRAPHLAKE_HOME)")
-    out.add_argument("--folder", type=Path, required=True)
-    out.add_argument("--datasets", type=Path, default=DATASETS)
-    run = commands.add_parser("evaluate", help="evaluate and time the methods on the device torch sees")
-    run.add_argument("--folder", type=Path, required=True)
+    parser, _, run = export_and_run(
+        __doc__, "the evaluated sets' inputs", "fastinsight_gpu.md", ("evaluate", "evaluate and time the methods on the device torch sees")
+    )
     run.add_argument("--model", type=Path, required=True, help="a cross-encoder folder (reranker_training.py train --save, or the lake's artefact)")
-    run.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "fastinsight_gpu.md")
     run.add_argument("--limit", type=int, help="only the first this many queries of each set (a smoke test)")
     run.add_argument("--qpt-only", action="store_true", help="only the query processing times (say, on a CPU)")
     args = parser.parse_args()

@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from common import DATASETS, ROOT, TRAINING, header, prepare_lake
+from common import TRAINING, export_and_run, header, prepare_lake
 
 from graphlake.kernels.cross_encoder import CrossEncoder, Group, reranked_ndcg, train
 
@@ -71,8 +71,8 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     print(json.dumps(meta, indent=2))
 
 
-def train_and_score(args: argparse.Namespace) -> None:
-    """Fine-tune from ``args.folder`` on the device torch sees; throughput, curve and Re2 vs dense per set."""
+def train_and_report(args: argparse.Namespace) -> None:
+    """Fine-tune from ``args.folder`` on the device torch sees; the throughput and the held-out curve."""
     torch.set_float32_matmul_precision("high")  # TF32 on a GPU; no effect on a CPU
     folder = args.folder
     table = pq.read_table(folder / "groups.parquet").to_pylist()
@@ -114,16 +114,9 @@ def train_and_score(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    commands = parser.add_subparsers(dest="command", required=True)
-    out = commands.add_parser("export", help="mine the training data and Re2 inputs from the lake (GRAPHLAKE_HOME)")
-    out.add_argument("--folder", type=Path, required=True)
-    out.add_argument("--datasets", type=Path, default=DATASETS)
+    parser, out, fit = export_and_run(__doc__, "the mined training data", "reranker_training.md", ("train", "fine-tune from an export on the device torch sees"))
     out.add_argument("--negatives", type=int, default=15, help="hard negatives mined per group (train may use fewer)")
     out.add_argument("--validation-depth", type=int, default=DEPTH)
-    fit = commands.add_parser("train", help="fine-tune from an export on the device torch sees")
-    fit.add_argument("--folder", type=Path, required=True)
-    fit.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "reranker_training.md")
     fit.add_argument("--negatives", type=int, default=7)
     fit.add_argument("--max-tokens", type=int, default=256)
     fit.add_argument("--epochs", type=int, default=4)
@@ -139,7 +132,7 @@ def main() -> None:
         import sys
 
         args.argv = sys.argv[2:]
-        train_and_score(args)
+        train_and_report(args)
 
 
 if __name__ == "__main__":
