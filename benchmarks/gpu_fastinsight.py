@@ -34,7 +34,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
-from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table
+from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table, timing_sample
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.kernels.cross_encoder import CrossEncoder
@@ -47,8 +47,6 @@ METRICS = ("capped_recall@10", "ndcg@10")
 
 
 def export(folder: Path, datasets: Path) -> None:
-    from common import timing_sample
-
     prepare_lake(datasets)
     for corpus, split in EVALUATED.items():
         methods, sample, indexes = timing_sample(corpus, split)
