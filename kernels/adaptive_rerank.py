@@ -34,15 +34,14 @@ class PairScorer:
 def granker_smooth(features: np.ndarray, adjacency: sp.spmatrix, degrees: np.ndarray, alpha: float) -> np.ndarray:
     """GRanker's latent fusion (Algorithm 2, lines 2-6): ``H' = (1 - alpha) H + alpha P H``.
 
-    ``adjacency`` is the subgraph among the retrieved nodes (stored entries = edges), ``degrees``
-    their degrees in the whole corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal
+    ``adjacency`` is the subgraph among the retrieved nodes (each stored entry one edge, none
+    repeated), ``degrees`` their degrees in the whole corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal
     of its corpus degree, so a hub speaks softly; ``P`` row-normalises ``W``. A node with no
     retrieved neighbour has no row to normalise and keeps its own vector (as if ``P`` had a
     self-loop there), rather than shrinking it. ``P`` is built from the CSR arrays in one go: the
     sparse algebra it replaces cost more than the product.
     """
     a = sp.csr_matrix(adjacency)
-    a.sum_duplicates()
     w = 1.0 / np.maximum(np.asarray(degrees, dtype=np.float64), 1.0)[a.indices]
     owner = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
     row_sums = np.bincount(owner, weights=w, minlength=a.shape[0])
@@ -64,8 +63,7 @@ def _links(graph: sp.csr_matrix, rows: np.ndarray) -> tuple[np.ndarray, np.ndarr
 
 
 def stex(
-    query: np.ndarray,
-    vectors: np.ndarray,
+    similarity: np.ndarray,
     graph: sp.csr_matrix,
     degrees: np.ndarray,
     retrieved: np.ndarray,
@@ -73,29 +71,31 @@ def stex(
 ) -> tuple[np.ndarray, np.ndarray]:
     """STeX (Algorithm 3): unretrieved neighbours of ``retrieved`` (best first), ordered by their score.
 
-    ``S = q . v_n + beta * I_Struct``; ``I_Struct`` adds rank proximity (``1 - (r_best - 1) / (R - 1)``,
+    ``S = I_Sim + beta * I_Struct`` with ``I_Sim = similarity[n]`` (``q . v_n`` for every node, computed
+    once per query by the caller); ``I_Struct`` adds rank proximity (``1 - (r_best - 1) / (R - 1)``,
     ``r_best`` the best 1-based rank among the node's retrieved neighbours) and a bridging factor
     (``(|A(n)| - 1) / (C - 1)``, ``C = min(deg(n), R)``), each only where its denominator is positive.
     Returns (rows, scores), best first, ties by row.
     """
     retrieved = np.asarray(retrieved, dtype=np.int64)
     r_max = len(retrieved)
-    owner, neighbours = _links(graph, retrieved)  # owner i: the i-th retrieved node (rank i + 1)
-    outside = ~np.isin(neighbours, retrieved)
+    owner, neighbours = _links(graph, retrieved)  # owner i: the i-th retrieved node (rank i + 1), ascending
+    is_retrieved = np.zeros(graph.shape[0], dtype=bool)
+    is_retrieved[retrieved] = True
+    outside = ~is_retrieved[neighbours]
     rank, neighbour = owner[outside] + 1, neighbours[outside]
     if neighbour.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    rows, inverse = np.unique(neighbour, return_inverse=True)
-    best_rank = np.full(rows.size, np.iinfo(np.int64).max)
-    np.minimum.at(best_rank, inverse, rank)
-    adjacent = np.bincount(inverse, minlength=rows.size).astype(np.float64)  # |A(n)|: links are unique pairs
+    # a stable sort keeps each node's links in rank order, so its first link carries its best rank
+    rows, first, adjacent = np.unique(neighbour, return_index=True, return_counts=True)  # |A(n)|: links are unique pairs
+    best_rank = rank[first]
     structural = np.zeros(rows.size)
     if r_max > 1:
         structural += 1.0 - (best_rank - 1) / (r_max - 1)
     c_max = np.minimum(np.asarray(degrees)[rows], r_max).astype(np.float64)
     bridging = c_max > 1
     structural[bridging] += (adjacent[bridging] - 1) / (c_max[bridging] - 1)
-    scores = np.asarray(vectors[rows] @ query, dtype=np.float64) + beta * structural
+    scores = np.asarray(similarity, dtype=np.float64)[rows] + beta * structural
     order = np.lexsort((rows, -scores))
     return rows[order], scores[order]
 
@@ -133,23 +133,34 @@ def fastinsight(
     Returns (rows, GRanker scores) of every retrieved node, best first.
     """
     similarity = np.asarray(vectors @ query, dtype=np.float64)
-    by_similarity = np.lexsort((np.arange(len(similarity)), -similarity))
     budget = min(budget, len(similarity))
-    retrieved = by_similarity[:batch]
+    retrieved = _best(similarity, batch)
     features = scorer.features(retrieved)
     retrieved, features, scores = _granker(retrieved, features, graph, degrees, scorer, alpha)
     while len(retrieved) < budget:
         room = min(len(retrieved) + batch, budget) - len(retrieved)
-        added, _ = stex(query, vectors, graph, degrees, retrieved, beta)
+        added, _ = stex(similarity, graph, degrees, retrieved, beta)
         added = added[:room]
         if len(added) < room:
-            taken = np.concatenate([retrieved, added])
-            rest = by_similarity[~np.isin(by_similarity, taken)]
-            added = np.concatenate([added, rest[: room - len(added)]])
+            unseen = np.ones(len(similarity), dtype=bool)
+            unseen[retrieved] = unseen[added] = False
+            candidates = np.flatnonzero(unseen)
+            added = np.concatenate([added, candidates[_best(similarity[candidates], room - len(added))]])
         retrieved = np.concatenate([retrieved, added])
         features = np.vstack([features, scorer.features(added)])
         retrieved, features, scores = _granker(retrieved, features, graph, degrees, scorer, alpha)
     return retrieved, scores
+
+
+def _best(values: np.ndarray, k: int) -> np.ndarray:
+    """Positions of the ``k`` largest ``values``, best first, ties by position; a partition, not a sort
+    of the corpus, since only a batch is wanted."""
+    if k < len(values):
+        kth = np.partition(values, len(values) - k)[len(values) - k]
+        positions = np.flatnonzero(values >= kth)
+    else:
+        positions = np.arange(len(values))
+    return positions[np.lexsort((positions, -values[positions]))][:k]
 
 
 def _granker(rows, features, graph, degrees, scorer, alpha):

@@ -44,12 +44,12 @@ def test_stex_scores_rank_proximity_bridging_and_similarity():
     retrieved = np.array([0, 1, 2])
     # node 3: rank proximity 1 - (2-1)/(3-1) = 0.5, bridging (2-1)/(3-1) = 0.5; node 5: 1 + no bridging (deg 1);
     # node 6: 1 + (3-1)/(3-1) = 2
-    rows, scores = stex(query, vectors, graph, degrees(graph), retrieved, beta=1.0)
+    rows, scores = stex(vectors @ query, graph, degrees(graph), retrieved, beta=1.0)
     assert rows.tolist() == [6, 3, 5]
     np.testing.assert_allclose(scores, [2.0, 1.5, 1.2])
-    rows, scores = stex(query, vectors, graph, degrees(graph), retrieved, beta=0.0)
+    rows, scores = stex(vectors @ query, graph, degrees(graph), retrieved, beta=0.0)
     assert rows.tolist() == [3, 5, 6] and 4 not in rows and 7 not in rows
-    single = stex(query, vectors, graph, degrees(graph), np.array([1]), beta=1.0)
+    single = stex(vectors @ query, graph, degrees(graph), np.array([1]), beta=1.0)
     assert single[0].tolist() == [3, 6]  # R = 1: no rank term; C = 1: no bridging; similarity decides
     np.testing.assert_allclose(single[1], [0.5, 0.0])
 
@@ -95,6 +95,19 @@ def test_fastinsight_fills_from_vector_search_when_the_graph_runs_dry():
     rows, _ = fastinsight(np.array([0.5, 0.4, 0.3, 0.2, 0.1]), vectors, graph, np.zeros(5), scorer, batch=2, budget=4)
     assert sorted(rows.tolist()) == [0, 1, 2, 3]
 
+
+
+def test_fastinsight_breaks_similarity_ties_by_row():
+    # every node equally similar and no edges: the vector batches are taken in row order, as a stable sort would
+    calls: list[list[int]] = []
+    vectors = np.ones((7, 2))
+
+    def features(rows):
+        calls.append(rows.tolist())
+        return np.zeros((len(rows), 1))
+
+    fastinsight(np.array([1.0, 0.0]), vectors, sp.csr_matrix((7, 7)), np.zeros(7), PairScorer(features, lambda h: h[:, 0]), batch=3, budget=7)
+    assert calls == [[0, 1, 2], [3, 4, 5], [6]]
 
 def test_gar_alternates_initial_and_frontier_and_backfills():
     # initial ranking 0..5; 0's neighbours are 10, 11; scores = row number, so the frontier is taken by its source's score
