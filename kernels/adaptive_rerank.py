@@ -35,8 +35,8 @@ def granker_smooth(features: np.ndarray, adjacency: sp.spmatrix, degrees: np.nda
     """GRanker's latent fusion (Algorithm 2, lines 2-6): ``H' = (1 - alpha) H + alpha P H``.
 
     ``adjacency`` is the subgraph among the retrieved nodes (each stored entry one edge, none
-    repeated), ``degrees`` their degrees in the whole corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal
-    of its corpus degree, so a hub speaks softly; ``P`` row-normalises ``W``. A node with no
+    repeated), ``degrees`` their degrees in the whole corpus graph. ``W = A D^-1`` weighs each
+    neighbour by the reciprocal of its corpus degree, so a hub speaks softly; ``P`` row-normalises ``W``. A node with no
     retrieved neighbour has no row to normalise and keeps its own vector (as if ``P`` had a
     self-loop there), rather than shrinking it. ``P`` is built from the CSR arrays in one go: the
     sparse algebra it replaces cost more than the product.

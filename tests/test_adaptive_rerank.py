@@ -96,7 +96,6 @@ def test_fastinsight_fills_from_vector_search_when_the_graph_runs_dry():
     assert sorted(rows.tolist()) == [0, 1, 2, 3]
 
 
-
 def test_fastinsight_breaks_similarity_ties_by_row():
     # every node equally similar and no edges: the vector batches are taken in row order, as a stable sort would
     calls: list[list[int]] = []
@@ -108,6 +107,7 @@ def test_fastinsight_breaks_similarity_ties_by_row():
 
     fastinsight(np.array([1.0, 0.0]), vectors, sp.csr_matrix((7, 7)), np.zeros(7), PairScorer(features, lambda h: h[:, 0]), batch=3, budget=7)
     assert calls == [[0, 1, 2], [3, 4, 5], [6]]
+
 
 def test_gar_alternates_initial_and_frontier_and_backfills():
     # initial ranking 0..5; 0's neighbours are 10, 11; scores = row number, so the frontier is taken by its source's score
