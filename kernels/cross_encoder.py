@@ -32,6 +32,7 @@ from graphlake.kernels.encoders import dense_model_path
 from graphlake.kernels.metrics import ndcg_at_k
 
 MAX_TOKENS = 256
+CPU_LENGTH_RATIO = 1.25  # on a CPU, a batch ends before a pair this many times as long as its first (see CrossEncoder._batches)
 TRAINING_FILE = "training.json"
 
 
@@ -74,26 +75,49 @@ class CrossEncoder:
         (folder / TRAINING_FILE).write_text(json.dumps({"max_tokens": self.max_tokens, **(report or {})}, indent=2))
 
     def _encode(self, query: str, texts: Sequence[str]) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(
-            [query] * len(texts), list(texts), truncation="only_second", max_length=self.max_tokens, padding=True, return_tensors="pt"
-        )
-        return {name: tensor.to(self.device) for name, tensor in encoded.items()}
+        """Token tensors of the (query, text) pairs, padded to the longest, on the host."""
+        return self.tokenizer([query] * len(texts), list(texts), truncation="only_second", max_length=self.max_tokens, padding=True, return_tensors="pt")
 
     def _cls(self, query: str, texts: Sequence[str]) -> torch.Tensor:
-        return self.model.bert(**self._encode(query, texts)).last_hidden_state[:, 0]
+        return self._cls_of(self._encode(query, texts))
+
+    def _cls_of(self, encoded: dict[str, torch.Tensor]) -> torch.Tensor:
+        return self.model.bert(**{name: tensor.to(self.device) for name, tensor in encoded.items()}).last_hidden_state[:, 0]
 
     def _head(self, cls: torch.Tensor) -> torch.Tensor:
         pooled = self.model.bert.pooler.activation(self.model.bert.pooler.dense(cls))
         return self.model.classifier(self.model.dropout(pooled)).squeeze(-1)
 
+    def _batches(self, lengths: np.ndarray, batch_size: int) -> list[np.ndarray]:
+        """Positions grouped into batches of pairs of like length (token counts, shortest first).
+
+        A batch is padded to its longest pair. On a GPU the padding runs in parallel and each batch
+        costs a launch, so batches are only cut at ``batch_size``. On a CPU a padding token costs what
+        a real one does, so a batch also ends before a pair more than ``CPU_LENGTH_RATIO`` times as
+        long as its first: ten HotpotQA passages scored in one batch carried 37% padding, and cut this
+        way they cost a third less (benchmarks/results/cross_encoder_batching.md).
+        """
+        ratio = CPU_LENGTH_RATIO if self.device.type == "cpu" else math.inf
+        batches: list[list[int]] = []
+        for position in np.argsort(lengths, kind="stable").tolist():
+            if batches and len(batches[-1]) < batch_size and lengths[position] <= ratio * lengths[batches[-1][0]]:
+                batches[-1].append(position)
+            else:
+                batches.append([position])
+        return [np.asarray(batch) for batch in batches]
+
     @torch.inference_mode()
     def features(self, query: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
-        """[CLS] vectors ``(len(texts), hidden)`` of the (query, text) pairs, batched by length."""
+        """[CLS] vectors ``(len(texts), hidden)`` of the (query, text) pairs, tokenized once and batched by length."""
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
-        order = np.argsort([len(t) for t in texts], kind="stable")
-        for start in range(0, len(order), batch_size):
-            rows = order[start : start + batch_size]
-            out[rows] = self._cls(query, [texts[i] for i in rows]).float().cpu().numpy()
+        if not texts:
+            return out
+        encoded = self._encode(query, texts)
+        lengths = encoded["attention_mask"].sum(dim=1).numpy()
+        for rows in self._batches(lengths, batch_size):
+            width = int(lengths[rows].max())  # padding is on the right: the batch's own longest pair sets its width
+            batch = {name: tensor[torch.from_numpy(rows), :width] for name, tensor in encoded.items()}
+            out[rows] = self._cls_of(batch).float().cpu().numpy()
         return out
 
     @torch.inference_mode()
