@@ -31,23 +31,21 @@ class PairScorer:
         return self.head(self.features(rows))
 
 
-def granker_smooth(features: np.ndarray, adjacency: sp.spmatrix, degrees: np.ndarray, alpha: float) -> np.ndarray:
+def granker_smooth(features: np.ndarray, adjacency: np.ndarray | sp.spmatrix, degrees: np.ndarray, alpha: float) -> np.ndarray:
     """GRanker's latent fusion (Algorithm 2, lines 2-6): ``H' = (1 - alpha) H + alpha P H``.
 
-    ``adjacency`` is the subgraph among the retrieved nodes (each stored entry one edge, none
-    repeated), ``degrees`` their degrees in the whole corpus graph. ``W = A D^-1`` weighs each
-    neighbour by the reciprocal of its corpus degree, so a hub speaks softly; ``P`` row-normalises ``W``. A node with no
-    retrieved neighbour has no row to normalise and keeps its own vector (as if ``P`` had a
-    self-loop there), rather than shrinking it. ``P`` is built from the CSR arrays in one go: the
-    sparse algebra it replaces cost more than the product.
+    ``adjacency`` is the 0/1 subgraph among the retrieved nodes, ``degrees`` their degrees in the
+    whole corpus graph. ``W = A D^-1`` weighs each neighbour by the reciprocal of its corpus degree,
+    so a hub speaks softly; ``P`` row-normalises ``W``. A node with no retrieved neighbour has no row
+    to normalise and keeps its own vector (as if ``P`` had a self-loop there), rather than shrinking
+    it. The subgraph is held dense: it spans at most the budget's nodes (100), where a dense product
+    costs less than building a sparse matrix.
     """
-    a = sp.csr_matrix(adjacency)
-    w = 1.0 / np.maximum(np.asarray(degrees, dtype=np.float64), 1.0)[a.indices]
-    owner = np.repeat(np.arange(a.shape[0]), np.diff(a.indptr))
-    row_sums = np.bincount(owner, weights=w, minlength=a.shape[0])
+    a = adjacency.toarray() if sp.issparse(adjacency) else np.asarray(adjacency, dtype=np.float64)
+    w = a / np.maximum(np.asarray(degrees, dtype=np.float64), 1.0)
+    row_sums = w.sum(axis=1)
     isolated = row_sums == 0
-    p = sp.csr_matrix((w / row_sums[owner], a.indices, a.indptr), shape=a.shape)
-    propagated = p @ features
+    propagated = (w / np.where(isolated, 1.0, row_sums)[:, None]) @ features
     propagated[isolated] = features[isolated]
     return (1.0 - alpha) * features + alpha * propagated
 
@@ -78,17 +76,25 @@ def stex(
     Returns (rows, scores), best first, ties by row.
     """
     retrieved = np.asarray(retrieved, dtype=np.int64)
-    r_max = len(retrieved)
-    owner, neighbours = _links(graph, retrieved)  # owner i: the i-th retrieved node (rank i + 1), ascending
+    owner, neighbours = _links(graph, retrieved)  # owner i: the i-th retrieved node, rank i + 1
     is_retrieved = np.zeros(graph.shape[0], dtype=bool)
     is_retrieved[retrieved] = True
     outside = ~is_retrieved[neighbours]
-    rank, neighbour = owner[outside] + 1, neighbours[outside]
+    return _stex_scores(similarity, degrees, len(retrieved), owner[outside] + 1, neighbours[outside], beta)
+
+
+def _stex_scores(
+    similarity: np.ndarray, degrees: np.ndarray, r_max: int, rank: np.ndarray, neighbour: np.ndarray, beta: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """STeX's scores from its links: ``rank`` of a retrieved node (1..``r_max``) and an unretrieved ``neighbour`` of it."""
     if neighbour.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    # a stable sort keeps each node's links in rank order, so its first link carries its best rank
-    rows, first, adjacent = np.unique(neighbour, return_index=True, return_counts=True)  # |A(n)|: links are unique pairs
-    best_rank = rank[first]
+    # one sort of (neighbour, rank) keys groups each node's links with its best rank first
+    span = r_max + 1
+    neighbour, rank = np.divmod(np.sort(neighbour * span + rank), span)
+    first = np.flatnonzero(np.concatenate([[True], neighbour[1:] != neighbour[:-1]]))
+    rows, best_rank = neighbour[first], rank[first]
+    adjacent = np.diff(np.append(first, neighbour.size))  # |A(n)|: links are unique pairs
     structural = np.zeros(rows.size)
     if r_max > 1:
         structural += 1.0 - (best_rank - 1) / (r_max - 1)
@@ -96,18 +102,56 @@ def stex(
     bridging = c_max > 1
     structural[bridging] += (adjacent[bridging] - 1) / (c_max[bridging] - 1)
     scores = np.asarray(similarity, dtype=np.float64)[rows] + beta * structural
-    order = np.lexsort((rows, -scores))
+    order = np.argsort(-scores, kind="stable")  # rows ascend, so ties stay by row
     return rows[order], scores[order]
 
 
-def _subgraph(graph: sp.csr_matrix, rows: np.ndarray) -> sp.csr_matrix:
-    """The 0/1 adjacency among ``rows`` (in their order)."""
-    position = np.full(graph.shape[0], -1)
-    position[rows] = np.arange(len(rows))
-    owner, neighbours = _links(graph, rows)
-    inside = position[neighbours] >= 0
-    indptr = np.concatenate([[0], np.cumsum(np.bincount(owner[inside], minlength=len(rows)))])
-    return sp.csr_matrix((np.ones(int(inside.sum())), position[neighbours[inside]], indptr), shape=(len(rows), len(rows)))
+class _Retrieved:
+    """FastInsight's retrieved nodes in the order they were added, with what each round reuses.
+
+    GRanker needs the subgraph among them and STeX the links from them to nodes not yet retrieved.
+    Both are kept and grown with each batch, so a round reads the graph only for the nodes it adds,
+    where rebuilding them cost FastInsight two reads of every retrieved node's links per round.
+    """
+
+    def __init__(self, graph: sp.csr_matrix, degrees: np.ndarray, budget: int) -> None:
+        self.graph, self.degrees = graph, np.asarray(degrees)
+        self.position = np.full(graph.shape[0], -1)  # order of addition, -1 if not retrieved
+        self.rows = np.zeros(0, np.int64)
+        self.features = np.zeros((0, 0))
+        self.adjacency = np.zeros((budget, budget))
+        self.owner = np.zeros(0, np.int64)  # links to unretrieved nodes: position of the retrieved end
+        self.neighbour = np.zeros(0, np.int64)
+        self.rank = np.zeros(0, np.int64)  # 1-based rank by the last GRanker scores, per position
+
+    def add(self, rows: np.ndarray, features: np.ndarray) -> None:
+        start = len(self.rows)
+        self.position[rows] = np.arange(start, start + len(rows))
+        self.rows = np.concatenate([self.rows, rows])
+        self.features = features if start == 0 else np.vstack([self.features, features])
+        owner, neighbour = _links(self.graph, rows)
+        owner += start
+        inside = self.position[neighbour]
+        linked = inside >= 0
+        self.adjacency[owner[linked], inside[linked]] = self.adjacency[inside[linked], owner[linked]] = 1.0
+        kept = self.position[self.neighbour] < 0
+        self.owner = np.concatenate([self.owner[kept], owner[~linked]])
+        self.neighbour = np.concatenate([self.neighbour[kept], neighbour[~linked]])
+
+    def granker(self, head: Callable[[np.ndarray], np.ndarray], alpha: float) -> tuple[np.ndarray, np.ndarray]:
+        """GRanker (Algorithm 2) over the retrieved nodes: (positions best first, their scores)."""
+        n = len(self.rows)
+        smoothed = granker_smooth(self.features, self.adjacency[:n, :n], self.degrees[self.rows], alpha)
+        scores = np.asarray(head(smoothed), dtype=np.float64)
+        order = np.lexsort((self.rows, -scores))
+        self.rank = np.empty(n, np.int64)
+        self.rank[order] = np.arange(1, n + 1)
+        return order, scores[order]
+
+    def stex(self, similarity: np.ndarray, beta: float) -> np.ndarray:
+        """STeX's candidates by the last GRanker ranking, best first."""
+        rows, _ = _stex_scores(similarity, self.degrees, len(self.rows), self.rank[self.owner], self.neighbour, beta)
+        return rows
 
 
 @_THREADS.wrap(limits=1, user_api="blas")
@@ -134,22 +178,20 @@ def fastinsight(
     """
     similarity = np.asarray(vectors @ query, dtype=np.float64)
     budget = min(budget, len(similarity))
-    retrieved = _best(similarity, batch)
-    features = scorer.features(retrieved)
-    retrieved, features, scores = _granker(retrieved, features, graph, degrees, scorer, alpha)
-    while len(retrieved) < budget:
-        room = min(len(retrieved) + batch, budget) - len(retrieved)
-        added, _ = stex(similarity, graph, degrees, retrieved, beta)
-        added = added[:room]
+    retrieved = _Retrieved(graph, degrees, budget)
+    added = _best(similarity, min(batch, budget))
+    while True:
+        retrieved.add(added, scorer.features(added))
+        order, scores = retrieved.granker(scorer.head, alpha)
+        if len(retrieved.rows) >= budget:
+            return retrieved.rows[order], scores
+        room = min(batch, budget - len(retrieved.rows))
+        added = retrieved.stex(similarity, beta)[:room]
         if len(added) < room:
-            unseen = np.ones(len(similarity), dtype=bool)
-            unseen[retrieved] = unseen[added] = False
+            unseen = retrieved.position < 0
+            unseen[added] = False
             candidates = np.flatnonzero(unseen)
             added = np.concatenate([added, candidates[_best(similarity[candidates], room - len(added))]])
-        retrieved = np.concatenate([retrieved, added])
-        features = np.vstack([features, scorer.features(added)])
-        retrieved, features, scores = _granker(retrieved, features, graph, degrees, scorer, alpha)
-    return retrieved, scores
 
 
 def _best(values: np.ndarray, k: int) -> np.ndarray:
@@ -161,13 +203,6 @@ def _best(values: np.ndarray, k: int) -> np.ndarray:
     else:
         positions = np.arange(len(values))
     return positions[np.lexsort((positions, -values[positions]))][:k]
-
-
-def _granker(rows, features, graph, degrees, scorer, alpha):
-    """GRanker over ``rows``: smoothed features -> head -> rows re-sorted best first (features follow)."""
-    scores = np.asarray(scorer.head(granker_smooth(features, _subgraph(graph, rows), degrees[rows], alpha)), dtype=np.float64)
-    order = np.lexsort((rows, -scores))
-    return rows[order], features[order], scores[order]
 
 
 def gar(

@@ -88,6 +88,22 @@ def test_fastinsight_spends_exactly_the_budget_in_batches(world):
     np.testing.assert_allclose(scores, expected)
 
 
+def test_fastinsight_takes_each_batch_from_stex_over_the_ranking_granker_left(world):
+    # FastInsight keeps its subgraph and links between rounds; each batch must still be what STeX gives afresh
+    vectors, graph, scorer, calls = world
+    query = vectors[3]
+    fastinsight(query, vectors, graph, degrees(graph), scorer, batch=10, budget=50)
+    batches = list(calls)
+    assert len(batches) == 5
+    for k in range(1, len(batches)):
+        rows = np.concatenate(batches[:k])
+        scores = scorer.head(granker_smooth(scorer.features(rows), graph[rows][:, rows], degrees(graph)[rows], 0.2))
+        ranked = rows[np.lexsort((rows, -scores))]
+        offered, _ = stex(vectors @ query, graph, degrees(graph), ranked, beta=1.0)
+        assert len(offered) >= 10  # the graph does not run dry here, so vector search adds nothing
+        assert batches[k].tolist() == offered[:10].tolist()
+
+
 def test_fastinsight_fills_from_vector_search_when_the_graph_runs_dry():
     vectors = np.eye(5)
     graph = sp.csr_matrix((5, 5))
@@ -107,6 +123,12 @@ def test_fastinsight_breaks_similarity_ties_by_row():
 
     fastinsight(np.array([1.0, 0.0]), vectors, sp.csr_matrix((7, 7)), np.zeros(7), PairScorer(features, lambda h: h[:, 0]), batch=3, budget=7)
     assert calls == [[0, 1, 2], [3, 4, 5], [6]]
+
+
+def test_fastinsight_never_scores_more_than_the_budget(world):
+    vectors, graph, scorer, calls = world
+    rows, _ = fastinsight(vectors[0], vectors, graph, degrees(graph), scorer, batch=10, budget=4)
+    assert len(rows) == 4 and [len(c) for c in calls] == [4]
 
 
 def test_gar_alternates_initial_and_frontier_and_backfills():
