@@ -115,25 +115,36 @@ class EvaluatedSet:
 
 
 class Pairs:
-    """The cross-encoder for one set, with a stopwatch and, when ``cached``, each (query, node) [CLS]
-    vector kept for the run's other methods (the lake's pair cache, in memory)."""
+    """The cross-encoder for one set, with a stopwatch, a log of the pairs sent to it, and, when
+    ``cached``, each (query, node) [CLS] vector kept for the run's other methods (the lake's pair
+    cache, in memory)."""
 
     def __init__(self, encoder: CrossEncoder, texts: list[str], cached: bool) -> None:
         self.encoder, self.texts, self.cached = encoder, texts, cached
         self.memory: dict[tuple[str, int], np.ndarray] = {}
         self.seconds = 0.0
+        self.sent: list[tuple[str, list[int]]] = []  # (query, node rows) of each encoder call
 
     def scorer(self, query: str) -> PairScorer:
         return PairScorer(lambda rows: self._timed(self._features, query, rows), lambda h: self._timed(self.encoder.head, h))
 
     def _features(self, query: str, rows: np.ndarray) -> np.ndarray:
         if not self.cached:
-            return self.encoder.features(query, [self.texts[r] for r in rows])
+            return self._encoded(query, [int(r) for r in rows])
         missing = [int(r) for r in rows if (query, int(r)) not in self.memory]
         if missing:
-            for row, vector in zip(missing, self.encoder.features(query, [self.texts[r] for r in missing]), strict=True):
+            for row, vector in zip(missing, self._encoded(query, missing), strict=True):
                 self.memory[(query, row)] = vector
         return np.stack([self.memory[(query, int(r))] for r in rows])
+
+    def _encoded(self, query: str, rows: list[int]) -> np.ndarray:
+        self.sent.append((query, rows))
+        return self.encoder.features(query, [self.texts[r] for r in rows])
+
+    def tokens(self, sent: list[tuple[str, list[int]]]) -> tuple[int, int]:
+        """Real and padded tokens of logged calls, counted after the timings so as not to slow them."""
+        counts = [self.encoder.tokens(query, [self.texts[r] for r in rows]) for query, rows in sent]
+        return tuple(map(sum, zip(*counts))) if counts else (0, 0)
 
     def _timed(self, function, *args):
         started = time.perf_counter()
@@ -233,21 +244,27 @@ def qpt_rows(data: EvaluatedSet, encoder: CrossEncoder) -> list[str]:
         runs[name](sample[0])  # warm-up: kernels compiled, memory pools filled
     elapsed = {name: [] for name in BUDGETED}
     inside = dict.fromkeys(BUDGETED, 0.0)
+    sent = {name: [] for name in BUDGETED}
     for i, q in enumerate(sample):
         for name in BUDGETED[i % 3 :] + BUDGETED[: i % 3]:
-            pairs.seconds = 0.0
+            pairs.seconds, pairs.sent = 0.0, []
             started = time.perf_counter()
             runs[name](q)
             elapsed[name].append((time.perf_counter() - started) * 1000)
             inside[name] += pairs.seconds * 1000
+            sent[name] += pairs.sent
     rows = []
     for name in BUDGETED:
         ms = np.array(elapsed[name])
         outside = (ms.sum() - inside[name]) / len(ms)
-        rows.append(f"| {data.corpus} | {name} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} | {ms.mean():.1f} | {inside[name] / ms.sum():.0%} | {outside:.1f} |")
+        real, padded = pairs.tokens(sent[name])
+        rows.append(
+            f"| {data.corpus} | {name} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} | {ms.mean():.1f} | {inside[name] / ms.sum():.0%} | {outside:.1f} "
+            f"| {real / len(ms):.0f} | {padded / len(ms):.0f} | {1000 * ms.sum() / padded:.1f} |"
+        )
     for baseline in ("re2", "gar"):
         c = paired_bootstrap(elapsed[baseline], elapsed["fastinsight"])
-        rows.append(f"| {data.corpus} | fastinsight − {baseline} (paired) | | | {c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}] | | |")
+        rows.append(f"| {data.corpus} | fastinsight − {baseline} (paired) | | | {c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}] | | | | | |")
     return rows
 
 
@@ -276,6 +293,8 @@ def run_evaluation(args: argparse.Namespace) -> None:
         ]),
         f"- QPT: cold (no pair cache), one query at a time, on the {QPT_QUERIES}-query seeded sample of the CPU timings, methods taking turns;"
         " the query's dense encoding and first-stage search are precomputed, so they are not in these times",
+        "- tokens: what each method sent to the cross-encoder per query, real and padded as its batches ran;"
+        " on a CPU time follows the padded count, so ms / 1k padded tokens compares the implementations and tokens / query the passages each method picks",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     sets = {corpus: EvaluatedSet.load(args.folder / corpus, args.limit) for corpus in EVALUATED if (args.folder / corpus).is_dir()}
@@ -298,7 +317,7 @@ def run_evaluation(args: argparse.Namespace) -> None:
         save(paired)
         if CURVE_SET in sets:
             save(curve_rows(sets[CURVE_SET], cached[CURVE_SET], documents[CURVE_SET], args.output))
-    save(table("Query processing time at b_max 100 (ms, cold)", ["corpus", "method", "p50", "p95", "mean", "cross-encoder share", "rest, mean"]))
+    save(table("Query processing time at b_max 100 (ms, cold)", ["corpus", "method", "p50", "p95", "mean", "cross-encoder share", "rest, mean", "tokens / query", "padded / query", "ms / 1k padded"]))
     for data in sets.values():
         save(qpt_rows(data, encoder))
 

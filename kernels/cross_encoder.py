@@ -106,15 +106,29 @@ class CrossEncoder:
                 batches.append([position])
         return [np.asarray(batch) for batch in batches]
 
+    def _planned(self, query: str, texts: Sequence[str], batch_size: int) -> tuple[dict[str, torch.Tensor], np.ndarray, list[np.ndarray]]:
+        """The pairs' tokens, each pair's token count, and the batches ``features`` runs them in."""
+        encoded = self._encode(query, texts)
+        lengths = encoded["attention_mask"].sum(dim=1).numpy()
+        return encoded, lengths, self._batches(lengths, batch_size)
+
+    def tokens(self, query: str, texts: Sequence[str], batch_size: int = 32) -> tuple[int, int]:
+        """Real and padded token counts of what ``features`` runs for these pairs: on a CPU a call's
+        cost follows the padded count, so it tells apart a method that picks longer passages from a
+        slower implementation."""
+        if not texts:
+            return 0, 0
+        _, lengths, batches = self._planned(query, texts, batch_size)
+        return int(lengths.sum()), sum(len(rows) * int(lengths[rows].max()) for rows in batches)
+
     @torch.inference_mode()
     def features(self, query: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
         """[CLS] vectors ``(len(texts), hidden)`` of the (query, text) pairs, tokenized once and batched by length."""
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         if not texts:
             return out
-        encoded = self._encode(query, texts)
-        lengths = encoded["attention_mask"].sum(dim=1).numpy()
-        for rows in self._batches(lengths, batch_size):
+        encoded, lengths, batches = self._planned(query, texts, batch_size)
+        for rows in batches:
             width = int(lengths[rows].max())  # padding is on the right: the batch's own longest pair sets its width
             batch = {name: tensor[torch.from_numpy(rows), :width] for name, tensor in encoded.items()}
             out[rows] = self._cls_of(batch).float().cpu().numpy()
