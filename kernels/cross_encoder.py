@@ -106,11 +106,12 @@ class CrossEncoder:
                 batches.append([position])
         return [np.asarray(batch) for batch in batches]
 
-    def _planned(self, query: str, texts: Sequence[str], batch_size: int) -> tuple[dict[str, torch.Tensor], np.ndarray, list[np.ndarray]]:
-        """The pairs' tokens, each pair's token count, and the batches ``features`` runs them in."""
+    def _planned(self, query: str, texts: Sequence[str], batch_size: int) -> tuple[dict[str, torch.Tensor], np.ndarray, list[tuple[np.ndarray, int]]]:
+        """The pairs' tokens, each pair's token count, and the batches ``features`` runs them in, each
+        with its width: padding is on the right, so a batch's own longest pair sets it."""
         encoded = self._encode(query, texts)
         lengths = encoded["attention_mask"].sum(dim=1).numpy()
-        return encoded, lengths, self._batches(lengths, batch_size)
+        return encoded, lengths, [(rows, int(lengths[rows].max())) for rows in self._batches(lengths, batch_size)]
 
     def tokens(self, query: str, texts: Sequence[str], batch_size: int = 32) -> tuple[int, int]:
         """Real and padded token counts of what ``features`` runs for these pairs: on a CPU a call's
@@ -119,7 +120,7 @@ class CrossEncoder:
         if not texts:
             return 0, 0
         _, lengths, batches = self._planned(query, texts, batch_size)
-        return int(lengths.sum()), sum(len(rows) * int(lengths[rows].max()) for rows in batches)
+        return int(lengths.sum()), sum(len(rows) * width for rows, width in batches)
 
     @torch.inference_mode()
     def features(self, query: str, texts: Sequence[str], batch_size: int = 32) -> np.ndarray:
@@ -127,9 +128,8 @@ class CrossEncoder:
         out = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         if not texts:
             return out
-        encoded, lengths, batches = self._planned(query, texts, batch_size)
-        for rows in batches:
-            width = int(lengths[rows].max())  # padding is on the right: the batch's own longest pair sets its width
+        encoded, _, batches = self._planned(query, texts, batch_size)
+        for rows, width in batches:
             batch = {name: tensor[torch.from_numpy(rows), :width] for name, tensor in encoded.items()}
             out[rows] = self._cls_of(batch).float().cpu().numpy()
         return out

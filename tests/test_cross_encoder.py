@@ -41,6 +41,7 @@ def test_batches_hold_pairs_of_like_length_on_a_cpu_and_fill_up_on_a_gpu(encoder
     on_gpu = SimpleNamespace(device=torch.device("cuda"))  # only the device type is read; no GPU needed
     assert [b.tolist() for b in CrossEncoder._batches(on_gpu, lengths, 3)] == [[1, 4, 2], [5, 3, 0], [6]]
 
+
 def test_tokens_counts_the_padding_of_the_batches_features_runs(encoder):
     assert [encoder.tokens(QUERY, [text]) for text in TEXTS] == [(36, 36), (31, 31), (27, 27)]  # one pair: no padding
     # by length 27, 31 | 36 (> 1.25 * 27): the first batch pads 27 up to 31
