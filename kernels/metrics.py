@@ -63,6 +63,16 @@ def mrr(ranking: Ranking, gold: Gold) -> float:
     return next((1.0 / (rank + 1) for rank, doc in enumerate(ranking) if doc in relevant), 0.0)
 
 
+def random_ndcg_at_k(gold: Gold, documents: int, k: int) -> float:
+    """Expected ``ndcg@k`` of a uniformly random ranking of a corpus of ``documents`` documents that
+    holds every gold one: each rank holds each document with probability 1 / documents, so its
+    expected gain is the corpus's mean gain. The floor a method must clear to be doing anything."""
+    gains = sorted((r for r in gold.values() if r > 0), reverse=True)
+    discounts = [1 / math.log2(rank + 2) for rank in range(min(k, documents))]
+    ideal = sum(gain * discount for gain, discount in zip(gains, discounts))
+    return sum(gains) / documents * sum(discounts) / ideal
+
+
 _AT_K: dict[str, Callable[[Ranking, Gold, int], float]] = {
     "recall": recall_at_k,
     "capped_recall": capped_recall_at_k,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric
+from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric, random_ndcg_at_k
 from graphlake.warehouse.catalog import Catalog
 
 
@@ -40,6 +40,22 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
                 }
             )
     return report
+
+
+def random_floor(home: Path, corpus: str, split: str, k: int = 10) -> dict[str, float]:
+    """Expected ``ndcg@k`` and ``recall@k`` of a random document ranking over the split's judged queries."""
+    with Catalog(home).reader() as con:
+        documents = con.execute("SELECT count(*) FROM documents WHERE corpus = $c", {"c": corpus}).fetchone()[0]
+        rows = con.execute(
+            "SELECT query_id, doc_id, relevance FROM qrels WHERE corpus = $c AND split = $s AND relevance > 0", {"c": corpus, "s": split}
+        ).fetchall()
+    gold: dict[str, dict[str, int]] = {}
+    for query_id, doc_id, relevance in rows:
+        gold.setdefault(query_id, {})[doc_id] = relevance
+    if not gold or not documents:
+        raise ValueError(f"no judged queries in split {split!r} of corpus {corpus!r}")
+    ndcg = sum(random_ndcg_at_k(g, documents, k) for g in gold.values()) / len(gold)
+    return {f"ndcg@{k}": ndcg, f"recall@{k}": min(k, documents) / documents}
 
 
 def compare(home: Path, corpus: str, baseline: str, system: str, metric: str, split: str) -> dict:

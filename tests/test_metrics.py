@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from graphlake.kernels.metrics import evaluate, mean, parse_metric, rank_by_score
+from graphlake.kernels.metrics import evaluate, mean, ndcg_at_k, parse_metric, random_ndcg_at_k, rank_by_score
 
 CUTOFFS = (1, 2, 5, 10)
 
@@ -111,3 +111,12 @@ def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_queries():
     assert bootstrap_interval([0.5, 0.5, 0.5]) == (0.5, 0.5)
     with pytest.raises(ValueError, match="at least one"):
         bootstrap_interval([])
+
+
+def test_random_ndcg_is_the_mean_over_random_rankings():
+    rng = np.random.default_rng(0)
+    documents = [f"d{i}" for i in range(30)]
+    gold = {"d3": 2, "d7": 1, "d9": 0}
+    simulated = np.mean([ndcg_at_k(list(rng.permutation(documents)), gold, 10) for _ in range(20_000)])
+    assert random_ndcg_at_k(gold, len(documents), 10) == pytest.approx(simulated, abs=0.005)
+    assert random_ndcg_at_k({"d0": 1}, 1, 10) == 1.0  # a corpus of one document: any ranking is ideal
