@@ -70,7 +70,7 @@ def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeR
     if len(queries) < 2:
         raise StorageError(f"reranker: need at least 2 train-split queries with gold in {corpora}, found {len(queries)}")
     fingerprint = _fingerprint(store, queries, config)
-    current = _current_report(store)
+    current = reranker_report(store)
     if current and current.get("fingerprint") == fingerprint:
         context.log.info("reranker: training data and config unchanged; keeping the current model")
         context.add_output_metadata({"retrained": False, **_headline(current)})
@@ -233,7 +233,8 @@ def _fingerprint(lake: Lake, queries: list[TrainingQuery], config: RerankerConfi
     return hashlib.blake2b(json.dumps(content, sort_keys=True).encode(), digest_size=16).hexdigest()
 
 
-def _current_report(lake: Lake) -> dict | None:
+def reranker_report(lake: Lake) -> dict | None:
+    """The current model's training report (``training.json``), None before the first training."""
     try:
         folder = lake.artifact("reranker", {})
     except StorageError:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -103,7 +104,8 @@ def _root_cause(event) -> str:
 
 
 class _RunProgress:
-    """A progress bar over the run's materializations, read from the instance's event log.
+    """A progress bar over the run's materializations, read from the instance's event log; where the
+    console is no terminal (a log file, CI), one line per materialized asset instead.
 
     Dagster's in-process events do not pass through Python logging, so a thread polls the
     event log of the run tagged with this bar's token.
@@ -124,6 +126,9 @@ class _RunProgress:
         )
         self.task = self.progress.add_task(label, total=total)
         self.label = label
+        self.total = total
+        self._started = time.time()  # event log timestamps are epoch seconds
+        self._printed = 0  # materializations already announced as lines
         self._run_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -146,6 +151,12 @@ class _RunProgress:
         started = self.instance.all_logs(self._run_id, of_type=DagsterEventType.STEP_START)
         step = started[-1].dagster_event.step_key if started else ""
         self.progress.update(self.task, completed=len(done), description=f"{self.label} {step}")
+        if not self.progress.console.is_terminal:
+            for count, record in enumerate(done[self._printed :], start=self._printed + 1):
+                asset = record.dagster_event.asset_key.to_user_string()
+                seconds = record.timestamp - self._started
+                self.progress.console.print(f"{self.label} {count}/{self.total} {asset} ({seconds:.0f} s)", highlight=False)
+            self._printed = len(done)
 
     def __enter__(self) -> _RunProgress:
         self.progress.start()

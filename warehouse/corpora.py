@@ -18,6 +18,8 @@ from graphlake.warehouse.readers import FORMATS
 REGISTRY_FILE = "corpora.yaml"
 DEMO_CORPUS = "demo"
 DEMO_PATH = Path(__file__).resolve().parent / "demo"
+DEMO_CONFIG = DEMO_PATH / "run.yaml"  # the demo's run config: training budgets sized for its few queries
+DEMO_SPLIT = "test"  # what `graphlake demo` runs and reports
 
 
 class Chunking(BaseModel):
