@@ -1,8 +1,16 @@
-"""Shared fixtures: where the staged benchmark data lives."""
+"""Shared fixtures: where the staged benchmark data lives, fresh lakes, and the demo lake built once.
+
+``graphlake demo`` (every asset of the bundled corpus, the reranker and graph rankers trained) is
+the most expensive thing the suite does, so it runs once per session: tests that only read share
+``demo_lake``; tests that write get ``demo_copy``, a private copy (Parquet files, artefacts and the
+Dagster instance are small, and copying keeps their modification times, which freshness reads).
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,10 +25,71 @@ def datasets_dir() -> Path:
     return path
 
 
+def use_lake(patch: pytest.MonkeyPatch, home: Path) -> Path:
+    """Point the CLI and Definitions (and Dagster's instance inside the lake) at ``home``."""
+    patch.setenv("GRAPHLAKE_HOME", str(home))
+    patch.setenv("DAGSTER_HOME", str(home / "dagster"))
+    return home
+
+
 @pytest.fixture
 def lake(tmp_path, monkeypatch) -> Path:
     """A fresh lake (and Dagster home inside it) that the CLI and Definitions will use."""
-    home = tmp_path / "lake"
-    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
-    monkeypatch.setenv("DAGSTER_HOME", str(home / "dagster"))
-    return home
+    return use_lake(monkeypatch, tmp_path / "lake")
+
+
+@dataclass(frozen=True)
+class DemoLake:
+    """The lake ``graphlake demo`` filled, and what the command printed."""
+
+    home: Path
+    stdout: str
+
+    def materializations(self) -> dict[str, dict]:
+        """Every asset the demo's one Dagster run materialized, with its metadata values."""
+        from dagster import DagsterEventType, DagsterInstance
+
+        with DagsterInstance.from_config(str(self.home / "dagster")) as instance:
+            [run] = instance.get_runs()
+            records = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
+        return {
+            r.dagster_event.asset_key.to_user_string(): {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records
+        }
+
+
+@pytest.fixture(scope="session")
+def demo_lake(tmp_path_factory) -> DemoLake:
+    """``graphlake demo`` run once for the session, as a newcomer runs it; read it, never write to it."""
+    from typer.testing import CliRunner
+
+    from graphlake.pipelines.cli import app
+
+    home = tmp_path_factory.mktemp("demo") / "lake"
+    with pytest.MonkeyPatch.context() as patch:
+        use_lake(patch, home)
+        result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return DemoLake(home, result.stdout)
+
+
+@pytest.fixture
+def reads_demo(demo_lake, monkeypatch) -> DemoLake:
+    """The shared demo lake as the CLI's lake, for a test that only reads it."""
+    use_lake(monkeypatch, demo_lake.home)
+    return demo_lake
+
+
+def copy_lake(source: Path, target: Path) -> Path:
+    """A private copy of a lake: the same files with the same modification times, and a catalog whose
+    views read the copy's files (a view names the files of the lake it was made in)."""
+    from graphlake.warehouse.catalog import Catalog
+
+    shutil.copytree(source, target, symlinks=True)
+    Catalog(target).refresh()
+    return target
+
+
+@pytest.fixture
+def demo_copy(demo_lake, tmp_path, monkeypatch) -> Path:
+    """A private copy of the demo lake as the CLI's lake, for a test that writes."""
+    return use_lake(monkeypatch, copy_lake(demo_lake.home, tmp_path / "lake"))

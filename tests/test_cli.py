@@ -15,9 +15,12 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
+from graphlake.assets.reranker import reranker_report
+from graphlake.assets.retrieval import load_methods
 from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
+from graphlake.pipelines.evaluation import evaluation_report, random_floor
 from graphlake.warehouse.storage import Lake
 
 
@@ -31,15 +34,29 @@ def sql_json(query: str) -> list[dict]:
     return json.loads(result.stdout)
 
 
-def test_demo_prints_the_summary_and_fills_the_lake(lake):
-    result = invoke("demo")
-    assert result.exit_code == 0, result.output
-    assert "corpus 'demo'" in result.stdout and "contextual" in result.stdout
+def test_demo_prints_the_summary_and_fills_the_lake(reads_demo):
+    lake = reads_demo.home  # the session's one `graphlake demo` (conftest.py)
+    assert "corpus 'demo'" in reads_demo.stdout and "contextual" in reads_demo.stdout
     assert sql_json("select split, count(*) as n from queries where corpus = 'demo' group by all order by 1") == [
         {"split": "test", "n": 23},
         {"split": "train", "n": 11},
     ]
     assert (lake / "catalog.duckdb").is_file() and (lake / "dagster" / "dagster.yaml").is_file()
+
+
+def test_demo_shows_every_method_working_in_80_columns(reads_demo):
+    lines = reads_demo.stdout.splitlines()
+    assert max(map(len, lines)) <= 80 and "…" not in reads_demo.stdout  # nothing cut in an 80-column terminal
+    left_out = ["re2", "gar", "fastinsight"]  # they rerank with the cross-encoder, which 11 queries cannot teach that
+    methods = [name for name in load_methods(reads_demo.home)[0] if name not in left_out]
+    shown = {line.split("│")[1].strip() for line in lines if line.count("│") == 6}  # the closing table's rows
+    assert set(methods) | {"(random)"} == shown
+    assert f"Left out of the table: {', '.join(left_out)}" in " ".join(reads_demo.stdout.split())
+    floor = random_floor(reads_demo.home, "demo", "test")["ndcg@10"]
+    for row in evaluation_report(reads_demo.home, "demo", methods, "test", [10]):
+        assert row["metrics"]["ndcg@10"] >= max(2 * floor, floor + 0.2), (row["method"], row["metrics"]["ndcg@10"], floor)
+    training = reranker_report(Lake(reads_demo.home))["training"]
+    assert training["best_validation"] > training["initial_validation"] and training["best_step"] > 0  # it learned on the demo
 
 
 def test_ingest_jsonl_then_query_it_with_sql(lake, tmp_path):
@@ -79,10 +96,11 @@ def test_cli_refuses_unknown_formats_corpora_and_writes(lake, tmp_path):
     assert refused.exit_code == 1 and "read-only" in refused.stderr
 
 
-def test_materialize_runs_only_the_selection_with_the_given_run_config(lake):
-    assert invoke("demo").exit_code == 0
+def test_materialize_runs_only_the_selection_with_the_given_run_config(demo_copy):
+    lake = demo_copy  # a private copy of the session's demo lake
     before = {key: _last_materialization(key) for key in ("documents", "nodes")}
-    result = invoke("materialize", "--corpus", "demo", "--select", "nodes+")
+    # nodes, one step upstream of contextual edges; `nodes+` (one step down) would rerun every method's queries
+    result = invoke("materialize", "--corpus", "demo", "--select", "+contextual_edges")
     assert result.exit_code == 0, result.output
     assert _last_materialization("documents") == before["documents"]
     assert _last_materialization("nodes") != before["nodes"]

@@ -9,10 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from dagster import AssetSelection, DagsterInstance, materialize
 
-from graphlake.assets import entities as entity_assets
-from graphlake.assets import entity_edges
 from graphlake.kernels.entities import (
     collect_mentions,
     conceptual_weights,
@@ -22,7 +19,6 @@ from graphlake.kernels.entities import (
     spacy_entities,
     title_aliases,
 )
-from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.storage import Lake
 
 DEMO_CORPUS = Path(__file__).resolve().parents[1] / "warehouse" / "demo" / "corpus.jsonl"
@@ -128,28 +124,15 @@ def test_conceptual_weight_divides_by_the_targets_entities():
 
 
 @pytest.fixture(scope="module")
-def demo_lake(tmp_path_factory) -> Lake:
-    """The demo corpus materialized through ingest, chunking, enrichment and graphs (not vectors)."""
-    home = tmp_path_factory.mktemp("lake")
-    with DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("corpus", ["demo"])
-        result = materialize(
-            STATIC_ASSETS,
-            instance=instance,
-            resources=resources(home),
-            partition_key="demo",
-            selection=AssetSelection.groups("ingest", "chunking")
-            | AssetSelection.assets(entity_assets.spacy_entity_assets, entity_assets.regex_entity_assets, *entity_edges.ASSETS),
-        )
-    assert result.success
-    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
-    assert {"entities_spacy", "mentions_spacy", "entities_regex", "mentions_regex", "cooccurrence_edges", "conceptual_edges"} <= materialized
-    return Lake(home)
+def enriched(demo_lake) -> Lake:
+    """The session's demo lake (conftest.py), whose run built the entities and entity graphs with the rest."""
+    assert {"entities_spacy", "mentions_spacy", "entities_regex", "mentions_regex", "cooccurrence_edges", "conceptual_edges"} <= set(demo_lake.materializations())
+    return Lake(demo_lake.home)
 
 
-def test_demo_spacy_recalls_the_gold_people_and_organisations(demo_lake):
-    nodes = demo_lake.read("nodes", {"corpus": "demo"}).to_pylist()
-    mentions = demo_lake.read("mentions", {"corpus": "demo", "extractor": "spacy"}).to_pylist()
+def test_demo_spacy_recalls_the_gold_people_and_organisations(enriched):
+    nodes = enriched.read("nodes", {"corpus": "demo"}).to_pylist()
+    mentions = enriched.read("mentions", {"corpus": "demo", "extractor": "spacy"}).to_pylist()
     doc_of = {n["node_id"]: n["doc_id"] for n in nodes}
     found: dict[str, set[str]] = defaultdict(set)
     for row in mentions:
@@ -166,11 +149,11 @@ def test_demo_spacy_recalls_the_gold_people_and_organisations(demo_lake):
 
 
 @pytest.mark.parametrize("extractor", ["spacy", "regex"])
-def test_demo_mentions_and_entities_agree(demo_lake, extractor):
+def test_demo_mentions_and_entities_agree(enriched, extractor):
     partition = {"corpus": "demo", "extractor": extractor}
-    entities = demo_lake.read("entities", partition).to_pylist()
-    mentions = demo_lake.read("mentions", partition).to_pylist()
-    node_ids = set(demo_lake.read("nodes", {"corpus": "demo"}).column("node_id").to_pylist())
+    entities = enriched.read("entities", partition).to_pylist()
+    mentions = enriched.read("mentions", partition).to_pylist()
+    node_ids = set(enriched.read("nodes", {"corpus": "demo"}).column("node_id").to_pylist())
     nodes_per_entity: dict[str, set[str]] = defaultdict(set)
     for row in mentions:
         nodes_per_entity[row["entity_id"]].add(row["node_id"])
@@ -179,11 +162,11 @@ def test_demo_mentions_and_entities_agree(demo_lake, extractor):
     assert all(e["entity_id"] == f"{extractor}:{e['norm']}" for e in entities)
 
 
-def test_demo_edges_have_no_dangling_endpoints(demo_lake):
-    node_ids = set(demo_lake.read("nodes", {"corpus": "demo"}).column("node_id").to_pylist())
-    entity_ids = set(demo_lake.read("entities", {"corpus": "demo", "extractor": "spacy"}).column("entity_id").to_pylist())
-    cooccurrence = demo_lake.read("edges", {"corpus": "demo", "kind": "cooccurrence"})
-    conceptual = demo_lake.read("edges", {"corpus": "demo", "kind": "conceptual"})
+def test_demo_edges_have_no_dangling_endpoints(enriched):
+    node_ids = set(enriched.read("nodes", {"corpus": "demo"}).column("node_id").to_pylist())
+    entity_ids = set(enriched.read("entities", {"corpus": "demo", "extractor": "spacy"}).column("entity_id").to_pylist())
+    cooccurrence = enriched.read("edges", {"corpus": "demo", "kind": "cooccurrence"})
+    conceptual = enriched.read("edges", {"corpus": "demo", "kind": "conceptual"})
     assert cooccurrence.num_rows and conceptual.num_rows
     assert set(cooccurrence.column("src").to_pylist()) <= entity_ids
     assert set(cooccurrence.column("dst").to_pylist()) <= node_ids

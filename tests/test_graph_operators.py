@@ -1,5 +1,5 @@
 """SPRIG's ``ppr`` and GraphER's ``graph_rerank`` operators: by hand on tiny graphs, then end to end
-on the demo lake through ``graphlake eval`` (graph_rankers tuned and trained on the demo's train split)."""
+on the demo lake through ``graphlake eval`` (the demo's graph_rankers tuned and trained on the demo's train split)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,8 @@ def test_graph_rerank_gcs_lifts_neighbours_of_relevant_nodes_ppr_lifts_the_hub()
     assert ppr.rows[0] == 1  # the hub collects the walk from all its neighbours
 
 
-def test_grapher_and_sprig_methods_end_to_end_on_the_demo(lake):
+def test_grapher_and_sprig_methods_end_to_end_on_the_demo(demo_copy):
+    lake = demo_copy  # a private copy of the session's demo lake: graph_rankers trained on its train split
     names = "rrf,graph,graph_rrf,rrf_ppr,grapher_base,grapher_ppr,grapher_gcs,grapher_gat,grapher_mlp"
     result = CliRunner().invoke(app, ["eval", "--corpus", "demo", "--methods", names, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output

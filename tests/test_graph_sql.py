@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from dagster import AssetKey, AssetSelection, DagsterInstance, asset, materialize
+from dagster import DagsterEventType, DagsterInstance, asset, materialize
 from typer.testing import CliRunner
 
-from graphlake.assets.edge_checks import df_problems, edge_checks, edge_problems, mentions_match_df
+from graphlake.assets.edge_checks import df_problems, edge_problems, mentions_match_df
 from graphlake.assets.partitions import corpus_partitions
 from graphlake.pipelines.cli import app
-from graphlake.pipelines.definitions import STATIC_ASSETS, resources
+from graphlake.pipelines.definitions import resources
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake
@@ -243,22 +243,15 @@ def test_df_problems_compare_df_with_distinct_mentioning_nodes():
     assert "e:paris: df 3 vs 2" in result.metadata["examples"].text
 
 
-def test_edge_check_runs_on_the_demo_contextual_edges(tmp_path):
-    [check] = edge_checks([a for a in STATIC_ASSETS if AssetKey("contextual_edges") in a.keys])
-    with DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("corpus", ["demo"])
-        result = materialize(
-            [*STATIC_ASSETS, check],
-            instance=instance,
-            resources=resources(tmp_path),
-            partition_key="demo",
-            # not the whole graphs group: other edge kinds there need vectors, which are not built here
-            selection=AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("contextual_edges"),
-        )
-    [evaluation] = result.get_asset_check_evaluations()
-    assert evaluation.check_name == "contextual_edges_connect" and evaluation.passed
+def test_edge_check_runs_on_the_demo_contextual_edges(demo_lake):
+    """The check as the demo's Dagster run evaluated it (conftest.py builds the demo once)."""
+    with DagsterInstance.from_config(str(demo_lake.home / "dagster")) as instance:
+        [run] = instance.get_runs()
+        records = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_CHECK_EVALUATION)
+    [evaluation] = [r.dagster_event.event_specific_data for r in records if r.dagster_event.event_specific_data.check_name == "contextual_edges_connect"]
+    assert evaluation.passed
     counts = evaluation.metadata["by_kind"].data["contextual"]
-    assert counts["edges"] == Lake(tmp_path).read("edges", {"corpus": "demo", "kind": "contextual"}).num_rows > 0
+    assert counts["edges"] == Lake(demo_lake.home).read("edges", {"corpus": "demo", "kind": "contextual"}).num_rows > 0
     assert counts["dangling"] == counts["duplicates"] == 0
 
 

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from dagster import AssetSelection, DagsterInstance, materialize
 
-from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP, logical_edges, triples_spacy
+from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP
 from graphlake.kernels.triples import logical_edges as link_nodes, normalize_entity, spacy_triples
-from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.catalog import Catalog
 
 
@@ -56,17 +54,10 @@ def test_logical_edge_weight_counts_distinct_linking_triples():
     assert normalize_entity("The  Vesk Reef") == "vesk reef"
 
 
-def test_demo_knowledge_graph_materializes_without_dangling_edges(tmp_path):
-    selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_spacy, logical_edges)
-    with DagsterInstance.ephemeral() as instance:
-        instance.add_dynamic_partitions("corpus", ["demo"])
-        result = materialize(
-            STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="demo", selection=selection
-        )
-    assert result.success
-    materialized = {e.asset_key.to_user_string() for e in result.get_asset_materialization_events()}
+def test_demo_knowledge_graph_materializes_without_dangling_edges(demo_lake):
+    materialized = set(demo_lake.materializations())  # the session's one `graphlake demo` (conftest.py)
     assert {"triples_spacy", "logical_edges"} <= materialized and "triples_llm" not in materialized
-    with Catalog(tmp_path).reader() as con:
+    with Catalog(demo_lake.home).reader() as con:
         triples = con.execute("SELECT count(*), count(DISTINCT node_id) FROM triples WHERE extractor = 'spacy'").fetchone()
         assert triples[0] > 100 and triples[1] > 20
         edges = con.execute("SELECT count(*), min(weight) FROM edges WHERE kind = 'logical'").fetchone()

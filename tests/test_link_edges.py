@@ -149,10 +149,9 @@ def metadata(result, asset: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def demo(tmp_path_factory) -> tuple[Path, object]:
-    home = tmp_path_factory.mktemp("lake")
-    selection = [*INGEST, "nodes", "dense_vectors", "citation_edges", "structural_edges", "semantic_edges"]
-    return home, build(home, "demo", selection)
+def demo(demo_lake) -> tuple[Path, dict[str, dict]]:
+    """The session's demo lake (conftest.py) and the metadata of what its run materialized."""
+    return demo_lake.home, demo_lake.materializations()
 
 
 def edges(home: Path, corpus: str, kind: str) -> list[dict]:
@@ -160,7 +159,7 @@ def edges(home: Path, corpus: str, kind: str) -> list[dict]:
 
 
 def test_demo_citation_edges_match_the_cited_documents(demo):
-    home, result = demo
+    home, materialized = demo
     node_doc = {n["node_id"]: n["doc_id"] for n in Lake(home).read("nodes", {"corpus": "demo"}).to_pylist()}
     found = edges(home, "demo", "citation")
     predicted = {(node_doc[e["src"]], node_doc[e["dst"]]) for e in found}
@@ -172,25 +171,25 @@ def test_demo_citation_edges_match_the_cited_documents(demo):
     print(f"demo citations: {len(predicted)} predicted, {len(gold)} gold, precision {precision:.3f}, recall {recall:.3f}")
     assert precision >= 0.9 and recall >= 0.9
     assert all(e["dst"].endswith("#0") and e["weight"] == 1.0 and e["source"] == "regex" for e in found)
-    assert sum(metadata(result, "citation_edges")["citations_by_style"].values()) >= len(gold)
+    assert sum(materialized["citation_edges"]["citations_by_style"].values()) >= len(gold)
 
 
 def test_demo_structural_edges_are_its_six_foreign_keys(demo):
-    home, result = demo
+    home, materialized = demo
     found = {(e["src"], e["dst"]): e for e in edges(home, "demo", "structural")}
     keys = Lake(home).read("foreign_keys", {"corpus": "demo"}).to_pylist()
     assert set(found) == {(f"{k['src_doc_id']}#0", f"{k['dst_doc_id']}#0") for k in keys} and len(keys) == 6
     assert ("halvane_survey.dives#0", "halvane_survey.sites#0") in found
     assert all(e["weight"] == 1.0 and e["source"] == "foreign_key" for e in found.values())
-    assert metadata(result, "structural_edges")["foreign_key_declarations_covered"] == 6
+    assert materialized["structural_edges"]["foreign_key_declarations_covered"] == 6
 
 
 def test_demo_semantic_edges_are_k_nearest_other_nodes(demo):
-    home, result = demo
+    home, materialized = demo
     found = edges(home, "demo", "semantic")
     nodes = Lake(home).read("nodes", {"corpus": "demo"}).num_rows
     assert len(found) == 10 * nodes and all(e["src"] != e["dst"] and -1.0 <= e["weight"] <= 1.0001 for e in found)
-    assert metadata(result, "semantic_edges")["p95_out_degree"] == 10
+    assert materialized["semantic_edges"]["p95_out_degree"] == 10
 
 
 def test_files_corpus_links_become_structural_edges(tmp_path):

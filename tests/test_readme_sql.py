@@ -1,4 +1,4 @@
-"""The README's SQL examples return what the README says they return, on a freshly built demo lake."""
+"""The README's SQL examples return what the README says they return, on the lake `graphlake demo` builds."""
 
 from __future__ import annotations
 
@@ -27,21 +27,8 @@ def test_the_readme_has_sql_examples():
     assert len(examples()) >= 6
 
 
-@pytest.fixture(scope="module")
-def demo_lake(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("lake")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRAPHLAKE_HOME", str(home))
-        patch.setenv("DAGSTER_HOME", str(home / "dagster"))
-        result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return home
-
-
 @pytest.mark.parametrize(("query", "expected"), examples())
-def test_readme_sql_example(demo_lake, monkeypatch, query, expected):
-    monkeypatch.setenv("GRAPHLAKE_HOME", str(demo_lake))
-    monkeypatch.setenv("DAGSTER_HOME", str(demo_lake / "dagster"))
+def test_readme_sql_example(reads_demo, query, expected):
     result = CliRunner().invoke(app, ["sql", query, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     rows = [[str(value) for value in row.values()] for row in json.loads(result.stdout)]

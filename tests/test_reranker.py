@@ -7,25 +7,27 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.assets.reranker import training_queries
 from graphlake.kernels.cross_encoder import TRAINING_FILE
 from graphlake.pipelines.cli import app
+from graphlake.warehouse.corpora import DEMO_CONFIG
 from graphlake.warehouse.storage import Lake
+
+from conftest import copy_lake, use_lake
 
 METHODS = "vector,re2,gar,fastinsight"
 
 
 @pytest.fixture(scope="module")
-def evaluated(tmp_path_factory):
-    """One demo lake evaluated with the four methods; the reranker trains on the way."""
-    home = tmp_path_factory.mktemp("lake")
+def evaluated(demo_lake, tmp_path_factory):
+    """A copy of the session's demo lake (its reranker trained by ``graphlake demo``), evaluated with the four methods."""
+    home = copy_lake(demo_lake.home, tmp_path_factory.mktemp("reranker") / "lake")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("GRAPHLAKE_HOME", str(home))
-        patch.setenv("DAGSTER_HOME", str(home / "dagster"))
-        (home / "dagster").mkdir(parents=True)
+        use_lake(patch, home)
         result = CliRunner().invoke(app, ["eval", "--corpus", "demo", "--methods", METHODS, "--json"], catch_exceptions=False)
         assert result.exit_code == 0, result.output
         yield home, {row["method"]: row for row in json.loads(result.stdout)}, patch
@@ -55,7 +57,9 @@ def test_rematerializing_with_unchanged_data_keeps_the_model(evaluated):
     home, _, _ = evaluated
     lake = Lake(home)
     before = lake.artifact("reranker", {})
-    result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker"], catch_exceptions=False)
+    config = home.parent / "reranker.yaml"  # the config the demo trained it with: another would be another training
+    config.write_text(yaml.safe_dump({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
+    result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     with DagsterInstance.get() as instance:
         event = instance.get_latest_materialization_event(AssetKey("reranker"))

@@ -201,7 +201,7 @@ def test_eval_runs_only_the_queries_of_the_split_it_reports(lake):
     assert missing.exit_code == 1 and "no queries in split 'nope'" in missing.stderr
 
 
-def test_query_cli_prints_titled_hits(lake):
+def test_query_cli_prints_titled_hits(reads_demo):
     result = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", "bm25", "BenthoCam camera sled"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
     assert "BenthoCam" in result.stdout and "bm25 on demo" in result.stdout
