@@ -21,8 +21,8 @@ from pathlib import Path
 
 from common import header
 
-DURATION = re.compile(r"^(?P<seconds>\d+(?:\.\d+)?)s (?P<phase>setup|call|teardown)\s+(?P<test>\S+)")
-SUMMARY = re.compile(r"=+ (?P<outcome>.*?) in (?P<seconds>\d+(?:\.\d+)?)s")
+DURATION = re.compile(r"^(?P<seconds>\d+(?:\.\d+)?)s (?P<phase>setup|call|teardown)\s+(?P<test>.+?)\s*$")
+SUMMARY = re.compile(r"^=* ?(?P<outcome>\d+ (?:passed|failed).*?) in (?P<seconds>\d+(?:\.\d+)?)s")
 
 
 def parse(log: Path) -> tuple[dict[str, float], str, float]:

@@ -40,10 +40,11 @@ def lake(tmp_path, monkeypatch) -> Path:
 
 @dataclass(frozen=True)
 class DemoLake:
-    """The lake ``graphlake demo`` filled, and what the command printed."""
+    """The lake ``graphlake demo`` filled, and what the command printed (progress goes to stderr)."""
 
     home: Path
     stdout: str
+    stderr: str
 
     def materializations(self) -> dict[str, dict]:
         """Every asset the demo's one Dagster run materialized, with its metadata values."""
@@ -69,7 +70,7 @@ def demo_lake(tmp_path_factory) -> DemoLake:
         use_lake(patch, home)
         result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
-    return DemoLake(home, result.stdout)
+    return DemoLake(home, result.stdout, result.stderr)
 
 
 @pytest.fixture

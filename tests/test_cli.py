@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -42,6 +43,10 @@ def test_demo_prints_the_summary_and_fills_the_lake(reads_demo):
         {"split": "train", "n": 11},
     ]
     assert (lake / "catalog.duckdb").is_file() and (lake / "dagster" / "dagster.yaml").is_file()
+    # no terminal (a log, CI): a line per materialized asset instead of a progress bar
+    materialized = reads_demo.materializations()
+    announced = [line.split()[2] for line in reads_demo.stderr.splitlines() if re.match(rf"demo: \d+/{len(materialized)} \S+ \(\d+ s\)$", line)]
+    assert sorted(announced) == sorted(materialized)
 
 
 def test_demo_shows_every_method_working_in_80_columns(reads_demo):
