@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,7 +53,7 @@ def main() -> None:
     parser.add_argument("--note", default="", help="what the runs were (revisions, conditions)")
     args = parser.parse_args()
     runs = [(label, *parse(Path(path))) for label, _, path in (item.partition("=") for item in args.logs)]
-    lines = header("The test suite's time", "python benchmarks/test_suite.py " + " ".join(sys.argv[1:]))
+    lines = header("The test suite's time", "python benchmarks/test_suite.py " + " ".join(args.logs))
     lines += [f"- {args.note}" if args.note else "", ""]
     lines += ["| run | outcome | pytest wall time |", "|---|---|---:|"]
     lines += [f"| {label} | {outcome} | {total / 60:.1f} min |" for label, _, outcome, total in runs]
