@@ -16,11 +16,11 @@ from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
-from graphlake.assets.retrieval import assets_to_refresh, load_methods, search
 from graphlake.assets.reranker import reranker_report
-from graphlake.pipelines.evaluation import compare, evaluation_report, random_floor, trec_run
+from graphlake.assets.retrieval import assets_to_refresh, load_methods, search
 from graphlake.kernels.operators import needs
 from graphlake.pipelines.definitions import DEFAULT_SELECTION
+from graphlake.pipelines.evaluation import compare, evaluation_report, random_floor, trec_run
 from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, Chunking, CorpusRegistry, CorpusSpec
@@ -53,7 +53,8 @@ def _run(corpus: str, selection: AssetSelection | str | None, config: Path | dic
 
 @app.command()
 def demo() -> None:
-    """Set up the lake and materialize every asset on the bundled demo corpus, then summarise it."""
+    """Set up the lake and materialize every asset on the bundled demo corpus (but the runs of the methods
+    its few training queries cannot serve), then summarise it."""
     home = lake_home()
     methods, _ = load_methods(home)
     # the demo's 11 training queries teach the cross-encoder to tell a relevant passage from its hard
@@ -310,8 +311,8 @@ def _print_reranker(lake: Lake, left_out: list[str]) -> None:
         f"(untrained {training['initial_validation']:.3f}, dense {report['validation_dense_ndcg@10']:.3f}) on "
         f"{sum(report['validation_queries'].values())} held-out training queries. Left out of the table: {', '.join(left_out)}, "
         f"which rerank with it: {sum(report['training_queries'].values())} training queries teach it to learn, not to "
-        "rerank a corpus (with it they score barely "
-        "above the random ranking). With a reranker trained on thousands of queries they are measured in "
+        "rerank a corpus (with it they score barely above the random ranking). With a reranker trained on "
+        "thousands of queries they are measured in "
         "benchmarks/results/fastinsight_gpu.md; to run them here: graphlake eval --corpus demo --methods "
         f"{','.join(left_out)} (minutes on a CPU).",
         highlight=False,
