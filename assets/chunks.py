@@ -1,15 +1,23 @@
 """Stage 2, chunking: documents -> nodes (the retrieval units), plus edges between adjacent chunks."""
 
-import hashlib
 import time
 import warnings
 
 import pyarrow as pa
-from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
+from dagster import (
+    AssetCheckResult,
+    AssetExecutionContext,
+    AssetIn,
+    PreviewWarning,
+    asset,
+    asset_check,
+)
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.kernels.chunking import chunk_texts
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.tables import edges_table
 
 
 @asset(partitions_def=corpus_partitions, group_name="chunking", metadata={"table": "nodes"})
@@ -29,7 +37,7 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
             rows["text"].append(piece)
             rows["start"].append(chunk.start)
             rows["end"].append(chunk.end)
-            rows["content_hash"].append(hashlib.blake2b(piece.encode(), digest_size=16).hexdigest())
+            rows["content_hash"].append(content_hash(piece))
     table = pa.table(rows)
     context.add_output_metadata(
         {
@@ -84,12 +92,4 @@ def contextual_edges(nodes: pa.Table) -> pa.Table:
     pairs = [(ids[i], ids[i + 1]) for i in range(len(ids) - 1) if docs[i] == docs[i + 1]]
     src = [a for a, b in pairs] + [b for a, b in pairs]
     dst = [b for a, b in pairs] + [a for a, b in pairs]
-    return pa.table(
-        {
-            "src": pa.array(src, pa.string()),
-            "dst": pa.array(dst, pa.string()),
-            "kind": pa.array(["contextual"] * len(src), pa.string()),
-            "weight": pa.array([1.0] * len(src), pa.float64()),
-            "source": pa.array(["chunking"] * len(src), pa.string()),
-        }
-    )
+    return edges_table(src, dst, [1.0] * len(src), "contextual", "chunking")

@@ -20,8 +20,8 @@ from dagster import (
     asset_check,
 )
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import Lake
 from graphlake.warehouse.tables import table_spec
 

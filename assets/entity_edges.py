@@ -13,10 +13,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.kernels.entities import conceptual_weights, cooccurrence_weights
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
+from graphlake.warehouse.tables import edges_table
 
 GROUP = "graphs"
 EXTRACTORS = ("spacy", "regex")
@@ -41,22 +42,19 @@ class ConceptualConfig(Config):
     max_entity_df: int = 100
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    deps=MENTION_DEPS,
-    metadata={"table": "edges", "partition": {"kind": "cooccurrence"}},
-)
+def _edge_asset(kind: str):
+    """An asset writing the ``kind`` partition of ``edges`` from mentions."""
+    return asset(partitions_def=corpus_partitions, group_name=GROUP, deps=MENTION_DEPS, metadata={"table": "edges", "partition": {"kind": kind}})
+
+
+@_edge_asset("cooccurrence")
 def cooccurrence_edges(context: AssetExecutionContext, config: CooccurrenceConfig, lake: LakeResource, nodes: pa.Table) -> pa.Table:
     """The entity-node bipartite graph (src = entity_id, dst = node_id), TF-IDF weighted with hub down-weighting."""
     started = time.perf_counter()
-    mentions, node = _mentions(lake, context.partition_key, config.extractor, nodes)
-    entity_ids = mentions.column("entity_id").combine_chunks().dictionary_encode()
-    entity = entity_ids.indices.to_numpy()
-    rows, weight = cooccurrence_weights(
-        entity, node, mentions.column("count").to_numpy(), nodes.num_rows, config.gamma, config.hub_prune_percent, config.degree_cap
-    )
-    edges = _edges(mentions.column("entity_id").take(rows), mentions.column("node_id").take(rows), weight, "cooccurrence", config.extractor)
+    mentions, node, entity_ids = _mentions(lake, context.partition_key, config.extractor, nodes)
+    counts = mentions.column("count").to_numpy()
+    rows, weight = cooccurrence_weights(entity_ids.indices.to_numpy(), node, counts, nodes.num_rows, config.gamma, config.hub_prune_percent, config.degree_cap)
+    edges = edges_table(mentions.column("entity_id").take(rows), mentions.column("node_id").take(rows), weight, "cooccurrence", config.extractor)
     context.add_output_metadata(
         {
             "extractor": config.extractor,
@@ -69,20 +67,14 @@ def cooccurrence_edges(context: AssetExecutionContext, config: CooccurrenceConfi
     return edges
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    group_name=GROUP,
-    deps=MENTION_DEPS,
-    metadata={"table": "edges", "partition": {"kind": "conceptual"}},
-)
+@_edge_asset("conceptual")
 def conceptual_edges(context: AssetExecutionContext, config: ConceptualConfig, lake: LakeResource, nodes: pa.Table) -> pa.Table:
     """Directed node-node edges between nodes sharing an entity, weighted by the share of the target's entities."""
     started = time.perf_counter()
-    mentions, node = _mentions(lake, context.partition_key, config.extractor, nodes)
-    entity_ids = mentions.column("entity_id").combine_chunks().dictionary_encode()
+    _, node, entity_ids = _mentions(lake, context.partition_key, config.extractor, nodes)
     src, dst, weight = conceptual_weights(node, entity_ids.indices.to_numpy(), nodes.num_rows, len(entity_ids.dictionary), config.max_entity_df)
     node_ids = nodes.column("node_id")
-    edges = _edges(node_ids.take(src), node_ids.take(dst), weight, "conceptual", config.extractor)
+    edges = edges_table(node_ids.take(src), node_ids.take(dst), weight, "conceptual", config.extractor)
     context.add_output_metadata(
         {
             "extractor": config.extractor,
@@ -94,8 +86,8 @@ def conceptual_edges(context: AssetExecutionContext, config: ConceptualConfig, l
     return edges
 
 
-def _mentions(lake: LakeResource, corpus: str, extractor: str, nodes: pa.Table) -> tuple[pa.Table, np.ndarray]:
-    """The extractor's mentions and, per row, the position of its node in ``nodes``."""
+def _mentions(lake: LakeResource, corpus: str, extractor: str, nodes: pa.Table) -> tuple[pa.Table, np.ndarray, pa.DictionaryArray]:
+    """The extractor's mentions and, per row, the position of its node in ``nodes`` and its entity's code."""
     if extractor not in EXTRACTORS:
         raise ValueError(f"corpus {corpus!r}: unknown extractor {extractor!r}; choose one of {EXTRACTORS}")
     try:
@@ -106,20 +98,7 @@ def _mentions(lake: LakeResource, corpus: str, extractor: str, nodes: pa.Table) 
     if position.null_count:
         unknown = mentions.column("node_id").filter(pc.is_null(position)).unique().to_pylist()[:3]
         raise ValueError(f"corpus {corpus!r}: {extractor} mentions name nodes not in `nodes` (e.g. {unknown}); rebuild mentions_{extractor}")
-    return mentions, position.to_numpy()
-
-
-def _edges(src: pa.ChunkedArray, dst: pa.ChunkedArray, weight: np.ndarray, kind: str, source: str) -> pa.Table:
-    n = len(weight)
-    return pa.table(
-        {
-            "src": src.cast(pa.string()),
-            "dst": dst.cast(pa.string()),
-            "kind": pa.array([kind] * n, pa.string()),
-            "weight": pa.array(weight, pa.float64()),
-            "source": pa.array([source] * n, pa.string()),
-        }
-    )
+    return mentions, position.to_numpy(), mentions.column("entity_id").combine_chunks().dictionary_encode()
 
 
 def _degree_stats(edges: pa.Table, sides: tuple[str, str]) -> dict:

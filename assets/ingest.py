@@ -6,8 +6,8 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.readers import FORMATS, ReadRequest
 
 GROUP = "ingest"

@@ -10,10 +10,12 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, asset
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.kernels.llm import LLMOutputError, lake_client
-from graphlake.kernels.triples import Triple, llm_triples, logical_edges as link_nodes, spacy_source, spacy_triples
+from graphlake.kernels.triples import Triple, llm_triples, spacy_source, spacy_triples
+from graphlake.kernels.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.tables import edges_table
 
 LLM_GROUP = "llm"
 
@@ -63,15 +65,7 @@ def logical_edges(triples_spacy: pa.Table) -> pa.Table:
     """Allan-Poe §3.4: node X -> node Y when a triple relates an entity of X to one only Y names."""
     rows = zip(*(triples_spacy.column(c).to_pylist() for c in ("node_id", "subject", "relation", "object")))
     edges = link_nodes(rows)
-    return pa.table(
-        {
-            "src": pa.array([e[0] for e in edges], pa.string()),
-            "dst": pa.array([e[1] for e in edges], pa.string()),
-            "kind": pa.array(["logical"] * len(edges), pa.string()),
-            "weight": pa.array([float(e[2]) for e in edges], pa.float64()),
-            "source": pa.array(["spacy"] * len(edges), pa.string()),
-        }
-    )
+    return edges_table([e[0] for e in edges], [e[1] for e in edges], [float(e[2]) for e in edges], "logical", "spacy")
 
 
 def _triples_table(node_ids: list[str], found: list[list[Triple]], source: str) -> pa.Table:

@@ -22,12 +22,18 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
-from graphlake.assets.partitions import corpus_partitions
-from graphlake.assets.vectors import dense_matrix
-from graphlake.kernels.citations import CitationIndex, find_citations, find_links, llm_citations
+from graphlake.kernels.citations import (
+    CitationIndex,
+    find_citations,
+    find_links,
+    llm_citations,
+)
 from graphlake.kernels.encoders import DENSE_MODEL
 from graphlake.kernels.llm import LLMClient, lake_client
+from graphlake.retrieval.indexes import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.tables import edges_table
 
 GROUP = "graphs"
 SCORE_BLOCK = 1 << 26  # similarity scores held at once by the kNN (256 MB of float32)
@@ -61,15 +67,7 @@ class NodeSpans:
 
 def edge_table(weights: dict[tuple[str, str], float], kind: str, sources: dict[tuple[str, str], str]) -> pa.Table:
     pairs = sorted(weights)
-    return pa.table(
-        {
-            "src": pa.array([a for a, _ in pairs], pa.string()),
-            "dst": pa.array([b for _, b in pairs], pa.string()),
-            "kind": pa.array([kind] * len(pairs), pa.string()),
-            "weight": pa.array([float(weights[p]) for p in pairs], pa.float64()),
-            "source": pa.array([sources[p] for p in pairs], pa.string()),
-        }
-    )
+    return edges_table([a for a, _ in pairs], [b for _, b in pairs], [float(weights[p]) for p in pairs], kind, [sources[p] for p in pairs])
 
 
 def graph_metadata(edges: pa.Table, node_ids: list[str], started: float) -> dict:

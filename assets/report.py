@@ -7,20 +7,21 @@ from pathlib import Path
 from dagster import AssetExecutionContext, AssetKey, MetadataValue, asset
 from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
 
-from graphlake.assets.partitions import corpus_partitions
-from graphlake.assets.retrieval import CUTOFFS, load_methods
+from graphlake.retrieval.evaluation import CUTOFFS
+from graphlake.retrieval.methods import load_methods, method_asset_names
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 
 TABLE_METRICS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "hit@10", "mrr")
 
 
 def report_asset(home: Path):
-    methods, _ = load_methods(home)
+    methods = load_methods(home)
 
     @asset(
         partitions_def=corpus_partitions,
         group_name="evaluation",
-        deps=[AssetKey(f"metrics_{name}") for name in methods],
+        deps=[AssetKey(method_asset_names(name)[1]) for name in methods],
         description="Markdown table and recall@k plot of every evaluated method, per split.",
     )
     def report(context: AssetExecutionContext, lake: LakeResource) -> None:

@@ -4,36 +4,23 @@ Every index is built over the nodes in the order of the ``nodes`` table and keep
 node ids beside it, so a row number means the same node in every index of a corpus.
 """
 
-import hashlib
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import faiss
-import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, asset
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.kernels import encoders
 from graphlake.kernels.bm25 import BM25Index
+from graphlake.retrieval.indexes import NODE_IDS_FILE, dense_matrix, retrieval_texts
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 
-NODE_IDS_FILE = "node_ids.json"
 PROGRESS_EVERY = 512  # nodes encoded between progress lines in the run's log
-
-
-def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
-    """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
-    titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
-    return [
-        f"{titles[doc_id]} {text}".strip() if titles[doc_id] else text
-        for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
-    ]
-
-
-def text_hash(text: str) -> str:
-    return hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
 
 
 class EncoderConfig(Config):
@@ -46,7 +33,7 @@ def _encode_with_cache(
 ) -> tuple[pa.Table, dict]:
     """Reuse the previous vectors of unchanged inputs; encode only new or changed nodes."""
     texts = retrieval_texts(nodes, documents)
-    hashes = [text_hash(t) for t in texts]
+    hashes = [content_hash(t) for t in texts]
     partition = {"corpus": context.partition_key, "model": model}
     cached: dict[str, dict] = {}
     if lake.lake.has("vectors", partition):
@@ -83,48 +70,38 @@ def _encode_with_cache(
     return table, metadata
 
 
-def _set_threads(config: EncoderConfig) -> None:
-    if config.threads > 0:
-        import torch
+def _vector_asset(name: str, model: str, encode_rows: Callable[[list[str], EncoderConfig], list[dict]], description: str):
+    """An asset writing ``model``'s partition of ``vectors``, encoding only new or changed nodes."""
+    metadata = {"table": "vectors", "partition": {"model": model}}
 
-        torch.set_num_threads(config.threads)
+    @asset(name=name, partitions_def=corpus_partitions, group_name="vectors", metadata=metadata, description=description)
+    def vectors(context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> pa.Table:
+        if config.threads > 0:
+            import torch
 
+            torch.set_num_threads(config.threads)
+        table, metadata = _encode_with_cache(context, lake, model, nodes, documents, lambda texts: encode_rows(texts, config))
+        context.add_output_metadata(metadata)
+        return table
 
-@asset(partitions_def=corpus_partitions, group_name="vectors", metadata={"table": "vectors", "partition": {"model": encoders.DENSE_MODEL}})
-def dense_vectors(
-    context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
-) -> pa.Table:
-    """all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash."""
-    _set_threads(config)
-
-    def encode(texts: list[str]) -> list[dict]:
-        vectors = encoders.encode_dense(texts, batch_size=config.batch_size)
-        return [{"dense": v, "indices": None, "values": None} for v in vectors]
-
-    table, metadata = _encode_with_cache(context, lake, encoders.DENSE_MODEL, nodes, documents, encode)
-    context.add_output_metadata(metadata)
-    return table
+    return vectors
 
 
-@asset(partitions_def=corpus_partitions, group_name="vectors", metadata={"table": "vectors", "partition": {"model": encoders.SPLADE_MODEL}})
-def splade_vectors(
-    context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
-) -> pa.Table:
-    """SPLADE term weights (vocabulary ids and weights), cached by input hash."""
-    _set_threads(config)
-
-    def encode(texts: list[str]) -> list[dict]:
-        matrix = encoders.encode_splade(texts, batch_size=max(1, config.batch_size // 2))
-        return [
-            {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
-            for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
-        ]
-
-    table, metadata = _encode_with_cache(context, lake, encoders.SPLADE_MODEL, nodes, documents, encode)
-    context.add_output_metadata(metadata)
-    return table
+def _dense_rows(texts: list[str], config: EncoderConfig) -> list[dict]:
+    vectors = encoders.encode_dense(texts, batch_size=config.batch_size)
+    return [{"dense": v, "indices": None, "values": None} for v in vectors]
 
 
+def _splade_rows(texts: list[str], config: EncoderConfig) -> list[dict]:
+    matrix = encoders.encode_splade(texts, batch_size=max(1, config.batch_size // 2))
+    return [
+        {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
+        for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
+    ]
+
+
+dense_vectors = _vector_asset("dense_vectors", encoders.DENSE_MODEL, _dense_rows, "all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash.")
+splade_vectors = _vector_asset("splade_vectors", encoders.SPLADE_MODEL, _splade_rows, "SPLADE term weights (vocabulary ids and weights), cached by input hash.")
 class BM25Config(Config):
     k1: float = 0.9
     b: float = 0.4
@@ -170,13 +147,6 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
     context.add_output_metadata(
         {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )
-
-
-def dense_matrix(vectors: pa.Table) -> np.ndarray:
-    column = vectors.column("dense").combine_chunks()
-    if len(column) == 0:
-        return np.zeros((0, 384), dtype=np.float32)
-    return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
 
 
 def _size(folder: Path) -> dict[str, int]:

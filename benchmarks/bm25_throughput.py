@@ -36,10 +36,10 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 from rank_bm25 import BM25Okapi
 
-from graphlake.assets.vectors import retrieval_texts
 from graphlake.kernels.bm25 import TOKEN_PATTERN, BM25Index
 from graphlake.kernels.metrics import evaluate, mean, rank_by_score
-from graphlake.kernels.operators import parse_methods
+from graphlake.retrieval.indexes import retrieval_texts
+from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.readers.base import ReadRequest
 from graphlake.warehouse.readers.beir import read
 
@@ -62,11 +62,12 @@ class Row:
 
 @dataclass
 class OnlyBM25:
-    """The one part of ``operators.Indexes`` the bm25 operator reads."""
+    """The one index the bm25 operator reads, as ``LakeIndexes.get`` gives it."""
 
     index: BM25Index
 
-    def bm25(self) -> BM25Index:
+    def get(self, name: str) -> BM25Index:
+        assert name == "bm25", name
         return self.index
 
 
@@ -143,7 +144,7 @@ def main() -> None:
     operator, indexes = parse_methods({"bm25": {"op": "bm25", "k": k}})["bm25"], OnlyBM25(ours_index)
 
     def run_ours(batch: list[str]) -> Hits:
-        return [(c.rows, c.scores) for c in (operator.run(q, indexes, {}) for q in batch)]
+        return [(c.rows, c.scores) for c in (operator.run(q, indexes) for q in batch)]
 
     bm25s_build, (retriever, tok) = best_of(repeats, lambda: build_bm25s(texts))
 

@@ -79,15 +79,16 @@ def timing_sample(corpus: str, split: str):
     ``split`` queries shared by the CPU and GPU timings, and the corpus's indexes."""
     import numpy as np
 
-    from graphlake.assets.retrieval import LakeIndexes, load_methods
+    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
 
     lake = Lake(lake_home())
-    methods, _ = load_methods(lake_home())
+    methods = load_methods(lake_home())
     queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
-    return methods, sample, LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())
+    return methods, sample, LakeIndexes.open(lake, corpus)
 
 
 # The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and
@@ -114,7 +115,7 @@ BETAS = (0.0, 0.5, 1.0, 2.0, 5.0, 100.0)
 def prepare_lake(datasets: Path) -> None:
     """Ingest the protocol's corpora and build what the reranker mines from (BM25 and dense on the
     training sets) and what the evaluated sets' methods read (both runs, the corpus graph)."""
-    from graphlake.assets.retrieval import corpus_graph_built
+    from graphlake.retrieval.evaluation import corpus_graph_built
     from graphlake.warehouse.corpora import CorpusRegistry
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake

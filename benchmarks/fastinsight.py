@@ -66,12 +66,12 @@ def cold_qpt(corpus: str, split: str, names: list[str]) -> dict[str, np.ndarray]
     """
     methods, sample, indexes = timing_sample(corpus, split)
     for name in names:
-        methods[name].run("warm up", indexes, methods)
+        methods[name].run("warm up", indexes)
     timings: dict[str, list[float]] = {name: [] for name in names}
     for i, text in enumerate(sample):
         for name in names[i % len(names) :] + names[: i % len(names)]:
             started = time.perf_counter()
-            methods[name].run(text, indexes, methods)
+            methods[name].run(text, indexes)
             timings[name].append((time.perf_counter() - started) * 1000)
     return {name: np.array(elapsed) for name, elapsed in timings.items()}
 

@@ -40,6 +40,7 @@ from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.kernels.cross_encoder import CrossEncoder
 from graphlake.kernels.metrics import bootstrap_interval, evaluate, paired_bootstrap
 from graphlake.kernels.topological_recall import DocumentGraph, topological_values
+from graphlake.retrieval.indexes import corpus_graph
 
 DEPTH = 100
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")
@@ -64,7 +65,7 @@ def export(folder: Path, datasets: Path) -> None:
                 "query_id": [q["query_id"] for q in queries],
                 "query": [q["text"] for q in queries],
                 "embedding": [indexes.encode_dense(q["text"]).tolist() for q in queries],
-                **{name: [methods[name].run(q["text"], indexes, methods).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
+                **{name: [methods[name].run(q["text"], indexes).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
                 "gold": [sorted(gold[q["query_id"]]) for q in queries],
                 "timed": [q["text"] in timed for q in queries],
             }),
@@ -72,10 +73,10 @@ def export(folder: Path, datasets: Path) -> None:
             compression="zstd",
         )
         pq.write_table(pa.table({"text": indexes.texts(), "doc_id": indexes.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
-        np.save(out / "vectors.npy", np.asarray(indexes.dense(), dtype=np.float16))
-        graph, _ = indexes.corpus_graph(tuple(indexes.corpus_graph_kinds()))
+        np.save(out / "vectors.npy", np.asarray(indexes.get("dense"), dtype=np.float16))
+        graph, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
         sp.save_npz(out / "graph.npz", sp.csr_matrix(graph))
-        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.corpus_graph_kinds())}))
+        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.spec.corpus_graph)}))
         print(f"{corpus}: {len(queries)} queries, {len(indexes.texts())} nodes", flush=True)
 
 

@@ -13,7 +13,7 @@ import json
 
 from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 
-from graphlake.kernels.graph_operators import TunedRankers
+from graphlake.retrieval.graph_rankers import TunedRankers
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 

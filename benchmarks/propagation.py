@@ -5,7 +5,7 @@ on every query, and GraphER's ``graph_rerank`` smooths 200 candidates by Graph C
 the issue asks for PPR p50 <= 5 ms per query (>= 20x networkx at equal top-10) and GCS <= 2 ms
 median. This measures exactly what a query pays for, on the lake's own graph and seeds.
 
-The graph is loaded as the retrieval operator loads it (``LakeIndexes.entity_graph``) and each
+The graph is loaded as the retrieval operator loads it (the ``cooccurrence`` index's ``graph()``) and each
 query's seeds are the ones ``graph_rrf`` builds (RRF of BM25 + dense, then query entities); GCS
 runs on ``grapher_base``'s 200 candidates and their ``conceptual`` candidate graph. Seeds and
 candidates need retrieval (BM25, dense encoding, spaCy), so they are computed once and cached under
@@ -45,16 +45,17 @@ from datetime import UTC, datetime
 from importlib.metadata import version
 from pathlib import Path
 
-from common import machine
-
 import igraph
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
+from common import machine
 
-from graphlake.assets.retrieval import LakeIndexes, load_methods
 from graphlake.kernels.entity_graph import EntityGraph
 from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
+from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.operators.graph import candidate_graph
 from graphlake.warehouse.storage import Lake
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,22 +67,22 @@ Solver = Callable[[np.ndarray], tuple[object, int | None]]  # seeds -> (scores a
 def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
     lake = Lake(home)
-    indexes = LakeIndexes(lake, corpus, lake.read("nodes", {"corpus": corpus}).column("node_id").to_pylist())
-    graph = indexes.entity_graph()
+    indexes = LakeIndexes.open(lake, corpus)
+    graph = indexes.get("cooccurrence").graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")
         saved = np.load(cache)
         if saved["size"] == graph.walk.size:
             seeds = sp.csr_matrix((saved["data"], saved["indices"], saved["indptr"]), shape=(len(saved["indptr"]) - 1, graph.walk.size))
             return indexes, graph, seeds, np.split(saved["rows"], saved["splits"]), np.split(saved["scores"], saved["splits"])
-    methods, _ = load_methods(home)
+    methods = load_methods(home)
     texts = lake.read("queries", {"corpus": corpus}).column("text").to_pylist()
     started, seeds, rows, scores = time.perf_counter(), [], [], []
     for i, text in enumerate(texts):
-        vector = methods["graph_rrf"].seeds(text, indexes, methods)
+        vector = methods["graph_rrf"].seeds(text, indexes)
         if vector.any():
             seeds.append(sp.csr_matrix(vector))
-            candidates = methods["grapher_base"].run(text, indexes, methods)
+            candidates = methods["grapher_base"].run(text, indexes)
             rows.append(candidates.rows)
             scores.append(np.asarray(candidates.scores, dtype=np.float64))
         if (i + 1) % 100 == 0:
@@ -260,13 +261,13 @@ CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE = (
 
 def bench_gcs(args: argparse.Namespace, indexes: LakeIndexes, cand_rows: list[np.ndarray], cand_scores: list[np.ndarray]) -> dict:
     """Candidate-graph construction, our GCS and the dense references, per query; max abs differences to ours."""
-    indexes.candidate_graph(cand_rows[0], "conceptual", "spacy")  # loads the mention matrix once
+    candidate_graph(indexes, cand_rows[0], "conceptual", "spacy")  # loads the mention matrix once
     times = {name: Timings() for name in (CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE)}
     diffs: dict[str, float] = {DENSE_LOOP: 0.0, DENSE_SOLVE: 0.0}
     iterations, edges = [], []
     for rows, base in zip(cand_rows, cand_scores, strict=True):
         for _ in range(args.repeats):
-            wall, cpu, adjacency = timed(indexes.candidate_graph, rows, "conceptual", "spacy")
+            wall, cpu, adjacency = timed(candidate_graph, indexes, rows, "conceptual", "spacy")
             times[CANDIDATE_GRAPH].add(wall, cpu)
             dense = adjacency.toarray()
             wall, cpu, (ours, its) = timed(gcs, adjacency, base, GCS_ALPHA, args.gcs_tol)
@@ -369,13 +370,13 @@ def write_report(
         f"- python {platform.python_version()}; {libs}",
         f"- command (repo root, `pip install -e '.[bench]'`): `{command}`",
         (
-            f"- entity graph (`LakeIndexes.entity_graph()`, cooccurrence edges walked both ways): {size['nodes']:,} nodes "
+            f"- entity graph (the `cooccurrence` index's `graph()`, cooccurrence edges walked both ways): {size['nodes']:,} nodes "
             f"= {size['passages']:,} passages + {size['entities']:,} entities, {size['edges']:,} undirected edges "
             f"({2 * size['edges']:,} nonzeros in P), {size['isolated']:,} nodes without edges"
         ),
         (
             f"- queries: {n_queries}, those of the corpus whose `graph_rrf` seeds are not all zero; seeds = "
-            "`methods['graph_rrf'].seeds(text, ...)`, computed before timing"
+            "`methods['graph_rrf'].seeds(text, indexes)`, computed before timing"
         ),
         "",
         "## Personalized PageRank on the entity graph, per query",
@@ -397,7 +398,7 @@ def write_report(
         "",
         (
             f"`grapher_base` candidates ({smoothing['candidates']} per query) and their `conceptual` candidate graph "
-            f"(median {np.median(smoothing['edges']):.0f} nonzeros), built per query by `LakeIndexes.candidate_graph` (timed "
+            f"(median {np.median(smoothing['edges']):.0f} nonzeros), built per query by `candidate_graph` (timed "
             f"alone in its row); `gcs(adjacency, base scores, alpha={GCS_ALPHA}, tol={args.gcs_tol:g})` (median "
             f"{np.median(smoothing['iterations']):.0f}, max {max(smoothing['iterations'])} iterations) against a dense numpy W "
             "row-normalised inside the timed call like ours, with the same loop and stopping rule, and against the closed form "

@@ -37,8 +37,9 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     """Mine the asset's groups and held-out lists into ``folder`` (the lake built first where it lacks anything)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from graphlake.assets.reranker import RerankerConfig, mine, training_queries
+    from graphlake.assets.reranker import RerankerConfig
     from graphlake.kernels.encoders import dense_model_path
+    from graphlake.retrieval.reranker import mine, training_queries
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
 

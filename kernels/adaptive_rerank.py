@@ -156,15 +156,8 @@ class _Retrieved:
 
 @_THREADS.wrap(limits=1, user_api="blas")
 def fastinsight(
-    query: np.ndarray,
-    vectors: np.ndarray,
-    graph: sp.csr_matrix,
-    degrees: np.ndarray,
-    scorer: PairScorer,
-    batch: int = 10,
-    budget: int = 100,
-    alpha: float = 0.2,
-    beta: float = 1.0,
+    query: np.ndarray, vectors: np.ndarray, graph: sp.csr_matrix, degrees: np.ndarray, scorer: PairScorer,
+    batch: int = 10, budget: int = 100, alpha: float = 0.2, beta: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """FastInsight (Algorithm 1): vector top-``batch``, GRanker, then STeX batches re-ranked until ``budget``.
 

@@ -31,6 +31,8 @@ from transformers import AutoTokenizer, BertForSequenceClassification
 from graphlake.kernels.encoders import dense_model_path
 from graphlake.kernels.metrics import ndcg_at_k
 
+transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
+
 MAX_TOKENS = 256
 CPU_LENGTH_RATIO = 1.25  # on a CPU, a batch ends before a pair this many times as long as its first (see CrossEncoder._batches)
 TRAINING_FILE = "training.json"

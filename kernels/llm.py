@@ -65,9 +65,9 @@ class _FormatRefused(Exception):
 class LLMConfig:
     base_url: str
     model: str
-    api_key: str = field(default="none", repr=False)  # local servers ignore it; the client needs one
     timeout_s: float = 120.0
     max_retries: int = 4
+    api_key: str = field(default="none", repr=False)  # local servers ignore it; the client needs one
     backoff_s: float = 1.0
     max_tokens: int = 512
     price_per_1k_tokens: float | None = None

@@ -1,4 +1,9 @@
-"""The ``graphlake`` command line: set up the lake, ingest corpora, materialize assets, query with SQL."""
+"""The ``graphlake`` command line: set up the lake, ingest corpora, materialize assets, query with SQL.
+
+It starts at once: Dagster, the models and the retrieval kernels are imported by the commands that
+use them, so ``--help``, ``sql``, ``corpora`` and ``trec`` load none of them, and ``query`` only
+what its method reads.
+"""
 
 from __future__ import annotations
 
@@ -12,18 +17,18 @@ from typing import Annotated
 
 import typer
 import yaml
-from dagster import AssetSelection
 from rich.console import Console
 from rich.table import Table
 
-from graphlake.assets.reranker import reranker_report
-from graphlake.assets.retrieval import assets_to_refresh, load_methods, search
-from graphlake.kernels.operators import needs
-from graphlake.pipelines.definitions import DEFAULT_SELECTION
-from graphlake.pipelines.evaluation import compare, evaluation_report, random_floor, trec_run
-from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 from graphlake.warehouse.catalog import Catalog
-from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, Chunking, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import (
+    DEMO_CONFIG,
+    DEMO_CORPUS,
+    DEMO_SPLIT,
+    Chunking,
+    CorpusRegistry,
+    CorpusSpec,
+)
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.storage import Lake, StorageError
@@ -40,8 +45,15 @@ def _fail(message: str) -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection: AssetSelection | str | None, config: Path | dict | None = None) -> None:
-    """Materialize, failing cleanly; ``config`` is a run config, or the YAML file holding one."""
+def _run(corpus: str, selection, config: Path | dict | None = None) -> None:
+    """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
+    ``config`` is a run config, or the YAML file holding one."""
+    from graphlake.pipelines.runner import (
+        MaterializeError,
+        RunConfigError,
+        materialize_corpus,
+    )
+
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
         materialize_corpus(lake_home(), corpus, selection, errors, run_config)  # progress on stderr keeps --json output clean
@@ -55,15 +67,21 @@ def _run(corpus: str, selection: AssetSelection | str | None, config: Path | dic
 def demo() -> None:
     """Set up the lake and materialize every asset on the bundled demo corpus (but the runs of the methods
     its few training queries cannot serve), then summarise it."""
+    from dagster import AssetSelection
+
+    from graphlake.pipelines.definitions import DEFAULT_SELECTION
+    from graphlake.retrieval.methods import load_methods, method_asset_names, needs
+    from graphlake.retrieval.reports import evaluation_report, random_floor
+
     home = lake_home()
-    methods, _ = load_methods(home)
+    methods = load_methods(home)
     # the demo's 11 training queries teach the cross-encoder to tell a relevant passage from its hard
     # negatives, not to rerank a whole corpus: the methods that rerank with it are left out
-    left_out = [name for name, method in methods.items() if "reranker" in needs(method, methods)]
+    left_out = [name for name, method in methods.items() if "reranker" in needs(method)]
     shown = [name for name in methods if name not in left_out]
     config = _run_config(DEMO_CONFIG)
-    config["ops"] |= {f"run_{name}": {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
-    skipped = AssetSelection.assets(*(f"{prefix}_{name}" for name in left_out for prefix in ("run", "metrics", "query_metrics")))
+    config["ops"] |= {method_asset_names(name)[0]: {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
+    skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
     _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config)
     _print_summary(DEMO_CORPUS)
     _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT))
@@ -112,7 +130,7 @@ def ingest(
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:
         _fail(str(error))
-    _run(corpus, AssetSelection.groups("ingest", "chunking"))
+    _run(corpus, "group:ingest or group:chunking")
     _print_summary(corpus)
 
 
@@ -167,7 +185,7 @@ def sql(
 def evaluate(
     corpus: Annotated[str, typer.Option(help="Corpus to evaluate on.")],
     methods: Annotated[str, typer.Option(help="Comma-separated method names (pipelines/methods.yaml).")] = "bm25,dense",
-    split: Annotated[str, typer.Option(help="Query split to report.")] = "test",
+    split: Annotated[str | None, typer.Option(help="Query split to report (default: the held-out one, test, else dev).")] = None,
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
     rerun: Annotated[bool, typer.Option(help="Run the queries again even if stored runs are current (fresh timings).")] = False,
@@ -175,22 +193,32 @@ def evaluate(
         bool, typer.Option(help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
     ] = False,
 ) -> None:
-    """Materialize what is missing for these methods on the corpus, then print their metrics."""
+    """Materialize what is missing for these methods on the corpus (and on the corpora their learned
+    indexes learn from), then print their metrics."""
+    from graphlake.retrieval.evaluation import held_out_split
+    from graphlake.retrieval.freshness import plan_refresh
+    from graphlake.retrieval.methods import method_asset_names
+    from graphlake.retrieval.reports import evaluation_report
+
     home = lake_home()
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
         cutoffs = [int(c) for c in k.split(",") if c.strip()]
-        refresh = assets_to_refresh(Lake(home), corpus, names, home, split)
+        CorpusRegistry(home).get(corpus)
+        if split is None and Lake(home).has("queries", {"corpus": corpus}):
+            split = held_out_split(Lake(home), corpus)
+        refresh = plan_refresh(Lake(home), corpus, names, home, split)
     except (KeyError, ValueError, StorageError) as error:
-        _fail(str(error.args[0] if isinstance(error, KeyError) else error))
+        _fail(str(error))
     if rerun:
-        refresh += [a for name in names for a in (f"run_{name}", f"metrics_{name}", f"query_metrics_{name}") if a not in refresh]
-    if refresh:
-        runs = [a for a in refresh if a.startswith("run_")]  # only the reported split's queries: a cross-encoder is slow
-        config = {"ops": {a: {"config": {"split": split, "reuse_pairs": reuse_pairs}} for a in runs}}
-        _run(corpus, AssetSelection.assets(*refresh), config)
-        if reuse_pairs and runs:
-            errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
+        refresh.add(corpus, [asset for name in names for asset in method_asset_names(name)])
+    runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
+    # only the reported split's queries: a cross-encoder is slow
+    refresh.ops |= {run: {"config": {"split": split, "reuse_pairs": reuse_pairs}} for run in runs}
+    _materialize(refresh)
+    if reuse_pairs and runs:
+        errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
+    split = split or held_out_split(Lake(home), corpus)  # a corpus ingested just now
     report = evaluation_report(home, corpus, names, split, cutoffs)
     if as_json:
         print(json.dumps(report))
@@ -204,11 +232,15 @@ def compare_methods(
     baseline: Annotated[str, typer.Option(help="The method to compare against.")],
     method: Annotated[str, typer.Option(help="The method being compared.")],
     metric: Annotated[str, typer.Option(help="Metric, e.g. ndcg@10 or mrr.")] = "ndcg@10",
-    split: Annotated[str, typer.Option(help="Query split.")] = "test",
+    split: Annotated[str | None, typer.Option(help="Query split (default: the held-out one, test, else dev).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Paired bootstrap confidence interval of the per-query difference between two evaluated runs."""
+    from graphlake.retrieval.evaluation import held_out_split
+    from graphlake.retrieval.reports import compare
+
     try:
+        split = split or held_out_split(Lake(lake_home()), corpus)
         result = compare(lake_home(), corpus, baseline, method, metric, split)
     except ValueError as error:
         _fail(str(error))
@@ -227,6 +259,8 @@ def trec(
     method: Annotated[str, typer.Option(help="Method of the run.")],
 ) -> None:
     """Print a stored run as a TREC run file (document level), e.g. for trec_eval."""
+    from graphlake.retrieval.reports import trec_run
+
     try:
         print("\n".join(trec_run(lake_home(), corpus, method)))
     except ValueError as error:
@@ -241,13 +275,16 @@ def query(
     top: Annotated[int, typer.Option(help="How many hits to print.")] = 10,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
+    from graphlake.retrieval.freshness import plan_refresh
+    from graphlake.retrieval.methods import search
+
     home = lake_home()
     try:
-        refresh = [a for a in assets_to_refresh(Lake(home), corpus, [method], home) if not a.startswith(("run_", "metrics_", "query_"))]
-    except (KeyError, StorageError) as error:
-        _fail(str(error.args[0] if isinstance(error, KeyError) else error))
-    if refresh:
-        _run(corpus, AssetSelection.assets(*refresh))
+        CorpusRegistry(home).get(corpus)
+        refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
+    except (KeyError, ValueError, StorageError) as error:
+        _fail(str(error))
+    _materialize(refresh)
     hits, latency = search(home, corpus, method, text, top)
     table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
     for rank, hit in enumerate(hits, start=1):
@@ -281,6 +318,13 @@ def ui(
     raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
 
 
+def _materialize(refresh) -> None:
+    """Run a freshness plan: the corpora learned indexes learn from first, each in a run of its own."""
+    for corpus, assets in refresh.order():
+        ops = {asset: config for asset, config in refresh.ops.items() if asset in assets}
+        _run(corpus, assets, {"ops": ops} if ops else None)
+
+
 def _print_report(report: list[dict], title: str) -> None:
     table = Table("metric", *(row["method"] for row in report), title=title)
     shown = [name for name in (report[0]["metrics"] if report else {}) if not name.startswith(("capped_recall", "pr@"))]
@@ -302,6 +346,8 @@ def _print_methods(report: list[dict], floor: dict[str, float]) -> None:
 
 
 def _print_reranker(lake: Lake, left_out: list[str]) -> None:
+    from graphlake.retrieval.reranker import reranker_report
+
     report = reranker_report(lake)
     if report is None:
         return

@@ -12,14 +12,28 @@ import time
 import uuid
 from pathlib import Path
 
-from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, RunsFilter, materialize
+from dagster import (
+    AssetSelection,
+    DagsterError,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterInvalidConfigError,
+    RunsFilter,
+    materialize,
+)
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, build_definitions
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import project_root
+from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_TAG = "graphlake/progress"
 QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
@@ -44,12 +58,12 @@ def prepare_dagster_home(home: Path) -> Path:
 
 
 def materialize_corpus(
-    home: Path, corpus: str, selection: AssetSelection | str | None, console: Console, run_config: dict | None = None
+    home: Path, corpus: str, selection: AssetSelection | str | list[str] | None, console: Console, run_config: dict | None = None
 ) -> None:
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
-        raise MaterializeError(str(error.args[0] if isinstance(error, KeyError) else error)) from None
+        raise MaterializeError(str(error)) from None
     os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
     defs = build_definitions(home)
     assets = list(defs.assets)
@@ -80,15 +94,17 @@ def materialize_corpus(
         raise MaterializeError(_root_cause(failures[0]) if failures else f"run {result.run_id} failed")
 
 
-def _resolve_selection(selection: AssetSelection | str | None) -> AssetSelection:
+def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> AssetSelection:
     """All but the LLM-backed assets by default; those run only when a selection names them. A
     selection that takes one output of a multi-asset (``+key:conceptual_edges`` reaches
     ``mentions_spacy``, built together with ``entities_spacy``) takes its siblings too: Dagster
-    cannot run part of one."""
+    cannot run part of one. A list names the assets exactly."""
     if selection is None:
         return DEFAULT_SELECTION
     if isinstance(selection, AssetSelection):
         return selection
+    if isinstance(selection, list):
+        return AssetSelection.assets(*selection)
     try:
         chosen = AssetSelection.from_string(selection)
     except DagsterError as error:

@@ -9,11 +9,17 @@ import hashlib
 import json
 from pathlib import Path
 
-from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, sensor
+from dagster import (
+    DefaultSensorStatus,
+    RunRequest,
+    SensorEvaluationContext,
+    SensorResult,
+    sensor,
+)
 
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 
 
 def fingerprint(spec: CorpusSpec) -> str:

@@ -16,12 +16,12 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.assets.reranker import reranker_report
-from graphlake.assets.retrieval import load_methods
-from graphlake.kernels.graph_operators import TunedRankers
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.pipelines.evaluation import evaluation_report, random_floor
+from graphlake.retrieval.graph_rankers import TunedRankers
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.reports import evaluation_report, random_floor
+from graphlake.retrieval.reranker import reranker_report
 from graphlake.warehouse.storage import Lake
 
 
@@ -53,7 +53,7 @@ def test_demo_shows_every_method_working_in_80_columns(reads_demo):
     lines = reads_demo.stdout.splitlines()
     assert max(map(len, lines)) <= 80 and "…" not in reads_demo.stdout  # nothing cut in an 80-column terminal
     left_out = ["re2", "gar", "fastinsight"]  # they rerank with the cross-encoder, which 11 queries cannot teach that
-    methods = [name for name in load_methods(reads_demo.home)[0] if name not in left_out]
+    methods = [name for name in load_methods(reads_demo.home) if name not in left_out]
     shown = {line.split("│")[1].strip() for line in lines if line.count("│") == 6}  # the closing table's rows
     assert set(methods) | {"(random)"} == shown
     assert f"Left out of the table: {', '.join(left_out)}" in " ".join(reads_demo.stdout.split())
@@ -116,7 +116,7 @@ def test_materialize_runs_only_the_selection_with_the_given_run_config(demo_copy
 
     # a run config as in the Dagster launchpad reaches the asset; a bad one is refused before anything runs
     config = lake.parent / "run.yaml"
-    config.write_text("ops:\n  graph_rankers:\n    config:\n      train_networks: false\n", encoding="utf-8")
+    config.write_text("ops:\n  graph_rankers:\n    config:\n      networks: []\n", encoding="utf-8")
     result = invoke("materialize", "--corpus", "demo", "--select", "key:graph_rankers", "--config", str(config))
     assert result.exit_code == 0, result.output
     assert TunedRankers.load(Lake(lake).artifact("graph_rankers", {"corpus": "demo"})).models == {}  # the config reached the asset

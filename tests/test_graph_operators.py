@@ -4,35 +4,31 @@ on the demo lake through ``graphlake eval`` (the demo's graph_rankers tuned and 
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from dagster import AssetKey, DagsterInstance
-
-from graphlake.assets.graph_rankers import alpha_queries, training_queries
 from graphlake.kernels.bm25 import BM25Index
 from graphlake.kernels.entity_graph import EntityGraph
-from graphlake.kernels.graph_operators import TunedRankers
-from graphlake.kernels.operators import MethodError, parse_methods
 from graphlake.pipelines.cli import app
+from graphlake.retrieval.graph_rankers import TunedRankers
+from graphlake.retrieval.methods import MethodError, parse_methods
+from graphlake.retrieval.training import alpha_queries, training_queries
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
 
-class GraphIndexes:
-    """Four passages; entity "alpha" in passages 0 and 1, "beta" in 2 and 3; BM25 over their words."""
+class HandEntities:
+    """The cooccurrence index over four passages: entity "alpha" in passages 0 and 1, "beta" in 2 and 3."""
 
     def __init__(self) -> None:
-        self._bm25 = BM25Index.build(["red fox", "red fox den", "blue whale", "grey whale song"])
         self.graphs: dict = {}
 
-    def bm25(self) -> BM25Index:
-        return self._bm25
-
-    def entity_graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> EntityGraph:
+    def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> EntityGraph:
         key = (hub_prune_percent, degree_cap)
         if key not in self.graphs:
             self.graphs[key] = EntityGraph.build(
@@ -43,18 +39,25 @@ class GraphIndexes:
     def query_entities(self, text: str, extractor: str) -> list[str]:
         return [word for word in text.lower().split() if word in ("alpha", "beta")]
 
-    def proximity(self) -> str:
-        return "structural"
 
-    def candidate_graph(self, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
-        # passage 1 is a hub linked to 0, 2 and 3
+class GraphIndexes:
+    """Indexes by name, as ``LakeIndexes.get`` gives them: BM25 over the four passages' words, their
+    entity graph, and structural links where passage 1 is a hub linked to 0, 2 and 3."""
+
+    def __init__(self) -> None:
         links = np.zeros((4, 4))
         for a, b in ((1, 0), (1, 2), (1, 3)):
             links[a, b] = links[b, a] = 1.0
-        return sp.csr_matrix(links[np.ix_(rows, rows)])
+        self.loaded = {
+            "bm25": BM25Index.build(["red fox", "red fox den", "blue whale", "grey whale song"]),
+            "cooccurrence": HandEntities(),
+            "structural": sp.csr_matrix(links),
+            "graph_rankers": TunedRankers({"ppr": 0.15, "gcs": 0.5}),
+        }
+        self.spec = SimpleNamespace(proximity="structural")
 
-    def tuned_rankers(self) -> TunedRankers:
-        return TunedRankers({"ppr": 0.15, "gcs": 0.5})
+    def get(self, name: str):
+        return self.loaded[name]
 
 
 METHODS = {
@@ -74,34 +77,34 @@ METHODS = {
 
 def test_ppr_walks_from_query_entities_and_seed_passages():
     methods, indexes = parse_methods(METHODS), GraphIndexes()
-    by_entity = methods["graph"].run("where does alpha live", indexes, methods)
+    by_entity = methods["graph"].run("where does alpha live", indexes)
     assert sorted(by_entity.rows.tolist()) == [0, 1]  # only alpha's passages are reachable
     assert by_entity.rows[0] == 1  # the heavier edge carries more of the walk
-    hybrid = methods["graph_hybrid"].run("alpha whale song", indexes, methods)
+    hybrid = methods["graph_hybrid"].run("alpha whale song", indexes)
     assert set(hybrid.rows.tolist()) == {0, 1, 2, 3}  # BM25's top passage (3) seeds beta's side too
-    pushed = methods["graph_push"].run("alpha", indexes, methods)
-    converged = methods["graph_converged"].run("alpha", indexes, methods)
-    solved = methods["graph_cg"].run("alpha", indexes, methods)
+    pushed = methods["graph_push"].run("alpha", indexes)
+    converged = methods["graph_converged"].run("alpha", indexes)
+    solved = methods["graph_cg"].run("alpha", indexes)
     assert pushed.rows.tolist() == converged.rows.tolist() and np.allclose(pushed.scores, converged.scores, atol=1e-8)
     assert solved.rows.tolist() == converged.rows.tolist() and np.allclose(solved.scores, converged.scores, atol=1e-10)
 
 
 def test_ppr_falls_back_to_bm25_and_prunes_hubs():
     methods, indexes = parse_methods(METHODS), GraphIndexes()
-    fallback = methods["graph"].run("whale song", indexes, methods)  # no entity in the query
+    fallback = methods["graph"].run("whale song", indexes)  # no entity in the query
     assert set(fallback.rows.tolist()) == {2, 3}
-    assert len(methods["graph_nofallback"].run("whale song", indexes, methods).rows) == 0
-    assert indexes.entity_graph(50, 0).entity_rows.keys() == {"beta"}  # alpha (ties broken by code) is the pruned hub
-    assert len(methods["graph_pruned"].run("alpha", indexes, methods).rows) == 0
+    assert len(methods["graph_nofallback"].run("whale song", indexes).rows) == 0
+    assert indexes.get("cooccurrence").graph(50, 0).entity_rows.keys() == {"beta"}  # alpha (ties broken by code) is the pruned hub
+    assert len(methods["graph_pruned"].run("alpha", indexes).rows) == 0
     with pytest.raises(MethodError, match="ppr needs seeds"):
         parse_methods({"g": {"op": "ppr", "query_entities": False}})
 
 
 def test_graph_rerank_gcs_lifts_neighbours_of_relevant_nodes_ppr_lifts_the_hub():
     methods, indexes = parse_methods(METHODS), GraphIndexes()
-    base = methods["base"].run("red fox whale", indexes, methods)
-    smoothed = methods["gcs"].run("red fox whale", indexes, methods)
-    ppr = methods["ppr_rerank"].run("red fox whale", indexes, methods)
+    base = methods["base"].run("red fox whale", indexes)
+    smoothed = methods["gcs"].run("red fox whale", indexes)
+    ppr = methods["ppr_rerank"].run("red fox whale", indexes)
     assert set(smoothed.rows.tolist()) == set(base.rows.tolist())
     base_score = dict(zip(base.rows.tolist(), base.scores.tolist()))
     assert all(s >= base_score[r] - 1e-12 for r, s in zip(smoothed.rows.tolist(), smoothed.scores.tolist()))  # max(p, s)

@@ -15,11 +15,11 @@ from dagster import DagsterEventType, DagsterInstance, asset, materialize
 from typer.testing import CliRunner
 
 from graphlake.assets.edge_checks import df_problems, edge_problems, mentions_match_df
-from graphlake.assets.partitions import corpus_partitions
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import resources
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import Lake
 
 CONTEXTUAL = [("a#0", "a#1"), ("a#1", "a#2"), ("b#0", "b#1")]

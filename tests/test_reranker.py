@@ -8,16 +8,15 @@ import json
 import numpy as np
 import pytest
 import yaml
+from conftest import copy_lake, use_lake
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.assets.reranker import training_queries
 from graphlake.kernels.cross_encoder import TRAINING_FILE
 from graphlake.pipelines.cli import app
+from graphlake.retrieval.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
 from graphlake.warehouse.storage import Lake
-
-from conftest import copy_lake, use_lake
 
 METHODS = "vector,re2,gar,fastinsight"
 

@@ -11,33 +11,28 @@ import scipy.sparse as sp
 from dagster import AssetSelection, DagsterInstance, materialize
 from typer.testing import CliRunner
 
-from graphlake.assets.retrieval import assets_to_refresh
 from graphlake.kernels.bm25 import BM25Index
-from graphlake.kernels.operators import MethodError, parse_methods
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
+from graphlake.retrieval.freshness import plan_refresh
+from graphlake.retrieval.methods import MethodError, parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
 
 class HandIndexes:
-    """The Indexes protocol over hand-made arrays, so fused scores can be worked out on paper."""
+    """Indexes by name over hand-made arrays, as ``LakeIndexes.get`` gives them, so fused scores can be
+    worked out on paper."""
 
     def __init__(self) -> None:
-        self._bm25 = BM25Index.build(["apple banana", "apple", "cherry", "banana cherry"])
-        self._dense = np.eye(4, dtype=np.float32)
+        self.loaded = {
+            "bm25": BM25Index.build(["apple banana", "apple", "cherry", "banana cherry"]),
+            "dense": np.eye(4, dtype=np.float32),
+            "splade": sp.csr_matrix(np.array([[0, 1.0], [2.0, 0], [0, 0], [1.0, 1.0]], dtype=np.float32)),
+        }
 
-    def bm25(self) -> BM25Index:
-        return self._bm25
-
-    def dense(self) -> np.ndarray:
-        return self._dense
-
-    def dense_hnsw(self):
-        raise AssertionError("not used")
-
-    def splade(self) -> sp.csr_matrix:
-        return sp.csr_matrix(np.array([[0, 1.0], [2.0, 0], [0, 0], [1.0, 1.0]], dtype=np.float32))
+    def get(self, name: str):
+        return self.loaded[name]
 
     def encode_dense(self, text: str) -> np.ndarray:
         return np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32)  # dense ranking: rows 2, 3, 1, 0
@@ -49,10 +44,10 @@ class HandIndexes:
 def test_leaf_operators_rank_as_expected():
     methods = parse_methods({"b": {"op": "bm25", "k": 10}, "d": {"op": "dense", "k": 3}, "s": {"op": "splade"}})
     indexes = HandIndexes()
-    bm25 = methods["b"].run("apple", indexes, methods)
+    bm25 = methods["b"].run("apple", indexes)
     assert bm25.rows.tolist() == [1, 0]  # shorter document first; non-matching rows are dropped
-    assert methods["d"].run("x", indexes, methods).rows.tolist() == [2, 3, 1]
-    splade = methods["s"].run("x", indexes, methods)
+    assert methods["d"].run("x", indexes).rows.tolist() == [2, 3, 1]
+    splade = methods["s"].run("x", indexes)
     assert splade.rows.tolist() == [1, 3, 0] and splade.scores.tolist() == [2.0, 1.5, 0.5]
 
 
@@ -65,13 +60,13 @@ def test_rrf_and_weighted_sum_by_hand():
             "ws": {"op": "weighted_sum", "inputs": ["d", "s"], "weights": [1, 1]},
         }
     )
-    fused = methods["rrf"].run("x", HandIndexes(), methods)
+    fused = methods["rrf"].run("x", HandIndexes())
     # dense ranks: 2->1, 3->2, 1->3, 0->4 ; splade ranks: 1->1, 3->2, 0->3 ; score = w / (1 + rank)
     expected = {2: 1 / 2, 3: 1 / 3 + 2 / 3, 1: 1 / 4 + 2 / 2, 0: 1 / 5 + 2 / 4}
     assert fused.rows.tolist() == [1, 3, 0, 2]
     assert fused.scores.tolist() == pytest.approx([expected[r] for r in fused.rows.tolist()])
     # min-max per input: dense (0.9, 0.4, 0.2, 0.1) -> 1, .375, .125, 0 ; splade (2, 1.5, .5) -> 1, .667, 0
-    summed = methods["ws"].run("x", HandIndexes(), methods)
+    summed = methods["ws"].run("x", HandIndexes())
     assert dict(zip(summed.rows.tolist(), summed.scores.tolist())) == pytest.approx({2: 1.0, 3: 0.375 + 2 / 3, 1: 0.125 + 1.0, 0: 0.0})
 
 
@@ -96,7 +91,7 @@ def test_method_declaration_errors_name_the_problem(declared, message):
 def test_weights_must_match_inputs():
     methods = parse_methods({"d": {"op": "dense"}, "f": {"op": "rrf", "inputs": ["d", "d"], "weights": [1]}})
     with pytest.raises(MethodError, match="1 weights for 2 inputs"):
-        methods["f"].run("x", HandIndexes(), methods)
+        methods["f"].run("x", HandIndexes())
 
 
 def _embed(home: Path, instance: DagsterInstance) -> dict:
@@ -217,6 +212,6 @@ def test_query_cli_prints_titled_hits(reads_demo):
 )
 def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt, built, not_built):
     CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format=fmt, path=str(tmp_path)))
-    selected = set(assets_to_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path))
+    selected = set(plan_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path).assets)
     assert built <= selected and not (not_built & selected)
     assert {"run_gar", "run_fastinsight", "reranker"} <= selected

@@ -106,6 +106,13 @@ class CorpusSpec(BaseModel):
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
 
 
+class UnknownCorpus(KeyError):
+    """A corpus the registry does not declare; its message reads without the quotes a KeyError adds."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 class CorpusRegistry:
     def __init__(self, home: Path) -> None:
         self.path = Path(home) / REGISTRY_FILE
@@ -124,7 +131,7 @@ class CorpusRegistry:
     def get(self, name: str) -> CorpusSpec:
         corpora = self.all()
         if name not in corpora:
-            raise KeyError(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}")
+            raise UnknownCorpus(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}")
         return corpora[name]
 
     def add(self, spec: CorpusSpec) -> None:

@@ -141,8 +141,32 @@ TABLES: dict[str, TableSpec] = {
 }
 
 
+def row_schema(name: str) -> pa.Schema:
+    """A table's columns but those of its partition, the ones a reader or asset fills."""
+    spec = table_spec(name)
+    return pa.schema([field for field in spec.schema if field.name not in spec.partition_by])
+
+
 def table_spec(name: str) -> TableSpec:
     try:
         return TABLES[name]
     except KeyError:
         raise KeyError(f"unknown table {name!r}; known tables: {', '.join(sorted(TABLES))}") from None
+
+
+def edges_table(src, dst, weight, kind: str, source) -> pa.Table:
+    """Rows of the ``edges`` table (its partition columns aside): one per edge, ``source`` one value or one per edge."""
+    n = len(weight)
+    return pa.table(
+        {
+            "src": _strings(src),
+            "dst": _strings(dst),
+            "kind": pa.array([kind] * n, pa.string()),
+            "weight": pa.array(weight, pa.float64()),
+            "source": pa.array([source] * n if isinstance(source, str) else source, pa.string()),
+        }
+    )
+
+
+def _strings(values) -> pa.Array | pa.ChunkedArray:
+    return values.cast(pa.string()) if isinstance(values, pa.Array | pa.ChunkedArray) else pa.array(values, pa.string())

@@ -18,6 +18,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from graphlake.warehouse.tables import row_schema
+
 
 @dataclass(frozen=True)
 class Location:
@@ -181,18 +183,7 @@ def passage_id(title: str, text: str) -> str:
 # ---------------------------------------------------------------- building tables
 
 
-_DOCUMENTS = pa.schema([("doc_id", pa.string()), ("title", pa.string()), ("text", pa.string()), ("metadata", pa.string())])
-_QUERIES = pa.schema([("query_id", pa.string()), ("text", pa.string()), ("split", pa.string()), ("metadata", pa.string())])
-_QRELS = pa.schema([("query_id", pa.string()), ("doc_id", pa.string()), ("relevance", pa.int32()), ("split", pa.string())])
-_FOREIGN_KEYS = pa.schema(
-    [
-        ("src_doc_id", pa.string()),
-        ("src_column", pa.string()),
-        ("dst_doc_id", pa.string()),
-        ("dst_column", pa.string()),
-        ("position", pa.int32()),
-    ]
-)
+_DOCUMENTS, _QUERIES, _QRELS, _FOREIGN_KEYS = (row_schema(name) for name in ("documents", "queries", "qrels", "foreign_keys"))
 
 
 def _metadata(metadata: dict | None) -> str | None:

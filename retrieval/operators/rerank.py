@@ -1,6 +1,6 @@
 """Cross-encoder operators: Re2 (O_m over a retriever's top), GAR and FastInsight (budgeted, over a corpus graph).
 
-All three use the project's trained cross-encoder (the ``reranker`` asset) on ``title + text`` of
+All three use the project's trained cross-encoder (the ``reranker`` index) on ``title + text`` of
 each node, the text the other indexes see. A node's [CLS] vector is computed once per query: GAR
 and FastInsight re-rank the growing set every batch, and only the new nodes are encoded. Nothing is
 kept across queries or methods, so a run's latency is what the method costs, unless the run reuses
@@ -12,28 +12,35 @@ for the demo, semantic kNN + shared entities for BEIR sets, shared entities for 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
 from pydantic import Field
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
-from graphlake.kernels.operator_base import Candidates, Indexes, Input, Op, ranked, run_inputs
+from graphlake.retrieval.indexes import (
+    CORPUS_GRAPH,
+    LakeIndexes,
+    corpus_graph,
+    graph_indexes,
+)
+from graphlake.retrieval.methods import (
+    Candidates,
+    Input,
+    Op,
+    ranked,
+    register,
+    run_inputs,
+)
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
-CORPUS_GRAPH = "corpus_graph"  # what ``graph: auto`` reads: the corpus's own edge kinds, known only per corpus
 
 
-def graph_indexes(kinds) -> frozenset[str]:
-    """The indexes a corpus graph of these edge kinds is read from (conceptual edges come from spaCy mentions)."""
-    return frozenset(kinds) | ({"mentions_spacy"} if "conceptual" in kinds else frozenset())
-
-
-def _scorer(query: str, indexes: Indexes) -> PairScorer:
+def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
-    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker().head)
+    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.get("reranker").head)
 
 
+@register
 class CrossEncoderRerank(Op):
     """O_m: the cross-encoder scores the input's top ``depth`` candidates (Re2: dense top-100)."""
 
@@ -43,8 +50,8 @@ class CrossEncoderRerank(Op):
     depth: int = Field(100, gt=0)
     k: int = Field(100, gt=0)
 
-    def run(self, query: str, indexes: Indexes, methods: Mapping[str, Any]) -> Candidates:
-        (base,) = run_inputs(self.inputs, query, indexes, methods)
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        (base,) = run_inputs(self, query, indexes)
         rows = base.rows[: self.depth]
         if len(rows) == 0:
             return base
@@ -62,10 +69,11 @@ class GraphBudgeted(Op):
     def indexes(self) -> frozenset[str]:
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
-    def corpus_graph(self, indexes: Indexes):
-        return indexes.corpus_graph(tuple(indexes.corpus_graph_kinds() if self.graph == "auto" else self.graph))
+    def corpus_graph(self, indexes: LakeIndexes):
+        return corpus_graph(indexes, tuple(indexes.spec.corpus_graph if self.graph == "auto" else self.graph))
 
 
+@register
 class GAR(GraphBudgeted):
     """GAR (MacAvaney et al., 2022): alternate cross-encoder batches from the input ranking and its graph frontier."""
 
@@ -73,13 +81,14 @@ class GAR(GraphBudgeted):
     op: Literal["gar"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
 
-    def run(self, query: str, indexes: Indexes, methods: Mapping[str, Any]) -> Candidates:
-        (initial,) = run_inputs(self.inputs, query, indexes, methods)
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        (initial,) = run_inputs(self, query, indexes)
         graph, _ = self.corpus_graph(indexes)
         rows, scores = gar(initial.rows, graph, _scorer(query, indexes), self.batch, self.budget)
         return Candidates(rows[: self.k], scores[: self.k])
 
 
+@register
 class FastInsight(GraphBudgeted):
     """FastInsight (Algorithm 1): dense top-``batch``, GRanker, then STeX expansion re-ranked by GRanker to ``budget``."""
 
@@ -88,11 +97,11 @@ class FastInsight(GraphBudgeted):
     alpha: float = Field(0.2, ge=0, le=1)
     beta: float = Field(1.0, ge=0)
 
-    def run(self, query: str, indexes: Indexes, methods: Mapping[str, Any]) -> Candidates:
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         graph, degrees = self.corpus_graph(indexes)
         rows, scores = fastinsight(
             indexes.encode_dense(query),
-            indexes.dense(),
+            indexes.get("dense"),
             graph,
             degrees,
             _scorer(query, indexes),
@@ -102,4 +111,3 @@ class FastInsight(GraphBudgeted):
             beta=self.beta,
         )
         return Candidates(rows[: self.k], scores[: self.k])
-

@@ -1,11 +1,19 @@
-"""What ``graphlake eval`` reports: metrics of stored runs, read back from the catalog."""
+"""What ``graphlake eval``, ``compare``, ``trec`` and the demo report: stored runs and metrics, read back from the lake."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric, random_ndcg_at_k
+from graphlake.kernels.metrics import (
+    GRAPH_METRICS,
+    METRICS_AT_K,
+    paired_bootstrap,
+    parse_metric,
+    random_ndcg_at_k,
+)
+from graphlake.retrieval.evaluation import document_rankings, gold_by_query
 from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.storage import Lake
 
 
 def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, cutoffs: list[int]) -> list[dict]:
@@ -46,12 +54,8 @@ def random_floor(home: Path, corpus: str, split: str, k: int = 10) -> dict[str, 
     """Expected ``ndcg@k`` and ``recall@k`` of a random document ranking over the split's judged queries."""
     with Catalog(home).reader() as con:
         documents = con.execute("SELECT count(*) FROM documents WHERE corpus = $c", {"c": corpus}).fetchone()[0]
-        rows = con.execute(
-            "SELECT query_id, doc_id, relevance FROM qrels WHERE corpus = $c AND split = $s AND relevance > 0", {"c": corpus, "s": split}
-        ).fetchall()
-    gold: dict[str, dict[str, int]] = {}
-    for query_id, doc_id, relevance in rows:
-        gold.setdefault(query_id, {})[doc_id] = relevance
+        qrels = con.sql("SELECT query_id, doc_id, relevance FROM qrels WHERE corpus = $c AND split = $s", params={"c": corpus, "s": split}).to_arrow_table()
+    gold = gold_by_query(qrels)
     if not gold or not documents:
         raise ValueError(f"no judged queries in split {split!r} of corpus {corpus!r}")
     ndcg = sum(random_ndcg_at_k(g, documents, k) for g in gold.values()) / len(gold)
@@ -76,14 +80,13 @@ def compare(home: Path, corpus: str, baseline: str, system: str, metric: str, sp
 
 def trec_run(home: Path, corpus: str, method: str) -> list[str]:
     """The run at document level in TREC format (``qid Q0 doc rank score tag``), a document ranked by its best node."""
-    with Catalog(home).reader() as con:
-        rows = con.execute(
-            """SELECT query_id, doc_id, row_number() OVER (PARTITION BY query_id ORDER BY best) AS rank, score FROM (
-                   SELECT query_id, doc_id, min(rank) AS best, max(score) AS score FROM runs
-                   WHERE corpus = $c AND method = $m GROUP BY ALL)
-               ORDER BY query_id, rank""",
-            {"c": corpus, "m": method},
-        ).fetchall()
-    if not rows:
+    lake = Lake(home)
+    partition = {"corpus": corpus, "method": method}
+    if not lake.has("runs", partition):
         raise ValueError(f"no run of method {method!r} on corpus {corpus!r}; run `graphlake eval` first")
-    return [f"{q} Q0 {d} {r} {s:.6f} graphlake-{method}" for q, d, r, s in rows]
+    rankings = document_rankings(lake.read("runs", partition))
+    return [
+        f"{query_id} Q0 {doc} {rank} {score:.6f} graphlake-{method}"
+        for query_id, ranking in sorted(rankings.items())
+        for rank, (doc, score) in enumerate(ranking, start=1)
+    ]

@@ -1,0 +1,113 @@
+"""Evaluation of stored runs: node rankings collapsed to documents, scored against the gold per split.
+
+Metrics follow the papers' definitions (``kernels/metrics.py``); Topological Recall joins them once
+the corpus graph is built. ``held_out_split`` is the split a corpus is reported on by default.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
+from graphlake.kernels.topological_recall import (
+    TR_CUTOFFS,
+    DocumentGraph,
+    topological_values,
+)
+from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
+from graphlake.retrieval.methods import SPLIT_PARAM
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.storage import Lake, StorageError
+
+CUTOFFS = (1, 2, 5, 10, 20, 100)
+METRIC_NAMES = [f"{m}@{k}" for m in METRICS_AT_K for k in CUTOFFS] + ["mrr"]
+HELD_OUT_SPLITS = ("test", "dev")  # what a corpus is reported on when no split is named, first found
+
+
+def held_out_split(lake: Lake, corpus: str) -> str:
+    """The corpus's held-out split: ``test``, else ``dev``; an error naming the splits it has otherwise."""
+    splits = set(lake.read("queries", {"corpus": corpus}).column("split").to_pylist())
+    found = next((split for split in HELD_OUT_SPLITS if split in splits), None)
+    if found is None:
+        raise StorageError(f"corpus {corpus!r} has no test or dev queries (its splits: {', '.join(sorted(map(str, splits)))}); name one with --split")
+    return found
+
+
+def gold_by_query(qrels: pa.Table, positive: bool = True) -> dict[str, dict[str, int]]:
+    """Relevance per query and document; only relevant pairs unless ``positive`` is False."""
+    gold: dict[str, dict[str, int]] = {}
+    for row in qrels.select(["query_id", "doc_id", "relevance"]).to_pylist():
+        if row["relevance"] > 0 or not positive:
+            gold.setdefault(row["query_id"], {})[row["doc_id"]] = row["relevance"]
+    return gold
+
+
+def document_rankings(runs: pa.Table) -> dict[str, list[tuple[str, float]]]:
+    """Per query, documents in order of their best node, each with that node's score."""
+    rankings: dict[str, dict[str, float]] = {}
+    ordered = runs.select(["query_id", "rank", "doc_id", "score"]).sort_by([("query_id", "ascending"), ("rank", "ascending")])
+    columns = (ordered.column(name).to_pylist() for name in ("query_id", "doc_id", "score"))
+    for query_id, doc_id, score in zip(*columns, strict=True):
+        rankings.setdefault(query_id, {}).setdefault(doc_id, score)
+    return {query_id: list(documents.items()) for query_id, documents in rankings.items()}
+
+
+def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: DocumentGraph | None = None) -> tuple[pa.Table, pa.Table]:
+    """Metrics per split (means) and per query, over the queries of each split that have gold;
+    Topological Recall too when the corpus graph is given."""
+    rankings = {query_id: [doc for doc, _ in ranking] for query_id, ranking in document_rankings(runs).items()}
+    run_id = runs.column("run_id")[0].as_py() if runs.num_rows else ""
+    method = runs.column("method")[0].as_py() if runs.num_rows else ""
+    splits = dict(zip(queries.column("query_id").to_pylist(), queries.column("split").to_pylist(), strict=True))
+    gold: dict[str, dict[str, dict[str, int]]] = {}
+    for query_id, relevance in gold_by_query(qrels, positive=False).items():
+        gold.setdefault(splits.get(query_id) or "all", {})[query_id] = relevance
+    names = METRIC_NAMES + ([f"{m}@{k}" for m in GRAPH_METRICS for k in TR_CUTOFFS] if documents else [])
+    summary, per_query = [], []
+    for split, split_gold in sorted(gold.items()):
+        values = evaluate(rankings, split_gold, METRIC_NAMES)
+        if documents:
+            for query_id, extra in topological_values(rankings, split_gold, documents).items():
+                values[query_id] |= extra
+        for name in names:
+            metric, _, k = name.partition("@")
+            column = [v[name] for v in values.values()]
+            summary.append({"split": split, "metric": metric, "k": int(k) if k else None, "value": float(np.mean(column)) if column else 0.0, "queries": len(column)})
+            per_query += [
+                {"split": split, "query_id": q, "metric": metric, "k": int(k) if k else None, "value": v[name]} for q, v in values.items()
+            ]
+    common = {"run_id": run_id, "method": method}
+    metrics = pa.Table.from_pylist([{**common, **row} for row in summary])
+    query_metrics = pa.Table.from_pylist([{**common, **row} for row in per_query])
+    return metrics, query_metrics
+
+
+def evaluate_stored(lake: Lake, corpus: str, name: str) -> tuple[pa.Table, pa.Table]:
+    """Metrics of the method's stored run on the corpus, over the split it ran (every split if it ran all)."""
+    partition = {"corpus": corpus}
+    runs = lake.read("runs", {**partition, "method": name})
+    queries, qrels = lake.read("queries", partition), lake.read("qrels", partition)
+    split = json.loads(runs.column("params")[0].as_py()).get(SPLIT_PARAM) if runs.num_rows else None
+    if split is not None:  # a run of one split says nothing about the others
+        queries = queries.filter(pc.equal(queries.column("split"), split))
+        qrels = qrels.filter(pc.is_in(qrels.column("query_id"), queries.column("query_id")))
+    return evaluate_run(runs, queries, qrels, document_graph(lake, corpus))
+
+
+def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
+    """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
+    if not corpus_graph_built(lake, corpus):
+        return None
+    indexes = LakeIndexes.open(lake, corpus)
+    adjacency, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
+    return DocumentGraph.from_nodes(adjacency, list(indexes.doc_ids()))
+
+
+def corpus_graph_built(lake: Lake, corpus: str) -> bool:
+    """Whether every edge kind of the corpus graph (Topological Recall's graph) is in the lake."""
+    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
+    return all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds)

@@ -1,0 +1,155 @@
+"""What must be materialized before methods can be evaluated (or queried) on a corpus.
+
+Missing indexes, outdated runs and stale metrics on the corpus itself, and, for learned indexes
+(the reranker, GraphER's rankers), the indexes they read on the corpora they learn from: those come
+first, each corpus in a run of its own. Everything follows from the index registry.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from graphlake.kernels.metrics import GRAPH_METRICS
+from graphlake.retrieval.evaluation import corpus_graph_built
+from graphlake.retrieval.indexes import asset_written_at, corpus_needs, index_kind
+from graphlake.retrieval.methods import (
+    SPLIT_PARAM,
+    MethodError,
+    Methods,
+    load_methods,
+    method_asset_names,
+    needs,
+)
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.storage import Lake
+
+BASE_TABLES = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
+
+
+@dataclass
+class Refresh:
+    """Per corpus the assets to materialize, in the order to run them (the corpus evaluated last),
+    and the run config (``ops``) of assets asked to build particular parts."""
+
+    corpus: str
+    steps: dict[str, list[str]] = field(default_factory=dict)
+    ops: dict[str, dict] = field(default_factory=dict)
+    parts: dict[str, set[str]] = field(default_factory=dict)  # asset -> the parts it is asked to build
+
+    def add(self, corpus: str, assets) -> None:
+        selected = self.steps.setdefault(corpus, [])
+        selected += [asset for asset in assets if asset not in selected]
+
+    @property
+    def assets(self) -> list[str]:
+        """The evaluated corpus's own assets."""
+        return self.steps.get(self.corpus, [])
+
+    def order(self) -> list[tuple[str, list[str]]]:
+        """(corpus, assets) steps, the other corpora first."""
+        others = [(corpus, assets) for corpus, assets in self.steps.items() if corpus != self.corpus and assets]
+        return [*others, *([(self.corpus, self.assets)] if self.assets else [])]
+
+
+def plan_refresh(lake: Lake, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True) -> Refresh:
+    """What a fresh evaluation of ``names`` on ``split`` (None: every query) needs; with ``runs``
+    False, what querying them needs (their indexes, not their runs).
+
+    A run is outdated when its method's declaration changed, when it ran another split's queries,
+    or when anything it read (nodes, queries, an index, a trained model) was written after it, so
+    retraining ``graph_rankers`` or rebuilding an index re-runs the methods that use it. A learned
+    index is rebuilt when what it reads on the corpora it learns from was written after it, or when
+    it lacks a part a method asks for (a trained network). Metrics are stale when they belong to
+    another run, or when they lack Topological Recall though the corpus graph is now complete (a
+    BM25 run evaluated before FastInsight built the graph gets its TR then).
+    """
+    methods = load_methods(home)
+    unknown = [name for name in names if name not in methods]
+    if unknown:
+        raise MethodError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
+    spec = CorpusRegistry(home).get(corpus)
+    refresh = Refresh(corpus)
+    partition = {"corpus": corpus}
+    rebuilding = not all(lake.has(table, partition) for table in BASE_TABLES)
+    refresh.add(corpus, BASE_TABLES if rebuilding else [])
+    graph_complete = corpus_graph_built(lake, corpus)
+    for name in names:
+        run_partition = {**partition, "method": name}
+        inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
+        for index, parts in sorted(corpus_needs(needs(methods[name]), spec).items()):
+            inputs.append(_index_written(refresh, lake, corpus, index, parts, methods, rebuilding))
+        if not runs:
+            continue
+        run, metrics, query_metrics = method_asset_names(name)
+        run_written = lake.written_at("runs", run_partition)
+        outdated = run_written is None or any(when is None or when > run_written for when in inputs)
+        if outdated or not _covers(_first(lake, "runs", run_partition, "params"), methods.params(name), split):
+            refresh.add(corpus, [run, metrics, query_metrics])
+        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
+            graph_complete and not _has_topological_recall(lake, run_partition)
+        ):
+            refresh.add(corpus, [metrics, query_metrics])
+    return refresh
+
+
+def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts: set[str], methods: Methods, rebuilding: bool) -> float | None:
+    """When the index was written, None when it is (to be) rebuilt; adds what it needs to ``refresh``."""
+    kind = index_kind(index)
+    last = kind.assets[-1]
+    written = None if rebuilding or last in refresh.assets else asset_written_at(lake, corpus, last)
+    if kind.sources is not None:
+        for source in kind.sources(lake.home, corpus):
+            read = _bring_up(refresh, lake, source, kind.reads(methods), rebuilding and source == corpus)
+            if written is not None and (read is None or read > written):
+                written = None
+    held = kind.parts(lake, corpus) if kind.parts is not None and written is not None else set()
+    if parts - held:
+        written = None
+    if written is None:
+        if kind.part_config is not None:  # only the parts asked for, and those it has: nothing trained for nothing
+            asked = refresh.parts.setdefault(last, set())
+            asked |= parts | held
+            refresh.ops[last] = {"config": kind.part_config(asked)}
+        refresh.add(corpus, kind.assets)
+    return written
+
+
+def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], rebuilding: bool) -> float | None:
+    """Add the missing ``kinds`` of another corpus the index learns from; when the last of them was
+    written, None when one is (to be) rebuilt."""
+    base_missing = rebuilding or not all(lake.has(table, {"corpus": corpus}) for table in BASE_TABLES)
+    if base_missing:
+        refresh.add(corpus, BASE_TABLES)
+    latest: float | None = 0.0
+    for name in sorted(kinds):
+        kind = index_kind(name)
+        written = None if base_missing or kind.assets[-1] in refresh.steps.get(corpus, []) else kind.stored.written_at(lake, corpus)
+        if written is None:
+            refresh.add(corpus, kind.assets)
+            latest = None
+        elif latest is not None:
+            latest = max(latest, written)
+    return latest
+
+
+def _covers(stored: str | None, declaration: dict, split: str | None) -> bool:
+    """Whether a run with these stored params is the declared method over the queries asked for."""
+    if stored is None:
+        return False
+    params = json.loads(stored)
+    ran = params.pop(SPLIT_PARAM, None)
+    return params == declaration and ran in (None, split)
+
+
+def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:
+    return lake.has("metrics", partition) and GRAPH_METRICS[0] in lake.read("metrics", partition).column("metric").to_pylist()
+
+
+def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:
+    """A value every row of a run shares (its id, its params), or None when there is no such run."""
+    if not lake.has(table, partition):
+        return None
+    values = lake.read(table, partition).column(column)
+    return values[0].as_py() if len(values) else None

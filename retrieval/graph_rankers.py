@@ -1,0 +1,231 @@
+"""GraphER's learned part: alpha for PPR and GCS grid-searched, and the GAT / MLP rankers trained, on
+a training corpus's queries, for use on another corpus (the ``graph_rankers`` index).
+
+The training queries are the corpus registry's ``train_corpus`` (all its queries: GraphER tunes on
+BIRD and evaluates on Spider) or, when none is declared, this corpus's own ``train`` split; never
+the queries being evaluated. ``alpha_corpus`` moves the alpha search to another corpus, as GraphER
+A.3 does (alpha tuned once on BIRD, fixed everywhere). Candidates come from the same base retriever
+and proximity graph the ``graph_rerank`` operator uses, so tuning sees exactly what evaluation will.
+Only the networks asked for are trained (``networks``; by default those the declared methods use).
+
+Corpora that learn from the same queries with the same config get the same rankers: the artefact
+carries a fingerprint of its inputs, and an equal one already in the lake is copied, not retrained.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from graphlake.kernels.propagation import gcs
+from graphlake.retrieval.evaluation import gold_by_query
+from graphlake.retrieval.indexes import LakeIndexes, asset_written_at, index_kind
+from graphlake.retrieval.methods import Methods, load_methods, needs
+from graphlake.retrieval.operators.graph import GraphRerank
+from graphlake.retrieval.training import alpha_queries, held_out, training_queries
+from graphlake.warehouse.digest import fingerprint
+from graphlake.warehouse.storage import Lake, StorageError
+
+ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
+NETWORKS = ("gat", "mlp")  # the GAT, and its message-passing-free MLP ablation
+DEFAULT_BASE = "grapher_base"
+
+
+@dataclass
+class TunedRankers:
+    """What GraphER learns on a training corpus: alpha per propagation ranker, and the trained networks."""
+
+    alpha: dict[str, float]
+    models: dict[str, Any] = field(default_factory=dict)  # "gat" / "mlp" -> kernels.graph_rankers.GraphRanker
+    report: dict = field(default_factory=dict)
+
+    def save(self, folder: Path) -> None:
+        from graphlake.kernels.graph_rankers import save_ranker
+
+        (folder / "rankers.json").write_text(json.dumps({"alpha": self.alpha, "report": self.report}, indent=2), encoding="utf-8")
+        for name, model in self.models.items():
+            save_ranker(model, folder / name)
+
+    @classmethod
+    def load(cls, folder: Path) -> TunedRankers:
+        from graphlake.kernels.graph_rankers import load_ranker
+
+        saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
+        models = {name: load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
+        return cls(saved["alpha"], models, saved["report"])
+
+
+def ranking_graph(seed_scores: np.ndarray, query: np.ndarray, nodes: np.ndarray, adjacency: sp.spmatrix, labels: np.ndarray | None = None):
+    """The GAT's input for one query: GCS scores, embeddings and the candidate edges."""
+    from graphlake.kernels.graph_rankers import RankingGraph
+
+    edges = sp.coo_matrix(adjacency)
+    return RankingGraph(seed_scores, query, nodes, edges.row.astype(np.int64), edges.col.astype(np.int64), labels)
+
+
+def reads(methods: Methods, base: str = DEFAULT_BASE) -> frozenset[str]:
+    """The index kinds tuning reads on a training corpus: the base method's and the candidate graphs'."""
+    tuner = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs", alpha=0.5)
+    return frozenset(needs(tuner))
+
+
+def networks_used(methods: Methods) -> list[str]:
+    """The networks some declared method reranks with."""
+    parts = {name.partition("/")[2] for op in methods.values() for name in needs(op) if name.startswith("graph_rankers/")}
+    return [name for name in NETWORKS if name in parts]
+
+
+def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> dict:
+    """Tune alpha and train the asked-for networks for ``corpus`` (or copy equal rankers); the summary to show."""
+    started = time.perf_counter()
+    train_corpus, split = training_queries(lake.home, corpus)
+    alpha_corpus, alpha_split = alpha_queries(lake.home, corpus)
+    methods = load_methods(lake.home)
+    if config.base not in methods:
+        raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
+    networks = networks_used(methods) if config.networks is None else [n for n in NETWORKS if n in config.networks]
+    inputs = ["nodes", "queries", "qrels", *(index_kind(name).assets[-1] for name in sorted(reads(methods, config.base)))]
+    content = {"config": {**config.model_dump(), "networks": networks}, "sources": [(train_corpus, split), (alpha_corpus, alpha_split)]}
+    content["written"] = {source: {name: asset_written_at(lake, source, name) for name in inputs} for source in (train_corpus, alpha_corpus)}
+    digest = fingerprint(content)
+    same = _artefact_with(lake, digest, prefer=corpus)
+    if same is not None:
+        source = same.parent.name.removeprefix("corpus=")
+        if source != corpus:
+            lake.write_artifact("graph_rankers", {"corpus": corpus}, lambda folder: shutil.copytree(same, folder, dirs_exist_ok=True))
+        log(f"graph_rankers: training data and config as for {source!r}; reusing its rankers")
+        return {"retrained": False, "same_as": source}
+    examples = _examples(lake, train_corpus, split, methods, config.base)
+    alpha_examples = examples if (alpha_corpus, alpha_split) == (train_corpus, split) else _examples(lake, alpha_corpus, alpha_split, methods, config.base)
+    alpha, curves = {}, {}
+    for ranker in ("ppr", "gcs"):
+        op = GraphRerank(op="graph_rerank", inputs=[methods[config.base]], ranker=ranker)
+        curves[ranker] = {
+            a: mean_perfect_recall(alpha_examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
+            for a in ALPHAS
+        }
+        alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
+    base_pr = mean_perfect_recall(alpha_examples, lambda e: e["base"].scores, config.metric_k)
+    report = {
+        "fingerprint": digest,
+        "train_corpus": train_corpus,
+        "split": split or "all",
+        "alpha_corpus": alpha_corpus,
+        "alpha_split": alpha_split or "all",
+        "base": config.base,
+        "queries": len(examples),
+        "alpha_queries": len(alpha_examples),
+        f"base_pr@{config.metric_k}": base_pr,
+        f"pr@{config.metric_k}_by_alpha": {r: {str(a): v for a, v in c.items()} for r, c in curves.items()},
+    }
+    models = {}
+    if networks:
+        models, report["networks"] = train_networks(examples, alpha["gcs"], config, networks)
+    lake.write_artifact("graph_rankers", {"corpus": corpus}, TunedRankers(alpha, models, report).save)
+    return {
+        "retrained": True,
+        "train_corpus": train_corpus,
+        "alpha_corpus": alpha_corpus,
+        "queries": len(examples),
+        "networks": ", ".join(networks) or "none",
+        "alpha_ppr": alpha["ppr"],
+        "alpha_gcs": alpha["gcs"],
+        f"base_pr@{config.metric_k}": round(base_pr, 4),
+        f"ppr_pr@{config.metric_k}": round(curves["ppr"][alpha["ppr"]], 4),
+        f"gcs_pr@{config.metric_k}": round(curves["gcs"][alpha["gcs"]], 4),
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def _examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
+    examples = candidate_examples(lake, corpus, split, methods, base)
+    if not examples:
+        raise StorageError(
+            f"corpus {corpus!r} has no {split + ' ' if split else ''}queries with gold to tune graph rankers on; "
+            f"name a training corpus (graphlake ingest ... --train-corpus NAME, or train_corpus: in corpora.yaml)"
+        )
+    return examples
+
+
+def _artefact_with(lake: Lake, digest: str, prefer: str) -> Path | None:
+    """The current graph_rankers folder (this corpus's first) whose report carries the fingerprint ``digest``."""
+    root = lake.home / "artifacts" / "graph_rankers"
+    partitions = sorted(root.glob("corpus=*"), key=lambda p: p.name != f"corpus={prefer}")
+    for partition in partitions:
+        try:
+            folder = lake.artifact("graph_rankers", {"corpus": partition.name.removeprefix("corpus=")})
+            saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
+        except (StorageError, OSError, ValueError):
+            continue
+        if saved.get("report", {}).get("fingerprint") == digest:
+            return folder
+    return None
+
+
+def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
+    """Per training query with gold: its text, base candidates, candidate graph and 0/1 labels."""
+    partition = {"corpus": corpus}
+    queries = lake.read("queries", partition).to_pylist()
+    gold = gold_by_query(lake.read("qrels", partition))
+    indexes = LakeIndexes.open(lake, corpus)
+    doc_ids = indexes.doc_ids()
+    op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
+    examples = []
+    for query in queries:
+        if (split and query["split"] != split) or query["query_id"] not in gold:
+            continue
+        candidates, adjacency = op.candidate_graph(query["text"], indexes)
+        labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
+        examples.append(
+            {"query": query["text"], "base": candidates, "adjacency": adjacency, "labels": labels, "gold": len(gold[query["query_id"]]), "indexes": indexes}
+        )
+    return examples
+
+
+def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
+    """Mean PR@k: a query counts when every gold document is in its top k (gold outside the candidates never is)."""
+    hits = []
+    for example in examples:
+        order = np.argsort(-np.asarray(score(example)), kind="stable")[:k]
+        hits.append(float(example["labels"][order].sum() >= example["gold"]))
+    return float(np.mean(hits))
+
+
+def train_networks(examples: list[dict], alpha: float, config: Any, networks: list[str]) -> tuple[dict, dict]:
+    """The asked-for networks on GCS scores at the tuned alpha; a seeded share of queries validates."""
+    from graphlake.kernels import encoders
+    from graphlake.kernels.graph_rankers import train_ranker
+
+    indexes = examples[0]["indexes"]
+    vectors = encoders.encode_dense([e["query"] for e in examples])
+    graphs = []
+    for example, query in zip(examples, vectors, strict=True):
+        if not example["labels"].any():
+            continue  # no gold among the candidates: nothing to learn from
+        smoothed, _ = gcs(example["adjacency"], example["base"].scores, alpha, tol=1e-9)
+        graphs.append(ranking_graph(smoothed, query, indexes.get("dense")[example["base"].rows], example["adjacency"], example["labels"]))
+    validate, learn_on = held_out(len(graphs), config.validation_share, config.seed)
+    validation, train = [graphs[i] for i in validate], [graphs[i] for i in learn_on]
+    models, reports = {}, {}
+    for name in networks:
+        model, report = train_ranker(
+            train,
+            validation,
+            message_passing=name == "gat",
+            learning_rates=config.learning_rates,
+            weight_decays=config.weight_decays,
+            max_epochs=config.max_epochs,
+            patience=config.patience,
+            metric_k=config.metric_k,
+            seed=config.seed,
+        )
+        models[name], reports[name] = model, asdict(report)
+    return models, reports

@@ -1,0 +1,216 @@
+"""The cross-encoder the pipeline trains for itself (no pretrained one can be had offline): the
+``reranker`` index.
+
+One model for the whole lake, fine-tuned from the packaged all-MiniLM-L6-v2 weights on the
+``train``-split queries of the chosen corpora (all declared corpora by default), never on any other
+split. Each gold document of a training query gives a group (multi-hop questions have two or more):
+its best node (by dense score, for chunked documents) against hard negatives mined from the
+project's BM25 and dense retrievers (their top ``mine_depth`` minus every gold document). A seeded
+share of the training queries is held out: the model kept is the one with the best nDCG@10 when
+reranking their dense top ``validation_depth``, and the report sets that against dense retrieval on
+the same queries.
+
+Training is skipped when the training queries, their corpora's nodes and the config are those the
+current model was trained on, so reindexing a corpus does not retrain for nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from graphlake.kernels.cross_encoder import (
+    TRAINING_FILE,
+    CrossEncoder,
+    Group,
+    reranked_ndcg,
+    train,
+)
+from graphlake.kernels.metrics import ndcg_at_k
+from graphlake.retrieval.evaluation import gold_by_query
+from graphlake.retrieval.indexes import LakeIndexes, index_assets, index_kind
+from graphlake.retrieval.methods import Methods, load_methods, needs
+from graphlake.retrieval.training import TRAIN_SPLIT, has_train_queries, held_out
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.digest import fingerprint
+from graphlake.warehouse.storage import Lake, StorageError
+
+MINERS = ("bm25", "dense")  # the methods that mine hard negatives by default
+
+
+def reads(methods: Methods, miners=MINERS) -> frozenset[str]:
+    """The index kinds mining reads on a training corpus: its miners' (and dense, which picks positives)."""
+    return frozenset({"dense"}.union(*(needs(methods[m]) for m in miners)))
+
+
+@dataclass(frozen=True)
+class TrainingQuery:
+    corpus: str
+    query_id: str
+    text: str
+    gold: frozenset[str]  # relevant doc ids
+
+
+def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
+    """Train the lake's cross-encoder (or keep the current one); the summary to show."""
+    corpora = config.corpora or [name for name in CorpusRegistry(store.home).all() if has_train_queries(store, name)]
+    queries = training_queries(store, corpora, config.max_queries_per_corpus, config.seed)
+    if len(queries) < 2:
+        raise StorageError(f"reranker: need at least 2 train-split queries with gold in {corpora}, found {len(queries)}")
+    digest = _fingerprint(store, queries, config)
+    current = reranker_report(store)
+    if current and current.get("fingerprint") == digest:
+        log("reranker: training data and config unchanged; keeping the current model")
+        return {"retrained": False, **headline(current)}
+    data = mine(store, corpora, queries, config)
+    encoder = CrossEncoder.initial(config.max_tokens, config.seed)
+    report = train(
+        encoder,
+        data.groups,
+        lambda model: reranked_ndcg(model, data.validation),
+        learning_rate=config.learning_rate,
+        groups_per_step=config.groups_per_step,
+        epochs=config.epochs,
+        budget_seconds=config.budget_minutes * 60,
+        validate_every=config.validate_every,
+        seed=config.seed,
+    )
+    summary = {"fingerprint": digest, "corpora": corpora, **data.summary(corpora), "config": config.model_dump(), "training": asdict(report)}
+    store.write_artifact("reranker", {}, lambda folder: encoder.save(folder, summary))
+    return {"retrained": True, **headline(summary), "curve": report.curve}
+
+
+@dataclass(frozen=True)
+class TrainingData:
+    """What training reads: groups from the learning queries, dense top lists of the held-out ones."""
+
+    learn: list[TrainingQuery]
+    held_out: list[TrainingQuery]
+    groups: list[Group]
+    validation: list[dict]  # validation_item per held-out query
+    seconds: float  # spent mining
+
+    def summary(self, corpora: list[str]) -> dict:
+        return {
+            "training_queries": {c: sum(q.corpus == c for q in self.learn) for c in corpora},
+            "validation_queries": {c: sum(q.corpus == c for q in self.held_out) for c in corpora},
+            "validation_dense_ndcg@10": float(np.mean([item["dense_ndcg"] for item in self.validation])),
+            "mining_seconds": self.seconds,
+        }
+
+
+def mine(store: Lake, corpora: list[str], queries: list[TrainingQuery], config: Any) -> TrainingData:
+    """Hold out a seeded share of ``queries``, mine the rest's groups and the held-out queries' dense lists."""
+    started = time.perf_counter()
+    validate, learn_on = held_out(len(queries), config.validation_share, config.seed)
+    held, learning = [queries[i] for i in validate], [queries[i] for i in learn_on]
+    methods = load_methods(store.home)
+    indexes = {corpus: _indexes(store, corpus, methods, config.miners) for corpus in corpora}
+    groups = [g for q in learning for g in training_groups(q, indexes[q.corpus], methods, config)]
+    validation = [validation_item(q, indexes[q.corpus], methods, config.validation_depth) for q in held]
+    return TrainingData(learning, held, groups, validation, time.perf_counter() - started)
+
+
+def headline(summary: dict) -> dict:
+    training = summary["training"]
+    return {
+        "groups": training["groups"],
+        "steps": training["steps"],
+        "train_seconds": round(training["seconds"], 1),
+        "validation_ndcg@10": round(training["best_validation"], 4),
+        "validation_ndcg@10_untrained": round(training["initial_validation"], 4),
+        "validation_dense_ndcg@10": round(summary["validation_dense_ndcg@10"], 4),
+    }
+
+
+def training_queries(lake: Lake, corpora: list[str], max_per_corpus: int, seed: int) -> list[TrainingQuery]:
+    """Every train-split query with relevant gold of each corpus, sampled down to ``max_per_corpus`` (seeded)."""
+    found = []
+    for corpus in corpora:
+        partition = {"corpus": corpus}
+        gold = gold_by_query(lake.read("qrels", partition))
+        rows = [r for r in lake.read("queries", partition).to_pylist() if r["split"] == TRAIN_SPLIT and r["query_id"] in gold]
+        if max_per_corpus and len(rows) > max_per_corpus:
+            keep = np.sort(np.random.default_rng(seed).choice(len(rows), max_per_corpus, replace=False))
+            rows = [rows[i] for i in keep]
+        found += [TrainingQuery(corpus, r["query_id"], r["text"], frozenset(gold[r["query_id"]])) for r in rows]
+    return found
+
+
+def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> LakeIndexes:
+    """A training corpus's indexes; the miners need theirs built."""
+    kinds = sorted(reads(methods, miners))
+    missing = [index_kind(name).assets[-1] for name in kinds if index_kind(name).stored.written_at(lake, corpus) is None]
+    if missing:
+        raise StorageError(
+            f"reranker: training corpus {corpus!r} lacks {' and '.join(missing)}; "
+            f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in index_assets(kinds))}'"
+        )
+    return LakeIndexes.open(lake, corpus)
+
+
+def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, config: Any) -> list[Group]:
+    """One group per gold document in the corpus: its best node against the miners' best non-gold nodes
+    (round-robin, no repeats; the same negatives for every gold document of the query)."""
+    texts, docs = indexes.texts(), indexes.doc_ids()
+    dense = indexes.get("dense") @ indexes.encode_dense(query.text)
+    positives = []
+    for doc in sorted(query.gold):
+        rows = np.flatnonzero(docs == doc)
+        if rows.size:
+            positives.append(int(rows[np.argmax(dense[rows])]))
+    if not positives:
+        return []
+    ranked_lists = []
+    for miner in config.miners:
+        rows = methods[miner].run(query.text, indexes).rows[: config.mine_depth]
+        ranked_lists.append([int(r) for r in rows if docs[r] not in query.gold])
+    negatives: list[int] = []
+    for position in range(config.mine_depth):
+        for rows in ranked_lists:
+            if position < len(rows) and rows[position] not in negatives and len(negatives) < config.negatives:
+                negatives.append(rows[position])
+    if not negatives:
+        return []
+    return [Group(query.text, texts[positive], tuple(texts[r] for r in negatives)) for positive in positives]
+
+
+def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, depth: int) -> dict:
+    """A held-out query's dense top ``depth`` (node texts and doc ids) and dense's own nDCG@10 on it."""
+    rows = methods["dense"].run(query.text, indexes).rows[:depth] if "dense" in methods else np.zeros(0, int)
+    docs = [indexes.doc_ids()[r] for r in rows]
+    gold = {doc: 1 for doc in query.gold}
+    return {
+        "query": query.text,
+        "texts": [indexes.texts()[r] for r in rows],
+        "docs": docs,
+        "gold": gold,
+        "dense_ndcg": ndcg_at_k(list(dict.fromkeys(docs)), gold, 10),
+    }
+
+
+def _fingerprint(lake: Lake, queries: list[TrainingQuery], config: Any) -> str:
+    """What a model was trained from: config, query ids and texts, and when each corpus's nodes were written."""
+    corpora = sorted({q.corpus for q in queries})
+    return fingerprint(
+        {
+            "config": config.model_dump(),
+            "queries": sorted((q.corpus, q.query_id, q.text, sorted(q.gold)) for q in queries),
+            "nodes": {c: lake.written_at("nodes", {"corpus": c}) for c in corpora},
+        }
+    )
+
+
+def reranker_report(lake: Lake) -> dict | None:
+    """The current model's training report (``training.json``), None before the first training."""
+    try:
+        folder = lake.artifact("reranker", {})
+    except StorageError:
+        return None
+    path = folder / TRAINING_FILE
+    return json.loads(path.read_text()) if path.is_file() else None
