@@ -55,12 +55,9 @@ def sprig_rows(corpus: str, split: str) -> list[str]:
 
 
 def grapher_rows(corpus: str, split: str) -> list[str]:
-    """PR rows; GAT/MLP only where the corpus's graph_rankers trained them (config ``train_networks``)."""
-    methods = GRAPHER_METHODS[:3]
+    """PR rows of every GraphER method (evaluating the GAT and MLP rankers trains them)."""
+    methods = GRAPHER_METHODS
     graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--json")
-    if {"gat", "mlp"} <= set(TunedRankers.load(Lake(lake_home()).artifact("graph_rankers", {"corpus": corpus})).models):
-        methods = GRAPHER_METHODS
-        graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--json")
     values = sql(
         f"""SELECT m.method, m.k, avg(m.value) AS everyone, avg(m.value) FILTER (WHERE g.n > 1) AS multi, count(*) FILTER (WHERE g.n > 1) AS multi_queries
             FROM query_metrics m JOIN (SELECT query_id, count(*) AS n FROM qrels WHERE corpus = '{corpus}' GROUP BY query_id) g USING (query_id)
@@ -110,7 +107,7 @@ def rankers_line(corpus: str) -> str:
     chosen = "; ".join(
         f"{name}: lr {r['learning_rate']}, wd {r['weight_decay']}, {r['epochs']} epochs, validation PR@10 {r['validation_pr_at_k']:.3f}"
         for name, r in networks.items()
-    ) or "GAT/MLP not trained (train_networks: false)"
+    ) or "GAT/MLP not trained (networks: [])"
     by_alpha = report["pr@10_by_alpha"]
     return (
         f"- {corpus}: GAT/MLP trained on {report['train_corpus']} ({report['queries']} queries); alpha tuned on "

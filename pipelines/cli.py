@@ -130,7 +130,9 @@ def ingest(
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:
         _fail(str(error))
-    _run(corpus, "group:ingest or group:chunking")
+    from dagster import AssetSelection
+
+    _run(corpus, AssetSelection.groups("ingest", "chunking"))
     _print_summary(corpus)
 
 

@@ -53,7 +53,7 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
 def random_floor(home: Path, corpus: str, split: str, k: int = 10) -> dict[str, float]:
     """Expected ``ndcg@k`` and ``recall@k`` of a random document ranking over the split's judged queries."""
     with Catalog(home).reader() as con:
-        documents = con.execute("SELECT count(*) FROM documents WHERE corpus = $c", {"c": corpus}).fetchone()[0]
+        [(documents,)] = con.execute("SELECT count(*) FROM documents WHERE corpus = $c", {"c": corpus}).fetchall()
         qrels = con.sql("SELECT query_id, doc_id, relevance FROM qrels WHERE corpus = $c AND split = $s", params={"c": corpus, "s": split}).to_arrow_table()
     gold = gold_by_query(qrels)
     if not gold or not documents:
