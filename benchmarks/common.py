@@ -88,7 +88,7 @@ def timing_sample(corpus: str, split: str):
     methods = load_methods(lake_home())
     queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
-    return methods, sample, LakeIndexes.open(lake, corpus)
+    return methods, sample, LakeIndexes(lake, corpus)
 
 
 # The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and

@@ -67,7 +67,7 @@ Solver = Callable[[np.ndarray], tuple[object, int | None]]  # seeds -> (scores a
 def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
     lake = Lake(home)
-    indexes = LakeIndexes.open(lake, corpus)
+    indexes = LakeIndexes(lake, corpus)
     graph = indexes.get("cooccurrence").graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")

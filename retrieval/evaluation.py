@@ -102,7 +102,7 @@ def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
     """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
     if not corpus_graph_built(lake, corpus):
         return None
-    indexes = LakeIndexes.open(lake, corpus)
+    indexes = LakeIndexes(lake, corpus)
     adjacency, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
     return DocumentGraph.from_nodes(adjacency, list(indexes.doc_ids()))
 

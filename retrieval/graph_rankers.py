@@ -175,7 +175,7 @@ def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Meth
     partition = {"corpus": corpus}
     queries = lake.read("queries", partition).to_pylist()
     gold = gold_by_query(lake.read("qrels", partition))
-    indexes = LakeIndexes.open(lake, corpus)
+    indexes = LakeIndexes(lake, corpus)
     doc_ids = indexes.doc_ids()
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     examples = []

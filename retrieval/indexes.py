@@ -136,16 +136,10 @@ class LakeIndexes:
     """One corpus's indexes, each loaded through the registry on first use and checked to share the
     nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions)."""
 
-    def __init__(self, lake: Lake, corpus: str, node_ids: list[str], reuse_pairs: bool = False) -> None:
-        self.lake, self.corpus, self.node_ids = lake, corpus, node_ids
-        self.reuse_pairs = reuse_pairs
-        self._loaded: dict[str, Any] = {}
-
-    @classmethod
-    def open(cls, lake: Lake, corpus: str, reuse_pairs: bool = False) -> LakeIndexes:
-        indexes = cls(lake, corpus, [], reuse_pairs)
-        indexes.node_ids = indexes.nodes().column("node_id").to_pylist()
-        return indexes
+    def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
+        self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
+        self._loaded: dict[Any, Any] = {}
+        self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
 
     def get(self, name: str) -> Any:
         """The loaded index ``name``, loaded once."""

@@ -119,14 +119,15 @@ class Op(BaseModel):
 Input = Annotated[Op, BeforeValidator(_resolve)]  # a method's name or an inline operator, resolved when parsed
 
 OPERATORS: dict[str, type[Op]] = {}
-O = TypeVar("O", bound=type[Op])
+OpClass = TypeVar("OpClass", bound=type[Op])
 
 
-def register(cls: O) -> O:
+def register(cls: OpClass) -> OpClass:
     """Make an operator class usable in methods under the name its ``op: Literal[...]`` field carries."""
     (name,) = get_args(cls.model_fields["op"].annotation)
-    if OPERATORS.get(name, cls) is not cls and OPERATORS[name].__qualname__ != cls.__qualname__:
-        raise MethodError(f"operator {name!r} is registered twice: {OPERATORS[name].__qualname__} and {cls.__qualname__}")
+    known = OPERATORS.get(name)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise MethodError(f"operator {name!r} is registered twice: {known.__module__}.{known.__qualname__} and {cls.__module__}.{cls.__qualname__}")
     OPERATORS[name] = cls
     return cls
 
@@ -228,7 +229,7 @@ def run_method(
         if not queries.num_rows:
             raise StorageError(f"corpus {corpus!r} has no queries in split {split!r}")
         params = {**params, SPLIT_PARAM: split}
-    indexes = LakeIndexes.open(lake, corpus, reuse_pairs)
+    indexes = LakeIndexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
     method.run("warm up", indexes)  # load indexes and models outside the timed loop
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
@@ -262,7 +263,7 @@ def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[lis
     from graphlake.warehouse.storage import Lake
 
     method = load_methods(home)[name]
-    indexes = LakeIndexes.open(Lake(home), corpus)
+    indexes = LakeIndexes(Lake(home), corpus)
     method.run("warm up", indexes)
     started = time.perf_counter()
     candidates = method.run(text, indexes).top(top)

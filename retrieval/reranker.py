@@ -151,7 +151,7 @@ def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> La
             f"reranker: training corpus {corpus!r} lacks {' and '.join(missing)}; "
             f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in index_assets(kinds))}'"
         )
-    return LakeIndexes.open(lake, corpus)
+    return LakeIndexes(lake, corpus)
 
 
 def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, config: Any) -> list[Group]:
