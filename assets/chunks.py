@@ -4,14 +4,7 @@ import time
 import warnings
 
 import pyarrow as pa
-from dagster import (
-    AssetCheckResult,
-    AssetExecutionContext,
-    AssetIn,
-    PreviewWarning,
-    asset,
-    asset_check,
-)
+from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
 
 from graphlake.kernels.chunking import chunk_texts
 from graphlake.warehouse.digest import content_hash

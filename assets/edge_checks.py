@@ -10,15 +10,7 @@ from collections.abc import Callable, Sequence
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
-from dagster import (
-    AssetCheckExecutionContext,
-    AssetCheckResult,
-    AssetChecksDefinition,
-    AssetKey,
-    AssetsDefinition,
-    PreviewWarning,
-    asset_check,
-)
+from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetKey, AssetsDefinition, PreviewWarning, asset_check
 
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions

@@ -12,24 +12,9 @@ from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
-from dagster import (
-    AssetExecutionContext,
-    AssetIn,
-    AssetOut,
-    Config,
-    MetadataValue,
-    Output,
-    multi_asset,
-)
+from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
-from graphlake.kernels.entities import (
-    Collected,
-    Mention,
-    collect_mentions,
-    regex_entities,
-    spacy_entities,
-    title_aliases,
-)
+from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.llm import LLMOutputError, lake_client
 from graphlake.kernels.triples import llm_entities
 from graphlake.warehouse.io_manager import LakeResource

@@ -22,12 +22,7 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
-from graphlake.kernels.citations import (
-    CitationIndex,
-    find_citations,
-    find_links,
-    llm_citations,
-)
+from graphlake.kernels.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.kernels.encoders import DENSE_MODEL
 from graphlake.kernels.llm import LLMClient, lake_client
 from graphlake.retrieval.indexes import dense_matrix

@@ -65,19 +65,32 @@ def render_markdown(corpus: str, results: dict[str, dict[str, dict[str, float]]]
     return "\n".join(lines) + "\n"
 
 
+def line_styles(names: list[str]) -> dict[str, dict]:
+    """A distinct look per method: 20 colours, then the next line style (19 methods fit the colours alone)."""
+    from matplotlib import colormaps
+
+    colours, dashes, markers = colormaps["tab20"].colors, ("-", "--", ":", "-."), "osD^v<>p*h"
+    return {
+        name: {"color": colours[i % len(colours)], "linestyle": dashes[(i // len(colours)) % len(dashes)], "marker": markers[i % len(markers)]}
+        for i, name in enumerate(names)
+    }
+
+
 def render_plot(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> bytes:
     splits = sorted(results) or ["-"]
-    figure = Figure(figsize=(5 * len(splits), 4))
+    styles = line_styles(list(dict.fromkeys(name for by_method in results.values() for name in by_method)))
+    figure = Figure(figsize=(5 * len(splits) + 1.6, 4.5))
     axes = figure.subplots(1, len(splits), squeeze=False)
     for axis, split in zip(axes[0], splits, strict=True):
         for name, values in results.get(split, {}).items():
-            axis.plot(CUTOFFS, [values.get(f"recall@{k}", float("nan")) for k in CUTOFFS], marker="o", label=name)
+            axis.plot(CUTOFFS, [values.get(f"recall@{k}", float("nan")) for k in CUTOFFS], label=name, markersize=4, **styles[name])
         axis.set(xscale="log", xlabel="k", ylabel="recall@k", title=f"{corpus} / {split}", ylim=(0, 1.02))
         axis.set_xticks(CUTOFFS, [str(k) for k in CUTOFFS])
         axis.grid(alpha=0.3)
-        if results.get(split):
-            axis.legend(fontsize=8)
-    figure.tight_layout()
+    if styles:  # one legend for every split, beside the plots, never over the curves
+        handles, labels = axes[0][-1].get_legend_handles_labels() if results.get(splits[-1]) else axes[0][0].get_legend_handles_labels()
+        figure.legend(handles, labels, loc="center right", fontsize=7, frameon=False)
+    figure.tight_layout(rect=(0, 0, 1 - 1.5 / figure.get_figwidth(), 1))
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)
     return buffer.getvalue()

@@ -9,26 +9,11 @@ import json
 from pathlib import Path
 
 import pyarrow as pa
-from dagster import (
-    AssetExecutionContext,
-    AssetKey,
-    AssetOut,
-    AssetsDefinition,
-    Config,
-    Output,
-    asset,
-    multi_asset,
-)
+from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Config, Output, asset, multi_asset
 
 from graphlake.retrieval.evaluation import evaluate_stored
 from graphlake.retrieval.indexes import index_assets
-from graphlake.retrieval.methods import (
-    Methods,
-    load_methods,
-    method_asset_names,
-    needs,
-    run_method,
-)
+from graphlake.retrieval.methods import Methods, load_methods, method_asset_names, needs, run_method
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 

@@ -20,20 +20,14 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from graphlake.warehouse.catalog import Catalog
-from graphlake.warehouse.corpora import (
-    DEMO_CONFIG,
-    DEMO_CORPUS,
-    DEMO_SPLIT,
-    Chunking,
-    CorpusRegistry,
-    CorpusSpec,
-)
+from graphlake.warehouse.catalog import Catalog, ReadOnlyError
+from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.storage import Lake, StorageError
 
-app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False)
+# plain help (no rich panels): a flag reads as a flag, ``--json``, not ``--json <bool>``
+app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 console = Console()
 errors = Console(stderr=True)
 
@@ -48,11 +42,7 @@ def _fail(message: str) -> None:
 def _run(corpus: str, selection, config: Path | dict | None = None) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
     ``config`` is a run config, or the YAML file holding one."""
-    from graphlake.pipelines.runner import (
-        MaterializeError,
-        RunConfigError,
-        materialize_corpus,
-    )
+    from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
@@ -103,7 +93,7 @@ def ingest(
     queries: Annotated[Path | None, typer.Option(help="Separate query file (hipporag, jsonl, spider).")] = None,
     split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
     chunk_size: Annotated[int | None, typer.Option(help="Chunk window in tokens (default: per format).")] = None,
-    chunk_overlap: Annotated[int, typer.Option(help="Tokens shared by consecutive chunks.")] = 0,
+    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,
     train_corpus: Annotated[
         str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")
     ] = None,
@@ -123,7 +113,7 @@ def ingest(
             path=str(path.resolve()),
             queries=str(queries.resolve()) if queries else None,
             split=split,
-            chunking=Chunking(size=chunk_size, overlap=chunk_overlap) if chunk_size else None,
+            chunking=_chunking(format, chunk_size, chunk_overlap),
             train_corpus=train_corpus,
             alpha_corpus=alpha_corpus,
         )
@@ -134,6 +124,17 @@ def ingest(
 
     _run(corpus, AssetSelection.groups("ingest", "chunking"))
     _print_summary(corpus)
+
+
+def _chunking(format: str, size: int | None, overlap: int | None) -> Chunking | None:
+    """The chunking options asked for; an overlap alone applies to the format's own chunk size."""
+    if size is None and overlap is None:
+        return None
+    if size is None:
+        size = FORMAT_CHUNKING.get(format, Chunking()).size
+        if size is None:
+            raise ValueError(f"--chunk-overlap needs --chunk-size: format {format!r} keeps each document whole by default")
+    return Chunking(size=size, overlap=overlap or 0)
 
 
 @app.command()
@@ -168,11 +169,12 @@ def sql(
     import duckdb
 
     try:
+        Catalog.refuse_writes(query)
         with Catalog(lake_home()).reader() as con:
             result = con.execute(query)
             names = [column[0] for column in result.description or []]
             rows = result.fetchall()
-    except duckdb.Error as error:
+    except (duckdb.Error, ReadOnlyError) as error:
         _fail(str(error))
     if as_json:
         print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
@@ -190,9 +192,9 @@ def evaluate(
     split: Annotated[str | None, typer.Option(help="Query split to report (default: the held-out one, test, else dev).")] = None,
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
-    rerun: Annotated[bool, typer.Option(help="Run the queries again even if stored runs are current (fresh timings).")] = False,
+    rerun: Annotated[bool, typer.Option("--rerun", help="Run the queries again even if stored runs are current (fresh timings).")] = False,
     reuse_pairs: Annotated[
-        bool, typer.Option(help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
+        bool, typer.Option("--reuse-pairs", help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
     ] = False,
 ) -> None:
     """Materialize what is missing for these methods on the corpus (and on the corpora their learned
@@ -205,7 +207,7 @@ def evaluate(
     home = lake_home()
     names = [m.strip() for m in methods.split(",") if m.strip()]
     try:
-        cutoffs = [int(c) for c in k.split(",") if c.strip()]
+        cutoffs = _cutoffs(k)
         CorpusRegistry(home).get(corpus)
         if split is None and Lake(home).has("queries", {"corpus": corpus}):
             split = held_out_split(Lake(home), corpus)
@@ -259,14 +261,20 @@ def compare_methods(
 def trec(
     corpus: Annotated[str, typer.Option(help="Corpus of the run.")],
     method: Annotated[str, typer.Option(help="Method of the run.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of {query_id, doc_id, rank, score, tag} instead.")] = False,
 ) -> None:
-    """Print a stored run as a TREC run file (document level), e.g. for trec_eval."""
+    """Print a stored run as a TREC run file (``qid Q0 doc rank score tag``, document level), e.g. for trec_eval."""
     from graphlake.retrieval.reports import trec_run
 
     try:
-        print("\n".join(trec_run(lake_home(), corpus, method)))
+        lines = trec_run(lake_home(), corpus, method)
     except ValueError as error:
         _fail(str(error))
+    if as_json:
+        fields = [line.split() for line in lines]
+        print(json.dumps([{"query_id": q, "doc_id": d, "rank": int(r), "score": float(s), "tag": t} for q, _, d, r, s, t in fields]))
+        return
+    print("\n".join(lines))
 
 
 @app.command()
@@ -275,6 +283,7 @@ def query(
     corpus: Annotated[str, typer.Option(help="Corpus to search.")],
     method: Annotated[str, typer.Option(help="Method name (pipelines/methods.yaml).")] = "rrf",
     top: Annotated[int, typer.Option(help="How many hits to print.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}]}.")] = False,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
     from graphlake.retrieval.freshness import plan_refresh
@@ -289,16 +298,25 @@ def query(
     _materialize(refresh)
     hits, latency = search(home, corpus, method, text, top)
     table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
+    if as_json:
+        print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": [{"rank": r, **h} for r, h in enumerate(hits, start=1)]}))
+        return
     for rank, hit in enumerate(hits, start=1):
         table.add_row(str(rank), f"{hit['score']:.4f}", hit["node_id"], hit["title"], hit["text"][:120])
     console.print(table)
 
 
 @app.command()
-def corpora() -> None:
+def corpora(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of declarations, chunking resolved.")] = False,
+) -> None:
     """List the declared corpora."""
+    declared = CorpusRegistry(lake_home()).all().values()
+    if as_json:
+        print(json.dumps([{**spec.model_dump(), "chunking": spec.effective_chunking.model_dump()} for spec in declared]))
+        return
     table = Table("corpus", "format", "path", "chunking")
-    for spec in CorpusRegistry(lake_home()).all().values():
+    for spec in declared:
         chunking = spec.effective_chunking
         table.add_row(spec.name, spec.format, spec.path, f"{chunking.size}/{chunking.overlap}" if chunking.size else "whole")
     console.print(table)
@@ -318,6 +336,17 @@ def ui(
     command = [dagster, "dev", "-m", "graphlake.pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
     # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
     raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
+
+
+def _cutoffs(k: str) -> list[int]:
+    """``--k``: positive whole numbers, any of them (those the evaluation does not keep are computed from the runs)."""
+    try:
+        cutoffs = [int(c) for c in k.split(",") if c.strip()]
+    except ValueError:
+        cutoffs = []
+    if not cutoffs or min(cutoffs) <= 0:
+        raise ValueError(f"--k takes comma-separated positive whole numbers, got {k!r}")
+    return cutoffs
 
 
 def _materialize(refresh) -> None:

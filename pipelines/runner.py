@@ -12,23 +12,9 @@ import time
 import uuid
 from pathlib import Path
 
-from dagster import (
-    AssetSelection,
-    DagsterError,
-    DagsterEventType,
-    DagsterInstance,
-    DagsterInvalidConfigError,
-    RunsFilter,
-    materialize,
-)
+from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, RunsFilter, materialize
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TextColumn,
-    TimeElapsedColumn,
-)
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, build_definitions
 from graphlake.warehouse.corpora import CorpusRegistry

@@ -9,13 +9,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from dagster import (
-    DefaultSensorStatus,
-    RunRequest,
-    SensorEvaluationContext,
-    SensorResult,
-    sensor,
-)
+from dagster import DefaultSensorStatus, RunRequest, SensorEvaluationContext, SensorResult, sensor
 
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.io_manager import LakeResource

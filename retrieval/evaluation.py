@@ -13,11 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
-from graphlake.kernels.topological_recall import (
-    TR_CUTOFFS,
-    DocumentGraph,
-    topological_values,
-)
+from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
 from graphlake.retrieval.methods import SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -84,6 +80,19 @@ def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: 
     metrics = pa.Table.from_pylist([{**common, **row} for row in summary])
     query_metrics = pa.Table.from_pylist([{**common, **row} for row in per_query])
     return metrics, query_metrics
+
+
+def metrics_from_run(lake: Lake, corpus: str, method: str, split: str, names: list[str]) -> dict[str, float]:
+    """Means over the split's judged queries of metrics (``name@k``) computed from the stored run, as
+    ``evaluate_run`` computes them: for cutoffs the stored evaluation does not keep."""
+    partition = {"corpus": corpus}
+    queries = lake.read("queries", partition)
+    in_split = {q for q, s in zip(queries.column("query_id").to_pylist(), queries.column("split").to_pylist(), strict=True) if s == split}
+    gold = {q: relevance for q, relevance in gold_by_query(lake.read("qrels", partition), positive=False).items() if q in in_split}
+    runs = lake.read("runs", {**partition, "method": method})
+    rankings = {query_id: [doc for doc, _ in ranking] for query_id, ranking in document_rankings(runs).items()}
+    values = evaluate(rankings, gold, names)
+    return {name: float(np.mean([v[name] for v in values.values()])) if values else 0.0 for name in names}
 
 
 def evaluate_stored(lake: Lake, corpus: str, name: str) -> tuple[pa.Table, pa.Table]:

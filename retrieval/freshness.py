@@ -14,14 +14,7 @@ from pathlib import Path
 from graphlake.kernels.metrics import GRAPH_METRICS
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.indexes import asset_written_at, corpus_needs, index_kind
-from graphlake.retrieval.methods import (
-    SPLIT_PARAM,
-    MethodError,
-    Methods,
-    load_methods,
-    method_asset_names,
-    needs,
-)
+from graphlake.retrieval.methods import SPLIT_PARAM, MethodError, Methods, load_methods, method_asset_names, needs
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
 

@@ -330,12 +330,7 @@ class EntityEdges:
 
     def query_entities(self, text: str, extractor: str) -> list[str]:
         """The query's entity norms, found by the extractor the graph was built with and alias-linked like it."""
-        from graphlake.kernels.entities import (
-            normalise,
-            regex_entities,
-            spacy_entities,
-            title_aliases,
-        )
+        from graphlake.kernels.entities import normalise, regex_entities, spacy_entities, title_aliases
 
         built_with = self.edges.column("source")[0].as_py() if self.edges.num_rows else extractor
         if built_with != extractor:

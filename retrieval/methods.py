@@ -21,13 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
 import numpy as np
 import yaml
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    ValidationError,
-    ValidationInfo,
-)
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
 if TYPE_CHECKING:
     import pyarrow as pa

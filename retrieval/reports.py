@@ -4,21 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.kernels.metrics import (
-    GRAPH_METRICS,
-    METRICS_AT_K,
-    paired_bootstrap,
-    parse_metric,
-    random_ndcg_at_k,
-)
-from graphlake.retrieval.evaluation import document_rankings, gold_by_query
+from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric, random_ndcg_at_k
+from graphlake.retrieval.evaluation import document_rankings, gold_by_query, metrics_from_run
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.storage import Lake
 
 
 def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, cutoffs: list[int]) -> list[dict]:
-    """One object per method: metrics at the cutoffs (``name@k``, plus ``mrr``; ``tr``/``misstr`` where the
-    corpus graph exists) and latency percentiles."""
+    """One object per method: metrics at the cutoffs (``name@k``, plus ``mrr``; ``tr``/``misstr`` at 10 and 100
+    where the corpus graph exists) and latency percentiles. A cutoff the stored evaluation does not
+    keep is computed from the stored run."""
     report = []
     with Catalog(home).reader() as con:
         for method in methods:
@@ -29,7 +24,14 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
             values = {(metric, k): value for metric, k, value in rows}
             if not values:
                 raise ValueError(f"no metrics for method {method!r} on split {split!r} of corpus {corpus!r}")
-            metrics = {f"{m}@{k}": values[(m, k)] for m in (*METRICS_AT_K, *GRAPH_METRICS) for k in cutoffs if (m, k) in values}
+            missing = [f"{m}@{k}" for m in METRICS_AT_K for k in cutoffs if (m, k) not in values]
+            computed = metrics_from_run(Lake(home), corpus, method, split, missing) if missing else {}
+            metrics = {
+                f"{m}@{k}": values[(m, k)] if (m, k) in values else computed[f"{m}@{k}"]
+                for m in (*METRICS_AT_K, *GRAPH_METRICS)
+                for k in cutoffs
+                if (m, k) in values or f"{m}@{k}" in computed
+            }
             metrics["mrr"] = values[("mrr", None)]
             p50, p95, mean = con.execute(
                 """SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), avg(latency_ms) FROM (

@@ -97,8 +97,10 @@ def test_cli_refuses_unknown_formats_corpora_and_writes(lake, tmp_path):
     assert "corpus 'nope' is not declared" in invoke("materialize", "--corpus", "nope").stderr
     bad_selection = invoke("materialize", "--corpus", "demo", "--select", "nodes,bm25_index")
     assert bad_selection.exit_code == 1 and "invalid asset selection 'nodes,bm25_index'" in bad_selection.stderr
-    refused = invoke("sql", "create table t (x int)")
-    assert refused.exit_code == 1 and "read-only" in refused.stderr
+    for statement, kind in (("create table t (x int)", "CREATE"), ("delete from documents", "DELETE"), ("select 1; drop view nodes", "DROP")):
+        refused = invoke("sql", statement)
+        assert refused.exit_code == 1 and "read-only" in refused.stderr and kind in refused.stderr, refused.stderr
+    assert invoke("sql", "select count(*) as n from documents", "--json").exit_code == 0  # reads still pass
 
 
 def test_materialize_runs_only_the_selection_with_the_given_run_config(demo_copy):

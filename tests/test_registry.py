@@ -19,13 +19,7 @@ from graphlake.pipelines.definitions import build_definitions
 from graphlake.retrieval.freshness import plan_refresh
 from graphlake.retrieval.graph_rankers import TunedRankers
 from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import (
-    Candidates,
-    MethodError,
-    Op,
-    parse_methods,
-    register,
-)
+from graphlake.retrieval.methods import Candidates, MethodError, Op, parse_methods, register
 from graphlake.warehouse.corpora import DEMO_PATH
 from graphlake.warehouse.storage import Lake
 

@@ -33,6 +33,10 @@ _DUCKDB_TYPES = {
 }
 
 
+class ReadOnlyError(ValueError):
+    """A statement that would write, sent to the lake's read-only SQL."""
+
+
 class Catalog:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
@@ -56,6 +60,25 @@ class Catalog:
             self.refresh()
         with self._locked(fcntl.LOCK_SH), duckdb.connect(str(self.path), read_only=True) as con:
             yield con
+
+    @staticmethod
+    def refuse_writes(query: str) -> None:
+        """Refuse a statement that would change the lake, naming it: the catalog is read through, and its
+        tables change only by materializing (DuckDB's own refusal of a write to a view is obscure)."""
+        import sqlglot
+        from sqlglot import exp
+
+        try:
+            statements = sqlglot.parse(query, read="duckdb")
+        except sqlglot.errors.ParseError:
+            return  # DuckDB's message for SQL it cannot parse is the clearer one
+        writes = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.TruncateTable)
+        for statement in statements:
+            if isinstance(statement, writes):
+                raise ReadOnlyError(
+                    f"the lake's SQL connection is read-only: {statement.key.upper()} would change it; "
+                    "its tables change only through `graphlake ingest` / `graphlake materialize`"
+                )
 
     def _view_sql(self, spec: TableSpec) -> str:
         table_dir = self.home / "tables" / spec.name

@@ -9,16 +9,7 @@ import numpy as np
 from pydantic import Field
 
 from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import (
-    Candidates,
-    Input,
-    MethodError,
-    Op,
-    from_dict,
-    ranked,
-    register,
-    run_inputs,
-)
+from graphlake.retrieval.methods import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs
 
 
 class TopK(Op):

@@ -16,23 +16,9 @@ import scipy.sparse as sp
 from pydantic import Field, model_validator
 
 from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
-from graphlake.kernels.seeds import (
-    Mixing,
-    Weighting,
-    entity_seed_weights,
-    mix_seeds,
-    passage_seed_weights,
-)
+from graphlake.kernels.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
 from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import (
-    Candidates,
-    Input,
-    MethodError,
-    Op,
-    ranked,
-    register,
-    run_inputs,
-)
+from graphlake.retrieval.methods import Candidates, Input, MethodError, Op, ranked, register, run_inputs
 
 Extractor = Literal["spacy", "regex"]
 

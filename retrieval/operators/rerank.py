@@ -17,20 +17,8 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
-from graphlake.retrieval.indexes import (
-    CORPUS_GRAPH,
-    LakeIndexes,
-    corpus_graph,
-    graph_indexes,
-)
-from graphlake.retrieval.methods import (
-    Candidates,
-    Input,
-    Op,
-    ranked,
-    register,
-    run_inputs,
-)
+from graphlake.retrieval.indexes import CORPUS_GRAPH, LakeIndexes, corpus_graph, graph_indexes
+from graphlake.retrieval.methods import Candidates, Input, Op, ranked, register, run_inputs
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 

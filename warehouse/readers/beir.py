@@ -5,7 +5,7 @@ A query's split is the split of the qrels file that judges it; queries judged no
 
 from __future__ import annotations
 
-from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, Location, ReadRequest, find_file, iter_jsonl, iter_lines, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, find_file, iter_jsonl, iter_lines, require
 
 
 def read(request: ReadRequest) -> Ingested:

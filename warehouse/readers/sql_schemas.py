@@ -13,7 +13,17 @@ from typing import Any
 import sqlglot
 from sqlglot import exp
 
-from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, Location, ReadRequest, find_file, load_json, require, split_from_name
+from graphlake.warehouse.readers.base import (
+    CorpusBuilder,
+    IngestError,
+    Ingested,
+    Location,
+    ReadRequest,
+    find_file,
+    load_json,
+    require,
+    split_from_name,
+)
 
 
 def read_spider(request: ReadRequest) -> Ingested:
