@@ -1,14 +1,12 @@
 """Stage 1, ingest: one read of a corpus's raw files yields its documents, queries, gold and keys."""
 
 from collections import Counter
-from pathlib import Path
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, multi_asset
 
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.readers import FORMATS, ReadRequest
 
 GROUP = "ingest"
 
@@ -29,8 +27,7 @@ GROUP = "ingest"
 def raw_corpus(context: AssetExecutionContext, lake: LakeResource):
     """Read the corpus named by the partition as its registry entry says; nothing is written on error."""
     spec = lake.registry.get(context.partition_key)
-    request = ReadRequest(Path(spec.path), Path(spec.queries) if spec.queries else None, spec.split)
-    ingested = FORMATS[spec.format](request)
+    ingested = spec.read()
     for note in ingested.notes:
         context.log.warning(f"{spec.name}: {note}")
     source = {"format": spec.format, "source": MetadataValue.path(spec.path)}

@@ -34,8 +34,19 @@ errors = Console(stderr=True)
 INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
 
 
-def _fail(message: str) -> None:
-    errors.print(f"[bold red]error:[/] {message}", highlight=False)
+VERBOSE = {"on": False}  # --verbose, set by the app's callback
+
+
+@app.callback()
+def _options(verbose: Annotated[bool, typer.Option("--verbose", help="On failure, show the traceback and Dagster's own log.")] = False) -> None:
+    VERBOSE["on"] = verbose
+
+
+def _fail(message: str, trace: str = "") -> None:
+    """One line on stderr (never wrapped), the traceback above it with --verbose."""
+    if trace and VERBOSE["on"]:
+        errors.print(trace, highlight=False, markup=False, soft_wrap=True)
+    errors.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(1)
 
 
@@ -46,11 +57,11 @@ def _run(corpus: str, selection, config: Path | dict | None = None) -> None:
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        materialize_corpus(lake_home(), corpus, selection, errors, run_config)  # progress on stderr keeps --json output clean
+        materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"])  # progress on stderr keeps --json clean
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
-        _fail(str(error))
+        _fail(str(error), error.trace)
 
 
 @app.command()
@@ -117,6 +128,7 @@ def ingest(
             train_corpus=train_corpus,
             alpha_corpus=alpha_corpus,
         )
+        spec.read()  # declared only once its raw files read cleanly: a bad file leaves nothing behind
         CorpusRegistry(lake_home()).add(spec)
     except ValueError as error:
         _fail(str(error))
@@ -135,6 +147,33 @@ def _chunking(format: str, size: int | None, overlap: int | None) -> Chunking | 
         if size is None:
             raise ValueError(f"--chunk-overlap needs --chunk-size: format {format!r} keeps each document whole by default")
     return Chunking(size=size, overlap=overlap or 0)
+
+
+@app.command()
+def forget(
+    corpus: Annotated[str, typer.Argument(help="The corpus to remove.")],
+    yes: Annotated[bool, typer.Option("--yes", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Remove a corpus: its declaration, every table partition, artefact and cache built from it, and its
+    Dagster partition (the lake-wide reranker keeps what it learned)."""
+    from graphlake.pipelines.runner import forget_partition
+
+    home = lake_home()
+    registry = CorpusRegistry(home)
+    lake = Lake(home)
+    known = corpus in registry.all() or any(lake.tables_dir.glob(f"*/corpus={corpus}"))
+    if not known:
+        _fail(f"corpus {corpus!r} is neither declared nor in the lake at {home}")
+    if not yes and not typer.confirm(f"Remove corpus {corpus!r} and everything built from it in {home}?"):
+        _fail("nothing removed")
+    try:
+        removed = lake.forget(corpus)
+    except StorageError as error:
+        _fail(str(error))
+    declared = registry.remove(corpus)
+    forget_partition(home, corpus)
+    Catalog(home).refresh()
+    errors.print(f"forgot {corpus!r}: {len(removed)} folders removed{', declaration withdrawn' if declared else ''}", highlight=False)
 
 
 @app.command()

@@ -22,11 +22,19 @@ from graphlake.warehouse.home import project_root
 from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_TAG = "graphlake/progress"
-QUIET_LOGS = {"loggers": {"console": {"config": {"log_level": "WARNING"}}}}
+def console_logs(verbose: bool) -> dict:
+    """Dagster's own console log: silent but for the run's end unless verbose (a failure is reported
+    by the CLI in one line, its traceback with --verbose)."""
+    return {"loggers": {"console": {"config": {"log_level": "WARNING" if verbose else "CRITICAL"}}}}
 
 
 class MaterializeError(RuntimeError):
-    """A run failed; the message is the underlying error (file, line, id), not Dagster's wrapper."""
+    """A run failed; the message is the underlying error (file, line, id), not Dagster's wrapper, and
+    names the step and the corpus; ``trace`` is the underlying traceback."""
+
+    def __init__(self, message: str, trace: str = "") -> None:
+        super().__init__(message)
+        self.trace = trace
 
 
 class RunConfigError(MaterializeError):
@@ -44,7 +52,12 @@ def prepare_dagster_home(home: Path) -> Path:
 
 
 def materialize_corpus(
-    home: Path, corpus: str, selection: AssetSelection | str | list[str] | None, console: Console, run_config: dict | None = None
+    home: Path,
+    corpus: str,
+    selection: AssetSelection | str | list[str] | None,
+    console: Console,
+    run_config: dict | None = None,
+    verbose: bool = False,
 ) -> None:
     try:
         CorpusRegistry(home).get(corpus)
@@ -69,7 +82,7 @@ def materialize_corpus(
                     partition_key=corpus if partitioned else None,
                     resources=defs.resources,
                     selection=selected,
-                    run_config={**(run_config or {}), **QUIET_LOGS},
+                    run_config={**(run_config or {}), **console_logs(verbose)},
                     raise_on_error=False,
                     tags={"graphlake/launched_by": "cli", **progress.tags},
                 )
@@ -77,7 +90,17 @@ def materialize_corpus(
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
     if not result.success:
         failures = result.get_step_failure_events()
-        raise MaterializeError(_root_cause(failures[0]) if failures else f"run {result.run_id} failed")
+        if not failures:
+            raise MaterializeError(f"run {result.run_id} failed on corpus {corpus!r}")
+        raise _root_cause(failures[0], corpus)
+
+
+def forget_partition(home: Path, corpus: str) -> None:
+    """Drop the corpus from the instance's dynamic partitions (its past runs stay in the history)."""
+    os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
+    with DagsterInstance.get() as instance:
+        if instance.has_dynamic_partition(corpus_partitions.name, corpus):
+            instance.delete_dynamic_partition(corpus_partitions.name, corpus)
 
 
 def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> AssetSelection:
@@ -98,11 +121,15 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> As
     return (chosen if "llm" in selection else chosen & DEFAULT_SELECTION).required_multi_asset_neighbors()
 
 
-def _root_cause(event) -> str:
+def _root_cause(event, corpus: str) -> MaterializeError:
+    """The failed step's innermost error, as the project wrote it: without the exception's class name."""
     error = event.step_failure_data.error
     while error.cause is not None:
         error = error.cause
-    return f"{event.step_key}: {error.message.strip()}"
+    message = error.message.strip()
+    prefix = f"{error.cls_name}: "
+    message = message.split(prefix, 1)[1] if prefix in message.split("\n", 1)[0] else message
+    return MaterializeError(f"{event.step_key} (corpus {corpus!r}): {message}", "Traceback (most recent call last):\n" + "".join(error.stack) + error.message)
 
 
 class _RunProgress:
@@ -125,6 +152,7 @@ class _RunProgress:
             TextColumn("{task.completed}/{task.total} assets"),
             TimeElapsedColumn(),
             console=console,
+            disable=not console.is_terminal,  # a log file gets one line per asset instead (_update)
         )
         self.task = self.progress.add_task(label, total=total)
         self.label = label

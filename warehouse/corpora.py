@@ -13,7 +13,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graphlake.warehouse.readers import FORMATS
+from graphlake.warehouse.readers import FORMATS, Ingested, ReadRequest
 
 REGISTRY_FILE = "corpora.yaml"
 DEMO_CORPUS = "demo"
@@ -90,6 +90,10 @@ class CorpusSpec(BaseModel):
             if other == self.name:
                 raise ValueError(f"corpus {self.name!r}: {role} must be another corpus, never the one evaluated")
 
+    def read(self) -> Ingested:
+        """The raw corpus as its format's reader reads it; an IngestError names the file, line and id."""
+        return FORMATS[self.format](ReadRequest(Path(self.path), Path(self.queries) if self.queries else None, self.split))
+
     @property
     def effective_chunking(self) -> Chunking:
         return self.chunking if self.chunking is not None else FORMAT_CHUNKING.get(self.format, Chunking())
@@ -138,10 +142,20 @@ class CorpusRegistry:
         """Declare or redeclare a corpus; the file is replaced atomically."""
         if spec.name == DEMO_CORPUS:
             raise ValueError(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
+        self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(exclude={"name"}, exclude_none=True)))
+
+    def remove(self, name: str) -> bool:
+        """Withdraw a declaration (atomically); whether there was one to withdraw."""
+        declared = name in self.all() and name != DEMO_CORPUS
+        if declared:
+            self._rewrite(lambda corpora: corpora.pop(name))
+        return declared
+
+    def _rewrite(self, change) -> None:
         raw = yaml.safe_load(self.path.read_text(encoding="utf-8")) if self.path.is_file() else None
         raw = raw or {}
         corpora = raw.setdefault("corpora", {}) or {}
-        corpora[spec.name] = spec.model_dump(exclude={"name"}, exclude_none=True)
+        change(corpora)
         raw["corpora"] = corpora
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp")

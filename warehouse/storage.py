@@ -19,6 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
 from graphlake.warehouse.tables import TableSpec, table_spec
 
 DATA_FILE = "data.parquet"
@@ -127,6 +128,20 @@ class Lake:
                 raise StorageError(f"bad {column} {value!r} for artefact {name!r}")
             path = path / f"{column}={value}"
         return path
+
+    def forget(self, corpus: str) -> list[Path]:
+        """Remove every table partition, artefact and cache of a corpus; the folders removed.
+
+        Each folder is first renamed aside (one atomic step), so a reader sees it whole or not at all."""
+        if not _PARTITION_VALUE.match(corpus):
+            raise StorageError(f"bad corpus {corpus!r}: use letters, digits, '_', '.', '-'")
+        found = [*self.tables_dir.glob(f"*/corpus={corpus}"), *(self.home / "artifacts").glob(f"*/corpus={corpus}")]
+        found += [path for path in [self.home / PAIR_CACHE / corpus] if path.is_dir()]
+        for path in found:
+            aside = path.with_name(f".forgotten-{uuid.uuid4().hex}")
+            os.replace(path, aside)
+            shutil.rmtree(aside)
+        return found
 
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
         path = self.partition_dir(table, partition) / DATA_FILE
