@@ -50,14 +50,14 @@ def _fail(message: str, trace: str = "") -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection, config: Path | dict | None = None) -> None:
+def _run(corpus: str, selection, config: Path | dict | None, command: str) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
-    ``config`` is a run config, or the YAML file holding one."""
+    ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``."""
     from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"])  # progress on stderr keeps --json clean
+        materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command)  # progress on stderr keeps --json clean
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
@@ -83,7 +83,7 @@ def demo() -> None:
     config = _run_config(DEMO_CONFIG)
     config["ops"] |= {method_asset_names(name)[0]: {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
-    _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config)
+    _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config, "demo")
     _print_summary(DEMO_CORPUS)
     _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT))
     _print_reranker(Lake(home), left_out)
@@ -134,7 +134,7 @@ def ingest(
         _fail(str(error))
     from dagster import AssetSelection
 
-    _run(corpus, AssetSelection.groups("ingest", "chunking"))
+    _run(corpus, AssetSelection.groups("ingest", "chunking"), None, "ingest")
     _print_summary(corpus)
 
 
@@ -185,7 +185,7 @@ def materialize(
     ] = None,
 ) -> None:
     """Materialize assets (all by default) for one declared corpus."""
-    _run(corpus, select, config)
+    _run(corpus, select, config, "materialize")
     _print_summary(corpus)
 
 
@@ -258,7 +258,7 @@ def evaluate(
     runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
     # only the reported split's queries: a cross-encoder is slow
     refresh.ops |= {run: {"config": {"split": split, "reuse_pairs": reuse_pairs}} for run in runs}
-    _materialize(refresh)
+    _materialize(refresh, "eval")
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
     split = split or held_out_split(Lake(home), corpus)  # a corpus ingested just now
@@ -334,7 +334,7 @@ def query(
         refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
-    _materialize(refresh)
+    _materialize(refresh, "query")
     hits, latency = search(home, corpus, method, text, top)
     table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
     if as_json:
@@ -388,11 +388,11 @@ def _cutoffs(k: str) -> list[int]:
     return cutoffs
 
 
-def _materialize(refresh) -> None:
+def _materialize(refresh, command: str) -> None:
     """Run a freshness plan: the corpora learned indexes learn from first, each in a run of its own."""
     for corpus, assets in refresh.order():
         ops = {asset: config for asset, config in refresh.ops.items() if asset in assets}
-        _run(corpus, assets, {"ops": ops} if ops else None)
+        _run(corpus, assets, {"ops": ops} if ops else None, command)
 
 
 def _print_report(report: list[dict], title: str) -> None:

@@ -39,10 +39,17 @@ CHECKS = [
 # The LLM-backed assets need a server (GRAPHLAKE_LLM_BASE_URL): opt-in, never part of the default build.
 DEFAULT_SELECTION = AssetSelection.all() - AssetSelection.groups("llm")
 
+INDEX_JOB, INGEST_JOB, EVALUATE_JOB = "index_corpus", "ingest_corpus", "evaluate"
 index_corpus = define_asset_job(
-    "index_corpus",
-    selection=DEFAULT_SELECTION,
-    description="Everything graphlake builds for one corpus, from raw files to evaluated runs.",
+    INDEX_JOB, selection=DEFAULT_SELECTION, description="Everything graphlake builds for one corpus, from raw files to evaluated runs."
+)
+ingest_corpus = define_asset_job(
+    INGEST_JOB, selection=AssetSelection.groups("ingest", "chunking"), description="Read a corpus's raw files and chunk them (graphlake ingest)."
+)
+evaluate = define_asset_job(
+    EVALUATE_JOB,
+    selection=AssetSelection.groups("retrieval", "evaluation"),
+    description="Run and evaluate methods, after what they read (graphlake eval runs the part a request needs).",
 )
 
 
@@ -56,7 +63,7 @@ def build_definitions(home: Path) -> Definitions:
         assets=[*STATIC_ASSETS, *method_assets(home), report_asset(home)],
         asset_checks=CHECKS,
         resources=resources(home),
-        jobs=[index_corpus],
+        jobs=[index_corpus, ingest_corpus, evaluate],
         sensors=[corpus_change_sensor],
     )
 

@@ -12,16 +12,18 @@ import time
 import uuid
 from pathlib import Path
 
-from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, RunsFilter, materialize
+from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, Definitions, RunsFilter, define_asset_job
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from graphlake.pipelines.definitions import DEFAULT_SELECTION, build_definitions
+from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INDEX_JOB, INGEST_JOB, build_definitions
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import project_root
 from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_TAG = "graphlake/progress"
+# the job a CLI command's run belongs to (each is a job of the code location too, pipelines/definitions.py)
+JOBS = {"demo": INDEX_JOB, "materialize": INDEX_JOB, "query": INDEX_JOB, "ingest": INGEST_JOB, "eval": EVALUATE_JOB}
 def console_logs(verbose: bool) -> dict:
     """Dagster's own console log: silent but for the run's end unless verbose (a failure is reported
     by the CLI in one line, its traceback with --verbose)."""
@@ -58,7 +60,10 @@ def materialize_corpus(
     console: Console,
     run_config: dict | None = None,
     verbose: bool = False,
+    command: str = "materialize",
 ) -> None:
+    """Materialize the selection on the corpus in one run of the job named for the CLI command
+    (``JOBS``), so the UI's run history shows what launched it."""
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
@@ -76,15 +81,15 @@ def materialize_corpus(
         partitioned = any(by_key[key].partitions_def is not None for key in keys)
         with _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
             try:
-                result = materialize(
-                    [*assets, *defs.asset_checks],
+                job = Definitions(
+                    assets=[*assets, *defs.asset_checks], resources=defs.resources, jobs=[define_asset_job(JOBS[command], selection=selected)]
+                ).resolve_job_def(JOBS[command])
+                result = job.execute_in_process(
+                    run_config={**(run_config or {}), **console_logs(verbose)},
                     instance=instance,
                     partition_key=corpus if partitioned else None,
-                    resources=defs.resources,
-                    selection=selected,
-                    run_config={**(run_config or {}), **console_logs(verbose)},
                     raise_on_error=False,
-                    tags={"graphlake/launched_by": "cli", **progress.tags},
+                    tags={"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags},
                 )
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None

@@ -49,6 +49,9 @@ def test_failures_are_one_line_naming_the_file_or_the_step(lake, tmp_path):
 def test_forget_removes_every_trace_of_a_corpus(lake, tmp_path):
     assert invoke("ingest", "jsonl", str(write_docs(tmp_path / "docs.jsonl")), "--corpus", "mine").exit_code == 0
     assert invoke("materialize", "--corpus", "mine", "--select", "key:bm25_index or key:contextual_edges").exit_code == 0
+    with DagsterInstance.get() as instance:  # each CLI run belongs to the job named for its command
+        runs = [(run.job_name, run.tags["graphlake/command"], run.tags["graphlake/corpus"]) for run in instance.get_runs()]
+    assert sorted(runs) == [("index_corpus", "materialize", "mine"), ("ingest_corpus", "ingest", "mine")]
     traces = lambda: sorted(str(p.relative_to(lake)) for p in lake.rglob("corpus=mine"))  # noqa: E731
     assert any(t.startswith("tables/nodes") for t in traces()) and any(t.startswith("artifacts/bm25") for t in traces())
 

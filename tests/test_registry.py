@@ -11,6 +11,7 @@ from typing import ClassVar, Literal
 import numpy as np
 import pytest
 from conftest import use_lake
+from dagster import DagsterInstance
 from pydantic import Field
 from typer.testing import CliRunner
 
@@ -100,6 +101,9 @@ def test_eval_brings_up_what_a_learned_index_reads_on_its_training_corpus(two_co
     assert not lake.has("runs", {"corpus": "learn", "method": "grapher_gcs"})  # its inputs, not its runs
     report = TunedRankers.load(lake.artifact("graph_rankers", {"corpus": "target"})).report
     assert report["train_corpus"] == "learn" and report["split"] == "all"
+    with DagsterInstance.from_config(str(two_corpora / "dagster")) as instance:  # the training corpus's run first
+        runs = [(run.job_name, run.tags["graphlake/corpus"]) for run in reversed(instance.get_runs()) if run.tags["graphlake/command"] == "eval"]
+    assert runs[:2] == [("evaluate", "learn"), ("evaluate", "target")]
 
 
 def test_propagation_rankers_train_no_network_and_a_network_ranker_trains_its_own(two_corpora, monkeypatch):
