@@ -87,9 +87,9 @@ def render_plot(corpus: str, results: dict[str, dict[str, dict[str, float]]]) ->
         axis.set(xscale="log", xlabel="k", ylabel="recall@k", title=f"{corpus} / {split}", ylim=(0, 1.02))
         axis.set_xticks(CUTOFFS, [str(k) for k in CUTOFFS])
         axis.grid(alpha=0.3)
-    if styles:  # one legend for every split, beside the plots, never over the curves
-        handles, labels = axes[0][-1].get_legend_handles_labels() if results.get(splits[-1]) else axes[0][0].get_legend_handles_labels()
-        figure.legend(handles, labels, loc="center right", fontsize=7, frameon=False)
+    handles = {label: handle for axis in axes[0] for handle, label in zip(*axis.get_legend_handles_labels(), strict=True)}
+    if handles:  # one legend for every split's methods, beside the plots, never over the curves
+        figure.legend(list(handles.values()), list(handles), loc="center right", fontsize=7, frameon=False)
     figure.tight_layout(rect=(0, 0, 1 - 1.5 / figure.get_figwidth(), 1))
     buffer = io.BytesIO()
     figure.savefig(buffer, format="png", dpi=110)

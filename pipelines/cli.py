@@ -306,14 +306,13 @@ def trec(
     from graphlake.retrieval.reports import trec_run
 
     try:
-        lines = trec_run(lake_home(), corpus, method)
+        rows = trec_run(lake_home(), corpus, method)
     except ValueError as error:
         _fail(str(error))
     if as_json:
-        fields = [line.split() for line in lines]
-        print(json.dumps([{"query_id": q, "doc_id": d, "rank": int(r), "score": float(s), "tag": t} for q, _, d, r, s, t in fields]))
+        print(json.dumps(rows))
         return
-    print("\n".join(lines))
+    print("\n".join(f"{r['query_id']} Q0 {r['doc_id']} {r['rank']} {r['score']:.6f} {r['tag']}" for r in rows))
 
 
 @app.command()

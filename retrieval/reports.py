@@ -80,15 +80,16 @@ def compare(home: Path, corpus: str, baseline: str, system: str, metric: str, sp
     return {"corpus": corpus, "split": split, "metric": metric, "baseline": baseline, "method": system, **result}
 
 
-def trec_run(home: Path, corpus: str, method: str) -> list[str]:
-    """The run at document level in TREC format (``qid Q0 doc rank score tag``), a document ranked by its best node."""
+def trec_run(home: Path, corpus: str, method: str) -> list[dict]:
+    """The run at document level, a document ranked by its best node: one ``{query_id, doc_id, rank, score,
+    tag}`` per line of a TREC run file (``qid Q0 doc rank score tag``), the score as that file prints it."""
     lake = Lake(home)
     partition = {"corpus": corpus, "method": method}
     if not lake.has("runs", partition):
         raise ValueError(f"no run of method {method!r} on corpus {corpus!r}; run `graphlake eval` first")
     rankings = document_rankings(lake.read("runs", partition))
     return [
-        f"{query_id} Q0 {doc} {rank} {score:.6f} graphlake-{method}"
+        {"query_id": query_id, "doc_id": doc, "rank": rank, "score": float(f"{score:.6f}"), "tag": f"graphlake-{method}"}
         for query_id, ranking in sorted(rankings.items())
         for rank, (doc, score) in enumerate(ranking, start=1)
     ]
