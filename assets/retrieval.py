@@ -63,6 +63,8 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
             for row in metrics.to_pylist()
             if row["k"] in (None, 10)
         }
+        if not metrics.num_rows:
+            headline["note"] = f"nothing to evaluate: corpus {context.partition_key!r} has no queries with gold (qrels) in the run"
         yield Output(metrics, metrics_name, metadata=headline)
         yield Output(query_metrics, query_metrics_name)
 

@@ -57,11 +57,23 @@ def _run(corpus: str, selection, config: Path | dict | None, command: str) -> No
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command)  # progress on stderr keeps --json clean
+        notes = materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command)  # progress on stderr keeps --json clean
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error), error.trace)
+    _print_notes(notes)
+
+
+def _print_notes(notes: dict[str, str]) -> None:
+    """Each line of the assets' notes once, with the assets that left it (on stderr, like the progress)."""
+    by_line: dict[str, list[str]] = {}
+    for asset, note in notes.items():
+        for line in note.splitlines():
+            by_line.setdefault(line, []).append(asset)
+    for line, assets in by_line.items():
+        named = ", ".join(assets[:3]) + (f" and {len(assets) - 3} more" if len(assets) > 3 else "")
+        errors.print(f"[yellow]note:[/] {line} ({named})", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -321,7 +333,7 @@ def query(
     corpus: Annotated[str, typer.Option(help="Corpus to search.")],
     method: Annotated[str, typer.Option(help="Method name (pipelines/methods.yaml).")] = "rrf",
     top: Annotated[int, typer.Option(help="How many hits to print.")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}]}.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}], notes}.")] = False,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
     from graphlake.retrieval.freshness import plan_refresh
@@ -334,14 +346,17 @@ def query(
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
     _materialize(refresh, "query")
-    hits, latency = search(home, corpus, method, text, top)
+    hits, latency, notes = search(home, corpus, method, text, top)
     table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
     if as_json:
-        print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": [{"rank": r, **h} for r, h in enumerate(hits, start=1)]}))
+        ranked = [{"rank": r, **h} for r, h in enumerate(hits, start=1)]
+        print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": ranked, "notes": notes}))
         return
     for rank, hit in enumerate(hits, start=1):
         table.add_row(str(rank), f"{hit['score']:.4f}", hit["node_id"], hit["title"], hit["text"][:120])
     console.print(table)
+    for note in notes:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
 @app.command()

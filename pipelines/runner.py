@@ -22,6 +22,7 @@ from graphlake.warehouse.home import project_root
 from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_TAG = "graphlake/progress"
+NOTE = "note"  # the metadata an asset explains itself in: what it skipped, what default stood in (lines)
 # the job a CLI command's run belongs to (each is a job of the code location too, pipelines/definitions.py)
 JOBS = {"demo": INDEX_JOB, "materialize": INDEX_JOB, "query": INDEX_JOB, "ingest": INGEST_JOB, "eval": EVALUATE_JOB}
 def console_logs(verbose: bool) -> dict:
@@ -61,9 +62,10 @@ def materialize_corpus(
     run_config: dict | None = None,
     verbose: bool = False,
     command: str = "materialize",
-) -> None:
+) -> dict[str, str]:
     """Materialize the selection on the corpus in one run of the job named for the CLI command
-    (``JOBS``), so the UI's run history shows what launched it."""
+    (``JOBS``), so the UI's run history shows what launched it; the notes assets left in their
+    metadata (what they skipped, what default stood in), by asset."""
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
@@ -98,6 +100,12 @@ def materialize_corpus(
         if not failures:
             raise MaterializeError(f"run {result.run_id} failed on corpus {corpus!r}")
         raise _root_cause(failures[0], corpus)
+    notes = {}
+    for event in result.get_asset_materialization_events():
+        note = event.step_materialization_data.materialization.metadata.get(NOTE)
+        if note is not None:
+            notes[event.asset_key.to_user_string()] = note.value
+    return notes
 
 
 def forget_partition(home: Path, corpus: str) -> None:

@@ -18,6 +18,7 @@ from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
 from graphlake.retrieval.methods import SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.tables import row_schema
 
 CUTOFFS = (1, 2, 5, 10, 20, 100)
 METRIC_NAMES = [f"{m}@{k}" for m in METRICS_AT_K for k in CUTOFFS] + ["mrr"]
@@ -27,6 +28,8 @@ HELD_OUT_SPLITS = ("test", "dev")  # what a corpus is reported on when no split 
 def held_out_split(lake: Lake, corpus: str) -> str:
     """The corpus's held-out split: ``test``, else ``dev``; an error naming the splits it has otherwise."""
     splits = set(lake.read("queries", {"corpus": corpus}).column("split").to_pylist())
+    if not splits:
+        raise StorageError(f"corpus {corpus!r} has no queries to evaluate on; ingest it with --queries (graphlake query searches it as it is)")
     found = next((split for split in HELD_OUT_SPLITS if split in splits), None)
     if found is None:
         raise StorageError(f"corpus {corpus!r} has no test or dev queries (its splits: {', '.join(sorted(map(str, splits)))}); name one with --split")
@@ -54,7 +57,7 @@ def document_rankings(runs: pa.Table) -> dict[str, list[tuple[str, float]]]:
 
 def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: DocumentGraph | None = None) -> tuple[pa.Table, pa.Table]:
     """Metrics per split (means) and per query, over the queries of each split that have gold;
-    Topological Recall too when the corpus graph is given."""
+    Topological Recall too when the corpus graph is given. No gold: empty tables of the same columns."""
     rankings = {query_id: [doc for doc, _ in ranking] for query_id, ranking in document_rankings(runs).items()}
     run_id = runs.column("run_id")[0].as_py() if runs.num_rows else ""
     method = runs.column("method")[0].as_py() if runs.num_rows else ""
@@ -77,8 +80,9 @@ def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: 
                 {"split": split, "query_id": q, "metric": metric, "k": int(k) if k else None, "value": v[name]} for q, v in values.items()
             ]
     common = {"run_id": run_id, "method": method}
-    metrics = pa.Table.from_pylist([{**common, **row} for row in summary])
-    query_metrics = pa.Table.from_pylist([{**common, **row} for row in per_query])
+    schema = {name: pa.schema([("method", pa.string()), *row_schema(name)]) for name in ("metrics", "query_metrics")}
+    metrics = pa.Table.from_pylist([{**common, **row} for row in summary], schema["metrics"])
+    query_metrics = pa.Table.from_pylist([{**common, **row} for row in per_query], schema["query_metrics"])
     return metrics, query_metrics
 
 

@@ -7,6 +7,8 @@ the queries being evaluated. ``alpha_corpus`` moves the alpha search to another 
 A.3 does (alpha tuned once on BIRD, fixed everywhere). Candidates come from the same base retriever
 and proximity graph the ``graph_rerank`` operator uses, so tuning sees exactly what evaluation will.
 Only the networks asked for are trained (``networks``; by default those the declared methods use).
+A corpus with no training queries of its own and none declared (a user's own documents) gets
+``DEFAULT_ALPHA`` and ``Untrained`` networks: its GAT / MLP methods rank by GCS, and say so.
 
 Corpora that learn from the same queries with the same config get the same rankers: the artefact
 carries a fingerprint of its inputs, and an equal one already in the lake is copied, not retrained.
@@ -30,11 +32,15 @@ from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, asset_written_at, index_kind
 from graphlake.retrieval.methods import Methods, load_methods, needs
 from graphlake.retrieval.operators.graph import GraphRerank
-from graphlake.retrieval.training import alpha_queries, held_out, training_queries
+from graphlake.retrieval.training import Untrained, alpha_queries, held_out, training_queries
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
+# GraphER gives no default alpha: it grid-searches it once on BIRD's training queries and fixes it for
+# every corpus (A.3). These are the values that search picks here (benchmarks/results/graph_methods.md),
+# the default for a corpus with nothing to tune on.
+DEFAULT_ALPHA = {"ppr": 0.8, "gcs": 0.1}
 NETWORKS = ("gat", "mlp")  # the GAT, and its message-passing-free MLP ablation
 DEFAULT_BASE = "grapher_base"
 
@@ -44,23 +50,29 @@ class TunedRankers:
     """What GraphER learns on a training corpus: alpha per propagation ranker, and the trained networks."""
 
     alpha: dict[str, float]
-    models: dict[str, Any] = field(default_factory=dict)  # "gat" / "mlp" -> kernels.graph_rankers.GraphRanker
+    models: dict[str, Any] = field(default_factory=dict)  # "gat" / "mlp" -> kernels.graph_rankers.GraphRanker, or Untrained
     report: dict = field(default_factory=dict)
+    alpha_default: str | None = None  # why alpha is DEFAULT_ALPHA rather than tuned
 
     def save(self, folder: Path) -> None:
         from graphlake.kernels.graph_rankers import save_ranker
 
-        (folder / "rankers.json").write_text(json.dumps({"alpha": self.alpha, "report": self.report}, indent=2), encoding="utf-8")
+        saved = {"alpha": self.alpha, "alpha_default": self.alpha_default, "report": self.report}
+        (folder / "rankers.json").write_text(json.dumps(saved, indent=2), encoding="utf-8")
         for name, model in self.models.items():
-            save_ranker(model, folder / name)
+            if isinstance(model, Untrained):
+                (folder / name).mkdir()
+                model.save(folder / name)
+            else:
+                save_ranker(model, folder / name)
 
     @classmethod
     def load(cls, folder: Path) -> TunedRankers:
         from graphlake.kernels.graph_rankers import load_ranker
 
         saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
-        models = {name: load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
-        return cls(saved["alpha"], models, saved["report"])
+        models = {name: Untrained.load(folder / name) or load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
+        return cls(saved["alpha"], models, saved["report"], saved.get("alpha_default"))
 
 
 def ranking_graph(seed_scores: np.ndarray, query: np.ndarray, nodes: np.ndarray, adjacency: sp.spmatrix, labels: np.ndarray | None = None):
@@ -105,16 +117,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> d
         return {"retrained": False, "same_as": source}
     examples = _examples(lake, train_corpus, split, methods, config.base)
     alpha_examples = examples if (alpha_corpus, alpha_split) == (train_corpus, split) else _examples(lake, alpha_corpus, alpha_split, methods, config.base)
-    alpha, curves = {}, {}
-    for ranker in ("ppr", "gcs"):
-        op = GraphRerank(op="graph_rerank", inputs=[methods[config.base]], ranker=ranker)
-        curves[ranker] = {
-            a: mean_perfect_recall(alpha_examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
-            for a in ALPHAS
-        }
-        alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
-    base_pr = mean_perfect_recall(alpha_examples, lambda e: e["base"].scores, config.metric_k)
-    report = {
+    report: dict[str, Any] = {
         "fingerprint": digest,
         "train_corpus": train_corpus,
         "split": split or "all",
@@ -123,35 +126,55 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> d
         "base": config.base,
         "queries": len(examples),
         "alpha_queries": len(alpha_examples),
-        f"base_pr@{config.metric_k}": base_pr,
-        f"pr@{config.metric_k}_by_alpha": {r: {str(a): v for a, v in c.items()} for r, c in curves.items()},
     }
-    models = {}
-    if networks:
+    summary: dict[str, Any] = {"retrained": True, "train_corpus": train_corpus, "alpha_corpus": alpha_corpus, "queries": len(examples)}
+    notes = []
+    if alpha_examples:
+        alpha, curves = tune_alpha(alpha_examples, methods, config)
+        alpha_default = None
+        base_pr = mean_perfect_recall(alpha_examples, lambda e: e["base"].scores, config.metric_k)
+        summary |= {f"{r}_pr@{config.metric_k}": round(v, 4) for r, v in (("base", base_pr), *((r, curves[r][alpha[r]]) for r in ("ppr", "gcs")))}
+        report[f"base_pr@{config.metric_k}"] = base_pr
+        report[f"pr@{config.metric_k}_by_alpha"] = {r: {str(a): v for a, v in c.items()} for r, c in curves.items()}
+    else:
+        alpha = dict(DEFAULT_ALPHA)
+        alpha_default = f"{_nothing_to_learn(alpha_corpus, alpha_split)}; GraphER's alpha fixed from BIRD train, ppr {alpha['ppr']}, gcs {alpha['gcs']}"
+        notes.append(f"alpha untuned: {alpha_default}")
+    summary |= {"alpha_ppr": alpha["ppr"], "alpha_gcs": alpha["gcs"]}
+    models: dict[str, Any] = {}
+    if networks and examples:
         models, report["networks"] = train_networks(examples, alpha["gcs"], config, networks)
-    lake.write_artifact("graph_rankers", {"corpus": corpus}, TunedRankers(alpha, models, report).save)
-    return {
-        "retrained": True,
-        "train_corpus": train_corpus,
-        "alpha_corpus": alpha_corpus,
-        "queries": len(examples),
-        "networks": ", ".join(networks) or "none",
-        "alpha_ppr": alpha["ppr"],
-        "alpha_gcs": alpha["gcs"],
-        f"base_pr@{config.metric_k}": round(base_pr, 4),
-        f"ppr_pr@{config.metric_k}": round(curves["ppr"][alpha["ppr"]], 4),
-        f"gcs_pr@{config.metric_k}": round(curves["gcs"][alpha["gcs"]], 4),
-        "seconds": round(time.perf_counter() - started, 1),
-    }
+    elif networks:
+        untrained = Untrained(f"{_nothing_to_learn(train_corpus, split)}; GCS at alpha {alpha['gcs']} ranks in its place")
+        models = {name: untrained for name in networks}
+        notes.append(f"{' and '.join(networks)} not trained: {untrained.reason}")
+    lake.write_artifact("graph_rankers", {"corpus": corpus}, TunedRankers(alpha, models, report, alpha_default).save)
+    summary["networks"] = ", ".join(name for name, model in models.items() if not isinstance(model, Untrained)) or "none"
+    return {**summary, **({"note": "\n".join(notes)} if notes else {}), "seconds": round(time.perf_counter() - started, 1)}
+
+
+def tune_alpha(examples: list[dict], methods: Methods, config: Any) -> tuple[dict[str, float], dict[str, dict[float, float]]]:
+    """GraphER A.3: per propagation ranker, the alpha of the grid with the best mean PR@k (ties: the smaller)."""
+    alpha, curves = {}, {}
+    for ranker in ("ppr", "gcs"):
+        op = GraphRerank(op="graph_rerank", inputs=[methods[config.base]], ranker=ranker)
+        curves[ranker] = {
+            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
+            for a in ALPHAS
+        }
+        alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
+    return alpha, curves
+
+
+def _nothing_to_learn(corpus: str, split: str | None) -> str:
+    return f"corpus {corpus!r} has no {split + '-split ' if split else ''}queries with gold"
 
 
 def _examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
+    """The training examples; none only for the corpus's own train split (a declared training corpus must have queries)."""
     examples = candidate_examples(lake, corpus, split, methods, base)
-    if not examples:
-        raise StorageError(
-            f"corpus {corpus!r} has no {split + ' ' if split else ''}queries with gold to tune graph rankers on; "
-            f"name a training corpus (graphlake ingest ... --train-corpus NAME, or train_corpus: in corpora.yaml)"
-        )
+    if not examples and split is None:
+        raise StorageError(f"{_nothing_to_learn(corpus, split)} to tune graph rankers on, though it is declared a training corpus; ingest its queries")
     return examples
 
 

@@ -139,6 +139,7 @@ class LakeIndexes:
     def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
         self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
         self._loaded: dict[Any, Any] = {}
+        self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
         self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
 
     def get(self, name: str) -> Any:
@@ -149,6 +150,9 @@ class LakeIndexes:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
             self._loaded[name] = kind.load(self)
         return self._loaded[name]
+
+    def note(self, text: str) -> None:
+        self.notes.setdefault(text)
 
     def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """A structure derived from the indexes, computed once per key."""
@@ -349,8 +353,10 @@ def _graph_rankers(indexes: LakeIndexes):
 
 def _reranker(indexes: LakeIndexes):
     from graphlake.kernels.cross_encoder import CrossEncoder
+    from graphlake.retrieval.training import Untrained
 
-    return CrossEncoder.load(indexes.lake.artifact("reranker", {}))
+    folder = indexes.lake.artifact("reranker", {})
+    return Untrained.load(folder) or CrossEncoder.load(folder)
 
 
 def _graph_ranker_sources(home: Path, corpus: str) -> list[str]:

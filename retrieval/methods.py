@@ -248,11 +248,13 @@ def run_method(
     summary = {"queries": len(latencies), **summary}
     if indexes.pair_cache:
         summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
-    return table, summary
+    notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(indexes.notes)
+    return table, summary | ({"note": "\n".join(notes)} if notes else {})
 
 
-def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float]:
-    """One ad-hoc query: hits with node id, score, title and text, and the search time in ms."""
+def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float, list[str]]:
+    """One ad-hoc query: hits with node id, score, title and text, the search time in ms, and the
+    notes of operators that ranked by a default (an untrained model)."""
     from graphlake.retrieval.indexes import LakeIndexes
     from graphlake.warehouse.storage import Lake
 
@@ -267,4 +269,4 @@ def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[lis
         {"node_id": indexes.node_ids[row], "score": float(score), "title": titles[indexes.doc_ids()[row]], "text": texts[row].as_py()}
         for row, score in zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True)
     ]
-    return hits, latency
+    return hits, latency, list(indexes.notes)

@@ -11,7 +11,9 @@ reranking their dense top ``validation_depth``, and the report sets that against
 the same queries.
 
 Training is skipped when the training queries, their corpora's nodes and the config are those the
-current model was trained on, so reindexing a corpus does not retrain for nothing.
+current model was trained on, so reindexing a corpus does not retrain for nothing. A lake with fewer
+than two training queries stores an ``Untrained`` marker instead: the methods that rerank with the
+model then return their first-stage ranking, and say so.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from graphlake.kernels.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, index_assets, index_kind
 from graphlake.retrieval.methods import Methods, load_methods, needs
-from graphlake.retrieval.training import TRAIN_SPLIT, has_train_queries, held_out
+from graphlake.retrieval.training import TRAIN_SPLIT, Untrained, has_train_queries, held_out
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
@@ -55,7 +57,11 @@ def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
     corpora = config.corpora or [name for name in CorpusRegistry(store.home).all() if has_train_queries(store, name)]
     queries = training_queries(store, corpora, config.max_queries_per_corpus, config.seed)
     if len(queries) < 2:
-        raise StorageError(f"reranker: need at least 2 train-split queries with gold in {corpora}, found {len(queries)}")
+        untrained = Untrained(
+            f"the lake has {len(queries)} train-split queries with gold ({', '.join(corpora) or 'no corpus has any'}); the cross-encoder needs 2 or more"
+        )
+        store.write_artifact("reranker", {}, untrained.save)
+        return {"retrained": False, "note": f"not trained: {untrained.reason}; the methods that rerank with it return their first-stage ranking"}
     digest = _fingerprint(store, queries, config)
     current = reranker_report(store)
     if current and current.get("fingerprint") == digest:

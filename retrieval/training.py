@@ -1,8 +1,11 @@
 """What the learned indexes (the cross-encoder reranker, GraphER's graph rankers) share: which corpora
-teach them, and the seeded share of training queries they hold out to choose a model on."""
+teach them, the seeded share of training queries they hold out to choose a model on, and what they
+store when there is nothing to learn from."""
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -11,6 +14,25 @@ from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
 
 TRAIN_SPLIT = "train"
+UNTRAINED_FILE = "untrained.json"
+
+
+@dataclass(frozen=True)
+class Untrained:
+    """A learned index its asset had no training queries for (a user's own corpus, a lake without
+    any): stored in its place, so the methods that read it fall back to a documented default and say
+    why, and the asset is not retried on every query."""
+
+    reason: str
+
+    def save(self, folder: Path) -> None:
+        (folder / UNTRAINED_FILE).write_text(json.dumps({"reason": self.reason}), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> Untrained | None:
+        """The marker in ``folder``, None when the folder holds a trained index."""
+        path = folder / UNTRAINED_FILE
+        return cls(json.loads(path.read_text(encoding="utf-8"))["reason"]) if path.is_file() else None
 
 
 def held_out(count: int, share: float, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from dagster import DagsterInstance
+from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
@@ -65,3 +65,84 @@ def test_forget_removes_every_trace_of_a_corpus(lake, tmp_path):
     with Catalog(lake).reader() as con:
         assert con.execute("SELECT count(*) FROM nodes WHERE corpus = 'mine'").fetchall() == [(0,)]
     assert invoke("forget", "mine", "--yes").exit_code == 1  # gone: nothing left to forget
+
+
+NOTES = {
+    "alpha": "has no train-split queries with gold; GraphER's alpha fixed from BIRD train, ppr 0.8, gcs 0.1",
+    "networks": "gat and mlp not trained",
+    "cross-encoder": "no trained cross-encoder: the lake has 0 train-split queries",
+}
+
+
+def write_notes(folder: Path) -> Path:
+    """A newcomer's own Markdown notes: a heading, paragraphs, no queries."""
+    folder.mkdir()
+    topics = [
+        ("Kelp survey", "kelp forests shrank near the headland after the marine heatwave"),
+        ("Otter census", "sea otters returned to the estuary and ate the urchins"),
+        ("Sled log", "the BenthoCam sled filmed the seabed from the vessel Aurora"),
+        ("Buoy notes", "the buoy logged warmer water and stronger swell in March"),
+    ]
+    for number, (title, finding) in enumerate(topics):
+        (folder / f"note{number}.md").write_text(f"# {title}\n\nField note by Dr. Lena Park. In Monterey Bay {finding}.\n\n## Next\n\nRepeat the {title.lower()} in spring.\n")
+    return folder
+
+
+def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake, tmp_path):
+    from graphlake.retrieval.methods import load_methods
+
+    docs = tmp_path / "docs.jsonl"
+    lines = [json.dumps({"id": f"d{i}", "title": t, "text": f"{t} were seen off the coast by the survey team."}) for i, t in enumerate(["Whales", "Seals", "Crabs"])]
+    docs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    assert invoke("ingest", "files", str(write_notes(tmp_path / "notes")), "--corpus", "mine").exit_code == 0
+    assert invoke("ingest", "jsonl", str(docs), "--corpus", "plain").exit_code == 0
+    for corpus in ("mine", "plain"):
+        built = invoke("materialize", "--corpus", corpus)
+        assert built.exit_code == 0, built.stderr
+        assert "nothing to evaluate" in built.stderr and all(note in built.stderr for note in NOTES.values()), built.stderr
+        with Catalog(lake).reader() as con:  # every edge kind the corpus has, its vectors, and typed empty metrics
+            assert con.execute("SELECT count(*) FROM metrics WHERE corpus = ?", [corpus]).fetchall() == [(0,)]
+            assert con.execute("SELECT count(DISTINCT model) FROM vectors WHERE corpus = ?", [corpus]).fetchall() == [(2,)]
+            assert con.execute("SELECT count(*) FROM edges WHERE corpus = ? AND kind = 'semantic'", [corpus]).fetchall()[0][0] > 0
+    with DagsterInstance.get() as instance:
+        evaluated = instance.get_latest_materialization_event(AssetKey("metrics_bm25")).asset_materialization.metadata
+        assert "has no queries with gold" in evaluated["note"].value
+
+    methods = load_methods(lake)
+    for corpus, question, best in (("mine", "Who filmed the seabed?", "note2.md#0"), ("plain", "Were crabs seen?", "d2#0")):
+        hits, notes = {}, {}
+        for name in methods:
+            result = invoke("query", "--corpus", corpus, "--method", name, "--top", "3", "--json", question)
+            assert result.exit_code == 0, (name, result.stderr)
+            answer = json.loads(result.stdout)
+            hits[name], notes[name] = [hit["node_id"] for hit in answer["hits"]], answer["notes"]
+            assert [hit["rank"] for hit in answer["hits"]] == list(range(1, len(hits[name]) + 1)) and hits[name], name
+        # each stand-in is what the notes say it is, and only those methods carry notes
+        assert hits["grapher_gat"] == hits["grapher_mlp"] == hits["grapher_gcs"]
+        assert hits["re2"] == hits["gar"] == hits["vector"] and hits["fastinsight"] == hits["dense"][: len(hits["fastinsight"])]
+        assert all(any(NOTES["cross-encoder"] in note for note in notes[name]) for name in ("re2", "gar", "fastinsight"))
+        assert any("no gat for corpus" in note for note in notes["grapher_gat"])
+        assert {name for name, said in notes.items() if said} == {"re2", "gar", "fastinsight", *(f"grapher_{r}" for r in ("ppr", "gcs", "gat", "mlp"))}
+        assert hits["bm25"][0] == best, hits["bm25"]
+    assert "no queries to evaluate on" in invoke("eval", "--corpus", "mine").stderr
+    # a declared training corpus without queries is a mistake to name, not a default to stand in
+    assert invoke("ingest", "jsonl", str(docs), "--corpus", "taught", "--alpha-corpus", "plain").exit_code == 0
+    refused = invoke("materialize", "--corpus", "taught", "--select", "key:graph_rankers")
+    assert refused.exit_code == 1 and "corpus 'plain' has no queries with gold to tune graph rankers on" in refused.stderr, refused.stderr
+
+
+def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(demo_copy, tmp_path):
+    from graphlake.retrieval.graph_rankers import TunedRankers
+    from graphlake.retrieval.training import Untrained
+    from graphlake.warehouse.storage import Lake
+
+    notes = write_notes(tmp_path / "notes")
+    assert invoke("ingest", "files", str(notes), "--corpus", "mine", "--alpha-corpus", "demo").exit_code == 0
+    tuned = invoke("materialize", "--corpus", "mine", "--select", "key:graph_rankers")
+    assert tuned.exit_code == 0 and NOTES["networks"] in tuned.stderr and "alpha untuned" not in tuned.stderr, tuned.stderr
+    rankers = TunedRankers.load(Lake(demo_copy).artifact("graph_rankers", {"corpus": "mine"}))
+    assert rankers.alpha_default is None and rankers.report["alpha_corpus"] == "demo" and rankers.report["alpha_queries"] > 0
+    assert all(isinstance(rankers.models[name], Untrained) for name in ("gat", "mlp"))
+    # the lake's cross-encoder, trained on the demo's train split, serves the new corpus as it is
+    answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--json", "Who filmed the seabed?").stdout)
+    assert answer["hits"] and answer["notes"] == []

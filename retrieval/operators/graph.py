@@ -122,7 +122,8 @@ class GraphRerank(Op):
     ``proximity: auto`` takes the corpus format's (structural for tables, conceptual for multi-hop
     passages, contextual for chunked documents). ``alpha`` unset: the value grid-searched on the
     training corpus (the ``graph_rankers`` asset), as GraphER tunes it; ``gat``/``mlp`` always use
-    the trained networks, fed the GCS scores at the tuned alpha.
+    the trained networks, fed the GCS scores at the tuned alpha. Without training queries, alpha is
+    GraphER's fixed default and GCS ranks in place of an untrained network; both are noted.
     """
 
     op: Literal["graph_rerank"]
@@ -151,22 +152,34 @@ class GraphRerank(Op):
         """New scores for the candidates, in their order; ``alpha`` overrides for tuning."""
         seeds = np.asarray(base.scores, dtype=np.float64)
         if self.ranker == "ppr":
-            alpha = alpha or self.alpha or indexes.get("graph_rankers").alpha["ppr"]
+            alpha = alpha or self.alpha or self.tuned_alpha("ppr", indexes)
             positive = np.maximum(seeds - seeds.min(), 0) + 1e-12  # PPR needs a distribution
             scores, _ = ppr_power(Walk.from_adjacency(adjacency), positive, alpha, tol=1e-9, max_iter=1000)
             return scores
-        alpha = alpha or self.alpha or indexes.get("graph_rankers").alpha["gcs"]
+        alpha = alpha or self.alpha or self.tuned_alpha("gcs", indexes)
         smoothed, _ = gcs(adjacency, seeds, alpha, tol=1e-9)
         if self.ranker == "gcs":
             return smoothed
         from graphlake.kernels.graph_rankers import score
         from graphlake.retrieval.graph_rankers import ranking_graph
+        from graphlake.retrieval.training import Untrained
 
         model = indexes.get("graph_rankers").models.get(self.ranker)
         if model is None:
             raise MethodError(f"graph_rerank: no trained {self.ranker} ranker; materialize graph_rankers")
+        if isinstance(model, Untrained):
+            indexes.note(f"graph_rerank: no {self.ranker} for corpus {indexes.corpus!r}: {model.reason}")
+            return smoothed
         graph = ranking_graph(smoothed, indexes.encode_dense(query), indexes.get("dense")[base.rows], adjacency)
         return score(model, graph)
+
+    @staticmethod
+    def tuned_alpha(ranker: str, indexes: LakeIndexes) -> float:
+        """The alpha ``graph_rankers`` holds for the ranker; noted when it is the untuned default."""
+        rankers = indexes.get("graph_rankers")
+        if rankers.alpha_default:
+            indexes.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
+        return rankers.alpha[ranker]
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         base, adjacency = self.candidate_graph(query, indexes)

@@ -4,7 +4,8 @@ All three use the project's trained cross-encoder (the ``reranker`` index) on ``
 each node, the text the other indexes see. A node's [CLS] vector is computed once per query: GAR
 and FastInsight re-rank the growing set every batch, and only the new nodes are encoded. Nothing is
 kept across queries or methods, so a run's latency is what the method costs, unless the run reuses
-the lake's pair cache (``graphlake eval --reuse-pairs``, for sweeps).
+the lake's pair cache (``graphlake eval --reuse-pairs``, for sweeps). In a lake with no training
+queries the cross-encoder is ``Untrained``: each method returns its first-stage ranking, noted.
 
 ``graph: auto`` takes the corpus's graph for these methods (``CorpusSpec.corpus_graph``: citations
 for the demo, semantic kNN + shared entities for BEIR sets, shared entities for multi-hop passages).
@@ -14,11 +15,13 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
+import numpy as np
 from pydantic import Field
 
 from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
 from graphlake.retrieval.indexes import CORPUS_GRAPH, LakeIndexes, corpus_graph, graph_indexes
 from graphlake.retrieval.methods import Candidates, Input, Op, ranked, register, run_inputs
+from graphlake.retrieval.training import Untrained
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
@@ -26,6 +29,14 @@ EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextu
 def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
     return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.get("reranker").head)
+
+
+def _untrained(indexes: LakeIndexes, instead: str) -> bool:
+    """Whether the lake holds no trained cross-encoder (no training queries anywhere); noted, with what ranks ``instead``."""
+    model = indexes.get("reranker")
+    if isinstance(model, Untrained):
+        indexes.note(f"no trained cross-encoder: {model.reason}; {instead}")
+    return isinstance(model, Untrained)
 
 
 @register
@@ -41,8 +52,8 @@ class CrossEncoderRerank(Op):
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         (base,) = run_inputs(self, query, indexes)
         rows = base.rows[: self.depth]
-        if len(rows) == 0:
-            return base
+        if len(rows) == 0 or _untrained(indexes, "cross_encoder returns its input's ranking"):
+            return base.top(self.k)
         return ranked(rows, _scorer(query, indexes).scores(rows), self.k)
 
 
@@ -71,6 +82,8 @@ class GAR(GraphBudgeted):
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         (initial,) = run_inputs(self, query, indexes)
+        if _untrained(indexes, "gar returns its input's ranking"):
+            return initial.top(self.k)
         graph, _ = self.corpus_graph(indexes)
         rows, scores = gar(initial.rows, graph, _scorer(query, indexes), self.batch, self.budget)
         return Candidates(rows[: self.k], scores[: self.k])
@@ -86,9 +99,13 @@ class FastInsight(GraphBudgeted):
     beta: float = Field(1.0, ge=0)
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        vector = indexes.encode_dense(query)
+        if _untrained(indexes, "fastinsight returns its first stage, the dense ranking"):
+            scores = indexes.get("dense") @ vector
+            return ranked(np.arange(len(scores)), scores, self.k)
         graph, degrees = self.corpus_graph(indexes)
         rows, scores = fastinsight(
-            indexes.encode_dense(query),
+            vector,
             indexes.get("dense"),
             graph,
             degrees,
