@@ -11,6 +11,7 @@ from pathlib import Path
 
 import bm25s
 import numpy as np
+import scipy.sparse as sp
 import Stemmer
 from bm25s.tokenization import Tokenizer
 
@@ -39,6 +40,23 @@ class BM25Index:
         k = min(k, self.retriever.scores["num_docs"])
         rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0)
         return scores, rows
+
+    def weights(self) -> sp.csr_matrix:
+        """The per-document BM25 weight of every token, ``(docs, vocabulary)``: a query's score is the
+        inner product of its token counts (``token_counts``) with a row, as Lucene's formula sums it."""
+        scores = self.retriever.scores
+        shape = (scores["num_docs"], len(scores["indptr"]) - 1)
+        return sp.csc_matrix((scores["data"], scores["indices"], scores["indptr"]), shape=shape, dtype=np.float32).tocsr()
+
+    def token_counts(self, texts: list[str]) -> sp.csr_matrix:
+        """How often each vocabulary token occurs in each text (unknown words dropped), ``(texts, vocabulary)``."""
+        ids = self.tokenizer.tokenize(texts, update_vocab=False, show_progress=False, return_as="ids")
+        rows = np.repeat(np.arange(len(ids)), [len(t) for t in ids])
+        columns = np.fromiter((token for tokens in ids for token in tokens), dtype=np.int64, count=len(rows))
+        shape = (len(texts), len(self.retriever.scores["indptr"]) - 1)
+        counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, columns)), shape=shape)
+        counts.sum_duplicates()
+        return counts
 
     def save(self, folder: Path) -> None:
         self.retriever.save(str(folder), show_progress=False)

@@ -6,6 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
 from graphlake.assets.graph_rankers import graph_rankers
+from graphlake.assets.hybrid_index import hybrid_graph_index
 from graphlake.assets.reranker import reranker
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.report import report_asset
@@ -22,6 +23,7 @@ STATIC_ASSETS = [
     vectors.splade_vectors,
     vectors.bm25_index,
     vectors.dense_hnsw_index,
+    hybrid_graph_index,
     *entities.ASSETS,
     *entity_edges.ASSETS,
     *link_edges.ASSETS,

@@ -345,6 +345,19 @@ class EntityEdges:
         return [aliases.get(norm, norm) for norm in norms if norm]
 
 
+def hybrid_vectors(indexes: LakeIndexes):
+    """Allan-Poe's stored side: the corpus's dense, SPLADE and BM25-weight rows, in node order."""
+    from graphlake.kernels.hybrid_vectors import HybridVectors
+
+    return indexes.memo(("hybrid_vectors",), lambda: HybridVectors.of(indexes.get("dense"), indexes.get("splade"), indexes.get("bm25").weights()))
+
+
+def _hybrid_graph(indexes: LakeIndexes):
+    from graphlake.kernels.hybrid_graph import HybridGraph, Searcher
+
+    return Searcher(HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes))
+
+
 def _graph_rankers(indexes: LakeIndexes):
     from graphlake.retrieval.graph_rankers import TunedRankers
 
@@ -413,6 +426,7 @@ for _kind in (
         part_config=lambda parts: {"networks": sorted(parts)},
     ),
     IndexKind("reranker", ("reranker",), Stored(artifact="reranker", lake_wide=True), _reranker, sources=_reranker_sources, reads=_reranker_reads),
+    IndexKind("hybrid_graph", ("hybrid_graph_index",), Stored(artifact="hybrid_graph"), _hybrid_graph),
     # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
     IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),
 ):

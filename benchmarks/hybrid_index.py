@@ -1,0 +1,193 @@
+"""Allan-Poe's hybrid graph index on the lake's real sets: quality, recall–QPS, build time and bytes.
+
+For each set: the `eval` table of the Allan-Poe methods next to the single paths and `rrf` (nDCG@10
+with a paired bootstrap CI against `rrf`); then, on the evaluated queries with their three vectors
+encoded once (encoding is excluded and reported apart), recall@10 against exact fusion and queries
+per second, one query at a time and one thread everywhere, methods interleaved query by query, the
+median of three passes: `ap_*` over the candidate pool L, faiss HNSW over efSearch (dense only,
+against exact dense), `multipath` over its depth, and `fused_exact`. Build time of the hybrid graph
+against faiss HNSW (dense only) and bytes against HNSW, the BM25 index and the SPLADE matrix.
+
+Run from the repo root: ``.venv/bin/python benchmarks/hybrid_index.py [--sets scifact,2wiki-dev]``
+(GRAPHLAKE_HOME is the lake; sets missing from it are ingested and built first).
+"""
+
+from __future__ import annotations
+
+import os
+
+for _pool in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
+    os.environ[_pool] = "1"
+
+import json
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+import scipy.sparse as sp
+from common import EVALUATED, INGEST, arguments, graphlake, header, table
+
+from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, build
+from graphlake.kernels.hybrid_vectors import Queries
+from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.storage import Lake
+
+QUALITY = ["bm25", "dense", "splade", "rrf", "ap_dense", "ap_sparse", "ap_full", "ap_two", "ap_three", "fused_three", "multipath_three"]
+POOLS = (16, 32, 64, 128, 256, 512)
+EF_SEARCH = (16, 32, 64, 128, 256, 512)
+DEPTHS = (10, 20, 50, 100)
+WEIGHTINGS = {"1/1/1": (1, 1, 1), "1/0/0": (1, 0, 0), "0/1/0": (0, 1, 0), "0/0/1": (0, 0, 1), "0.7/0.3/0": (0.7, 0.3, 0), "0.2/0.8/0": (0.2, 0.8, 0)}
+PASSES = 3
+
+
+def prepare(corpus: str, datasets: Path) -> None:
+    if corpus not in CorpusRegistry(lake_home()).all():
+        fmt, relative = INGEST[corpus]
+        graphlake("ingest", fmt, str(datasets / relative), "--corpus", corpus)
+
+
+def quality(corpus: str, split: str) -> list[str]:
+    """nDCG@10 and recall@10 of every method, and the paired difference to rrf with its 95 % CI."""
+    report = json.loads(graphlake("eval", "--corpus", corpus, "--split", split, "--methods", ",".join(QUALITY), "--json"))
+    lines = table(f"{corpus} / {split}: quality, {len(report)} methods", ["method", "nDCG@10", "R@10", "Δ nDCG@10 vs rrf [95 % CI]", "p50 ms"])
+    for row in report:
+        if row["method"] == "rrf":
+            delta = "—"
+        else:
+            compared = json.loads(graphlake("compare", "--corpus", corpus, "--split", split, "--baseline", "rrf", "--method", row["method"], "--metric", "ndcg@10", "--json"))
+            delta = f"{compared['difference']:+.4f} [{compared['low']:+.4f}, {compared['high']:+.4f}]"
+        metrics = row["metrics"]
+        lines.append(f"| {row['method']} | {metrics['ndcg@10']:.4f} | {metrics['recall@10']:.4f} | {delta} | {row['latency_ms']['p50']:.1f} |")
+    return lines
+
+
+def encoded(indexes: LakeIndexes, texts: list[str]) -> tuple[Queries, float]:
+    """The queries on the three paths, and the encoding's milliseconds per query."""
+    from graphlake.kernels import encoders
+
+    started = time.perf_counter()
+    queries = Queries(encoders.encode_dense(texts), sp.csr_matrix(encoders.encode_splade(texts)), indexes.get("bm25").token_counts(texts))
+    return queries, (time.perf_counter() - started) * 1000 / len(texts)
+
+
+def recall(found: np.ndarray, truth: np.ndarray) -> float:
+    return len(set(found.tolist()) & set(truth.tolist())) / max(1, len(truth))
+
+
+def timed(runs: dict[str, callable], count: int) -> dict[str, tuple[float, list]]:
+    """Per configuration: the median over passes of its queries per second, and its results; configurations interleaved per query."""
+    seconds = {name: [] for name in runs}
+    results = {name: [None] * count for name in runs}
+    for _ in range(PASSES):
+        spent = dict.fromkeys(runs, 0.0)
+        for i in range(count):
+            for name, run in runs.items():
+                started = time.perf_counter()
+                results[name][i] = run(i)
+                spent[name] += time.perf_counter() - started
+        for name in runs:
+            seconds[name].append(spent[name])
+    return {name: (count / float(np.median(seconds[name])), results[name]) for name in runs}
+
+
+def speed(corpus: str, split: str) -> list[str]:
+    lake = Lake(lake_home())
+    indexes = LakeIndexes(lake, corpus)
+    texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
+    queries, encode_ms = encoded(indexes, texts)
+    searcher: Searcher = indexes.get("hybrid_graph")
+    vectors = hybrid_vectors(indexes)
+    lines = ["", f"Encoding the {len(texts)} queries (dense + SPLADE + BM25 tokens): {encode_ms:.1f} ms per query, excluded below."]
+    lines += table(f"{corpus}: recall@10 against exact fusion, queries per second (1 thread)", ["weights", "system", "parameter", "recall@10", "QPS"])
+    for label, weights in WEIGHTINGS.items():
+        scaled = np.asarray(weights, dtype=np.float64) * searcher.graph.scales
+        truth = [np.argsort(-vectors.fused(queries.take([i]), scaled)[0], kind="stable")[:10] for i in range(len(texts))]
+        runs = {f"ap L={pool}": (lambda i, pool=pool: searcher.search(queries.take([i]), scaled, pool, 10)[0]) for pool in POOLS}
+        runs["fused_exact"] = lambda i: np.argsort(-vectors.fused(queries.take([i]), scaled)[0], kind="stable")[:10]
+        if weights == (1, 1, 1):
+            runs |= {f"multipath depth={d}": (lambda i, d=d: multipath(indexes, vectors, queries.take([i]), scaled, d)) for d in DEPTHS}
+        for name, (qps, found) in timed(runs, len(texts)).items():
+            system, _, parameter = name.partition(" ")
+            lines.append(f"| {label} | {system} | {parameter} | {np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]):.4f} | {qps:,.0f} |")
+    hnsw = indexes.get("dense_hnsw")
+    truth = [np.argsort(-(vectors.dense @ queries.dense[i]), kind="stable")[:10] for i in range(len(texts))]
+
+    def faiss_search(i: int, ef: int) -> np.ndarray:
+        hnsw.hnsw.efSearch = ef
+        return hnsw.search(queries.dense[i : i + 1], 10)[1][0]
+
+    runs = {f"faiss-hnsw efSearch={ef}": (lambda i, ef=ef: faiss_search(i, ef)) for ef in EF_SEARCH}
+    scaled = np.array([1.0, 0, 0]) * searcher.graph.scales
+    runs |= {f"ap_dense L={pool}": (lambda i, pool=pool: searcher.search(queries.take([i]), scaled, pool, 10)[0]) for pool in POOLS}
+    lines += table(f"{corpus}: dense only, recall@10 against exact dense (1 thread)", ["system", "parameter", "recall@10", "QPS"])
+    for name, (qps, found) in timed(runs, len(texts)).items():
+        system, _, parameter = name.partition(" ")
+        lines.append(f"| {system} | {parameter} | {np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]):.4f} | {qps:,.0f} |")
+    return lines + build_and_bytes(corpus, indexes, vectors)
+
+
+def multipath(indexes: LakeIndexes, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
+    """Separate-then-fuse with the query encoded once: each path's own top ``depth``, summed with the weights."""
+    hnsw = indexes.get("dense_hnsw")
+    hnsw.hnsw.efSearch = max(128, depth)
+    fused: dict[int, float] = {}
+    scores, rows = hnsw.search(query.dense, depth)
+    paths = [(rows[0], scores[0])]
+    for stored, asked in ((vectors.sparse, query.sparse), (vectors.lexical, query.lexical)):
+        values = (stored @ asked.T).toarray().ravel()
+        top = np.argpartition(-values, min(depth, len(values) - 1))[:depth]
+        paths.append((top[values[top] > 0], values[top[values[top] > 0]]))
+    for weight, (rows_, values) in zip(scaled, paths, strict=True):
+        for row, value in zip(rows_.tolist(), values.tolist(), strict=True):
+            if row >= 0:
+                fused[row] = fused.get(row, 0.0) + weight * value
+    return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
+
+
+def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(indexes.texts()))
+    started = time.perf_counter()
+    graph = build(vectors, nodes, BuildConfig())
+    hybrid_seconds = time.perf_counter() - started
+    started = time.perf_counter()
+    hnsw = faiss.IndexHNSWFlat(vectors.dense.shape[1], 32, faiss.METRIC_INNER_PRODUCT)
+    hnsw.hnsw.efConstruction = 200
+    hnsw.add(vectors.dense)
+    hnsw_seconds = time.perf_counter() - started
+    lake = Lake(lake_home())
+    folder_bytes = lambda name: sum(p.stat().st_size for p in lake.artifact(name, {"corpus": corpus}).iterdir())  # noqa: E731
+    splade = indexes.get("splade")
+    n = len(vectors)
+    lines = table(f"{corpus}: build (1 thread) and size, {n:,} nodes", ["what", "seconds", "bytes", "bytes per node"])
+    steps = ", ".join(f"{step} {value:.1f} s" for step, value in graph.build["seconds"].items())
+    lines.append(f"| hybrid graph ({steps}) | {hybrid_seconds:.1f} | {sum(graph.edge_bytes().values()):,} | {sum(graph.edge_bytes().values()) / n:.0f} |")
+    lines += [f"| · {kind} edges | | {size:,} | {size / n:.0f} |" for kind, size in graph.edge_bytes().items()]
+    lines.append(f"| faiss HNSW (M 32, efC 200, dense only, vectors included) | {hnsw_seconds:.1f} | {folder_bytes('dense_hnsw'):,} | {folder_bytes('dense_hnsw') / n:.0f} |")
+    lines.append(f"| BM25 index (bm25s folder) | | {folder_bytes('bm25'):,} | {folder_bytes('bm25') / n:.0f} |")
+    size = splade.data.nbytes + splade.indices.nbytes + splade.indptr.nbytes
+    lines.append(f"| SPLADE matrix (CSC) | | {size:,} | {size / n:.0f} |")
+    return lines
+
+
+def main() -> None:
+    args = arguments(__doc__.splitlines()[0], "hybrid_index.md", lambda p: p.add_argument("--sets", default="scifact"))
+    command = ".venv/bin/python benchmarks/hybrid_index.py " + shlex.join(sys.argv[1:])
+    lines = header("Allan-Poe's hybrid graph index (CPU)", command)
+    lines += ["- threads: 1 (OMP, BLAS, numba, faiss); timings interleaved query by query, median of 3 passes", f"- lake: GRAPHLAKE_HOME, datasets: {args.datasets}"]
+    for corpus in args.sets.split(","):
+        split = EVALUATED[corpus]
+        prepare(corpus, args.datasets)
+        lines += quality(corpus, split)
+        lines += speed(corpus, split)
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    faiss.omp_set_num_threads(1)
+    main()

@@ -1,0 +1,439 @@
+"""Allan-Poe's hybrid graph index (§4, Algorithms 1 and 2), CPU path: one fixed-degree proximity graph
+over the fused vectors (``kernels/hybrid_vectors.py``) that serves any path weights at query time.
+
+Build: the k-NN graph under the calibrated fused inner product (exact, blocked), then per node the
+rank-based RNG detour counts (CAGRA) and the IP pruning of Algorithm 1, recycling pruned neighbours
+that carry a keyword no kept neighbour shares (§3.3) as keyword edges, then the edge layout: d/4
+pruned + d/4 reverse + d/2 single-path neighbours (the paper's, §4.1 Step 2) or d/2 pruned + d/2
+reverse (the authors' code, ``layout="code"``). Entry points are the nodes with the largest fused
+self inner product (the paper; the code takes the smallest, ``entry="smallest_norm"``).
+
+Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2 without the
+keyword and knowledge-graph parts), deterministic (ties go to the lower row). Mark-deleted nodes are
+walked through but never returned: the top ``k`` live nodes seen are kept apart from the pool.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from numba import njit
+
+from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+
+FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
+MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
+
+
+@dataclass(frozen=True)
+class BuildConfig:
+    knn_k: int = 64
+    degree: int = 32
+    keyword_degree: int = 8
+    layout: str = "paper"  # paper: d/4 pruned + d/4 reverse + d/2 single-path; code: d/2 pruned + d/2 reverse
+    entry: str = "largest_norm"  # or smallest_norm (the authors' code)
+    entry_points: int = 32
+
+
+@dataclass
+class HybridGraph:
+    """The index arrays: ``semantic (N, d)`` and ``keyword (N, kd)`` int32 (−1 pads), entry rows, the
+    per-path calibration, the mark-deleted bitmap, and what the build measured."""
+
+    semantic: np.ndarray
+    keyword: np.ndarray
+    entry: np.ndarray
+    scales: np.ndarray
+    deleted: np.ndarray
+    build: dict = field(default_factory=dict)
+
+    def save(self, folder: Path) -> None:
+        for name, array in zip(FILES, (self.semantic, self.keyword, self.entry, self.deleted), strict=True):
+            np.save(folder / name, array)
+        (folder / "calibration.json").write_text(json.dumps(dict(zip(("dense", "sparse", "lexical"), self.scales.tolist(), strict=True))), encoding="utf-8")
+        (folder / "build.json").write_text(json.dumps(self.build, indent=2), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> HybridGraph:
+        semantic, keyword, entry, deleted = (np.load(folder / name) for name in FILES)
+        scales = np.array(list(json.loads((folder / "calibration.json").read_text(encoding="utf-8")).values()), dtype=np.float64)
+        return cls(semantic, keyword, entry, scales, deleted, json.loads((folder / "build.json").read_text(encoding="utf-8")))
+
+    def edge_bytes(self) -> dict[str, int]:
+        return {"semantic": int(self.semantic.nbytes), "keyword": int(self.keyword.nbytes)}
+
+
+def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: np.ndarray | None = None) -> HybridGraph:
+    """The index over ``vectors``, whose rows used as queries are ``nodes``; ``scales`` default to the calibration."""
+    seconds: dict[str, float] = {}
+    started = time.perf_counter()
+    scales = vectors.calibration(nodes) if scales is None else np.asarray(scales, dtype=np.float64)
+    seconds["calibrate"] = time.perf_counter() - started
+    n = len(vectors)
+    degree = min(config.degree, max(n - 1, 0))
+    started = time.perf_counter()
+    knn_ids, knn_sims, single = exact_knn(vectors, nodes, scales, min(config.knn_k, max(n - 1, 0)), max(1, config.degree // 2))
+    seconds["knn"] = time.perf_counter() - started
+    started = time.perf_counter()
+    self_ip = self_inner_products(vectors, nodes, scales)
+    pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales))
+    seconds["prune"] = time.perf_counter() - started
+    started = time.perf_counter()
+    rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
+    semantic = _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, config.layout == "code")
+    order = np.argsort(-self_ip if config.entry == "largest_norm" else self_ip, kind="stable")
+    entry = order[: config.entry_points].astype(np.int32)
+    seconds["layout"] = time.perf_counter() - started
+    graph = HybridGraph(semantic, keyword, entry, scales, np.zeros(n, dtype=bool))
+    graph.build = {
+        "nodes": n,
+        "config": config.__dict__,
+        "seconds": {step: round(value, 3) for step, value in seconds.items()},
+        "bytes": graph.edge_bytes(),
+        "keyword_degree_mean": float((keyword >= 0).sum(axis=1).mean()) if n else 0.0,
+    }
+    return graph
+
+
+def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int, single: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every node's ``k`` best other nodes by calibrated fused score (ids, scores; best first, ties by
+    row), and its ``single`` best by each path alone, ``(3, N, single)`` (−1 where a path scores 0)."""
+    n = len(vectors)
+    ids, sims = np.full((n, k), -1, np.int32), np.zeros((n, k), np.float32)
+    paths = np.full((3, n, single), -1, np.int32)
+    block = max(1, min(1024, MAX_BLOCK_BYTES // max(1, 12 * n)))
+    for start in range(0, n, block):
+        rows = np.arange(start, min(n, start + block))
+        scores = vectors.path_scores(nodes.take(rows))
+        scores[:, np.arange(len(rows)), rows] = -np.inf
+        ids[rows], sims[rows] = top_rows(np.tensordot(scales.astype(np.float32), scores, axes=1), k)
+        for path in range(3):
+            best, values = top_rows(scores[path], min(single, max(n - 1, 0)))
+            paths[path, rows, : best.shape[1]] = np.where(values > 0, best, -1)
+    return ids, sims, paths
+
+
+def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the ``k`` best columns (ties: lower column first) and their scores."""
+    if k <= 0:
+        return np.zeros((len(scores), 0), np.int32), np.zeros((len(scores), 0), np.float32)
+    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    values = np.take_along_axis(scores, part, axis=1)
+    order = np.lexsort((part, -values), axis=1)
+    return np.take_along_axis(part, order, axis=1).astype(np.int32), np.take_along_axis(values, order, axis=1).astype(np.float32)
+
+
+def self_inner_products(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> np.ndarray:
+    """Each node's calibrated fused score against itself, ``IP(v, v)`` of the pruning rule."""
+    dense = np.einsum("ij,ij->i", nodes.dense, vectors.dense)
+    sparse = np.asarray(nodes.sparse.multiply(vectors.sparse).sum(axis=1)).ravel()
+    lexical = np.asarray(nodes.lexical.multiply(vectors.lexical).sum(axis=1)).ravel()
+    return (scales[0] * dense + scales[1] * sparse + scales[2] * lexical).astype(np.float32)
+
+
+def _operands(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> tuple:
+    """What the pruning kernel needs to score any (query node, node) pair, and the vocabulary size."""
+    return (
+        vectors.dense,
+        np.float32(scales[0]),
+        vectors.sparse.indptr,
+        vectors.sparse.indices,
+        vectors.sparse.data,
+        np.float32(scales[1]),
+        _sorted(nodes.lexical).indptr,
+        _sorted(nodes.lexical).indices,
+        _sorted(nodes.lexical).data,
+        vectors.lexical.indptr,
+        vectors.lexical.indices,
+        vectors.lexical.data,
+        np.float32(scales[2]),
+        vectors.lexical.shape[1],
+    )
+
+
+def _sorted(matrix):
+    if not matrix.has_sorted_indices:
+        matrix.sort_indices()
+    return matrix
+
+
+@njit(cache=True)
+def _sparse_dot(a_idx, a_val, b_idx, b_val) -> float:
+    total, i, j = 0.0, 0, 0
+    while i < len(a_idx) and j < len(b_idx):
+        if a_idx[i] == b_idx[j]:
+            total += a_val[i] * b_val[j]
+            i += 1
+            j += 1
+        elif a_idx[i] < b_idx[j]:
+            i += 1
+        else:
+            j += 1
+    return total
+
+
+@njit(cache=True)
+def _pair_ip(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
+    """Calibrated fused score of node ``v`` for node ``w`` used as the query."""
+    total = 0.0
+    for t in range(dense.shape[1]):
+        total += dense[w, t] * dense[v, t]
+    total *= scale_d
+    total += scale_s * _sparse_dot(s_idx[s_ptr[w] : s_ptr[w + 1]], s_val[s_ptr[w] : s_ptr[w + 1]], s_idx[s_ptr[v] : s_ptr[v + 1]], s_val[s_ptr[v] : s_ptr[v + 1]])
+    total += scale_f * _sparse_dot(c_idx[c_ptr[w] : c_ptr[w + 1]], c_val[c_ptr[w] : c_ptr[w + 1]], b_idx[b_ptr[v] : b_ptr[v + 1]], b_val[b_ptr[v] : b_ptr[v + 1]])
+    return total
+
+
+@njit(cache=True)
+def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark) -> bool:
+    """§3.3: ``v`` shares with ``a`` a keyword set that no kept neighbour holds entirely."""
+    shared = 0
+    for j in range(b_ptr[v], b_ptr[v + 1]):
+        if mark[b_idx[j]]:  # mark holds K(a)
+            shared += 1
+    if shared == 0:
+        return False
+    for i in range(n_kept):
+        w = kept[i]
+        found = 0
+        # K(a) ∩ K(v) ⊆ K(w): count the tokens of K(w) that are in both
+        p, q = b_ptr[v], b_ptr[w]
+        while p < b_ptr[v + 1] and q < b_ptr[w + 1]:
+            if b_idx[p] == b_idx[q]:
+                if mark[b_idx[p]]:
+                    found += 1
+                p += 1
+                q += 1
+            elif b_idx[p] < b_idx[q]:
+                p += 1
+            else:
+                q += 1
+        if found == shared:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab):
+    """Algorithm 1 lines 5–15 per node: detour counts, then IP pruning with keyword recycling."""
+    n, k = knn_ids.shape
+    pruned = np.full((n, max(degree, 1)), -1, np.int32)
+    kept_n = np.zeros(n, np.int32)
+    keyword = np.full((n, keyword_degree), -1, np.int32)
+    position = np.full(n, -1, np.int32)
+    mark = np.zeros(vocab, np.bool_)
+    for a in range(n):
+        neighbours = knn_ids[a]
+        for r in range(k):
+            position[neighbours[r]] = r
+        detours = np.zeros(k, np.int64)
+        for i in range(k):  # a -> x -> y is a detour when y is in x's list and closer to x than to a
+            x = neighbours[i]
+            for j in range(k):
+                y = knn_ids[x, j]
+                if y >= 0 and y != a:
+                    r = position[y]
+                    if r > i and knn_sims[x, j] > knn_sims[a, r]:
+                        detours[r] += 1
+        for r in range(k):
+            position[neighbours[r]] = -1
+        order = np.argsort(detours, kind="mergesort")  # stable: ties keep the distance rank
+        for j in range(b_ptr[a], b_ptr[a + 1]):
+            mark[b_idx[j]] = True
+        n_kept, n_keyword = 0, 0
+        for r in order:
+            v = neighbours[r]
+            keep = n_kept < degree
+            if keep:
+                for i in range(n_kept):
+                    if _pair_ip(pruned[a, i], v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
+                        keep = False
+                        break
+            if keep:
+                pruned[a, n_kept] = v
+                n_kept += 1
+            elif n_keyword < keyword_degree and _keyword_flag(a, v, pruned[a], n_kept, b_ptr, b_idx, mark):
+                keyword[a, n_keyword] = v
+                n_keyword += 1
+        for j in range(b_ptr[a], b_ptr[a + 1]):
+            mark[b_idx[j]] = False
+        kept_n[a] = n_kept
+    return pruned, kept_n, keyword
+
+
+def reverse_neighbours(pruned: np.ndarray, kept: np.ndarray, knn_ids: np.ndarray, knn_sims: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the nodes that kept each node, best (their score for it) first, ties by row."""
+    n = len(pruned)
+    src = np.repeat(np.arange(n, dtype=np.int32), kept)
+    dst = np.concatenate([pruned[a, : kept[a]] for a in range(n)]) if n else np.zeros(0, np.int32)
+    positions = np.argmax(knn_ids[src] == dst[:, None], axis=1) if len(src) else np.zeros(0, np.int64)
+    weight = knn_sims[src, positions]
+    order = np.lexsort((src, -weight, dst))
+    indptr = np.zeros(n + 1, np.int64)
+    np.add.at(indptr, dst + 1, 1)
+    return np.cumsum(indptr), src[order]
+
+
+@njit(cache=True)
+def _take(out, count, limit, candidates, seen, a):
+    """Append up to ``limit`` new candidates (not ``a``, not seen, not −1) to ``out``; the new count."""
+    added = 0
+    for c in candidates:
+        if count >= len(out) or added >= limit:
+            break
+        if c >= 0 and c != a and seen[c] != a:
+            seen[c] = a
+            out[count] = c
+            count += 1
+            added += 1
+    return count
+
+
+@njit(cache=True)
+def _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
+    """The fixed-degree edge lists (§4.1 Step 2), filled from the rest of the lists when one runs short."""
+    n = len(pruned)
+    semantic = np.full((n, degree), -1, np.int32)
+    seen = np.full(n, -1, np.int64)
+    big = 1 << 30
+    for a in range(n):
+        out = semantic[a]
+        mine, reverse = pruned[a, : kept[a]], rev_ids[rev_indptr[a] : rev_indptr[a + 1]]
+        share = degree // 2 if code_layout else degree // 4
+        count = _take(out, 0, share, mine, seen, a)
+        count = _take(out, count, share, reverse, seen, a)
+        if not code_layout:  # d/2 single-path neighbours, dense -> sparse -> lexical in turn
+            target = count + degree - 2 * share
+            for r in range(single.shape[2]):
+                for path in range(3):
+                    if count < target:
+                        count = _take(out, count, 1, single[path, a, r : r + 1], seen, a)
+        count = _take(out, count, big, mine, seen, a)
+        count = _take(out, count, big, reverse, seen, a)
+        count = _take(out, count, big, knn_ids[a], seen, a)
+        for path in range(3):
+            count = _take(out, count, big, single[path, a], seen, a)
+    return semantic
+
+
+@njit(cache=True)
+def _score(i, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val) -> float:
+    total = 0.0
+    if use[0]:
+        for t in range(dense.shape[1]):
+            total += dense[i, t] * q_dense[t]
+    if use[1]:
+        for j in range(s_ptr[i], s_ptr[i + 1]):
+            total += s_val[j] * q_sparse[s_idx[j]]
+    if use[2]:
+        for j in range(b_ptr[i], b_ptr[i + 1]):
+            total += b_val[j] * q_lexical[b_idx[j]]
+    return total
+
+
+@njit(cache=True)
+def _better(score, row, other_score, other_row) -> bool:
+    return score > other_score or (score == other_score and row < other_row)
+
+
+@njit(cache=True)
+def _insert(ids, scores, explored, size, row, score) -> int:
+    """Insert into a best-first array of fixed capacity (explored flags move with their entries); the new size."""
+    capacity = len(ids)
+    if size == capacity and not _better(score, row, scores[size - 1], ids[size - 1]):
+        return size
+    position = min(size, capacity - 1)
+    while position > 0 and _better(score, row, scores[position - 1], ids[position - 1]):
+        if position < capacity:
+            ids[position], scores[position], explored[position] = ids[position - 1], scores[position - 1], explored[position - 1]
+        position -= 1
+    ids[position], scores[position], explored[position] = row, score, False
+    return min(size + 1, capacity)
+
+
+@njit(cache=True)
+def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, entry, deleted, pool_size, k, visited, stamp):
+    """Algorithm 2 over the semantic edges: best-first with a pool of ``pool_size``; the top ``k`` live nodes."""
+    pool_ids = np.full(pool_size, -1, np.int64)
+    pool_scores = np.full(pool_size, -np.inf)
+    explored = np.zeros(pool_size, np.bool_)
+    best_ids = np.full(k, -1, np.int64)
+    best_scores = np.full(k, -np.inf)
+    best_flags = np.zeros(k, np.bool_)
+    size, found = 0, 0
+    for e in entry:
+        if visited[e] != stamp:
+            visited[e] = stamp
+            s = _score(e, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
+            size = _insert(pool_ids, pool_scores, explored, size, e, s)
+            if not deleted[e]:
+                found = _insert(best_ids, best_scores, best_flags, found, e, s)
+    while True:
+        u = -1
+        for i in range(size):
+            if not explored[i]:
+                explored[i] = True
+                u = pool_ids[i]
+                break
+        if u < 0:
+            break
+        for v in semantic[u]:
+            if v < 0 or visited[v] == stamp:
+                continue
+            visited[v] = stamp
+            s = _score(v, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
+            size = _insert(pool_ids, pool_scores, explored, size, v, s)
+            if not deleted[v]:
+                found = _insert(best_ids, best_scores, best_flags, found, v, s)
+    return best_ids[:found], best_scores[:found]
+
+
+class Searcher:
+    """Searches one index with one set of vectors; keeps the visited stamps between queries."""
+
+    def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
+        self.graph, self.vectors = graph, vectors
+        self.visited = np.zeros(len(vectors), np.int64)
+        self.stamp = 0
+
+    def search(self, query: Queries, weights: np.ndarray, pool_size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated), best first."""
+        vectors = self.vectors
+        use = np.asarray(weights, dtype=np.float64) != 0
+        q_dense = (weights[0] * query.dense[0]).astype(np.float32)
+        q_sparse = _scatter(query.sparse, weights[1], vectors.sparse.shape[1])
+        q_lexical = _scatter(query.lexical, weights[2], vectors.lexical.shape[1])
+        self.stamp += 1
+        rows, scores = _search(
+            q_dense,
+            q_sparse,
+            q_lexical,
+            use,
+            vectors.dense,
+            vectors.sparse.indptr,
+            vectors.sparse.indices,
+            vectors.sparse.data,
+            vectors.lexical.indptr,
+            vectors.lexical.indices,
+            vectors.lexical.data,
+            self.graph.semantic,
+            self.graph.entry,
+            self.graph.deleted,
+            max(pool_size, k),
+            k,
+            self.visited,
+            self.stamp,
+        )
+        return rows, scores
+
+
+def _scatter(row, weight: float, width: int) -> np.ndarray:
+    """A one-row sparse query as a dense array, times its weight (zeros when the weight is 0)."""
+    dense = np.zeros(width, np.float32)
+    if weight:
+        dense[row.indices] = weight * row.data
+    return dense

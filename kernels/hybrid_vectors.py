@@ -1,0 +1,84 @@
+"""Allan-Poe's unified semantic metric space (§3.1–3.2): dense, learned-sparse and lexical vectors of
+the same nodes, scored together as one inner product.
+
+A node is stored as ``[dense, SPLADE, BM25 weights]``; a query as ``[w_d·s_d·dense, w_s·s_s·SPLADE,
+w_f·s_f·token counts]``, so any weights are one maximum-inner-product search over the same stored
+vectors (Theorem 1), and the lexical part is BM25 exactly (the Lucene formula is a sum of per-token
+document weights). ``s_p`` is each path's calibration: raw SPLADE and BM25 scores are about a hundred
+times a cosine, so uncalibrated "equal weights" would mean lexical only (the authors' code rescales
+the same way; the paper does not say so). A node used as a query (to build the graph, to calibrate)
+is its own dense and SPLADE vectors and its token counts: what retrieval sees when its text is asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+PATHS = ("dense", "sparse", "lexical")
+CALIBRATION_SAMPLE = 256
+
+
+@dataclass(frozen=True)
+class Queries:
+    """A batch of queries on the three paths: dense ``(b, m)``, SPLADE ``(b, Vs)``, BM25 token counts ``(b, Vb)``."""
+
+    dense: np.ndarray
+    sparse: sp.csr_matrix
+    lexical: sp.csr_matrix
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    def take(self, rows: np.ndarray) -> Queries:
+        return Queries(self.dense[rows], self.sparse[rows], self.lexical[rows])
+
+
+@dataclass(frozen=True)
+class HybridVectors:
+    """The stored side: dense ``(N, m)``, SPLADE ``(N, Vs)`` and BM25 weights ``(N, Vb)``, CSR with sorted indices."""
+
+    dense: np.ndarray
+    sparse: sp.csr_matrix
+    lexical: sp.csr_matrix
+
+    @classmethod
+    def of(cls, dense: np.ndarray, sparse: sp.spmatrix, lexical: sp.spmatrix) -> HybridVectors:
+        return cls(np.ascontiguousarray(dense, dtype=np.float32), _csr(sparse), _csr(lexical))
+
+    def __len__(self) -> int:
+        return len(self.dense)
+
+    def path_scores(self, queries: Queries, paths: tuple[bool, bool, bool] = (True, True, True)) -> np.ndarray:
+        """Raw inner products per path, ``(3, b, N)`` float32; a path not asked for is zeros."""
+        scores = np.zeros((3, len(queries), len(self)), dtype=np.float32)
+        if paths[0]:
+            scores[0] = queries.dense @ self.dense.T
+        if paths[1]:
+            scores[1] = (queries.sparse @ self.sparse.T).toarray()
+        if paths[2]:
+            scores[2] = (queries.lexical @ self.lexical.T).toarray()
+        return scores
+
+    def fused(self, queries: Queries, weights: np.ndarray) -> np.ndarray:
+        """``Σ_p weights[p]·sim_p``, ``(b, N)``: weights already multiplied by the calibration."""
+        scores = self.path_scores(queries, tuple(bool(w) for w in weights))
+        return np.tensordot(np.asarray(weights, dtype=np.float32), scores, axes=1)
+
+    def calibration(self, nodes: Queries, sample: int = CALIBRATION_SAMPLE, seed: int = 0) -> np.ndarray:
+        """``s_p = 1 / median over sampled nodes of their best other node's sim_p``: after it, a node's
+        nearest neighbour scores about 1 on every path. A path with no positive similarity keeps 1."""
+        rows = np.sort(np.random.default_rng(seed).permutation(len(self))[:sample])
+        scores = self.path_scores(nodes.take(rows))
+        scores[:, np.arange(len(rows)), rows] = -np.inf  # never a node's own similarity
+        best = scores.max(axis=2) if len(self) > 1 else np.zeros((3, len(rows)), np.float32)
+        medians = np.median(best, axis=1) if len(rows) else np.zeros(3)
+        return np.where(medians > 0, 1.0 / np.where(medians > 0, medians, 1.0), 1.0).astype(np.float64)
+
+
+def _csr(matrix: sp.spmatrix) -> sp.csr_matrix:
+    matrix = sp.csr_matrix(matrix, dtype=np.float32)
+    matrix.sort_indices()
+    return matrix

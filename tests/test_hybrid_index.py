@@ -1,0 +1,176 @@
+"""Allan-Poe's hybrid graph index: the fused metric against scipy and the single-path operators (G1), the
+built graph against a plain-Python Algorithm 1 (G2), and one index serving every weighting with the
+recall of exact fusion (G3), on synthetic vectors and on the demo lake."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from typer.testing import CliRunner
+
+from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _pair_ip, _prune, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.pipelines.cli import app
+from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.methods import load_methods, parse_methods
+from graphlake.warehouse.storage import Lake
+
+
+def synthetic(n: int, seed: int = 0, dim: int = 32) -> tuple[HybridVectors, Queries]:
+    """Unit dense vectors, SPLADE-like weights, BM25-like weights over token counts; and the nodes as queries."""
+    rng = np.random.default_rng(seed)
+    dense = rng.normal(size=(n, dim)).astype(np.float32)
+    dense /= np.linalg.norm(dense, axis=1, keepdims=True)
+    sparse = sp.random(n, 400, density=0.03, random_state=seed, dtype=np.float32, format="csr")
+    counts = sp.random(n, 300, density=0.02, random_state=seed + 1, dtype=np.float32, format="csr")
+    counts.data[:] = rng.integers(1, 4, size=counts.nnz)
+    weights = counts.copy()
+    weights.data = rng.uniform(0.5, 3.0, size=weights.nnz).astype(np.float32)
+    vectors = HybridVectors.of(dense, sparse, weights)
+    return vectors, Queries(vectors.dense, vectors.sparse, sp.csr_matrix(counts))
+
+
+def test_the_fused_metric_is_the_weighted_sum_of_the_paths():
+    vectors, nodes = synthetic(300)
+    scales = vectors.calibration(nodes)
+    rng = np.random.default_rng(1)
+    reference = [nodes.dense @ vectors.dense.T, (nodes.sparse @ vectors.sparse.T).toarray(), (nodes.lexical @ vectors.lexical.T).toarray()]
+    for _ in range(20):  # Theorem 1: any weights are one inner product over the same stored vectors
+        weights = rng.uniform(0, 2, size=3)
+        expected = sum(w * path for w, path in zip(weights, reference, strict=True))
+        np.testing.assert_allclose(vectors.fused(nodes, weights), expected, rtol=1e-5, atol=1e-5)
+    operands = _operands(vectors, nodes, scales)
+    fused = sum(s * path for s, path in zip(scales, reference, strict=True))
+    pairs = rng.integers(0, 300, size=(10_000, 2))
+    kernel = np.array([_pair_ip(w, v, *operands[:-1]) for w, v in pairs])
+    np.testing.assert_allclose(kernel, fused[pairs[:, 0], pairs[:, 1]], rtol=1e-5, atol=1e-6)
+    # after calibration a node's nearest other node scores about 1 on every path (the median is exactly 1)
+    for path, scale in zip(reference, scales, strict=True):
+        np.fill_diagonal(path, -np.inf)
+        assert np.median(path.max(axis=1) * scale) == pytest.approx(1.0, rel=0.05)
+
+
+def algorithm_one(knn_ids, knn_sims, self_ip, ip, tokens, degree, keyword_degree):
+    """Algorithm 1 lines 5–15 written plainly: detour counts, the IP walk, keyword recycling (§3.3)."""
+    pruned, keyword, excluded = [], [], 0
+    for a, neighbours in enumerate(knn_ids.tolist()):
+        rank = {y: r for r, y in enumerate(neighbours)}
+        detours = [0] * len(neighbours)
+        for i, x in enumerate(neighbours):
+            for y, sim in zip(knn_ids[x].tolist(), knn_sims[x].tolist(), strict=True):
+                if y in rank and rank[y] > i and sim > knn_sims[a, rank[y]]:
+                    detours[rank[y]] += 1
+        kept, recycled = [], []
+        for r in sorted(range(len(neighbours)), key=lambda r: (detours[r], r)):
+            v = neighbours[r]
+            if len(kept) < degree and all(ip(w, v) < self_ip[v] for w in kept):
+                kept.append(v)
+                continue
+            excluded += len(kept) < degree
+            shared = tokens[a] & tokens[v]
+            if len(recycled) < keyword_degree and shared and not any(shared <= tokens[w] for w in kept):
+                recycled.append(v)
+        pruned.append(kept)
+        keyword.append(recycled)
+    return pruned, keyword, excluded
+
+
+def with_near_copies(vectors: HybridVectors, nodes: Queries, copies: int) -> tuple[HybridVectors, Queries]:
+    """The first ``copies`` nodes once more, sparse weights 30 % larger: a copy out-scores its node on the
+    node's own vector, which is what IP pruning removes."""
+    picked = np.arange(copies)
+    dense = np.vstack([vectors.dense, vectors.dense[picked]])
+    sparse, lexical = sp.vstack([vectors.sparse, 1.3 * vectors.sparse[picked]]), sp.vstack([vectors.lexical, 1.3 * vectors.lexical[picked]])
+    both = HybridVectors.of(dense, sparse, lexical)
+    return both, Queries(both.dense, both.sparse, sp.csr_matrix(sp.vstack([nodes.lexical, nodes.lexical[picked]])))
+
+
+def test_pruning_and_keyword_edges_follow_algorithm_one():
+    vectors, nodes = with_near_copies(*synthetic(150, seed=3), copies=50)
+    scales = vectors.calibration(nodes)
+    knn_ids, knn_sims, _ = exact_knn(vectors, nodes, scales, 64, 16)
+    self_ip = self_inner_products(vectors, nodes, scales)
+    operands = _operands(vectors, nodes, scales)
+    pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, 32, 8, *operands)
+    tokens = [set(vectors.lexical[i].indices.tolist()) for i in range(200)]
+    expected_pruned, expected_keyword, excluded = algorithm_one(knn_ids, knn_sims, self_ip, lambda w, v: _pair_ip(w, v, *operands[:-1]), tokens, 32, 8)
+    assert [pruned[a, : kept[a]].tolist() for a in range(200)] == expected_pruned
+    assert [[v for v in row if v >= 0] for row in keyword.tolist()] == expected_keyword
+    assert sum(map(len, expected_keyword)) > 0 and excluded > 0  # both rules did something here
+
+    graph = build(vectors, nodes, BuildConfig())
+    assert graph.semantic.shape == (200, 32) and (graph.semantic >= 0).all()  # fixed degree
+    assert not (graph.semantic == np.arange(200)[:, None]).any()  # no self-loops
+    assert all(len(set(row)) == len(row) for row in graph.semantic.tolist())  # no duplicates
+    for a in range(200):  # d/4 pruned first, then reverse neighbours, then single-path ones (the paper's layout)
+        assert graph.semantic[a, :8].tolist() == pruned[a, :8].tolist()
+    assert graph.entry.tolist() == np.argsort(-self_ip, kind="stable")[:32].tolist()
+    assert build(vectors, nodes, BuildConfig(layout="code")).semantic[:, :16].tolist() == pruned[:, :16].tolist()
+
+
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1), (0.7, 0.3, 0), (0.2, 0.8, 0)])
+def test_graph_search_finds_the_exact_fused_top_ten(weights):
+    vectors, nodes = synthetic(2000, seed=5)
+    graph = build(vectors, nodes, BuildConfig())
+    searcher = Searcher(graph, vectors)
+    rng = np.random.default_rng(6)
+    picked = rng.choice(2000, 100, replace=False)  # queries: noisy copies of nodes
+    queries = Queries(nodes.dense[picked] + 0.3 * rng.normal(size=(100, 32)).astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
+    scaled = np.asarray(weights) * graph.scales
+    exact = vectors.fused(queries, scaled)
+    recall = []
+    for i in range(100):
+        rows, scores = searcher.search(queries.take([i]), scaled, 128, 10)
+        np.testing.assert_allclose(scores, exact[i, rows], rtol=1e-5, atol=1e-6)  # the walk scores what exact fusion does
+        recall.append(len(set(rows.tolist()) & set(np.argsort(-exact[i], kind="stable")[:10].tolist())) / 10)
+    assert np.mean(recall) >= 0.95, np.mean(recall)
+    graph.deleted[np.argsort(-exact[0])[:5]] = True  # mark-deleted: never returned, k still come back
+    rows, _ = searcher.search(queries.take([0]), scaled, 16, 10)
+    assert len(rows) == 10 and not graph.deleted[rows].any()
+
+
+def tied(i: int, found, expected, tolerance: float = 1e-5) -> bool:
+    """Position ``i`` holds the expected row, or another row of the same score (the order of ties is
+    arbitrary) that, if the expected ranking has it at all, it has at that score too."""
+    row = found.rows[i]
+    if row == expected.rows[i]:
+        return True
+    where = np.flatnonzero(expected.rows == row)
+    same = abs(found.scores[i] - expected.scores[i]) <= tolerance
+    return bool(same and (len(where) == 0 or abs(expected.scores[where[0]] - expected.scores[i]) <= tolerance))
+
+
+def run(method: dict, indexes: LakeIndexes, query: str):
+    methods = parse_methods({"m": method})
+    return methods["m"].run(query, indexes)
+
+
+def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
+    result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:hybrid_graph_index"], catch_exceptions=False)
+    assert result.exit_code == 0, result.stderr
+    lake = Lake(demo_copy)
+    folder = lake.artifact("hybrid_graph", {"corpus": "demo"})
+    digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
+    indexes = LakeIndexes(lake, "demo")
+    texts = [q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist()][:12]
+    methods = load_methods(demo_copy)
+    ap = [name for name in methods if name.startswith("ap_")]
+    assert {"ap_dense", "ap_sparse", "ap_full", "ap_two", "ap_three"} <= set(ap)
+    overlap = []
+    for text in texts:
+        for name in ap:
+            assert len(methods[name].run(text, indexes).rows) > 0, name
+        graph, exact = methods["ap_three"].run(text, indexes), methods["fused_three"].run(text, indexes)
+        overlap.append(len(set(graph.rows[:10].tolist()) & set(exact.rows[:10].tolist())) / 10)
+        # one non-zero weight, raw scale: exactly the single-path operators
+        for path, single in (("dense", {"op": "dense"}), ("sparse", {"op": "splade"}), ("lexical", {"op": "bm25"})):
+            weights = {p: float(p == path) for p in ("dense", "sparse", "lexical")}
+            fused = run({"op": "fused_exact", "weights": weights, "calibrate": False, "k": 20}, indexes, text)
+            alone = run({**single, "k": 20}, indexes, text)
+            np.testing.assert_allclose(fused.scores, alone.scores, rtol=1e-4, atol=1e-5)
+            assert len(fused.rows) == len(alone.rows) and all(tied(i, fused, alone) for i in range(len(alone.rows))), (path, text)
+    assert np.mean(overlap) >= 0.95
+    assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == digest  # searching never writes
