@@ -189,30 +189,16 @@ def _pair_ip(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c
 
 
 @njit(cache=True)
-def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark) -> bool:
-    """§3.3: ``v`` shares with ``a`` a keyword set that no kept neighbour holds entirely."""
-    shared = 0
-    for j in range(b_ptr[v], b_ptr[v + 1]):
-        if mark[b_idx[j]]:  # mark holds K(a)
-            shared += 1
-    if shared == 0:
+def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
+    """§3.3: ``v`` shares with ``a`` a keyword set that no kept neighbour holds entirely (``ones``: as
+    long as the longest token list)."""
+    tokens = b_idx[b_ptr[v] : b_ptr[v + 1]]
+    shared = np.array([t for t in tokens if mark[t]], dtype=b_idx.dtype)  # mark holds K(a)
+    if len(shared) == 0:
         return False
     for i in range(n_kept):
         w = kept[i]
-        found = 0
-        # K(a) ∩ K(v) ⊆ K(w): count the tokens of K(w) that are in both
-        p, q = b_ptr[v], b_ptr[w]
-        while p < b_ptr[v + 1] and q < b_ptr[w + 1]:
-            if b_idx[p] == b_idx[q]:
-                if mark[b_idx[p]]:
-                    found += 1
-                p += 1
-                q += 1
-            elif b_idx[p] < b_idx[q]:
-                p += 1
-            else:
-                q += 1
-        if found == shared:
+        if _sparse_dot(shared, ones, b_idx[b_ptr[w] : b_ptr[w + 1]], ones) == len(shared):  # K(a) ∩ K(v) ⊆ K(w)
             return False
     return True
 
@@ -226,6 +212,7 @@ def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s
     keyword = np.full((n, keyword_degree), -1, np.int32)
     position = np.full(n, -1, np.int32)
     mark = np.zeros(vocab, np.bool_)
+    ones = np.ones(max(1, int(np.max(np.diff(b_ptr))) if len(b_ptr) > 1 else 1))
     for a in range(n):
         neighbours = knn_ids[a]
         for r in range(k):
@@ -256,7 +243,7 @@ def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s
             if keep:
                 pruned[a, n_kept] = v
                 n_kept += 1
-            elif n_keyword < keyword_degree and _keyword_flag(a, v, pruned[a], n_kept, b_ptr, b_idx, mark):
+            elif n_keyword < keyword_degree and _keyword_flag(a, v, pruned[a], n_kept, b_ptr, b_idx, mark, ones):
                 keyword[a, n_keyword] = v
                 n_keyword += 1
         for j in range(b_ptr[a], b_ptr[a + 1]):
