@@ -54,6 +54,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph", "graph_hybrid", "graph_dense", "graph_rrf", "rrf_ppr"]
     methods += [f"grapher_{ranker}" for ranker in ("base", "ppr", "gcs", "gat", "mlp")]
     methods += ["vector", "re2", "gar", "fastinsight"]
+    methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three")] + ["fused_three", "multipath_three"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -76,6 +77,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "splade_vectors": "vectors",
         "bm25_index": "indexes",
         "dense_hnsw_index": "indexes",
+        "hybrid_graph_index": "indexes",
         "graph_rankers": "retrieval",
         "reranker": "retrieval",
         **{f"run_{m}": "retrieval" for m in methods},
