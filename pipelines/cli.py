@@ -347,11 +347,11 @@ def query(
         _fail(str(error))
     _materialize(refresh, "query")
     hits, latency, notes = search(home, corpus, method, text, top)
-    table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
     if as_json:
         ranked = [{"rank": r, **h} for r, h in enumerate(hits, start=1)]
         print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": ranked, "notes": notes}))
         return
+    table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
     for rank, hit in enumerate(hits, start=1):
         table.add_row(str(rank), f"{hit['score']:.4f}", hit["node_id"], hit["title"], hit["text"][:120])
     console.print(table)

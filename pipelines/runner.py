@@ -25,6 +25,8 @@ PROGRESS_TAG = "graphlake/progress"
 NOTE = "note"  # the metadata an asset explains itself in: what it skipped, what default stood in (lines)
 # the job a CLI command's run belongs to (each is a job of the code location too, pipelines/definitions.py)
 JOBS = {"demo": INDEX_JOB, "materialize": INDEX_JOB, "query": INDEX_JOB, "ingest": INGEST_JOB, "eval": EVALUATE_JOB}
+
+
 def console_logs(verbose: bool) -> dict:
     """Dagster's own console log: silent but for the run's end unless verbose (a failure is reported
     by the CLI in one line, its traceback with --verbose)."""
