@@ -21,6 +21,7 @@ class HybridIndexConfig(Config):
     layout: Literal["paper", "code"] = "paper"
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
+    device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
 
 
 @asset(

@@ -6,7 +6,8 @@ rank-based RNG detour counts (CAGRA) and the IP pruning of Algorithm 1, recyclin
 that carry a keyword no kept neighbour shares (§3.3) as keyword edges, then the edge layout: d/4
 pruned + d/4 reverse + d/2 single-path neighbours (the paper's, §4.1 Step 2) or d/2 pruned + d/2
 reverse (the authors' code, ``layout="code"``). Entry points are the nodes with the largest fused
-self inner product (the paper; the code takes the smallest, ``entry="smallest_norm"``).
+self inner product (the paper; the code takes the smallest, ``entry="smallest_norm"``). The k-NN and
+pruning steps also run as batched array code on numpy or cupy (``device``; ``kernels/hybrid_batched.py``).
 
 Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2 without the
 keyword and knowledge-graph parts), deterministic (ties go to the lower row). Mark-deleted nodes are
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 from numba import njit
 
+from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
@@ -37,6 +39,7 @@ class BuildConfig:
     layout: str = "paper"  # paper: d/4 pruned + d/4 reverse + d/2 single-path; code: d/2 pruned + d/2 reverse
     entry: str = "largest_norm"  # or smallest_norm (the authors' code)
     entry_points: int = 32
+    device: str = "cpu"  # cpu: the numba kernels; numpy or cuda: the batched array code (kernels/hybrid_batched.py)
 
 
 @dataclass
@@ -75,12 +78,20 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     seconds["calibrate"] = time.perf_counter() - started
     n = len(vectors)
     degree = min(config.degree, max(n - 1, 0))
+    knn_k, single_k = min(config.knn_k, max(n - 1, 0)), max(1, config.degree // 2)
+    device = None if config.device == "cpu" else batched.DeviceVectors.of(batched.array_module(config.device), vectors)
     started = time.perf_counter()
-    knn_ids, knn_sims, single = exact_knn(vectors, nodes, scales, min(config.knn_k, max(n - 1, 0)), max(1, config.degree // 2))
+    if device is None:
+        knn_ids, knn_sims, single = exact_knn(vectors, nodes, scales, knn_k, single_k)
+    else:
+        knn_ids, knn_sims, single = batched.exact_knn(device, nodes, scales, knn_k, single_k)
     seconds["knn"] = time.perf_counter() - started
     started = time.perf_counter()
     self_ip = self_inner_products(vectors, nodes, scales)
-    pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales))
+    if device is None:
+        pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales))
+    else:
+        pruned, kept, keyword = batched.prune(device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, degree, config.keyword_degree)
     seconds["prune"] = time.perf_counter() - started
     started = time.perf_counter()
     rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
@@ -110,21 +121,11 @@ def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int
         rows = np.arange(start, min(n, start + block))
         scores = vectors.path_scores(nodes.take(rows))
         scores[:, np.arange(len(rows)), rows] = -np.inf
-        ids[rows], sims[rows] = top_rows(np.tensordot(scales.astype(np.float32), scores, axes=1), k)
+        ids[rows], sims[rows] = batched.top_rows(np, np.tensordot(scales.astype(np.float32), scores, axes=1), k)
         for path in range(3):
-            best, values = top_rows(scores[path], min(single, max(n - 1, 0)))
+            best, values = batched.top_rows(np, scores[path], min(single, max(n - 1, 0)))
             paths[path, rows, : best.shape[1]] = np.where(values > 0, best, -1)
     return ids, sims, paths
-
-
-def top_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per row, the ``k`` best columns (ties: lower column first) and their scores."""
-    if k <= 0:
-        return np.zeros((len(scores), 0), np.int32), np.zeros((len(scores), 0), np.float32)
-    part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
-    values = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -values), axis=1)
-    return np.take_along_axis(part, order, axis=1).astype(np.int32), np.take_along_axis(values, order, axis=1).astype(np.float32)
 
 
 def self_inner_products(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> np.ndarray:
@@ -166,7 +167,7 @@ def _sparse_dot(a_idx, a_val, b_idx, b_val) -> float:
     total, i, j = 0.0, 0, 0
     while i < len(a_idx) and j < len(b_idx):
         if a_idx[i] == b_idx[j]:
-            total += a_val[i] * b_val[j]
+            total += np.float64(a_val[i]) * b_val[j]  # exact products: the batched path's float64 pair scores
             i += 1
             j += 1
         elif a_idx[i] < b_idx[j]:
@@ -181,7 +182,7 @@ def _pair_ip(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c
     """Calibrated fused score of node ``v`` for node ``w`` used as the query."""
     total = 0.0
     for t in range(dense.shape[1]):
-        total += dense[w, t] * dense[v, t]
+        total += np.float64(dense[w, t]) * dense[v, t]
     total *= scale_d
     total += scale_s * _sparse_dot(s_idx[s_ptr[w] : s_ptr[w + 1]], s_val[s_ptr[w] : s_ptr[w + 1]], s_idx[s_ptr[v] : s_ptr[v + 1]], s_val[s_ptr[v] : s_ptr[v + 1]])
     total += scale_f * _sparse_dot(c_idx[c_ptr[w] : c_ptr[w + 1]], c_val[c_ptr[w] : c_ptr[w + 1]], b_idx[b_ptr[v] : b_ptr[v + 1]], b_val[b_ptr[v] : b_ptr[v + 1]])

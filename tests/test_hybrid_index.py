@@ -8,29 +8,15 @@ import hashlib
 
 import numpy as np
 import pytest
-import scipy.sparse as sp
+from conftest import synthetic, with_near_copies
 from typer.testing import CliRunner
 
 from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _pair_ip, _prune, build, exact_knn, self_inner_products
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid_vectors import Queries
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import Lake
-
-
-def synthetic(n: int, seed: int = 0, dim: int = 32) -> tuple[HybridVectors, Queries]:
-    """Unit dense vectors, SPLADE-like weights, BM25-like weights over token counts; and the nodes as queries."""
-    rng = np.random.default_rng(seed)
-    dense = rng.normal(size=(n, dim)).astype(np.float32)
-    dense /= np.linalg.norm(dense, axis=1, keepdims=True)
-    sparse = sp.random(n, 400, density=0.03, random_state=seed, dtype=np.float32, format="csr")
-    counts = sp.random(n, 300, density=0.02, random_state=seed + 1, dtype=np.float32, format="csr")
-    counts.data[:] = rng.integers(1, 4, size=counts.nnz)
-    weights = counts.copy()
-    weights.data = rng.uniform(0.5, 3.0, size=weights.nnz).astype(np.float32)
-    vectors = HybridVectors.of(dense, sparse, weights)
-    return vectors, Queries(vectors.dense, vectors.sparse, sp.csr_matrix(counts))
 
 
 def test_the_fused_metric_is_the_weighted_sum_of_the_paths():
@@ -76,16 +62,6 @@ def algorithm_one(knn_ids, knn_sims, self_ip, ip, tokens, degree, keyword_degree
         pruned.append(kept)
         keyword.append(recycled)
     return pruned, keyword, excluded
-
-
-def with_near_copies(vectors: HybridVectors, nodes: Queries, copies: int) -> tuple[HybridVectors, Queries]:
-    """The first ``copies`` nodes once more, sparse weights 30 % larger: a copy out-scores its node on the
-    node's own vector, which is what IP pruning removes."""
-    picked = np.arange(copies)
-    dense = np.vstack([vectors.dense, vectors.dense[picked]])
-    sparse, lexical = sp.vstack([vectors.sparse, 1.3 * vectors.sparse[picked]]), sp.vstack([vectors.lexical, 1.3 * vectors.lexical[picked]])
-    both = HybridVectors.of(dense, sparse, lexical)
-    return both, Queries(both.dense, both.sparse, sp.csr_matrix(sp.vstack([nodes.lexical, nodes.lexical[picked]])))
 
 
 def test_pruning_and_keyword_edges_follow_algorithm_one():

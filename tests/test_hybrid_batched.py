@@ -1,0 +1,108 @@
+"""The batched array path of the hybrid graph index (G11), on numpy here and on cupy where a GPU is:
+the same k-NN lists, the same pruned graph (byte for byte) as the numba build, the same search results
+as the numba search, and exact fused scores equal to the scipy reference."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import synthetic, with_near_copies
+
+from graphlake.kernels import hybrid_batched as batched
+from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _prune, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid_vectors import Queries
+
+
+def _cuda_ready() -> str:
+    """Why the cupy runs cannot happen here ('' when they can)."""
+    try:
+        import cupy
+
+        cupy.cuda.runtime.getDeviceCount()
+        cupy.zeros(1).sum()
+    except Exception as error:  # noqa: BLE001 - any failure means no usable GPU
+        return f"no cupy with a CUDA device here ({type(error).__name__}: {error})"
+    return ""
+
+
+DEVICES = [pytest.param("numpy"), pytest.param("cuda", marks=pytest.mark.skipif(bool(_cuda_ready()), reason=_cuda_ready() or "cuda"))]
+
+
+def noisy_queries(nodes: Queries, count: int, seed: int) -> Queries:
+    """Queries near nodes: a node's dense vector plus noise, its sparse rows as they are."""
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(nodes), count, replace=False)
+    dense = nodes.dense[picked] + 0.3 * rng.normal(size=(count, nodes.dense.shape[1])).astype(np.float32)
+    return Queries(dense.astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_the_batched_build_is_the_numba_build(device):
+    xp = batched.array_module(device)
+    vectors, nodes = with_near_copies(*synthetic(450, seed=3), copies=50)  # 500 nodes
+    scales = vectors.calibration(nodes)
+    on_device = batched.DeviceVectors.of(xp, vectors)
+    expected = exact_knn(vectors, nodes, scales, 64, 16)
+    found = batched.exact_knn(on_device, nodes, scales, 64, 16)
+    assert np.array_equal(found[0], expected[0]) and np.array_equal(found[2], expected[2])
+    np.testing.assert_allclose(found[1], expected[1], rtol=1e-6, atol=1e-6)
+    knn_ids, knn_sims, _ = expected
+    self_ip = self_inner_products(vectors, nodes, scales)
+    numba = _prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales))
+    vectorised = batched.prune(on_device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, 32, 8)
+    for left, right in zip(numba, vectorised, strict=True):  # from the same lists: byte-identical arrays
+        assert left.dtype == right.dtype and left.tobytes() == right.tobytes()
+    assert (numba[2] >= 0).sum() > 0 and (numba[0] != knn_ids[:, :32]).any()  # keyword edges recycled, lists reordered and cut
+    whole, whole_batched = build(vectors, nodes, BuildConfig()), build(vectors, nodes, BuildConfig(device=device))
+    for name in ("semantic", "keyword", "entry"):
+        assert getattr(whole, name).tobytes() == getattr(whole_batched, name).tobytes(), name
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("weights", [(1, 1, 1), (1, 0, 0), (0, 1, 0), (0, 0, 1), (0.3, 0.7, 0)])
+def test_the_batched_search_is_the_numba_search(device, weights):
+    xp = batched.array_module(device)
+    vectors, nodes = synthetic(1500, seed=5)
+    graph = build(vectors, nodes, BuildConfig())
+    graph.deleted[np.random.default_rng(7).choice(1500, 150, replace=False)] = True  # 10 % mark-deleted
+    queries = noisy_queries(nodes, 120, seed=6)
+    scaled = np.asarray(weights, dtype=np.float64) * graph.scales
+    on_device = batched.DeviceVectors.of(xp, vectors)
+    batch = batched.QueryBatch.of(xp, queries, scaled)
+    index = batched.DeviceGraph.of(xp, graph.semantic, graph.entry, graph.deleted)
+    searcher = Searcher(graph, vectors)
+    exact = vectors.fused(queries, scaled)
+    for pool in (16, 96):
+        rows, scores = (batched.host(part) for part in batched.search(on_device, index, batch, pool, 10))
+        same = 0
+        for i in range(len(queries)):
+            expected_rows, expected_scores = searcher.search(queries.take([i]), scaled, pool, 10)
+            found = rows[i][rows[i] >= 0]
+            same += np.array_equal(found, expected_rows)
+            np.testing.assert_allclose(scores[i][: len(found)], exact[i, found], rtol=1e-5, atol=1e-5)
+            assert not graph.deleted[found].any() and len(found) == 10
+        assert same >= 0.99 * len(queries), (pool, same)
+    wide, _ = batched.search(on_device, index, batch, 96, 10, width=4)  # four expansions per step: fewer steps
+    live = np.where(graph.deleted, -np.inf, exact)
+    truth = np.argsort(-live, axis=1, kind="stable")[:, :10]
+    recall = np.mean([len(set(r.tolist()) & set(t.tolist())) / 10 for r, t in zip(batched.host(wide), truth, strict=True)])
+    assert recall >= 0.9, recall
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_exact_fused_scores_equal_the_scipy_reference(device):
+    xp = batched.array_module(device)
+    vectors, nodes = synthetic(400, seed=8)
+    queries = noisy_queries(nodes, 50, seed=9)
+    weights = np.array([0.5, 1.5, 0.25])
+    on_device = batched.DeviceVectors.of(xp, vectors)
+    batch = batched.QueryBatch.of(xp, queries, weights)
+    reference = vectors.fused(queries, weights)
+    rows, scores = (batched.host(part) for part in batched.exact_top(on_device, batch, 10))
+    np.testing.assert_allclose(scores, np.take_along_axis(reference, rows, axis=1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(scores, -np.sort(-reference, axis=1)[:, :10], rtol=1e-5, atol=1e-5)
+    pairs = np.random.default_rng(10).integers(0, 400, size=(50, 200))  # gathered candidates, −1 among them
+    pairs[:, ::17] = -1
+    scored = batched.host(batched.score(on_device, batch, xp.arange(50), xp.asarray(pairs)))
+    expected = np.where(pairs >= 0, np.take_along_axis(reference, np.maximum(pairs, 0), axis=1), -np.inf)
+    np.testing.assert_allclose(scored, expected, rtol=1e-5, atol=1e-5)
