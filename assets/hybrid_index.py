@@ -18,7 +18,7 @@ class HybridIndexConfig(Config):
     knn_k: int = 64  # k-NN graph degree before pruning (the authors' code)
     degree: int = 32  # semantic edges per node, fixed
     keyword_degree: int = 8  # recycled keyword edges kept per node (the code's 8 slots)
-    layout: Literal["paper", "code"] = "paper"
+    layout: Literal["paper", "code"] = "code"  # code's: higher recall on SciFact for every weighting
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU

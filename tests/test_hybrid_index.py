@@ -77,7 +77,7 @@ def test_pruning_and_keyword_edges_follow_algorithm_one():
     assert [[v for v in row if v >= 0] for row in keyword.tolist()] == expected_keyword
     assert sum(map(len, expected_keyword)) > 0 and excluded > 0  # both rules did something here
 
-    graph = build(vectors, nodes, BuildConfig())
+    graph = build(vectors, nodes, BuildConfig(layout="paper"))
     assert graph.semantic.shape == (200, 32) and (graph.semantic >= 0).all()  # fixed degree
     assert not (graph.semantic == np.arange(200)[:, None]).any()  # no self-loops
     assert all(len(set(row)) == len(row) for row in graph.semantic.tolist())  # no duplicates
