@@ -1,5 +1,7 @@
 """Allan-Poe's hybrid graph index as an asset: one graph over the corpus's dense, SPLADE and BM25
-vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid_graph.py``)."""
+vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid_graph.py``).
+A re-materialization updates the previous index in place of a rebuild when few nodes changed
+(``kernels/hybrid_update.py``): nodes are matched by node id and content hash."""
 
 import json
 from pathlib import Path
@@ -7,11 +9,16 @@ from typing import Literal
 
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.kernels.hybrid_graph import BuildConfig, build
+from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph
+from graphlake.kernels.hybrid_update import update
 from graphlake.kernels.hybrid_vectors import PATHS, Queries
 from graphlake.retrieval.indexes import NODE_IDS_FILE, LakeIndexes, hybrid_vectors, index_assets
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import Lake, StorageError
+
+KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
 
 
 class HybridIndexConfig(Config):
@@ -22,6 +29,7 @@ class HybridIndexConfig(Config):
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
+    rebuild_share: float = 0.2  # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild
 
 
 @asset(
@@ -33,22 +41,39 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     """The hybrid graph (semantic and keyword edges, entry points, per-path calibration), as an artefact folder."""
     indexes = LakeIndexes(lake.lake, context.partition_key)
     vectors = hybrid_vectors(indexes)
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(indexes.texts()))
-    graph = build(vectors, nodes, BuildConfig(**config.model_dump()))
+    texts = indexes.texts()
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(texts))
+    keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.node_ids, texts, strict=True)]
+    previous, previous_keys = _previous(lake.lake, context.partition_key)
+    settings = config.model_dump()
+    rebuild_share = settings.pop("rebuild_share")
+    graph, report = update(previous, previous_keys, keys, vectors, nodes, BuildConfig(**settings), rebuild_share)
 
     def fill(folder: Path) -> None:
         graph.save(folder)
         (folder / NODE_IDS_FILE).write_text(json.dumps(indexes.node_ids), encoding="utf-8")
+        (folder / KEYS_FILE).write_text(json.dumps(keys), encoding="utf-8")
 
     lake.lake.write_artifact("hybrid_graph", {"corpus": context.partition_key}, fill)
     keyword = (graph.keyword >= 0).sum(axis=1)
     context.add_output_metadata(
         {
             "nodes": len(vectors),
-            **{f"{step}_seconds": value for step, value in graph.build["seconds"].items()},
+            **report,
+            **({f"{step}_seconds": value for step, value in graph.build["seconds"].items()} if report["mode"] in ("build", "rebuild") else {}),
             **{f"{kind}_edge_bytes": size for kind, size in graph.edge_bytes().items()},
             "keyword_degree_mean": round(float(keyword.mean()), 2) if len(keyword) else 0.0,
             "keyword_degree_max": int(keyword.max()) if len(keyword) else 0,
             **{f"scale_{path}": round(float(scale), 6) for path, scale in zip(PATHS, graph.scales, strict=True)},
         }
     )
+
+
+def _previous(lake: Lake, corpus: str) -> tuple[HybridGraph | None, list[str] | None]:
+    """The corpus's current index and its node keys (``None`` for keys an older artefact lacks)."""
+    try:
+        folder = lake.artifact("hybrid_graph", {"corpus": corpus})
+    except StorageError:
+        return None, None
+    keys = folder / KEYS_FILE
+    return HybridGraph.load(folder), json.loads(keys.read_text(encoding="utf-8")) if keys.is_file() else None

@@ -11,8 +11,9 @@ self inner product (the paper; the code takes the smallest, ``entry="smallest_no
 pruning steps also run as batched array code on numpy or cupy (``device``; ``kernels/hybrid_batched.py``).
 
 Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2 without the
-keyword and knowledge-graph parts), deterministic (ties go to the lower row). Mark-deleted nodes are
-walked through but never returned: the top ``k`` live nodes seen are kept apart from the pool.
+knowledge-graph part), deterministic (ties go to the lower row). Mark-deleted nodes, and with required
+keywords the nodes lacking one, are walked through but never returned: the top ``k`` of the others
+seen are kept apart from the pool (which makes the paper's twin pool unnecessary).
 """
 
 from __future__ import annotations
@@ -97,8 +98,7 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     started = time.perf_counter()
     rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
     semantic = _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, config.layout == "code")
-    order = np.argsort(-self_ip if config.entry == "largest_norm" else self_ip, kind="stable")
-    entry = order[: config.entry_points].astype(np.int32)
+    entry = entry_points(self_ip, np.ones(n, dtype=bool), config)
     seconds["layout"] = time.perf_counter() - started
     graph = HybridGraph(semantic, keyword, entry, scales, np.zeros(n, dtype=bool))
     graph.build = {
@@ -109,6 +109,13 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
         "keyword_degree_mean": float((keyword >= 0).sum(axis=1).mean()) if n else 0.0,
     }
     return graph
+
+
+def entry_points(self_ip: np.ndarray, live: np.ndarray, config: BuildConfig) -> np.ndarray:
+    """The ``entry_points`` live rows of largest (or smallest) fused self inner product."""
+    rows = np.flatnonzero(live)
+    order = np.argsort(-self_ip[rows] if config.entry == "largest_norm" else self_ip[rows], kind="stable")
+    return rows[order[: config.entry_points]].astype(np.int32)
 
 
 def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int, single: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -207,7 +214,15 @@ def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
 
 @njit(cache=True)
 def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab):
-    """Algorithm 1 lines 5–15 per node: detour counts, then IP pruning with keyword recycling."""
+    """Algorithm 1 lines 5–15 for every node."""
+    targets = np.arange(len(knn_ids))
+    return _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab)
+
+
+@njit(cache=True)
+def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab):
+    """Algorithm 1 lines 5–15 for the ``targets`` rows: detour counts, then IP pruning with keyword
+    recycling. Lists may end in −1 (an inserted node's shorter list); rows not targeted stay empty."""
     n, k = knn_ids.shape
     pruned = np.full((n, max(degree, 1)), -1, np.int32)
     kept_n = np.zeros(n, np.int32)
@@ -215,13 +230,16 @@ def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s
     position = np.full(n, -1, np.int32)
     mark = np.zeros(vocab, np.bool_)
     ones = np.ones(max(1, int(np.max(np.diff(b_ptr))) if len(b_ptr) > 1 else 1))
-    for a in range(n):
+    for a in targets:
         neighbours = knn_ids[a]
         for r in range(k):
-            position[neighbours[r]] = r
+            if neighbours[r] >= 0:
+                position[neighbours[r]] = r
         detours = np.zeros(k, np.int64)
         for i in range(k):  # a -> x -> y is a detour when y is in x's list and closer to x than to a
             x = neighbours[i]
+            if x < 0:
+                continue
             for j in range(k):
                 y = knn_ids[x, j]
                 if y >= 0 and y != a:
@@ -229,13 +247,16 @@ def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s
                     if r > i and knn_sims[x, j] > knn_sims[a, r]:
                         detours[r] += 1
         for r in range(k):
-            position[neighbours[r]] = -1
+            if neighbours[r] >= 0:
+                position[neighbours[r]] = -1
         order = np.argsort(detours, kind="mergesort")  # stable: ties keep the distance rank
         for j in range(b_ptr[a], b_ptr[a + 1]):
             mark[b_idx[j]] = True
         n_kept, n_keyword = 0, 0
         for r in order:
             v = neighbours[r]
+            if v < 0:
+                continue
             keep = n_kept < degree
             if keep:
                 for i in range(n_kept):
@@ -284,12 +305,19 @@ def _take(out, count, limit, candidates, seen, a):
 
 @njit(cache=True)
 def _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
-    """The fixed-degree edge lists (§4.1 Step 2), filled from the rest of the lists when one runs short."""
-    n = len(pruned)
-    semantic = np.full((n, degree), -1, np.int32)
-    seen = np.full(n, -1, np.int64)
+    """The fixed-degree edge lists (§4.1 Step 2) of every node."""
+    semantic = np.full((len(pruned), degree), -1, np.int32)
+    _layout_rows(semantic, np.arange(len(pruned)), pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout)
+    return semantic
+
+
+@njit(cache=True)
+def _layout_rows(semantic, targets, pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
+    """The ``targets`` rows' edge lists, written into ``semantic``; a list that runs short is filled
+    from the rest of its lists."""
+    seen = np.full(len(semantic), -1, np.int64)
     big = 1 << 30
-    for a in range(n):
+    for a in targets:
         out = semantic[a]
         mine, reverse = pruned[a, : kept[a]], rev_ids[rev_indptr[a] : rev_indptr[a + 1]]
         share = degree // 2 if code_layout else degree // 4
@@ -306,7 +334,6 @@ def _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_lay
         count = _take(out, count, big, knn_ids[a], seen, a)
         for path in range(3):
             count = _take(out, count, big, single[path, a], seen, a)
-    return semantic
 
 
 @njit(cache=True)
@@ -345,8 +372,28 @@ def _insert(ids, scores, explored, size, row, score) -> int:
 
 
 @njit(cache=True)
-def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, entry, deleted, pool_size, k, visited, stamp):
-    """Algorithm 2 over the semantic edges: best-first with a pool of ``pool_size``; the top ``k`` live nodes."""
+def _holds(i, required, b_ptr, b_idx, every) -> bool:
+    """Node ``i``'s tokens contain every (``every``) or any required token; both lists sorted."""
+    tokens = b_idx[b_ptr[i] : b_ptr[i + 1]]
+    found, j = 0, 0
+    for t in required:
+        while j < len(tokens) and tokens[j] < t:
+            j += 1
+        if j < len(tokens) and tokens[j] == t:
+            found += 1
+            if not every:
+                return True
+        elif every:
+            return False
+    return found == len(required) if every else False
+
+
+@njit(cache=True)
+def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, pool_size, k, visited, stamp):
+    """Algorithm 2: best-first over the semantic edges with a pool of ``pool_size``; the top ``k`` live
+    nodes seen. With ``required`` keyword tokens, only nodes holding all of them are returned, and a node
+    holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading)."""
+    constrained = len(required) > 0
     pool_ids = np.full(pool_size, -1, np.int64)
     pool_scores = np.full(pool_size, -np.inf)
     explored = np.zeros(pool_size, np.bool_)
@@ -359,7 +406,7 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
             visited[e] = stamp
             s = _score(e, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
             size = _insert(pool_ids, pool_scores, explored, size, e, s)
-            if not deleted[e]:
+            if not deleted[e] and (not constrained or _holds(e, required, b_ptr, b_idx, True)):
                 found = _insert(best_ids, best_scores, best_flags, found, e, s)
     while True:
         u = -1
@@ -370,14 +417,18 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
                 break
         if u < 0:
             break
-        for v in semantic[u]:
-            if v < 0 or visited[v] == stamp:
-                continue
-            visited[v] = stamp
-            s = _score(v, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
-            size = _insert(pool_ids, pool_scores, explored, size, v, s)
-            if not deleted[v]:
-                found = _insert(best_ids, best_scores, best_flags, found, v, s)
+        for part in range(2):
+            if part == 1 and not (constrained and _holds(u, required, b_ptr, b_idx, False)):
+                break
+            edges = semantic[u] if part == 0 else keyword[u]
+            for v in edges:
+                if v < 0 or visited[v] == stamp:
+                    continue
+                visited[v] = stamp
+                s = _score(v, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
+                size = _insert(pool_ids, pool_scores, explored, size, v, s)
+                if not deleted[v] and (not constrained or _holds(v, required, b_ptr, b_idx, True)):
+                    found = _insert(best_ids, best_scores, best_flags, found, v, s)
     return best_ids[:found], best_scores[:found]
 
 
@@ -389,8 +440,9 @@ class Searcher:
         self.visited = np.zeros(len(vectors), np.int64)
         self.stamp = 0
 
-    def search(self, query: Queries, weights: np.ndarray, pool_size: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated), best first."""
+    def search(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated), best first;
+        with ``required`` BM25 token ids, only rows holding all of them."""
         vectors = self.vectors
         use = np.asarray(weights, dtype=np.float64) != 0
         q_dense = (weights[0] * query.dense[0]).astype(np.float32)
@@ -410,8 +462,10 @@ class Searcher:
             vectors.lexical.indices,
             vectors.lexical.data,
             self.graph.semantic,
+            self.graph.keyword,
             self.graph.entry,
             self.graph.deleted,
+            np.sort(np.asarray(required if required is not None else [], dtype=np.int32)),
             max(pool_size, k),
             k,
             self.visited,
