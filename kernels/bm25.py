@@ -51,6 +51,8 @@ class BM25Index:
     def token_counts(self, texts: list[str]) -> sp.csr_matrix:
         """How often each vocabulary token occurs in each text (unknown words dropped), ``(texts, vocabulary)``."""
         ids = self.tokenizer.tokenize(texts, update_vocab=False, show_progress=False, return_as="ids")
+        placeholder = self.tokenizer.get_vocab_dict().get("")  # what bm25s returns for a text with no known word
+        ids = [[token for token in tokens if token != placeholder] for tokens in ids]
         rows = np.repeat(np.arange(len(ids)), [len(t) for t in ids])
         columns = np.fromiter((token for tokens in ids for token in tokens), dtype=np.int64, count=len(rows))
         shape = (len(texts), len(self.retriever.scores["indptr"]) - 1)

@@ -13,6 +13,7 @@ is its own dense and SPLADE vectors and its token counts: what retrieval sees wh
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
@@ -51,21 +52,44 @@ class HybridVectors:
     def __len__(self) -> int:
         return len(self.dense)
 
-    def path_scores(self, queries: Queries, paths: tuple[bool, bool, bool] = (True, True, True)) -> np.ndarray:
-        """Raw inner products per path, ``(3, b, N)`` float32; a path not asked for is zeros."""
-        scores = np.zeros((3, len(queries), len(self)), dtype=np.float32)
+    def path_scores(self, queries: Queries, paths: tuple[bool, bool, bool] = (True, True, True), rows: np.ndarray | None = None) -> np.ndarray:
+        """Raw inner products per path, ``(3, b, N)`` float32 (or only the nodes ``rows``); a path not asked for is zeros."""
+        dense, sparse, lexical = (self.dense, self.sparse, self.lexical) if rows is None else (self.dense[rows], self.sparse[rows], self.lexical[rows])
+        scores = np.zeros((3, len(queries), len(dense)), dtype=np.float32)
         if paths[0]:
-            scores[0] = queries.dense @ self.dense.T
+            scores[0] = queries.dense @ dense.T
         if paths[1]:
-            scores[1] = (queries.sparse @ self.sparse.T).toarray()
+            scores[1] = (queries.sparse @ sparse.T).toarray()
         if paths[2]:
-            scores[2] = (queries.lexical @ self.lexical.T).toarray()
+            scores[2] = (queries.lexical @ lexical.T).toarray()
         return scores
 
-    def fused(self, queries: Queries, weights: np.ndarray) -> np.ndarray:
-        """``Σ_p weights[p]·sim_p``, ``(b, N)``: weights already multiplied by the calibration."""
-        scores = self.path_scores(queries, tuple(bool(w) for w in weights))
+    def fused(self, queries: Queries, weights: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """``Σ_p weights[p]·sim_p``, ``(b, N)`` (or ``(b, len(rows))``): weights already multiplied by the calibration."""
+        scores = self.path_scores(queries, tuple(bool(w) for w in weights), rows)
         return np.tensordot(np.asarray(weights, dtype=np.float32), scores, axes=1)
+
+    @cached_property
+    def postings(self) -> sp.csc_matrix:
+        """The BM25 weights by token: column ``t`` holds the nodes that contain token ``t``."""
+        postings = self.lexical.tocsc()
+        postings.sort_indices()
+        return postings
+
+    def containing(self, tokens: np.ndarray) -> np.ndarray:
+        """The rows that contain every token (BM25 weights are positive exactly where a token occurs)."""
+        rows = np.arange(len(self))
+        for token in tokens:
+            rows = np.intersect1d(rows, self.postings.indices[self.postings.indptr[token] : self.postings.indptr[token + 1]], assume_unique=True)
+        return rows
+
+    def rarest(self, tokens: np.ndarray) -> int | None:
+        """Of ``tokens``, the one fewest nodes contain, at least one (highest IDF; ties: lower id); ``None`` if none occurs."""
+        frequency = np.diff(self.postings.indptr)[tokens]
+        present = np.asarray(tokens)[frequency > 0]
+        if len(present) == 0:
+            return None
+        return int(present[np.lexsort((present, frequency[frequency > 0]))[0]])
 
     def calibration(self, nodes: Queries, sample: int = CALIBRATION_SAMPLE, seed: int = 0) -> np.ndarray:
         """``s_p = 1 / median over sampled nodes of their best other node's sim_p``: after it, a node's

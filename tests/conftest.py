@@ -100,13 +100,13 @@ def demo_copy(demo_lake, tmp_path, monkeypatch) -> Path:
     return use_lake(monkeypatch, copy_lake(demo_lake.home, tmp_path / "lake"))
 
 
-def synthetic(n: int, seed: int = 0, dim: int = 32) -> tuple[HybridVectors, Queries]:
+def synthetic(n: int, seed: int = 0, dim: int = 32, lexical_density: float = 0.02) -> tuple[HybridVectors, Queries]:
     """Unit dense vectors, SPLADE-like weights, BM25-like weights over token counts; and the nodes as queries."""
     rng = np.random.default_rng(seed)
     dense = rng.normal(size=(n, dim)).astype(np.float32)
     dense /= np.linalg.norm(dense, axis=1, keepdims=True)
     sparse = sp.random(n, 400, density=0.03, random_state=seed, dtype=np.float32, format="csr")
-    counts = sp.random(n, 300, density=0.02, random_state=seed + 1, dtype=np.float32, format="csr")
+    counts = sp.random(n, 300, density=lexical_density, random_state=seed + 1, dtype=np.float32, format="csr")
     counts.data[:] = rng.integers(1, 4, size=counts.nnz)
     weights = counts.copy()
     weights.data = rng.uniform(0.5, 3.0, size=weights.nnz).astype(np.float32)

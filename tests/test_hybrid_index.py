@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _pair_ip, _prune, build, exact_knn, self_inner_products
 from graphlake.kernels.hybrid_vectors import Queries
 from graphlake.pipelines.cli import app
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import Lake
 
@@ -108,6 +108,28 @@ def test_graph_search_finds_the_exact_fused_top_ten(weights):
     assert len(rows) == 10 and not graph.deleted[rows].any()
 
 
+def test_required_keywords_hold_in_every_result_and_the_walk_finds_the_filtered_top_ten():
+    vectors, nodes = synthetic(2000, seed=20, lexical_density=0.1)
+    graph = build(vectors, nodes, BuildConfig())
+    searcher = Searcher(graph, vectors)
+    frequency = np.diff(vectors.postings.indptr)
+    common = np.flatnonzero(frequency >= 100)  # G8: keywords at least 5 % of the nodes hold
+    rng = np.random.default_rng(21)
+    picked = rng.choice(2000, 80, replace=False)
+    queries = Queries(nodes.dense[picked] + 0.3 * rng.normal(size=(80, 32)).astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
+    recall = []
+    for i in range(80):
+        required = np.sort(rng.choice(common, 1 + i % 2, replace=False))  # one keyword, then two
+        holders = vectors.containing(required)
+        assert all(set(required) <= set(vectors.lexical[row].indices.tolist()) for row in holders[:5])
+        rows, _ = searcher.search(queries.take([i]), graph.scales, 128, 10, required)
+        assert np.isin(rows, holders).all() and len(rows) == min(10, len(holders))  # every result holds every keyword
+        exact = vectors.fused(queries.take([i]), graph.scales, holders)[0]
+        truth = holders[np.lexsort((holders, -exact))[:10]]
+        recall.append(len(set(rows.tolist()) & set(truth.tolist())) / len(truth))
+    assert np.mean(recall) >= 0.9, np.mean(recall)
+
+
 def tied(i: int, found, expected, tolerance: float = 1e-5) -> bool:
     """Position ``i`` holds the expected row, or another row of the same score (the order of ties is
     arbitrary) that, if the expected ranking has it at all, it has at that score too."""
@@ -149,4 +171,16 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
             np.testing.assert_allclose(fused.scores, alone.scores, rtol=1e-4, atol=1e-5)
             assert len(fused.rows) == len(alone.rows) and all(tied(i, fused, alone) for i in range(len(alone.rows))), (path, text)
     assert np.mean(overlap) >= 0.95
+    vectors = hybrid_vectors(indexes)
+    for text in texts[:4]:  # required keywords: the exact fallback is the filtered oracle; the walk keeps only holders
+        rarest = vectors.rarest(indexes.get("bm25").token_counts([text]).indices)
+        holders = vectors.containing(np.array([rarest]))
+        exact = run({"op": "fused_exact", "keywords": "idf_top1"}, indexes, text)
+        fallback = run({"op": "hybrid_graph", "keywords": "idf_top1", "keyword_exact_below": len(holders) + 1}, indexes, text)
+        walked = run({"op": "hybrid_graph", "keywords": "idf_top1", "keyword_exact_below": 0}, indexes, text)
+        assert exact.rows.tolist() == fallback.rows.tolist() and len(exact.rows) == min(100, len(holders))
+        assert np.isin(walked.rows, holders).all() and np.isin(exact.rows, holders).all()
+    word = lake.read("nodes", {"corpus": "demo"}).column("text")[0].as_py().split()[0]
+    listed = run({"op": "hybrid_graph", "keywords": [word, "zzzyzzy"]}, indexes, texts[0])
+    assert len(listed.rows) == 0 and any("zzzyzzy" in note for note in indexes.notes)  # a word no node holds
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == digest  # searching never writes

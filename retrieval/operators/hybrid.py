@@ -5,6 +5,10 @@ Weights are per path (``dense``, ``sparse`` = SPLADE, ``lexical`` = BM25) and mu
 calibration (``calibrate: false`` gives raw scales, where BM25 and SPLADE drown the cosine), so 1/1/1
 means the three paths count alike: a node's nearest neighbour scores about 1 on each. With no dense
 weight, a node no sparse path scores is not returned (as ``splade`` and ``bm25`` return none).
+
+``keywords`` requires words in every returned node (§4.2.2, §5.4): a list of words, each reduced to
+the BM25 index's tokens, or ``idf_top1``, the query's rarest corpus token (a stand-in for the keywords
+the paper's simulated users named).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Hybrid(Op):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "splade", "bm25"})
     weights: PathWeights = PathWeights()
     calibrate: bool = True
+    keywords: Literal["none", "idf_top1"] | list[str] = "none"
     k: int = Field(100, gt=0)
 
     def scaled(self, indexes: LakeIndexes) -> np.ndarray:
@@ -56,12 +61,35 @@ class Hybrid(Op):
     def encode(query: str, indexes: LakeIndexes) -> Queries:
         return Queries(indexes.encode_dense(query)[None, :], sp.csr_matrix(indexes.encode_splade(query)), indexes.get("bm25").token_counts([query]))
 
+    def required(self, query: str, indexes: LakeIndexes) -> np.ndarray | None:
+        """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
+        corpus never uses leaves no node to return."""
+        if self.keywords == "none":
+            return None
+        vectors = hybrid_vectors(indexes)
+        if self.keywords == "idf_top1":
+            token = vectors.rarest(indexes.get("bm25").token_counts([query]).indices)
+            if token is None:
+                indexes.note(f"{self.op}: a query has no word of the corpus, so idf_top1 requires no keyword")
+                return None
+            return np.array([token])
+        counts = indexes.get("bm25").token_counts(self.keywords)
+        missing = [word for word, row in zip(self.keywords, counts, strict=True) if row.nnz == 0]
+        if missing:
+            indexes.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
+        return np.unique(counts.indices) if not missing else np.full(1, -1)
+
     def keep(self, rows: np.ndarray, scores: np.ndarray) -> Candidates:
         """Without a dense weight, only nodes some sparse path scores."""
         if not self.weights.dense:
             positive = scores > 0
             rows, scores = rows[positive], scores[positive]
         return Candidates(rows.astype(np.int64), scores)
+
+    @staticmethod
+    def holders(required: np.ndarray, indexes: LakeIndexes) -> np.ndarray:
+        """The rows holding every required token (none for an unknown word, marked −1)."""
+        return np.zeros(0, np.int64) if (required < 0).any() else hybrid_vectors(indexes).containing(required)
 
 
 @register
@@ -70,9 +98,19 @@ class HybridGraphSearch(Hybrid):
 
     op: Literal["hybrid_graph"]
     candidates: int = Field(128, gt=0)
+    keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        rows, scores = indexes.get("hybrid_graph").search(self.encode(query, indexes), self.scaled(indexes), self.candidates, self.k)
+        encoded, scaled = self.encode(query, indexes), self.scaled(indexes)
+        required = self.required(query, indexes)
+        if required is not None:
+            holders = self.holders(required, indexes)
+            if len(holders) < self.keyword_exact_below:
+                indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
+                top = ranked(holders, hybrid_vectors(indexes).fused(encoded, scaled, holders)[0], self.k)
+                return self.keep(top.rows, top.scores)
+            indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
+        rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, None if required is None else required)
         return self.keep(rows, scores)
 
 
@@ -83,8 +121,11 @@ class FusedExact(Hybrid):
     op: Literal["fused_exact"]
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        scores = hybrid_vectors(indexes).fused(self.encode(query, indexes), self.scaled(indexes))[0]
-        top = ranked(np.arange(len(scores)), scores, self.k)
+        encoded = self.encode(query, indexes)
+        required = self.required(query, indexes)
+        rows = None if required is None else self.holders(required, indexes)
+        scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]
+        top = ranked(np.arange(len(scores)) if rows is None else rows, scores, self.k)
         return self.keep(top.rows, top.scores)
 
 
@@ -105,5 +146,9 @@ class Multipath(Hybrid):
                 found = path.run(query, indexes)
                 for row, score in zip(found.rows.tolist(), found.scores.tolist(), strict=True):
                     fused[row] = fused.get(row, 0.0) + weight * score
+        required = self.required(query, indexes)
+        if required is not None:
+            holders = set(self.holders(required, indexes).tolist())
+            fused = {row: score for row, score in fused.items() if row in holders}
         top = from_dict(fused, self.k)
         return self.keep(top.rows, top.scores)
