@@ -11,6 +11,8 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph
 from graphlake.kernels.hybrid_update import update
+from graphlake.retrieval.hybrid_weights import tune
+from graphlake.retrieval.training import Untrained
 from graphlake.kernels.hybrid_vectors import PATHS, Queries
 from graphlake.retrieval.indexes import NODE_IDS_FILE, LakeIndexes, hybrid_vectors, index_assets
 from graphlake.warehouse.digest import content_hash
@@ -65,6 +67,32 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
             "keyword_degree_mean": round(float(keyword.mean()), 2) if len(keyword) else 0.0,
             "keyword_degree_max": int(keyword.max()) if len(keyword) else 0,
             **{f"scale_{path}": round(float(scale), 6) for path, scale in zip(PATHS, graph.scales, strict=True)},
+        }
+    )
+
+
+@asset(
+    partitions_def=corpus_partitions,
+    group_name="retrieval",
+    deps=[AssetKey(name) for name in ("queries", "qrels", *index_assets({"dense", "splade", "bm25"}))],
+)
+def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
+    """Allan-Poe's path weights tuned on the training queries (§5.7), for ``weights: tuned_two`` / ``tuned_three``."""
+    tuned = tune(lake.lake, context.partition_key)
+    lake.lake.write_artifact("hybrid_weights", {"corpus": context.partition_key}, tuned.save)
+    if isinstance(tuned, Untrained):
+        context.add_output_metadata({"note": tuned.reason})
+        return
+    report = tuned.report
+    context.add_output_metadata(
+        {
+            "train_corpus": report["source"]["corpus"],
+            "queries": report["source"]["queries"],
+            "two": str(tuned.two),
+            "three": str(tuned.three),
+            **{f"ndcg@10_{path}": value for path, value in report["single_ndcg@10"].items()},
+            "ndcg@10_two": report["two"]["ndcg@10"][report["two"]["alpha"]],
+            "ndcg@10_three": report["three"]["ndcg@10"][report["three"]["alpha"]],
         }
     )
 

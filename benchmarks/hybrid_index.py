@@ -33,7 +33,7 @@ from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 
-QUALITY = ["bm25", "dense", "splade", "rrf", "ap_dense", "ap_sparse", "ap_full", "ap_two", "ap_three", "fused_three", "multipath_three"]
+QUALITY = ["bm25", "dense", "splade", "rrf", "ap_dense", "ap_sparse", "ap_full", "ap_two", "ap_three", "ap_two_tuned", "ap_three_tuned", "ap_three_kw", "fused_three", "multipath_three"]
 POOLS = (16, 32, 64, 128, 256, 512)
 EF_SEARCH = (16, 32, 64, 128, 256, 512)
 DEPTHS = (10, 20, 50, 100)

@@ -6,7 +6,7 @@ from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
 from graphlake.assets.graph_rankers import graph_rankers
-from graphlake.assets.hybrid_index import hybrid_graph_index
+from graphlake.assets.hybrid_index import hybrid_graph_index, hybrid_weights
 from graphlake.assets.reranker import reranker
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.report import report_asset
@@ -24,6 +24,7 @@ STATIC_ASSETS = [
     vectors.bm25_index,
     vectors.dense_hnsw_index,
     hybrid_graph_index,
+    hybrid_weights,
     *entities.ASSETS,
     *entity_edges.ASSETS,
     *link_edges.ASSETS,

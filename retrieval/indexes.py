@@ -358,6 +358,18 @@ def _hybrid_graph(indexes: LakeIndexes):
     return Searcher(HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes))
 
 
+def _hybrid_weights(indexes: LakeIndexes):
+    from graphlake.retrieval.hybrid_weights import TunedWeights
+
+    return TunedWeights.load(indexes.lake.artifact("hybrid_weights", {"corpus": indexes.corpus}))
+
+
+def _hybrid_weight_sources(home: Path, corpus: str) -> list[str]:
+    from graphlake.retrieval.training import training_queries
+
+    return [training_queries(home, corpus)[0]]
+
+
 def _graph_rankers(indexes: LakeIndexes):
     from graphlake.retrieval.graph_rankers import TunedRankers
 
@@ -427,6 +439,14 @@ for _kind in (
     ),
     IndexKind("reranker", ("reranker",), Stored(artifact="reranker", lake_wide=True), _reranker, sources=_reranker_sources, reads=_reranker_reads),
     IndexKind("hybrid_graph", ("hybrid_graph_index",), Stored(artifact="hybrid_graph"), _hybrid_graph),
+    IndexKind(
+        "hybrid_weights",
+        ("hybrid_weights",),
+        Stored(artifact="hybrid_weights"),
+        _hybrid_weights,
+        sources=_hybrid_weight_sources,
+        reads=lambda methods: frozenset({"dense", "splade", "bm25"}),
+    ),
     # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
     IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),
 ):

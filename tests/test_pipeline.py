@@ -54,7 +54,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph", "graph_hybrid", "graph_dense", "graph_rrf", "rrf_ppr"]
     methods += [f"grapher_{ranker}" for ranker in ("base", "ppr", "gcs", "gat", "mlp")]
     methods += ["vector", "re2", "gar", "fastinsight"]
-    methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw")] + ["fused_three", "multipath_three"]
+    methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw", "two_tuned", "three_tuned")] + ["fused_three", "multipath_three"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -78,6 +78,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "bm25_index": "indexes",
         "dense_hnsw_index": "indexes",
         "hybrid_graph_index": "indexes",
+        "hybrid_weights": "retrieval",
         "graph_rankers": "retrieval",
         "reranker": "retrieval",
         **{f"run_{m}": "retrieval" for m in methods},

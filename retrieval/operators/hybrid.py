@@ -9,6 +9,9 @@ weight, a node no sparse path scores is not returned (as ``splade`` and ``bm25``
 ``keywords`` requires words in every returned node (§4.2.2, §5.4): a list of words, each reduced to
 the BM25 index's tokens, or ``idf_top1``, the query's rarest corpus token (a stand-in for the keywords
 the paper's simulated users named).
+
+``weights: tuned_two`` / ``tuned_three`` read the weights the ``hybrid_weights`` index tuned on the
+training queries (§5.7): dense + SPLADE, or all three paths.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from graphlake.kernels.hybrid_vectors import Queries
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import Candidates, Op, from_dict, ranked, register
 from graphlake.retrieval.operators.core import BM25, DenseHNSW, Splade
+from graphlake.retrieval.training import Untrained
 
 
 class PathWeights(BaseModel):
@@ -47,15 +51,31 @@ class Hybrid(Op):
     """What the fused-vector operators share: weights, calibration, and the query on the three paths."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "splade", "bm25"})
-    weights: PathWeights = PathWeights()
+    weights: PathWeights | Literal["tuned_two", "tuned_three"] = PathWeights()
     calibrate: bool = True
     keywords: Literal["none", "idf_top1"] | list[str] = "none"
     k: int = Field(100, gt=0)
 
+    def indexes(self) -> frozenset[str]:
+        return self.INDEXES | ({"hybrid_weights"} if isinstance(self.weights, str) else set())
+
     def scaled(self, indexes: LakeIndexes) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
-        weights = self.weights.vector()
+        weights = self.vector(indexes)
         return weights * indexes.get("hybrid_graph").graph.scales if self.calibrate else weights
+
+    def vector(self, indexes: LakeIndexes) -> np.ndarray:
+        """The path weights: declared, or tuned (1/1/1, noted, where the corpus had nothing to tune on)."""
+        if not isinstance(self.weights, str):
+            return self.weights.vector()
+        tuned = indexes.get("hybrid_weights")
+        if isinstance(tuned, Untrained):
+            indexes.note(f"{self.op}: no tuned weights ({tuned.reason})")
+            return np.ones(3)
+        return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
+
+    def dense_weight(self, indexes: LakeIndexes) -> float:
+        return float(self.vector(indexes)[0])
 
     @staticmethod
     def encode(query: str, indexes: LakeIndexes) -> Queries:
@@ -79,9 +99,9 @@ class Hybrid(Op):
             indexes.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
         return np.unique(counts.indices) if not missing else np.full(1, -1)
 
-    def keep(self, rows: np.ndarray, scores: np.ndarray) -> Candidates:
+    def keep(self, rows: np.ndarray, scores: np.ndarray, indexes: LakeIndexes) -> Candidates:
         """Without a dense weight, only nodes some sparse path scores."""
-        if not self.weights.dense:
+        if not self.dense_weight(indexes):
             positive = scores > 0
             rows, scores = rows[positive], scores[positive]
         return Candidates(rows.astype(np.int64), scores)
@@ -108,10 +128,10 @@ class HybridGraphSearch(Hybrid):
             if len(holders) < self.keyword_exact_below:
                 indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
                 top = ranked(holders, hybrid_vectors(indexes).fused(encoded, scaled, holders)[0], self.k)
-                return self.keep(top.rows, top.scores)
+                return self.keep(top.rows, top.scores, indexes)
             indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
         rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, None if required is None else required)
-        return self.keep(rows, scores)
+        return self.keep(rows, scores, indexes)
 
 
 @register
@@ -126,7 +146,7 @@ class FusedExact(Hybrid):
         rows = None if required is None else self.holders(required, indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]
         top = ranked(np.arange(len(scores)) if rows is None else rows, scores, self.k)
-        return self.keep(top.rows, top.scores)
+        return self.keep(top.rows, top.scores, indexes)
 
 
 @register
@@ -151,4 +171,4 @@ class Multipath(Hybrid):
             holders = set(self.holders(required, indexes).tolist())
             fused = {row: score for row, score in fused.items() if row in holders}
         top = from_dict(fused, self.k)
-        return self.keep(top.rows, top.scores)
+        return self.keep(top.rows, top.scores, indexes)
