@@ -11,10 +11,10 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph
 from graphlake.kernels.hybrid_update import update
-from graphlake.retrieval.hybrid_weights import tune
-from graphlake.retrieval.training import Untrained
 from graphlake.kernels.hybrid_vectors import PATHS, Queries
+from graphlake.retrieval.hybrid_weights import tune
 from graphlake.retrieval.indexes import NODE_IDS_FILE, LakeIndexes, hybrid_vectors, index_assets
+from graphlake.retrieval.training import Untrained
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions

@@ -110,10 +110,10 @@ def speed(corpus: str, split: str) -> list[str]:
     for label, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights, dtype=np.float64) * searcher.graph.scales
         truth = [top10(vectors.fused(one[i], scaled)[0]) for i in range(len(texts))]
-        runs = {f"ap L={pool}": (lambda i, pool=pool: searcher.search(one[i], scaled, pool, 10)[0]) for pool in POOLS}
-        runs["fused_exact"] = lambda i: top10(vectors.fused(one[i], scaled)[0])
+        runs = {f"ap L={pool}": (lambda i, pool=pool, scaled=scaled: searcher.search(one[i], scaled, pool, 10)[0]) for pool in POOLS}
+        runs["fused_exact"] = lambda i, scaled=scaled: top10(vectors.fused(one[i], scaled)[0])
         if weights == (1, 1, 1):
-            runs |= {f"multipath depth={d}": (lambda i, d=d: multipath(indexes, vectors, one[i], scaled, d)) for d in DEPTHS}
+            runs |= {f"multipath depth={d}": (lambda i, d=d, scaled=scaled: multipath(indexes, vectors, one[i], scaled, d)) for d in DEPTHS}
         for name, (qps, found) in timed(runs, len(texts)).items():
             system, _, parameter = name.partition(" ")
             lines.append(f"| {label} | {system} | {parameter} | {np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]):.4f} | {qps:,.0f} |")
