@@ -52,6 +52,9 @@ class HybridVectors:
     def __len__(self) -> int:
         return len(self.dense)
 
+    def take(self, rows: np.ndarray) -> HybridVectors:
+        return HybridVectors(self.dense[rows], self.sparse[rows], self.lexical[rows])
+
     def path_scores(self, queries: Queries, paths: tuple[bool, bool, bool] = (True, True, True), rows: np.ndarray | None = None) -> np.ndarray:
         """Raw inner products per path, ``(3, b, N)`` float32 (or only the nodes ``rows``); a path not asked for is zeros."""
         dense, sparse, lexical = (self.dense, self.sparse, self.lexical) if rows is None else (self.dense[rows], self.sparse[rows], self.lexical[rows])

@@ -21,6 +21,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphlake.kernels import encoders
+from graphlake.kernels.hybrid_batched import top_rows
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 from graphlake.kernels.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
@@ -114,10 +115,7 @@ class _Scorer:
         scaled = (np.asarray(weights) * self.scales).astype(np.float32)
         values = []
         for start, scores in self.chunks:
-            fused = np.tensordot(scaled, scores, axes=1)
-            depth = min(DEPTH, fused.shape[1])
-            top = np.argpartition(-fused, depth - 1, axis=1)[:, :depth]
-            for i, (rows, line) in enumerate(zip(top, fused, strict=True)):
-                ordered = rows[np.lexsort((rows, -line[rows]))]
+            top, _ = top_rows(np, np.tensordot(scaled, scores, axes=1), DEPTH)
+            for i, ordered in enumerate(top):
                 values.append(ndcg_at_k(list(dict.fromkeys(self.doc_ids[ordered].tolist())), self.gold[start + i], 10))
         return round(float(np.mean(values)), 6)

@@ -122,3 +122,11 @@ def with_near_copies(vectors: HybridVectors, nodes: Queries, copies: int) -> tup
     sparse, lexical = sp.vstack([vectors.sparse, 1.3 * vectors.sparse[picked]]), sp.vstack([vectors.lexical, 1.3 * vectors.lexical[picked]])
     both = HybridVectors.of(dense, sparse, lexical)
     return both, Queries(both.dense, both.sparse, sp.csr_matrix(sp.vstack([nodes.lexical, nodes.lexical[picked]])))
+
+
+def noisy_queries(nodes: Queries, count: int, seed: int) -> Queries:
+    """Queries near nodes: a node's dense vector plus noise, its sparse rows as they are."""
+    rng = np.random.default_rng(seed)
+    picked = rng.choice(len(nodes), count, replace=False)
+    dense = nodes.dense[picked] + 0.3 * rng.normal(size=(count, nodes.dense.shape[1])).astype(np.float32)
+    return Queries(dense.astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])

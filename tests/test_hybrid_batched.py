@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import synthetic, with_near_copies
+from conftest import noisy_queries, synthetic, with_near_copies
 
 from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _prune, build, exact_knn, self_inner_products
-from graphlake.kernels.hybrid_vectors import Queries
 
 
 def _cuda_ready() -> str:
@@ -26,14 +25,6 @@ def _cuda_ready() -> str:
 
 
 DEVICES = [pytest.param("numpy"), pytest.param("cuda", marks=pytest.mark.skipif(bool(_cuda_ready()), reason=_cuda_ready() or "cuda"))]
-
-
-def noisy_queries(nodes: Queries, count: int, seed: int) -> Queries:
-    """Queries near nodes: a node's dense vector plus noise, its sparse rows as they are."""
-    rng = np.random.default_rng(seed)
-    picked = rng.choice(len(nodes), count, replace=False)
-    dense = nodes.dense[picked] + 0.3 * rng.normal(size=(count, nodes.dense.shape[1])).astype(np.float32)
-    return Queries(dense.astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -6,24 +6,13 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import synthetic
+from conftest import noisy_queries, synthetic
 
 from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid_update import insert, splice, update
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 
 N = 2000
-
-
-def part(vectors: HybridVectors, nodes: Queries, rows: np.ndarray) -> tuple[HybridVectors, Queries]:
-    kept = HybridVectors.of(vectors.dense[rows], vectors.sparse[rows], vectors.lexical[rows])
-    return kept, Queries(kept.dense, kept.sparse, nodes.lexical[rows])
-
-
-def queries_near(nodes: Queries, count: int, seed: int) -> Queries:
-    rng = np.random.default_rng(seed)
-    picked = rng.choice(len(nodes), count, replace=False)
-    return Queries((nodes.dense[picked] + 0.3 * rng.normal(size=(count, nodes.dense.shape[1]))).astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
 
 
 def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.ndarray | None = None) -> float:
@@ -43,7 +32,7 @@ def test_inserted_nodes_are_found_as_a_full_build_finds_them(share):
     order = np.random.default_rng(12).permutation(N)
     first, rest = np.sort(order[: int(share * N)]), np.sort(order[int(share * N) :])
     full = build(vectors, nodes, BuildConfig())
-    base = build(*part(vectors, nodes, first), BuildConfig(), scales=full.scales)
+    base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales=full.scales)
     old_to_new = first  # the part's row i is the corpus's row first[i]
     grown = insert(splice(base, old_to_new, N), vectors, nodes, rest, BuildConfig())
     assert grown.semantic.shape == (N, 32) and not (grown.semantic == np.arange(N)[:, None]).any()
@@ -51,7 +40,7 @@ def test_inserted_nodes_are_found_as_a_full_build_finds_them(share):
     linked = np.zeros(N, dtype=bool)
     linked[grown.semantic[grown.semantic >= 0]] = True
     assert linked[rest].mean() >= 0.99  # new nodes are pointed at, not only pointing
-    queries = queries_near(nodes, 150, seed=13)
+    queries = noisy_queries(nodes, 150, seed=13)
     after, reference = recall(grown, vectors, queries, 128), recall(full, vectors, queries, 128)
     assert after >= 0.95 and after >= reference - 0.01, (after, reference)
 
@@ -65,8 +54,8 @@ def test_removed_nodes_are_spliced_out_and_mark_deleted_ones_never_returned():
     old_to_new[survivors] = np.arange(len(survivors))
     spliced = splice(graph, old_to_new, len(survivors))
     assert spliced.semantic.max() < len(survivors) and (spliced.semantic >= 0).sum(axis=1).min() >= 16
-    left, left_nodes = part(vectors, nodes, survivors)
-    queries = queries_near(nodes, 150, seed=16)
+    left = vectors.take(survivors)
+    queries = noisy_queries(nodes, 150, seed=16)
     assert recall(spliced, left, queries, 128) >= 0.95
 
     graph.deleted[removed] = True  # the same nodes mark-deleted instead: walked through, never returned
@@ -89,10 +78,10 @@ def test_update_chooses_incremental_below_the_rebuild_share():
     for i in range(0, 100, 2):  # 50 edited (new hash), 50 removed: 150 of 1,950 rows changed
         edited[i] = f"n{i}\tedited"
     rows = [i for i in range(N) if i % 2 == 0 or i >= 100]
-    kept, kept_nodes = part(vectors, nodes, np.array(rows))
+    kept, kept_nodes = vectors.take(np.array(rows)), nodes.take(np.array(rows))
     updated, report = update(graph, keys, [edited[i] for i in rows], kept, kept_nodes, BuildConfig(), 0.2)
     assert report == {**report, "mode": "incremental", "inserted": 50, "removed": 100}
-    assert recall(updated, kept, queries_near(kept_nodes, 100, seed=18), 128) >= 0.95
+    assert recall(updated, kept, noisy_queries(kept_nodes, 100, seed=18), 128) >= 0.95
     _, report = update(graph, keys, [edited[i] for i in rows], kept, kept_nodes, BuildConfig(), 0.05)
     assert report["mode"] == "rebuild" and "rebuild_share" in report["reason"]
     _, report = update(graph, keys, keys, vectors, nodes, BuildConfig(degree=16), 0.2)
