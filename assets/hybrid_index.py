@@ -1,15 +1,19 @@
 """Allan-Poe's hybrid graph index as an asset: one graph over the corpus's dense, SPLADE and BM25
 vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid_graph.py``).
 A re-materialization updates the previous index in place of a rebuild when few nodes changed
-(``kernels/hybrid_update.py``): nodes are matched by node id and content hash."""
+(``kernels/hybrid_update.py``): nodes are matched by node id and content hash. The knowledge-graph
+part (``kg``: the entities and relations of a ``triples`` extractor, ``kernels/hybrid_kg.py``) is small
+and rebuilt every time."""
 
 import json
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph
+from graphlake.kernels.hybrid_kg import KnowledgeGraph
 from graphlake.kernels.hybrid_update import update
 from graphlake.kernels.hybrid_vectors import PATHS, Queries
 from graphlake.retrieval.hybrid_weights import tune
@@ -32,12 +36,13 @@ class HybridIndexConfig(Config):
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
     rebuild_share: float = 0.2  # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild
+    kg: Literal["none", "spacy", "llm", "evidence"] = "spacy"  # the triples the KG part is built from (evidence: the oracle)
 
 
 @asset(
     partitions_def=corpus_partitions,
     group_name="indexes",
-    deps=[AssetKey(name) for name in index_assets({"dense", "splade", "bm25"})],
+    deps=[AssetKey(name) for name in (*index_assets({"dense", "splade", "bm25"}), "triples_spacy", "triples_llm", "triples_evidence")],
 )
 def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig, lake: LakeResource) -> None:
     """The hybrid graph (semantic and keyword edges, entry points, per-path calibration), as an artefact folder."""
@@ -48,8 +53,9 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.node_ids, texts, strict=True)]
     previous, previous_keys = _previous(lake.lake, context.partition_key)
     settings = config.model_dump()
-    rebuild_share = settings.pop("rebuild_share")
+    rebuild_share, extractor = settings.pop("rebuild_share"), settings.pop("kg")
     graph, report = update(previous, previous_keys, keys, vectors, nodes, BuildConfig(**settings), rebuild_share)
+    graph.kg = None if extractor == "none" else _knowledge_graph(indexes, extractor)  # small: rebuilt every time
 
     def fill(folder: Path) -> None:
         graph.save(folder)
@@ -67,17 +73,35 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
             "keyword_degree_mean": round(float(keyword.mean()), 2) if len(keyword) else 0.0,
             "keyword_degree_max": int(keyword.max()) if len(keyword) else 0,
             **{f"scale_{path}": round(float(scale), 6) for path, scale in zip(PATHS, graph.scales, strict=True)},
+            **(_kg_metadata(graph.kg) if graph.kg is not None else {"kg": "none"}),
         }
     )
+
+
+def _knowledge_graph(indexes: LakeIndexes, extractor: str) -> KnowledgeGraph:
+    """The KG of the corpus's ``triples`` from ``extractor``, on the index's node rows."""
+    try:
+        triples = indexes.lake.read("triples", {"corpus": indexes.corpus, "extractor": extractor})
+    except StorageError as error:
+        raise StorageError(f"hybrid_graph_index has kg: {extractor}, but {error}; materialize triples_{extractor} first, or set kg: none") from error
+    rows = indexes.node_rows(triples.column("node_id").to_pylist(), f"triples ({extractor})")
+    columns = (triples.column(c).to_pylist() for c in ("subject", "relation", "object"))
+    return KnowledgeGraph.from_triples(extractor, zip(rows.tolist(), *columns, strict=True), len(indexes.node_ids))
+
+
+def _kg_metadata(kg: KnowledgeGraph) -> dict:
+    held = np.diff(kg.node_entities.indptr)
+    return {"kg": kg.extractor, "kg_entities": len(kg.entities), "kg_relations": len(kg.source), "kg_nodes_with_entities": int((held > 0).sum()), "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0}
 
 
 @asset(
     partitions_def=corpus_partitions,
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("queries", "qrels", *index_assets({"dense", "splade", "bm25"}))],
+    deps=[AssetKey(name) for name in ("queries", "qrels", "hybrid_graph_index", *index_assets({"dense", "splade", "bm25"}))],
 )
 def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
-    """Allan-Poe's path weights tuned on the training queries (§5.7), for ``weights: tuned_two`` / ``tuned_three``."""
+    """Allan-Poe's path weights tuned on the training queries (§5.7), for ``weights: tuned_two`` / ``tuned_three``,
+    and the KG reward's ``kg_weight: tuned``."""
     tuned = tune(lake.lake, context.partition_key)
     lake.lake.write_artifact("hybrid_weights", {"corpus": context.partition_key}, tuned.save)
     if isinstance(tuned, Untrained):
@@ -93,6 +117,7 @@ def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
             **{f"ndcg@10_{path}": value for path, value in report["single_ndcg@10"].items()},
             "ndcg@10_two": report["two"]["ndcg@10"][report["two"]["alpha"]],
             "ndcg@10_three": report["three"]["ndcg@10"][report["three"]["alpha"]],
+            "kg_weight": "none" if tuned.kg is None else tuned.kg,
         }
     )
 

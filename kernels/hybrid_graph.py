@@ -10,8 +10,9 @@ paper's, §4.1 Step 2, ``layout="paper"``). Entry points are the nodes with the 
 self inner product (the paper; the code takes the smallest, ``entry="smallest_norm"``). The k-NN and
 pruning steps also run as batched array code on numpy or cupy (``device``; ``kernels/hybrid_batched.py``).
 
-Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2 without the
-knowledge-graph part), deterministic (ties go to the lower row). Mark-deleted nodes, and with required
+Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2), deterministic
+(ties go to the lower row); with a KG query (``KGQuery``), also from the nodes holding the query's
+entities, along logical edges, and with the KG reward (``kernels/hybrid_kg.py``). Mark-deleted nodes, and with required
 keywords the nodes lacking one, are walked through but never returned: the top ``k`` of the others
 seen are kept apart from the pool (which makes the paper's twin pool unnecessary).
 """
@@ -24,9 +25,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
 
 from graphlake.kernels import hybrid_batched as batched
+from graphlake.kernels.hybrid_kg import KnowledgeGraph
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
@@ -47,7 +50,8 @@ class BuildConfig:
 @dataclass
 class HybridGraph:
     """The index arrays: ``semantic (N, d)`` and ``keyword (N, kd)`` int32 (−1 pads), entry rows, the
-    per-path calibration, the mark-deleted bitmap, and what the build measured."""
+    per-path calibration, the mark-deleted bitmap, what the build measured, and the knowledge graph
+    the search can walk and reward along (``kernels/hybrid_kg.py``; ``None`` when built without one)."""
 
     semantic: np.ndarray
     keyword: np.ndarray
@@ -55,10 +59,13 @@ class HybridGraph:
     scales: np.ndarray
     deleted: np.ndarray
     build: dict = field(default_factory=dict)
+    kg: KnowledgeGraph | None = None
 
     def save(self, folder: Path) -> None:
         for name, array in zip(FILES, (self.semantic, self.keyword, self.entry, self.deleted), strict=True):
             np.save(folder / name, array)
+        if self.kg is not None:
+            self.kg.save(folder)
         (folder / "calibration.json").write_text(json.dumps(dict(zip(("dense", "sparse", "lexical"), self.scales.tolist(), strict=True))), encoding="utf-8")
         (folder / "build.json").write_text(json.dumps(self.build, indent=2), encoding="utf-8")
 
@@ -66,10 +73,11 @@ class HybridGraph:
     def load(cls, folder: Path) -> HybridGraph:
         semantic, keyword, entry, deleted = (np.load(folder / name) for name in FILES)
         scales = np.array(list(json.loads((folder / "calibration.json").read_text(encoding="utf-8")).values()), dtype=np.float64)
-        return cls(semantic, keyword, entry, scales, deleted, json.loads((folder / "build.json").read_text(encoding="utf-8")))
+        return cls(semantic, keyword, entry, scales, deleted, json.loads((folder / "build.json").read_text(encoding="utf-8")), KnowledgeGraph.load(folder))
 
     def edge_bytes(self) -> dict[str, int]:
-        return {"semantic": int(self.semantic.nbytes), "keyword": int(self.keyword.nbytes)}
+        logical = {"logical": self.kg.edge_bytes()} if self.kg is not None else {}
+        return {"semantic": int(self.semantic.nbytes), "keyword": int(self.keyword.nbytes), **logical}
 
 
 def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: np.ndarray | None = None) -> HybridGraph:
@@ -389,11 +397,77 @@ def _holds(i, required, b_ptr, b_idx, every) -> bool:
 
 
 @njit(cache=True)
-def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, pool_size, k, visited, stamp):
+def _node_hop(v, ne_ptr, ne_idx, ent_hop) -> int:
+    """The least hop of node ``v``'s entities, −1 when none was reached."""
+    best = -1
+    for j in range(ne_ptr[v], ne_ptr[v + 1]):
+        h = ent_hop[ne_idx[j]]
+        if h >= 0 and (best < 0 or h < best):
+            best = h
+    return best
+
+
+@njit(cache=True)
+def _reward(v, kg, ent_hop, kg_weight) -> float:
+    """§4.2.3's KG reward of node ``v``: ``kg_weight / max(hop, 1)`` within the hop limit, else 0."""
+    if len(ent_hop) == 0:
+        return 0.0
+    h = _node_hop(v, kg[0], kg[1], ent_hop)
+    return kg_weight / max(h, 1) if h >= 0 else 0.0
+
+
+@njit(cache=True)
+def _logical(u, kg, ent_hop, kg_hops):
+    """The nodes ``u``'s logical edges reach (§3.4), from its entities within ``kg_hops − 1`` hops only."""
+    ne_ptr, ne_idx, en_ptr, en_idx, ee_ptr, ee_idx = kg
+    total = 0
+    for j in range(ne_ptr[u], ne_ptr[u + 1]):
+        e = ne_idx[j]
+        if 0 <= ent_hop[e] < kg_hops:
+            for i in range(ee_ptr[e], ee_ptr[e + 1]):
+                t = ee_idx[i]
+                total += en_ptr[t + 1] - en_ptr[t]
+    out = np.empty(total, np.int32)
+    count = 0
+    for j in range(ne_ptr[u], ne_ptr[u + 1]):
+        e = ne_idx[j]
+        if 0 <= ent_hop[e] < kg_hops:
+            for i in range(ee_ptr[e], ee_ptr[e + 1]):
+                t = ee_idx[i]
+                for r in range(en_ptr[t], en_ptr[t + 1]):
+                    out[count] = en_idx[r]
+                    count += 1
+    return out
+
+
+@njit(cache=True)
+def _holding_seeds(kg, ent_hop):
+    """The nodes holding a query entity (hop 0)."""
+    en_ptr, en_idx = kg[2], kg[3]
+    total = 0
+    for e in range(len(ent_hop)):
+        if ent_hop[e] == 0:
+            total += en_ptr[e + 1] - en_ptr[e]
+    out = np.empty(total, np.int32)
+    count = 0
+    for e in range(len(ent_hop)):
+        if ent_hop[e] == 0:
+            for r in range(en_ptr[e], en_ptr[e + 1]):
+                out[count] = en_idx[r]
+                count += 1
+    return out
+
+
+@njit(cache=True)
+def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, pool_size, k, visited, stamp, kg, ent_hop, kg_weight, kg_hops, kg_edges):
     """Algorithm 2: best-first over the semantic edges with a pool of ``pool_size``; the top ``k`` live
     nodes seen. With ``required`` keyword tokens, only nodes holding all of them are returned, and a node
-    holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading)."""
+    holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading). With the
+    query's entity hops (``ent_hop``, empty without a KG query; ``kg`` the node→entity, entity→node and
+    entity-graph CSR arrays), every node scores its KG reward, the nodes holding a query entity join the
+    entry points, and a node within ``kg_hops − 1`` hops opens its logical edges (``kg_edges``)."""
     constrained = len(required) > 0
+    use_kg = len(ent_hop) > 0
     pool_ids = np.full(pool_size, -1, np.int64)
     pool_scores = np.full(pool_size, -np.inf)
     explored = np.zeros(pool_size, np.bool_)
@@ -401,14 +475,41 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
     best_scores = np.full(k, -np.inf)
     best_flags = np.zeros(k, np.bool_)
     size, found = 0, 0
-    for e in entry:
-        if visited[e] != stamp:
-            visited[e] = stamp
-            s = _score(e, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
-            size = _insert(pool_ids, pool_scores, explored, size, e, s)
-            if not deleted[e] and (not constrained or _holds(e, required, b_ptr, b_idx, True)):
-                found = _insert(best_ids, best_scores, best_flags, found, e, s)
+    u = -1
     while True:
+        for part in range(4):
+            if u < 0:  # the start: the entry points, then the nodes holding a query entity
+                if part == 0:
+                    edges = entry
+                elif part == 1 and use_kg:
+                    edges = _holding_seeds(kg, ent_hop)
+                else:
+                    break
+            elif part == 0:
+                edges = semantic[u]
+            elif part == 1:
+                if not (constrained and _holds(u, required, b_ptr, b_idx, False)):
+                    continue
+                edges = keyword[u]
+            elif part == 2:
+                if not (use_kg and kg_edges):
+                    continue
+                h = _node_hop(u, kg[0], kg[1], ent_hop)
+                if not 0 <= h < kg_hops:
+                    continue
+                edges = _logical(u, kg, ent_hop, kg_hops)
+            else:
+                break
+            for v in edges:
+                if v < 0 or visited[v] == stamp:
+                    continue
+                visited[v] = stamp
+                s = _score(v, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
+                if use_kg:
+                    s += _reward(v, kg, ent_hop, kg_weight)
+                size = _insert(pool_ids, pool_scores, explored, size, v, s)
+                if not deleted[v] and (not constrained or _holds(v, required, b_ptr, b_idx, True)):
+                    found = _insert(best_ids, best_scores, best_flags, found, v, s)
         u = -1
         for i in range(size):
             if not explored[i]:
@@ -417,19 +518,18 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
                 break
         if u < 0:
             break
-        for part in range(2):
-            if part == 1 and not (constrained and _holds(u, required, b_ptr, b_idx, False)):
-                break
-            edges = semantic[u] if part == 0 else keyword[u]
-            for v in edges:
-                if v < 0 or visited[v] == stamp:
-                    continue
-                visited[v] = stamp
-                s = _score(v, q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val)
-                size = _insert(pool_ids, pool_scores, explored, size, v, s)
-                if not deleted[v] and (not constrained or _holds(v, required, b_ptr, b_idx, True)):
-                    found = _insert(best_ids, best_scores, best_flags, found, v, s)
     return best_ids[:found], best_scores[:found]
+
+
+@dataclass(frozen=True)
+class KGQuery:
+    """A query's KG part: each entity's hop from the query's entities (``KnowledgeGraph.hops``), the
+    reward weight (calibrated units), the hop limit, and whether logical edges are walked."""
+
+    entity_hops: np.ndarray
+    weight: float
+    hops: int = 3
+    edges: bool = True
 
 
 class Searcher:
@@ -439,11 +539,18 @@ class Searcher:
         self.graph, self.vectors = graph, vectors
         self.visited = np.zeros(len(vectors), np.int64)
         self.stamp = 0
+        kg = graph.kg
+        matrices = (kg.node_entities, kg.holders, kg.undirected) if kg is not None else (sp.csr_matrix((0, 0)),) * 3
+        self.kg_arrays = tuple(a for m in matrices for a in (m.indptr.astype(np.int64), m.indices.astype(np.int32)))
 
-    def search(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated), best first;
-        with ``required`` BM25 token ids, only rows holding all of them."""
+    def search(
+        self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None = None, kg: KGQuery | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated) plus the KG
+        reward, best first; with ``required`` BM25 token ids, only rows holding all of them."""
         vectors = self.vectors
+        if kg is not None and self.graph.kg is None:
+            raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
         use = np.asarray(weights, dtype=np.float64) != 0
         q_dense = (weights[0] * query.dense[0]).astype(np.float32)
         q_sparse = _scatter(query.sparse, weights[1], vectors.sparse.shape[1])
@@ -470,6 +577,11 @@ class Searcher:
             k,
             self.visited,
             self.stamp,
+            self.kg_arrays,
+            np.zeros(0, np.int32) if kg is None else kg.entity_hops.astype(np.int32),
+            0.0 if kg is None else float(kg.weight),
+            3 if kg is None else int(kg.hops),
+            kg is not None and kg.edges,
         )
         return rows, scores
 

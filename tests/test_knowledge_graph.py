@@ -73,5 +73,6 @@ def test_llm_triples_sit_in_their_own_group():
     assert {a.key.to_user_string(): a.group_names_by_key[a.key] for a in ASSETS} == {
         "triples_spacy": "enrichment",
         "triples_llm": LLM_GROUP,
+        "triples_evidence": "enrichment",
         "logical_edges": "graphs",
     }

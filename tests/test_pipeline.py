@@ -54,7 +54,8 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     methods = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph", "graph_hybrid", "graph_dense", "graph_rrf", "rrf_ppr"]
     methods += [f"grapher_{ranker}" for ranker in ("base", "ppr", "gcs", "gat", "mlp")]
     methods += ["vector", "re2", "gar", "fastinsight"]
-    methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw", "two_tuned", "three_tuned")] + ["fused_three", "multipath_three"]
+    methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw", "two_tuned", "three_tuned")]
+    methods += [f"ap_{paths}_kg" for paths in ("three", "dense", "sparse", "full")] + ["ap_three_kg_entry", "fused_three", "multipath_three"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -69,6 +70,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "conceptual_edges": "graphs",
         "logical_edges": "graphs",
         "triples_spacy": "enrichment",
+        "triples_evidence": "enrichment",
         "triples_llm": "llm",
         "entities_llm": "llm",
         "mentions_llm": "llm",

@@ -12,22 +12,33 @@ the paper's simulated users named).
 
 ``weights: tuned_two`` / ``tuned_three`` read the weights the ``hybrid_weights`` index tuned on the
 training queries (§5.7): dense + SPLADE, or all three paths.
+
+``kg: true`` adds the knowledge-graph part (§4.2.3) over the index's KG (``kernels/hybrid_kg.py``):
+the query's entities (spaCy NER, matched to the KG's entity names, a title's short form read as the
+title) are hop 0; every node within ``kg_hops`` of them on the relation graph earns
+``kg_weight / max(hop, 1)``, and the walk also enters at the nodes holding a query entity and follows
+logical edges (``kg_edges: false`` keeps only the entry and the reward, the paper's §5.6.3 ablation).
+A query naming no KG entity is ranked exactly as without ``kg``.
 """
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from graphlake.kernels.entities import spacy_entities, title_aliases
+from graphlake.kernels.hybrid_graph import KGQuery
+from graphlake.kernels.hybrid_kg import reward
 from graphlake.kernels.hybrid_vectors import Queries
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import Candidates, Op, from_dict, ranked, register
 from graphlake.retrieval.operators.core import BM25, DenseHNSW, Splade
 from graphlake.retrieval.training import Untrained
 
+DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
 
 class PathWeights(BaseModel):
     """How much each path counts, in calibrated units."""
@@ -54,10 +65,15 @@ class Hybrid(Op):
     weights: PathWeights | Literal["tuned_two", "tuned_three"] = PathWeights()
     calibrate: bool = True
     keywords: Literal["none", "idf_top1"] | list[str] = "none"
+    kg: bool = False
+    kg_weight: Annotated[float, Field(ge=0)] | Literal["tuned"] = "tuned"  # calibrated units; tuned on the training queries, else 0.5
+    kg_hops: int = Field(3, ge=0)
+    kg_edges: bool = True
     k: int = Field(100, gt=0)
 
     def indexes(self) -> frozenset[str]:
-        return self.INDEXES | ({"hybrid_weights"} if isinstance(self.weights, str) else set())
+        tuned = isinstance(self.weights, str) or (self.kg and self.kg_weight == "tuned")
+        return self.INDEXES | ({"hybrid_weights"} if tuned else set())
 
     def scaled(self, indexes: LakeIndexes) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
@@ -73,6 +89,38 @@ class Hybrid(Op):
             indexes.note(f"{self.op}: no tuned weights ({tuned.reason})")
             return np.ones(3)
         return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
+
+    def kg_query(self, query: str, indexes: LakeIndexes) -> KGQuery | None:
+        """The query's entity hops and reward weight; ``None`` without ``kg``, or when the query names no KG entity."""
+        if not self.kg:
+            return None
+        graph = indexes.get("hybrid_graph").graph.kg
+        if graph is None:
+            indexes.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
+            return None
+        aliases = indexes.memo(("title_aliases",), lambda: title_aliases(indexes.titles().values()))
+        seeds = graph.match([name for name, _ in spacy_entities([query])[0]], aliases)
+        if len(seeds) == 0:
+            indexes.note(f"{self.op}: a query named no entity of the knowledge graph, so it was ranked without the KG")
+            return None
+        return KGQuery(graph.hops(seeds, self.kg_hops), self.reward_weight(indexes), self.kg_hops, self.kg_edges)
+
+    def reward_weight(self, indexes: LakeIndexes) -> float:
+        if self.kg_weight != "tuned":
+            return float(self.kg_weight)
+        tuned = indexes.get("hybrid_weights")
+        weight = None if isinstance(tuned, Untrained) else tuned.kg
+        if weight is None:
+            indexes.note(f"{self.op}: no tuned kg_weight ({tuned.reason if isinstance(tuned, Untrained) else 'the training corpus has no KG'}); {DEFAULT_KG_WEIGHT} stands in")
+            return DEFAULT_KG_WEIGHT
+        return weight
+
+    @staticmethod
+    def kg_reward(kg: KGQuery | None, indexes: LakeIndexes, rows: np.ndarray) -> np.ndarray:
+        """The KG reward of ``rows`` (0 without a KG query)."""
+        if kg is None:
+            return np.zeros(len(rows))
+        return reward(indexes.get("hybrid_graph").graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
     def dense_weight(self, indexes: LakeIndexes) -> float:
         return float(self.vector(indexes)[0])
@@ -122,15 +170,16 @@ class HybridGraphSearch(Hybrid):
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         encoded, scaled = self.encode(query, indexes), self.scaled(indexes)
-        required = self.required(query, indexes)
+        required, kg = self.required(query, indexes), self.kg_query(query, indexes)
         if required is not None:
             holders = self.holders(required, indexes)
             if len(holders) < self.keyword_exact_below:
                 indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
-                top = ranked(holders, hybrid_vectors(indexes).fused(encoded, scaled, holders)[0], self.k)
+                scores = hybrid_vectors(indexes).fused(encoded, scaled, holders)[0] + self.kg_reward(kg, indexes, holders)
+                top = ranked(holders, scores, self.k)
                 return self.keep(top.rows, top.scores, indexes)
             indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
-        rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, None if required is None else required)
+        rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, required, kg)
         return self.keep(rows, scores, indexes)
 
 
@@ -145,7 +194,8 @@ class FusedExact(Hybrid):
         required = self.required(query, indexes)
         rows = None if required is None else self.holders(required, indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]
-        top = ranked(np.arange(len(scores)) if rows is None else rows, scores, self.k)
+        rows = np.arange(len(scores)) if rows is None else rows
+        top = ranked(rows, scores + self.kg_reward(self.kg_query(query, indexes), indexes, rows), self.k)
         return self.keep(top.rows, top.scores, indexes)
 
 
@@ -170,5 +220,8 @@ class Multipath(Hybrid):
         if required is not None:
             holders = set(self.holders(required, indexes).tolist())
             fused = {row: score for row, score in fused.items() if row in holders}
+        rows = np.fromiter(fused, dtype=np.int64, count=len(fused))
+        for row, extra in zip(rows.tolist(), self.kg_reward(self.kg_query(query, indexes), indexes, rows).tolist(), strict=True):
+            fused[row] += extra
         top = from_dict(fused, self.k)
         return self.keep(top.rows, top.scores, indexes)
