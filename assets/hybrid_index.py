@@ -35,6 +35,10 @@ class HybridIndexConfig(Config):
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
+    knn: Literal["auto", "exact", "nndescent"] = "auto"  # auto: exact up to 50,000 nodes, NN-Descent above
+    nndescent_iterations: int = 25
+    nndescent_samples: int = 16  # neighbours sampled per node and kind (new, old), with as many reverse ones
+    seed: int = 0
     rebuild_share: float = 0.2  # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild
     kg: Literal["none", "spacy", "llm", "evidence"] = "spacy"  # the triples the KG part is built from (evidence: the oracle)
 
@@ -73,6 +77,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
             "keyword_degree_mean": round(float(keyword.mean()), 2) if len(keyword) else 0.0,
             "keyword_degree_max": int(keyword.max()) if len(keyword) else 0,
             **{f"scale_{path}": round(float(scale), 6) for path, scale in zip(PATHS, graph.scales, strict=True)},
+            **({"knn_recall": graph.build["nndescent"]["knn_recall"]} if "nndescent" in graph.build and report["mode"] != "incremental" else {}),
             **(_kg_metadata(graph.kg) if graph.kg is not None else {"kg": "none"}),
         }
     )

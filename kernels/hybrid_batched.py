@@ -231,21 +231,25 @@ def _shifted(xp: Any, parts: tuple[Any, Any, Any], rows: int, width: int, k: int
     return _sparse(xp).csr_matrix((values.astype(dtype), shifted, indptr.astype(xp.int32)), shape=(rows, (rows // k) * width))
 
 
-def _gram(xp: Any, left: Any, right: Any, k: int, dtype: Any) -> Any:
-    """``(A, k, k)``: every line of ``left`` · every line of ``right`` within each node's ``k`` lines."""
+def _gram(xp: Any, left: Any, right: Any, k: int, dtype: Any, c: int | None = None) -> Any:
+    """``(A, k, c)``: every line of ``left`` · every line of ``right`` within each node's lines (``k`` on
+    the left, ``c`` on the right, ``k`` unless given)."""
+    c = k if c is None else c
     product = (left @ right.T).tocoo()
-    out = xp.zeros((left.shape[0] // k, k, k), dtype)
-    out[product.row // k, product.row % k, product.col % k] = product.data
+    out = xp.zeros((left.shape[0] // k, k, c), dtype)
+    out[product.row // k, product.row % k, product.col % c] = product.data
     return out
 
 
-def _pair_part(xp: Any, left: Rows, right: Rows, neighbours: Any, k: int) -> Any:
-    """One sparse path's float64 scores of each node's neighbours used as queries (``left``) on each other (``right``)."""
+def _pair_part(xp: Any, left: Rows, right: Rows, neighbours: Any, k: int, others: Any = None) -> Any:
+    """One sparse path's float64 scores of each node's neighbours used as queries (``left``) on each other
+    (``right``), ``(A, k, k)``; or on each node's ``others`` (``(A, c)``) instead, ``(A, k, c)``."""
     if left.width != right.width:
         raise ValueError(f"query and stored vocabularies differ: {left.width} and {right.width} columns")
-    flat = neighbours.ravel()
-    operands = [_shifted(xp, _gather_rows(xp, rows, flat), flat.size, rows.width, k, xp.float64) for rows in (left, right)]
-    return _gram(xp, *operands, k, xp.float64)
+    others = neighbours if others is None else others
+    width = others.shape[1]
+    operands = [_shifted(xp, _gather_rows(xp, rows, lines.ravel()), lines.size, rows.width, lines.shape[1], xp.float64) for rows, lines in ((left, neighbours), (right, others))]
+    return _gram(xp, *operands, k, xp.float64, width)
 
 
 def prune(

@@ -1,7 +1,8 @@
 """Allan-Poe's hybrid graph index (§4, Algorithms 1 and 2), CPU path: one fixed-degree proximity graph
 over the fused vectors (``kernels/hybrid_vectors.py``) that serves any path weights at query time.
 
-Build: the k-NN graph under the calibrated fused inner product (exact, blocked), then per node the
+Build: the k-NN graph under the calibrated fused inner product (exact, blocked; NN-Descent above
+``EXACT_KNN_UP_TO`` nodes or with ``knn="nndescent"``, ``kernels/hybrid_nndescent.py``), then per node the
 rank-based RNG detour counts (CAGRA) and the IP pruning of Algorithm 1, recycling pruned neighbours
 that carry a keyword no kept neighbour shares (§3.3) as keyword edges, then the edge layout: d/2
 pruned + d/2 reverse (the authors' code, the default: on SciFact it has the higher recall for every
@@ -30,10 +31,13 @@ from numba import njit
 
 from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_kg import KnowledgeGraph
+from graphlake.kernels.hybrid_nndescent import nn_descent
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
+EXACT_KNN_UP_TO = 50_000  # knn: auto takes the exact k-NN up to this many nodes, NN-Descent above
+RECALL_SAMPLE = 200  # nodes whose NN-Descent lists are checked against the exact ones at build time
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,10 @@ class BuildConfig:
     entry: str = "largest_norm"  # or smallest_norm (the authors' code)
     entry_points: int = 32
     device: str = "cpu"  # cpu: the numba kernels; numpy or cuda: the batched array code (kernels/hybrid_batched.py)
+    knn: str = "auto"  # exact, nndescent (kernels/hybrid_nndescent.py), or auto: exact up to EXACT_KNN_UP_TO nodes
+    nndescent_iterations: int = 25
+    nndescent_samples: int = 16  # new and old neighbours sampled per node, each with as many reverse ones: 64 joined
+    seed: int = 0
 
 
 @dataclass
@@ -91,7 +99,13 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     knn_k, single_k = min(config.knn_k, max(n - 1, 0)), max(1, config.degree // 2)
     device = None if config.device == "cpu" else batched.DeviceVectors.of(batched.array_module(config.device), vectors)
     started = time.perf_counter()
-    if device is None:
+    measured: dict = {}
+    if config.knn == "nndescent" or (config.knn == "auto" and n > EXACT_KNN_UP_TO):
+        arrays = device if device is not None else batched.DeviceVectors.of(np, vectors)
+        knn_ids, knn_sims, measured = nn_descent(arrays, nodes, scales, knn_k, config.nndescent_iterations, config.nndescent_samples, config.seed)
+        single = np.full((3, n, single_k), -1, np.int32)  # no per-path lists: the paper layout fills its share from the others
+        measured["knn_recall"] = knn_recall(vectors, nodes, scales, knn_ids, config.seed)
+    elif device is None:
         knn_ids, knn_sims, single = exact_knn(vectors, nodes, scales, knn_k, single_k)
     else:
         knn_ids, knn_sims, single = batched.exact_knn(device, nodes, scales, knn_k, single_k)
@@ -115,8 +129,19 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
         "seconds": {step: round(value, 3) for step, value in seconds.items()},
         "bytes": graph.edge_bytes(),
         "keyword_degree_mean": float((keyword >= 0).sum(axis=1).mean()) if n else 0.0,
+        **({"nndescent": measured} if measured else {}),
     }
     return graph
+
+
+def knn_recall(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, knn_ids: np.ndarray, seed: int) -> float:
+    """Recall of approximate k-NN lists against the exact ones, on ``RECALL_SAMPLE`` seeded nodes."""
+    n, k = knn_ids.shape
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
+    scores = np.tensordot(scales.astype(np.float32), vectors.path_scores(nodes.take(rows)), axes=1)
+    scores[np.arange(len(rows)), rows] = -np.inf
+    exact, _ = batched.top_rows(np, scores, k)
+    return round(float(np.mean([len(set(e.tolist()) & set(a[a >= 0].tolist())) / k for e, a in zip(exact, knn_ids[rows], strict=True)])), 4)
 
 
 def entry_points(self_ip: np.ndarray, live: np.ndarray, config: BuildConfig) -> np.ndarray:

@@ -10,6 +10,7 @@ from conftest import noisy_queries, synthetic, with_near_copies
 
 from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _prune, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid_nndescent import nn_descent
 
 
 def _cuda_ready() -> str:
@@ -97,3 +98,25 @@ def test_exact_fused_scores_equal_the_scipy_reference(device):
     scored = batched.host(batched.score(on_device, batch, xp.arange(50), xp.asarray(pairs)))
     expected = np.where(pairs >= 0, np.take_along_axis(reference, np.maximum(pairs, 0), axis=1), -np.inf)
     np.testing.assert_allclose(scored, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_nn_descent_finds_the_exact_neighbours(device):
+    """G2/G11: NN-Descent's lists against the exact k-NN at K = 64, on near-copies (many ties of a node's
+    own copies) as on plain nodes; a build from them keeps the graph's invariants and records its recall."""
+    xp = batched.array_module(device)
+    vectors, nodes = with_near_copies(*synthetic(450, seed=3), copies=50)
+    scales = vectors.calibration(nodes)
+    exact, _, _ = exact_knn(vectors, nodes, scales, 64, 1)
+    found, sims, report = nn_descent(batched.DeviceVectors.of(xp, vectors), nodes, scales, 64, 25, 16, seed=1)
+    recall = np.mean([len(set(e.tolist()) & set(f.tolist())) / 64 for e, f in zip(exact, found, strict=True)])
+    assert recall >= 0.90, (recall, report)
+    assert (found >= 0).all() and not (found == np.arange(len(found))[:, None]).any()
+    assert all(len(set(row.tolist())) == 64 for row in found) and (np.diff(sims, axis=1) <= 0).all()
+    rows = np.arange(len(found))[:, None]
+    fused = np.tensordot(scales.astype(np.float32), vectors.path_scores(nodes), axes=1)
+    np.testing.assert_allclose(sims, fused[rows, found], rtol=1e-5, atol=1e-5)  # each score is the pair's fused score
+    graph = build(vectors, nodes, BuildConfig(knn="nndescent", device=device, seed=1))
+    assert graph.build["nndescent"]["knn_recall"] >= 0.90
+    semantic = graph.semantic
+    assert (semantic >= 0).all() and not (semantic == rows).any() and all(len(set(r.tolist())) == semantic.shape[1] for r in semantic)
