@@ -39,6 +39,7 @@ class HybridIndexConfig(Config):
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # neighbours sampled per node and kind (new, old), with as many reverse ones
     seed: int = 0
+    pruning: Literal["rng_ip", "rng", "ip"] = "rng_ip"  # Algorithm 1; rng / ip: the §5.6 ablations
     rebuild_share: float = 0.2  # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild
     kg: Literal["none", "spacy", "llm", "evidence"] = "spacy"  # the triples the KG part is built from (evidence: the oracle)
 

@@ -253,10 +253,20 @@ def _pair_part(xp: Any, left: Rows, right: Rows, neighbours: Any, k: int, others
 
 
 def prune(
-    vectors: DeviceVectors, counts: sp.csr_matrix, scales: np.ndarray, knn_ids: np.ndarray, knn_sims: np.ndarray, self_ip: np.ndarray, degree: int, keyword_degree: int
+    vectors: DeviceVectors,
+    counts: sp.csr_matrix,
+    scales: np.ndarray,
+    knn_ids: np.ndarray,
+    knn_sims: np.ndarray,
+    self_ip: np.ndarray,
+    degree: int,
+    keyword_degree: int,
+    rng: bool = True,
+    ip: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``hybrid_graph._prune`` vectorised over blocks of nodes: detour counts, the IP walk over the
-    nodes' pair scores, keyword recycling; ``counts`` are the nodes' token counts (the lexical query side)."""
+    nodes' pair scores, keyword recycling; ``counts`` are the nodes' token counts (the lexical query side).
+    ``rng``/``ip`` off: the §5.6 ablations, as there."""
     xp, (n, k) = vectors.xp, knn_ids.shape
     pruned = np.full((n, max(degree, 1)), -1, np.int32)
     kept = np.zeros(n, np.int32)
@@ -273,13 +283,13 @@ def prune(
         stop = min(n, start + block)
         nodes = xp.arange(start, stop)
         neighbours = ids[start:stop]
-        order = _detour_order(xp, ids, sims, neighbours, nodes, n)
+        order = _detour_order(xp, ids, sims, neighbours, nodes, n) if rng else xp.broadcast_to(xp.arange(k), neighbours.shape)
         dense = vectors.dense[neighbours].astype(xp.float64)
         pair = xp.matmul(dense, dense.transpose(0, 2, 1)) * scale[0]
         pair += scale[1] * _pair_part(xp, vectors.sparse, vectors.sparse, neighbours, k)
         pair += scale[2] * _pair_part(xp, query_counts, vectors.lexical, neighbours, k)
         shared = _shared_keywords(xp, binary, neighbours, nodes, k)
-        result = _walk(xp, neighbours, order, pair, own, shared, degree, keyword_degree)
+        result = _walk(xp, neighbours, order, pair if ip else xp.full_like(pair, -xp.inf), own, shared, degree, keyword_degree)
         pruned[start:stop], kept[start:stop], keyword[start:stop] = (host(part) for part in result)
     return pruned, kept, keyword
 

@@ -53,6 +53,14 @@ class BuildConfig:
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # new and old neighbours sampled per node, each with as many reverse ones: 64 joined
     seed: int = 0
+    pruning: str = "rng_ip"  # rng_ip (Algorithm 1), or the §5.6 ablations rng (detour order only) and ip (IP rule only)
+
+
+    def pruning_steps(self) -> tuple[bool, bool]:
+        """Whether the detour (RNG) order and the IP rule run."""
+        if self.pruning not in ("rng_ip", "rng", "ip"):
+            raise ValueError(f"pruning must be rng_ip, rng or ip, not {self.pruning!r}")
+        return self.pruning != "ip", self.pruning != "rng"
 
 
 @dataclass
@@ -113,9 +121,9 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     started = time.perf_counter()
     self_ip = self_inner_products(vectors, nodes, scales)
     if device is None:
-        pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales))
+        pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales), *config.pruning_steps())
     else:
-        pruned, kept, keyword = batched.prune(device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, degree, config.keyword_degree)
+        pruned, kept, keyword = batched.prune(device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *config.pruning_steps())
     seconds["prune"] = time.perf_counter() - started
     started = time.perf_counter()
     rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
@@ -246,16 +254,17 @@ def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
 
 
 @njit(cache=True)
-def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab):
+def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
     """Algorithm 1 lines 5–15 for every node."""
     targets = np.arange(len(knn_ids))
-    return _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab)
+    return _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng, ip)
 
 
 @njit(cache=True)
-def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab):
+def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
     """Algorithm 1 lines 5–15 for the ``targets`` rows: detour counts, then IP pruning with keyword
-    recycling. Lists may end in −1 (an inserted node's shorter list); rows not targeted stay empty."""
+    recycling. Lists may end in −1 (an inserted node's shorter list); rows not targeted stay empty.
+    The §5.6 ablations: ``rng=False`` walks the list in distance order, ``ip=False`` keeps the first ``degree``."""
     n, k = knn_ids.shape
     pruned = np.full((n, max(degree, 1)), -1, np.int32)
     kept_n = np.zeros(n, np.int32)
@@ -282,7 +291,7 @@ def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, den
         for r in range(k):
             if neighbours[r] >= 0:
                 position[neighbours[r]] = -1
-        order = np.argsort(detours, kind="mergesort")  # stable: ties keep the distance rank
+        order = np.argsort(detours, kind="mergesort") if rng else np.arange(k)  # stable: ties keep the distance rank
         for j in range(b_ptr[a], b_ptr[a + 1]):
             mark[b_idx[j]] = True
         n_kept, n_keyword = 0, 0
@@ -291,7 +300,7 @@ def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, den
             if v < 0:
                 continue
             keep = n_kept < degree
-            if keep:
+            if keep and ip:
                 for i in range(n_kept):
                     if _pair_ip(pruned[a, i], v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
                         keep = False

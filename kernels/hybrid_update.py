@@ -106,7 +106,7 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     width = min(k, degree)
     knn_ids[involved, :width] = graph.semantic[involved, :width]  # a neighbour's own list: its edges, scored
     knn_sims[involved, :width] = _edge_scores(involved, graph.semantic[:, :width], *operands[:-1])
-    pruned, kept, keyword = _prune_rows(rows, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *operands)
+    pruned, kept, keyword = _prune_rows(rows, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *operands, *config.pruning_steps())
     kept[~new] = 0
     rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
     semantic = graph.semantic.copy()

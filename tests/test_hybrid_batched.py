@@ -44,6 +44,12 @@ def test_the_batched_build_is_the_numba_build(device):
     vectorised = batched.prune(on_device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, 32, 8)
     for left, right in zip(numba, vectorised, strict=True):  # from the same lists: byte-identical arrays
         assert left.dtype == right.dtype and left.tobytes() == right.tobytes()
+    for steps in ((True, False), (False, True)):  # the ablations: detour order only, IP rule only
+        ablated = _prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales), *steps)
+        for left, right in zip(ablated, batched.prune(on_device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, 32, 8, *steps), strict=True):
+            assert left.tobytes() == right.tobytes(), steps
+        assert ablated[0].tobytes() != numba[0].tobytes()
+    assert (_prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales), True, False)[1] == 32).all()  # no IP rule: lists fill up
     assert (numba[2] >= 0).sum() > 0 and (numba[0] != knn_ids[:, :32]).any()  # keyword edges recycled, lists reordered and cut
     whole, whole_batched = build(vectors, nodes, BuildConfig()), build(vectors, nodes, BuildConfig(device=device))
     for name in ("semantic", "keyword", "entry"):
