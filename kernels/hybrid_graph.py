@@ -96,8 +96,10 @@ class HybridGraph:
         return {"semantic": int(self.semantic.nbytes), "keyword": int(self.keyword.nbytes), **logical}
 
 
-def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: np.ndarray | None = None) -> HybridGraph:
-    """The index over ``vectors``, whose rows used as queries are ``nodes``; ``scales`` default to the calibration."""
+def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: np.ndarray | None = None, knn: tuple | None = None) -> HybridGraph:
+    """The index over ``vectors``, whose rows used as queries are ``nodes``; ``scales`` default to the
+    calibration; ``knn`` reuses the ``(ids, sims, single)`` lists of an earlier build with the same
+    ``knn_k`` and scales (the ablations share one k-NN graph)."""
     seconds: dict[str, float] = {}
     started = time.perf_counter()
     scales = vectors.calibration(nodes) if scales is None else np.asarray(scales, dtype=np.float64)
@@ -108,7 +110,9 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     device = None if config.device == "cpu" else batched.DeviceVectors.of(batched.array_module(config.device), vectors)
     started = time.perf_counter()
     measured: dict = {}
-    if config.knn == "nndescent" or (config.knn == "auto" and n > EXACT_KNN_UP_TO):
+    if knn is not None:
+        knn_ids, knn_sims, single = knn
+    elif config.knn == "nndescent" or (config.knn == "auto" and n > EXACT_KNN_UP_TO):
         arrays = device if device is not None else batched.DeviceVectors.of(np, vectors)
         knn_ids, knn_sims, measured = nn_descent(arrays, nodes, scales, knn_k, config.nndescent_iterations, config.nndescent_samples, config.seed)
         single = np.full((3, n, single_k), -1, np.int32)  # no per-path lists: the paper layout fills its share from the others

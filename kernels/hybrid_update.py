@@ -122,18 +122,22 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
 def _candidates(searcher: Searcher, vectors: HybridVectors, nodes: Queries, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per new row, its ``k`` best by fused score among the graph's live rows (searched) and the other new rows (exact)."""
     n, scales = len(vectors), searcher.graph.scales
+    asked = nodes.take(rows)
+    among = vectors.fused(asked, scales, rows)  # the new rows among themselves only
+    np.fill_diagonal(among, -np.inf)
+    near, near_scores = batched.top_rows(np, among, min(k, len(rows)))
+    ids = np.full((len(rows), k + near.shape[1]), -1, np.int64)
+    values = np.full(ids.shape, -np.inf, np.float32)
+    ids[:, k:], values[:, k:] = rows[near], near_scores
+    for i in range(len(rows)):  # contiguous row slices: far cheaper than fancy indexing per query
+        found, scores = searcher.search(Queries(asked.dense[i : i + 1], asked.sparse[i : i + 1], asked.lexical[i : i + 1]), scales, max(SEARCH_POOL, k), k)
+        ids[i, : len(found)], values[i, : len(found)] = found, scores
+    best, top = batched.top_rows(np, values, k)
     knn_ids = np.full((n, k), -1, np.int32)
     knn_sims = np.full((n, k), -np.inf, np.float32)
-    among = vectors.fused(nodes.take(rows), scales)[:, rows]
-    np.fill_diagonal(among, -np.inf)
-    for i, a in enumerate(rows):
-        found, scores = searcher.search(nodes.take([a]), scales, max(SEARCH_POOL, k), k)
-        ids = np.concatenate([found, rows]).astype(np.int64)
-        values = np.concatenate([scores, among[i]]).astype(np.float32)
-        best, top = batched.top_rows(np, values[None, :], min(k, len(ids)))
-        chosen = ids[best[0]][np.isfinite(top[0])]
-        knn_ids[a, : len(chosen)] = chosen
-        knn_sims[a, : len(chosen)] = top[0][: len(chosen)]
+    chosen = np.take_along_axis(ids, best, axis=1)
+    knn_ids[rows] = np.where(np.isfinite(top), chosen, -1)
+    knn_sims[rows] = top
     return knn_ids, knn_sims
 
 
