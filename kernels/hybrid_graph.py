@@ -455,45 +455,37 @@ def _reward(v, kg, ent_hop, kg_weight) -> float:
 
 
 @njit(cache=True)
+def _holders_of(entities, en_ptr, en_idx):
+    """The nodes holding any of ``entities``, one after the other (repeats kept; the walk skips them)."""
+    total = 0
+    for e in entities:
+        total += en_ptr[e + 1] - en_ptr[e]
+    out = np.empty(total, np.int32)
+    count = 0
+    for e in entities:
+        for r in range(en_ptr[e], en_ptr[e + 1]):
+            out[count] = en_idx[r]
+            count += 1
+    return out
+
+
+@njit(cache=True)
 def _logical(u, kg, ent_hop, kg_hops):
     """The nodes ``u``'s logical edges reach (§3.4), from its entities within ``kg_hops − 1`` hops only."""
     ne_ptr, ne_idx, en_ptr, en_idx, ee_ptr, ee_idx = kg
-    total = 0
+    targets = [np.int64(x) for x in range(0)]
     for j in range(ne_ptr[u], ne_ptr[u + 1]):
         e = ne_idx[j]
         if 0 <= ent_hop[e] < kg_hops:
             for i in range(ee_ptr[e], ee_ptr[e + 1]):
-                t = ee_idx[i]
-                total += en_ptr[t + 1] - en_ptr[t]
-    out = np.empty(total, np.int32)
-    count = 0
-    for j in range(ne_ptr[u], ne_ptr[u + 1]):
-        e = ne_idx[j]
-        if 0 <= ent_hop[e] < kg_hops:
-            for i in range(ee_ptr[e], ee_ptr[e + 1]):
-                t = ee_idx[i]
-                for r in range(en_ptr[t], en_ptr[t + 1]):
-                    out[count] = en_idx[r]
-                    count += 1
-    return out
+                targets.append(np.int64(ee_idx[i]))
+    return _holders_of(np.array(targets, dtype=np.int64), en_ptr, en_idx)
 
 
 @njit(cache=True)
 def _holding_seeds(kg, ent_hop):
     """The nodes holding a query entity (hop 0)."""
-    en_ptr, en_idx = kg[2], kg[3]
-    total = 0
-    for e in range(len(ent_hop)):
-        if ent_hop[e] == 0:
-            total += en_ptr[e + 1] - en_ptr[e]
-    out = np.empty(total, np.int32)
-    count = 0
-    for e in range(len(ent_hop)):
-        if ent_hop[e] == 0:
-            for r in range(en_ptr[e], en_ptr[e + 1]):
-                out[count] = en_idx[r]
-                count += 1
-    return out
+    return _holders_of(np.flatnonzero(ent_hop == 0), kg[2], kg[3])
 
 
 @njit(cache=True)
