@@ -29,9 +29,6 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphlake.kernels.entities import spacy_entities, title_aliases
-from graphlake.kernels.hybrid_graph import KGQuery
-from graphlake.kernels.hybrid_kg import reward
 from graphlake.kernels.hybrid_vectors import Queries
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import Candidates, Op, from_dict, ranked, register
@@ -90,10 +87,14 @@ class Hybrid(Op):
             return np.ones(3)
         return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
 
-    def kg_query(self, query: str, indexes: LakeIndexes) -> KGQuery | None:
-        """The query's entity hops and reward weight; ``None`` without ``kg``, or when the query names no KG entity."""
+    def kg_query(self, query: str, indexes: LakeIndexes):
+        """The query's entity hops and reward weight (a ``KGQuery``); ``None`` without ``kg``, or when the
+        query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
+        from graphlake.kernels.entities import spacy_entities, title_aliases
+        from graphlake.kernels.hybrid_graph import KGQuery
+
         graph = indexes.get("hybrid_graph").graph.kg
         if graph is None:
             indexes.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
@@ -116,10 +117,12 @@ class Hybrid(Op):
         return weight
 
     @staticmethod
-    def kg_reward(kg: KGQuery | None, indexes: LakeIndexes, rows: np.ndarray) -> np.ndarray:
+    def kg_reward(kg, indexes: LakeIndexes, rows: np.ndarray) -> np.ndarray:
         """The KG reward of ``rows`` (0 without a KG query)."""
         if kg is None:
             return np.zeros(len(rows))
+        from graphlake.kernels.hybrid_kg import reward
+
         return reward(indexes.get("hybrid_graph").graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
     def dense_weight(self, indexes: LakeIndexes) -> float:
