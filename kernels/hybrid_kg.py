@@ -26,10 +26,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.entities import normalise
+from graphlake.kernels.entities import normalise, spacy_entities
 from graphlake.kernels.triples import normalize_entity
 
 ENTITIES_FILE, HOLDERS_FILE, RELATIONS_FILE = "kg_entities.json", "entity_nodes.npz", "entity_graph.npz"
+HOPS = 3  # the hop limit of the authors' code (``kg_hop < 3``), the operators' default
 
 
 @dataclass(frozen=True)
@@ -112,6 +113,10 @@ class KnowledgeGraph:
             key = normalise(mention)
             found.update(self._lookup.get(aliases.get(key, key), ()))
         return np.array(sorted(found), dtype=np.int64)
+
+    def query_entities(self, texts: list[str], aliases: Mapping[str, str]) -> list[np.ndarray]:
+        """The KG entities each query names: its spaCy NER mentions, ``match``ed."""
+        return [self.match([name for name, _ in mentions], aliases) for mentions in spacy_entities(texts)]
 
     def hops(self, seeds: np.ndarray, limit: int) -> np.ndarray:
         """Each entity's hop distance from ``seeds`` on the undirected relation graph, −1 past ``limit``."""

@@ -106,8 +106,8 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
 
 def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
     """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
-    from graphlake.kernels.entities import spacy_entities, title_aliases
-    from graphlake.kernels.hybrid_kg import reward
+    from graphlake.kernels.entities import title_aliases
+    from graphlake.kernels.hybrid_kg import HOPS, reward
 
     try:
         kg = indexes.get("hybrid_graph").graph.kg
@@ -115,9 +115,8 @@ def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[f
         return None, {"note": f"no hybrid graph to read a KG from: {error}"}
     if kg is None:
         return None, {"note": "the training corpus's hybrid graph was built with kg: none"}
-    aliases = title_aliases(indexes.titles().values())
-    seeds = [kg.match([name for name, _ in mentions], aliases) for mentions in spacy_entities(texts)]
-    bonus = np.stack([kg.node_hops(kg.hops(found, 3)) if len(found) else np.full(kg.holders.shape[1], -1, np.int32) for found in seeds])
+    seeds = kg.query_entities(texts, title_aliases(indexes.titles().values()))
+    bonus = np.stack([kg.node_hops(kg.hops(found, HOPS)) if len(found) else np.full(kg.holders.shape[1], -1, np.int32) for found in seeds])
     grid = {weight: scorer.ndcg(np.ones(3), reward(bonus, weight).astype(np.float32)) for weight in KG_GRID}
     best = max(grid, key=lambda weight: (round(grid[weight], 10), -abs(weight - 0.5)))
     return best, {"extractor": kg.extractor, "queries_with_entities": int(sum(len(found) > 0 for found in seeds)), "ndcg@10": grid}

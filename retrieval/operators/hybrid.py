@@ -64,7 +64,7 @@ class Hybrid(Op):
     keywords: Literal["none", "idf_top1"] | list[str] = "none"
     kg: bool = False
     kg_weight: Annotated[float, Field(ge=0)] | Literal["tuned"] = "tuned"  # calibrated units; tuned on the training queries, else 0.5
-    kg_hops: int = Field(3, ge=0)
+    kg_hops: int = Field(3, ge=0)  # hybrid_kg.HOPS (not imported here: it would load spaCy for every query)
     kg_edges: bool = True
     k: int = Field(100, gt=0)
 
@@ -92,7 +92,7 @@ class Hybrid(Op):
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
-        from graphlake.kernels.entities import spacy_entities, title_aliases
+        from graphlake.kernels.entities import title_aliases
         from graphlake.kernels.hybrid_graph import KGQuery
 
         graph = indexes.get("hybrid_graph").graph.kg
@@ -100,7 +100,7 @@ class Hybrid(Op):
             indexes.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
             return None
         aliases = indexes.memo(("title_aliases",), lambda: title_aliases(indexes.titles().values()))
-        seeds = graph.match([name for name, _ in spacy_entities([query])[0]], aliases)
+        seeds = graph.query_entities([query], aliases)[0]
         if len(seeds) == 0:
             indexes.note(f"{self.op}: a query named no entity of the knowledge graph, so it was ranked without the KG")
             return None
