@@ -169,8 +169,7 @@ def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int
     n = len(vectors)
     ids, sims = np.full((n, k), -1, np.int32), np.zeros((n, k), np.float32)
     paths = np.full((3, n, single), -1, np.int32)
-    block = max(1, min(1024, MAX_BLOCK_BYTES // max(1, 12 * n)))
-    for start in range(0, n, block):
+    for start in range(0, n, block := _block_rows(n)):
         rows = np.arange(start, min(n, start + block))
         scores = vectors.path_scores(nodes.take(rows))
         scores[:, np.arange(len(rows)), rows] = -np.inf
@@ -179,6 +178,27 @@ def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int
             best, values = batched.top_rows(np, scores[path], min(single, max(n - 1, 0)))
             paths[path, rows, : best.shape[1]] = np.where(values > 0, best, -1)
     return ids, sims, paths
+
+
+def exact_neighbours(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int, rows: np.ndarray, excluded: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` best other nodes of each of ``rows`` by calibrated fused score, none of the ``excluded``
+    (a boolean mask): ids (−1 past the last candidate) and scores, best first, ties by row."""
+    n = len(vectors)
+    ids, sims = np.full((len(rows), k), -1, np.int32), np.full((len(rows), k), -np.inf, np.float32)
+    for start in range(0, len(rows), block := _block_rows(n)):
+        chunk = rows[start : start + block]
+        scores = vectors.fused(nodes.take(chunk), scales)
+        scores[:, excluded] = -np.inf
+        scores[np.arange(len(chunk)), chunk] = -np.inf
+        best, top = batched.top_rows(np, scores, k)
+        ids[start : start + len(chunk)] = np.where(np.isfinite(top), best, -1)
+        sims[start : start + len(chunk)] = top
+    return ids, sims
+
+
+def _block_rows(n: int) -> int:
+    """Query rows per block so that a ``(3, block, n)`` float32 score block stays under ``MAX_BLOCK_BYTES``."""
+    return max(1, min(1024, MAX_BLOCK_BYTES // max(1, 12 * n)))
 
 
 def self_inner_products(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> np.ndarray:
@@ -230,13 +250,34 @@ def _sparse_dot(a_idx, a_val, b_idx, b_val) -> float:
     return total
 
 
+@njit(cache=True, fastmath=True)
+def _dot64(a, b) -> float:
+    """A dense dot product of exact float64 products (float32 inputs), summed in SIMD lanes."""
+    total = 0.0
+    for t in range(len(a)):
+        total += np.float64(a[t]) * b[t]
+    return total
+
+
+@njit(cache=True)
+def _row_norms(ptr, val):
+    """The Euclidean norm of each CSR row, for the pruning's Cauchy–Schwarz bound."""
+    out = np.zeros(len(ptr) - 1)
+    for i in range(len(out)):
+        for j in range(ptr[i], ptr[i + 1]):
+            out[i] += np.float64(val[j]) * val[j]
+    return np.sqrt(out)
+
+
 @njit(cache=True)
 def _pair_ip(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
     """Calibrated fused score of node ``v`` for node ``w`` used as the query."""
-    total = 0.0
-    for t in range(dense.shape[1]):
-        total += np.float64(dense[w, t]) * dense[v, t]
-    total *= scale_d
+    return _pair_sparse(w, v, scale_d * _dot64(dense[w], dense[v]), s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f)
+
+
+@njit(cache=True)
+def _pair_sparse(w, v, total, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
+    """``total`` (the pair's dense part) plus its SPLADE and BM25 parts."""
     total += scale_s * _sparse_dot(s_idx[s_ptr[w] : s_ptr[w + 1]], s_val[s_ptr[w] : s_ptr[w + 1]], s_idx[s_ptr[v] : s_ptr[v + 1]], s_val[s_ptr[v] : s_ptr[v + 1]])
     total += scale_f * _sparse_dot(c_idx[c_ptr[w] : c_ptr[w + 1]], c_val[c_ptr[w] : c_ptr[w + 1]], b_idx[b_ptr[v] : b_ptr[v + 1]], b_val[b_ptr[v] : b_ptr[v + 1]])
     return total
@@ -276,6 +317,7 @@ def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, den
     position = np.full(n, -1, np.int32)
     mark = np.zeros(vocab, np.bool_)
     ones = np.ones(max(1, int(np.max(np.diff(b_ptr))) if len(b_ptr) > 1 else 1))
+    s_norm, c_norm, b_norm = _row_norms(s_ptr, s_val), _row_norms(c_ptr, c_val), _row_norms(b_ptr, b_val)
     for a in targets:
         neighbours = knn_ids[a]
         for r in range(k):
@@ -306,7 +348,12 @@ def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, den
             keep = n_kept < degree
             if keep and ip:
                 for i in range(n_kept):
-                    if _pair_ip(pruned[a, i], v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
+                    w = pruned[a, i]
+                    part = scale_d * _dot64(dense[w], dense[v])
+                    bound = part + scale_s * s_norm[w] * s_norm[v] + scale_f * c_norm[w] * b_norm[v]  # Cauchy–Schwarz
+                    if bound + 1e-9 * (1.0 + abs(bound)) < self_ip[v]:
+                        continue  # the exact score cannot reach IP(v, v): skip the sparse merges
+                    if _pair_sparse(w, v, part, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
                         keep = False
                         break
             if keep:

@@ -1,8 +1,10 @@
 """Allan-Poe's index updates (§4.1 "Updates of the Hybrid Index"): a built graph follows its corpus
 without a rebuild.
 
-Inserting: each new node's k-NN list merges a search of the graph, the node's own vectors used as
-the query, with exact k-NN among the new nodes. The build's pruning and layout then run on it (a
+Inserting: each new node's k-NN list is exact while the build's would be (``knn: auto`` up to
+``EXACT_KNN_UP_TO`` nodes, or ``knn: exact``): blocked products of the new rows against every live
+row, a share of a full build's k-NN step. Past that (NN-Descent builds) it merges a search of the
+graph, the node's own vectors used as the query, with exact k-NN among the new nodes. The build's pruning and layout then run on it (a
 neighbour already in the graph contributes its edge list, scored, as its list). Each existing node
 a new node kept takes it into the tail of its own list; at most a quarter of that list turns over.
 
@@ -25,6 +27,7 @@ from numba import njit
 
 from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_graph import (
+    EXACT_KNN_UP_TO,
     BuildConfig,
     HybridGraph,
     Searcher,
@@ -34,6 +37,7 @@ from graphlake.kernels.hybrid_graph import (
     _prune_rows,
     build,
     entry_points,
+    exact_neighbours,
     reverse_neighbours,
     self_inner_products,
 )
@@ -98,8 +102,13 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     new = np.zeros(n, dtype=bool)
     new[rows] = True
     self_ip = self_inner_products(vectors, nodes, graph.scales)
-    before = HybridGraph(graph.semantic, graph.keyword, entry_points(self_ip, ~new & ~graph.deleted, config), graph.scales, graph.deleted | new)
-    knn_ids, knn_sims = _candidates(Searcher(before, vectors), vectors, nodes, rows, k)
+    knn_ids = np.full((n, k), -1, np.int32)
+    knn_sims = np.full((n, k), -np.inf, np.float32)
+    if config.knn == "exact" or (config.knn == "auto" and n <= EXACT_KNN_UP_TO):
+        knn_ids[rows], knn_sims[rows] = exact_neighbours(vectors, nodes, graph.scales, k, rows, graph.deleted)
+    else:
+        before = HybridGraph(graph.semantic, graph.keyword, entry_points(self_ip, ~new & ~graph.deleted, config), graph.scales, graph.deleted | new)
+        knn_ids[rows], knn_sims[rows] = _searched(Searcher(before, vectors), vectors, nodes, rows, k)
     operands = _operands(vectors, nodes, graph.scales)
     involved = np.unique(knn_ids[rows])
     involved = involved[(involved >= 0) & ~new[np.maximum(involved, 0)]]
@@ -119,9 +128,9 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     return HybridGraph(semantic, keywords, entry_points(self_ip, live, config), graph.scales, graph.deleted.copy(), dict(graph.build))
 
 
-def _candidates(searcher: Searcher, vectors: HybridVectors, nodes: Queries, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def _searched(searcher: Searcher, vectors: HybridVectors, nodes: Queries, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Per new row, its ``k`` best by fused score among the graph's live rows (searched) and the other new rows (exact)."""
-    n, scales = len(vectors), searcher.graph.scales
+    scales = searcher.graph.scales
     asked = nodes.take(rows)
     among = vectors.fused(asked, scales, rows)  # the new rows among themselves only
     np.fill_diagonal(among, -np.inf)
@@ -133,12 +142,7 @@ def _candidates(searcher: Searcher, vectors: HybridVectors, nodes: Queries, rows
         found, scores = searcher.search(Queries(asked.dense[i : i + 1], asked.sparse[i : i + 1], asked.lexical[i : i + 1]), scales, max(SEARCH_POOL, k), k)
         ids[i, : len(found)], values[i, : len(found)] = found, scores
     best, top = batched.top_rows(np, values, k)
-    knn_ids = np.full((n, k), -1, np.int32)
-    knn_sims = np.full((n, k), -np.inf, np.float32)
-    chosen = np.take_along_axis(ids, best, axis=1)
-    knn_ids[rows] = np.where(np.isfinite(top), chosen, -1)
-    knn_sims[rows] = top
-    return knn_ids, knn_sims
+    return np.where(np.isfinite(top), np.take_along_axis(ids, best, axis=1), -1), top
 
 
 @njit(cache=True)

@@ -26,15 +26,17 @@ def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.
     return float(np.mean([len(set(f.tolist()) & set(t.tolist())) / 10 for f, t in zip(found, truth, strict=True)]))
 
 
-@pytest.mark.parametrize("share", [0.8, 0.9])
-def test_inserted_nodes_are_found_as_a_full_build_finds_them(share):
+@pytest.mark.parametrize("share, knn", [(0.8, "auto"), (0.9, "auto"), (0.8, "nndescent")])
+def test_inserted_nodes_are_found_as_a_full_build_finds_them(share, knn):
+    """``auto`` takes the new rows' exact k-NN (a corpus this small); ``nndescent`` takes the search
+    path that corpora past ``EXACT_KNN_UP_TO`` take."""
     vectors, nodes = synthetic(N, seed=11)
     order = np.random.default_rng(12).permutation(N)
     first, rest = np.sort(order[: int(share * N)]), np.sort(order[int(share * N) :])
     full = build(vectors, nodes, BuildConfig())
     base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales=full.scales)
     old_to_new = first  # the part's row i is the corpus's row first[i]
-    grown = insert(splice(base, old_to_new, N), vectors, nodes, rest, BuildConfig())
+    grown = insert(splice(base, old_to_new, N), vectors, nodes, rest, BuildConfig(knn=knn))
     assert grown.semantic.shape == (N, 32) and not (grown.semantic == np.arange(N)[:, None]).any()
     assert all(len(set(r[r >= 0].tolist())) == (r >= 0).sum() for r in grown.semantic)  # no duplicate edges
     linked = np.zeros(N, dtype=bool)
