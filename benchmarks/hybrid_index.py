@@ -97,6 +97,13 @@ def recall(found: np.ndarray, truth: np.ndarray) -> float:
     return len(set(found.tolist()) & set(truth.tolist())) / max(1, len(truth))
 
 
+def insert_splits(n: int):
+    """G7's seeded splits: per share of 80 / 90 / 95 %, the rows built on and the rows inserted after."""
+    order = np.random.default_rng(0).permutation(n)
+    for share in (0.8, 0.9, 0.95):
+        yield share, np.sort(order[: int(share * n)]), np.sort(order[int(share * n) :])
+
+
 def timed(runs: dict[str, callable], count: int) -> dict[str, tuple[float, list]]:
     """Per configuration: the median over passes of its queries per second, and its results. The
     configurations are interleaved per query in a seeded random order: a run that follows another over
@@ -236,9 +243,7 @@ def inserts(corpus: str, split: str) -> list[str]:
         ["built on", "inserted", "insert seconds (vs full build)", "nDCG@10", "Δ vs full build [95 % CI]", "recall@10 vs exact fusion"],
     )
     lines.append(f"| 100% (full build) | — | — | {np.mean(reference):.4f} | — | {reference_recall:.4f} |")
-    order = np.random.default_rng(0).permutation(len(vectors))
-    for share in (0.8, 0.9, 0.95):
-        first, rest = np.sort(order[: int(share * len(vectors))]), np.sort(order[int(share * len(vectors)) :])
+    for share, first, rest in insert_splits(len(vectors)):
         base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales)
         started = time.perf_counter()
         grown = insert(splice(base, first, len(vectors)), vectors, nodes, rest, BuildConfig())

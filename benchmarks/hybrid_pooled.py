@@ -34,7 +34,7 @@ import matplotlib
 import numpy as np
 import scipy.sparse as sp
 from common import EVALUATED, arguments, header, table
-from hybrid_index import DEPTHS, POOLS, recall, timed, top10
+from hybrid_index import DEPTHS, POOLS, insert_splits, recall, timed, top10
 from threadpoolctl import threadpool_limits
 
 from graphlake.kernels import encoders
@@ -165,7 +165,7 @@ def multipath(vectors: HybridVectors, hnsw, query: Queries, scaled: np.ndarray, 
 def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, nndescent_seconds: float) -> list[str]:
     """G7: build on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways ``insert`` finds a
     new node's candidates: exact (what ``knn: auto`` does at this size) and by search (what it does
-    past ``EXACT_KNN_UP_TO``, with NN-Descent builds). Time against a full build with exact k-NN and
+    past ``BuildConfig.exact_knn``, with NN-Descent builds). Time against a full build with exact k-NN and
     against one with NN-Descent (its k-NN seconds from the k-NN table plus the same prune and layout);
     recall@10 at L 128 (1/1/1) against exact fusion."""
     n = len(vectors)
@@ -185,9 +185,7 @@ def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np
         ["built on", "inserted", "candidates", "insert seconds", "vs exact-k-NN build", "vs NN-Descent build", "recall@10 after insert", "full build's"],
     )
     reference = quality(full)
-    order = np.random.default_rng(0).permutation(n)
-    for share in (0.8, 0.9, 0.95):
-        first, rest = np.sort(order[: int(share * n)]), np.sort(order[int(share * n) :])
+    for share, first, rest in insert_splits(n):
         base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales)
         for knn, label in (("exact", "exact"), ("nndescent", "searched")):
             started = time.perf_counter()

@@ -56,6 +56,10 @@ class BuildConfig:
     pruning: str = "rng_ip"  # rng_ip (Algorithm 1), or the §5.6 ablations rng (detour order only) and ip (IP rule only)
 
 
+    def exact_knn(self, n: int) -> bool:
+        """Whether a corpus of ``n`` nodes gets exact k-NN lists (else NN-Descent); inserts follow the same rule."""
+        return self.knn == "exact" or (self.knn == "auto" and n <= EXACT_KNN_UP_TO)
+
     def pruning_steps(self) -> tuple[bool, bool]:
         """Whether the detour (RNG) order and the IP rule run."""
         if self.pruning not in ("rng_ip", "rng", "ip"):
@@ -112,7 +116,7 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     measured: dict = {}
     if knn is not None:
         knn_ids, knn_sims, single = knn
-    elif config.knn == "nndescent" or (config.knn == "auto" and n > EXACT_KNN_UP_TO):
+    elif not config.exact_knn(n):
         arrays = device if device is not None else batched.DeviceVectors.of(np, vectors)
         knn_ids, knn_sims, measured = nn_descent(arrays, nodes, scales, knn_k, config.nndescent_iterations, config.nndescent_samples, config.seed)
         single = np.full((3, n, single_k), -1, np.int32)  # no per-path lists: the paper layout fills its share from the others

@@ -1,11 +1,11 @@
 """Allan-Poe's index updates (§4.1 "Updates of the Hybrid Index"): a built graph follows its corpus
 without a rebuild.
 
-Inserting: each new node's k-NN list is exact while the build's would be (``knn: auto`` up to
-``EXACT_KNN_UP_TO`` nodes, or ``knn: exact``): blocked products of the new rows against every live
-row, a share of a full build's k-NN step. Past that (NN-Descent builds) it merges a search of the
-graph, the node's own vectors used as the query, with exact k-NN among the new nodes. The build's pruning and layout then run on it (a
-neighbour already in the graph contributes its edge list, scored, as its list). Each existing node
+Inserting: each new node's k-NN list is exact while the build's would be (``BuildConfig.exact_knn``):
+blocked products of the new rows against every live row, a share of a full build's k-NN step. Past
+that (NN-Descent builds) it merges a search of the graph, the node's own vectors used as the query,
+with exact k-NN among the new nodes. The build's pruning and layout then run on it (a neighbour
+already in the graph contributes its edge list, scored, as its list). Each existing node
 a new node kept takes it into the tail of its own list; at most a quarter of that list turns over.
 
 Removing: the lake keeps no vectors of a removed node, so it cannot stay in the graph
@@ -27,7 +27,6 @@ from numba import njit
 
 from graphlake.kernels import hybrid_batched as batched
 from graphlake.kernels.hybrid_graph import (
-    EXACT_KNN_UP_TO,
     BuildConfig,
     HybridGraph,
     Searcher,
@@ -104,7 +103,7 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     self_ip = self_inner_products(vectors, nodes, graph.scales)
     knn_ids = np.full((n, k), -1, np.int32)
     knn_sims = np.full((n, k), -np.inf, np.float32)
-    if config.knn == "exact" or (config.knn == "auto" and n <= EXACT_KNN_UP_TO):
+    if config.exact_knn(n):
         knn_ids[rows], knn_sims[rows] = exact_neighbours(vectors, nodes, graph.scales, k, rows, graph.deleted)
     else:
         before = HybridGraph(graph.semantic, graph.keyword, entry_points(self_ip, ~new & ~graph.deleted, config), graph.scales, graph.deleted | new)

@@ -29,7 +29,7 @@ def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.
 @pytest.mark.parametrize("share, knn", [(0.8, "auto"), (0.9, "auto"), (0.8, "nndescent")])
 def test_inserted_nodes_are_found_as_a_full_build_finds_them(share, knn):
     """``auto`` takes the new rows' exact k-NN (a corpus this small); ``nndescent`` takes the search
-    path that corpora past ``EXACT_KNN_UP_TO`` take."""
+    path that corpora past ``EXACT_KNN_UP_TO`` nodes take."""
     vectors, nodes = synthetic(N, seed=11)
     order = np.random.default_rng(12).permutation(N)
     first, rest = np.sort(order[: int(share * N)]), np.sort(order[int(share * N) :])
