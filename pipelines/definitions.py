@@ -5,12 +5,14 @@ from pathlib import Path
 from dagster import AssetSelection, Definitions, define_asset_job
 
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
-from graphlake.assets.graph_rankers import graph_rankers
-from graphlake.assets.hybrid_index import hybrid_graph_index, hybrid_weights
-from graphlake.assets.reranker import reranker
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
+from graphlake.assets.graph_rankers import graph_rankers
+from graphlake.assets.grasp import grasp_fusion
+from graphlake.assets.hybrid_index import hybrid_graph_index, hybrid_weights
 from graphlake.assets.report import report_asset
+from graphlake.assets.reranker import reranker
 from graphlake.assets.retrieval import method_assets
+from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
@@ -31,6 +33,10 @@ STATIC_ASSETS = [
     *knowledge_graph.ASSETS,
     graph_rankers,
     reranker,
+    skb,
+    skb_vectors,
+    skb_plans,
+    grasp_fusion,
 ]
 EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
 CHECKS = [

@@ -418,6 +418,35 @@ def _reranker_reads(methods: Methods) -> frozenset[str]:
     return reads(methods)
 
 
+def _skb(indexes: LakeIndexes):
+    """SKBs of the corpus by source (``auto``: the corpus's first), each loaded on first use."""
+    from graphlake.retrieval.skb import LoadedSKB
+
+    def load(source: str) -> LoadedSKB:
+        source = indexes.spec.skb_sources[0] if source == "auto" else source
+        return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source))
+
+    return load
+
+
+def _grasp_fusion(indexes: LakeIndexes):
+    from graphlake.retrieval.grasp_fusion import TunedFusion
+
+    return TunedFusion.load(indexes.lake.artifact("grasp_fusion", {"corpus": indexes.corpus}))
+
+
+def _grasp_fusion_sources(home: Path, corpus: str) -> list[str]:
+    from graphlake.retrieval.training import training_queries
+
+    return [training_queries(home, corpus)[0]]
+
+
+def _grasp_fusion_reads(methods: Methods) -> frozenset[str]:
+    from graphlake.retrieval.grasp_fusion import reads
+
+    return reads(methods)
+
+
 for _kind in (
     IndexKind("bm25", ("bm25_index",), Stored(artifact="bm25"), _bm25),
     IndexKind("dense", ("dense_vectors",), Stored("vectors", partition=(("model", DENSE_MODEL),)), lambda ix: dense_matrix(ix.vectors(DENSE_MODEL))),
@@ -446,6 +475,17 @@ for _kind in (
         _hybrid_weights,
         sources=_hybrid_weight_sources,
         reads=lambda methods: frozenset({"dense", "splade", "bm25"}),
+    ),
+    # GRASP: the SKBs (the entity source reads spaCy mentions and citations), their node vectors, the tuned fusion
+    IndexKind("skb", ("entities_spacy", "mentions_spacy", "citation_edges", "skb"), Stored(artifact="skb"), _skb),
+    IndexKind("skb_vectors", ("skb_vectors",), Stored(artifact="skb_vectors"), None),
+    IndexKind(
+        "grasp_fusion",
+        ("grasp_fusion",),
+        Stored(artifact="grasp_fusion"),
+        _grasp_fusion,
+        sources=_grasp_fusion_sources,
+        reads=_grasp_fusion_reads,
     ),
     # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
     IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),

@@ -15,7 +15,7 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
@@ -45,13 +45,15 @@ class MethodError(ValueError):
 
 @dataclass(frozen=True)
 class Candidates:
-    """One query's candidates: node rows (indexes into the corpus's node list) and scores, best first."""
+    """One query's candidates: node rows (indexes into the corpus's node list) and scores, best first;
+    ``meta`` carries what an operator tells the ones above it about this query (GRASP's plan metadata)."""
 
     rows: np.ndarray
     scores: np.ndarray
+    meta: Mapping[str, Any] = field(default_factory=dict)
 
     def top(self, k: int) -> Candidates:
-        return Candidates(self.rows[:k], self.scores[:k])
+        return Candidates(self.rows[:k], self.scores[:k], self.meta)
 
 
 def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:

@@ -77,7 +77,11 @@ def test_spider_documents_foreign_keys_and_gold(tmp_path: Path, name: str) -> No
     )
     assert docs["shop.order_items"]["text"].startswith("Table order_items (natural name: order items) in database shop.")
     assert json.loads(docs["shop.order_items"]["metadata"]) == {
-        "db_id": "shop", "table": "order_items", "columns": ["order_id", "line_no", "product"], "primary_key": ["order_id", "line_no"],
+        "db_id": "shop",
+        "table": "order_items",
+        "columns": ["order_id", "line_no", "product"],
+        "column_types": ["number", "number", "text"],
+        "primary_key": ["order_id", "line_no"],
     }
     assert result.foreign_keys.to_pylist() == [
         {"src_doc_id": "shop.orders", "src_column": "customer_id", "dst_doc_id": "shop.Customers", "dst_column": "customer_id", "position": 0},

@@ -30,6 +30,7 @@ _DUCKDB_TYPES = {
     pa.float32(): "FLOAT",
     pa.list_(pa.float32()): "FLOAT[]",
     pa.list_(pa.int32()): "INTEGER[]",
+    pa.bool_(): "BOOLEAN",
 }
 
 

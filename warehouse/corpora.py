@@ -67,6 +67,15 @@ FORMAT_CORPUS_GRAPH: dict[str, tuple[str, ...]] = {
 }
 
 
+# GRASP's knowledge bases (kernels/skb_builders.py): the schema graph of SQL benchmarks, the 2Wiki KB
+# extracted from passages and its oracle built from gold evidence, and the entity graph of any other corpus
+FORMAT_SKB: dict[str, tuple[str, ...]] = {
+    "spider": ("sql_schema",),
+    "bird": ("sql_schema",),
+    "2wiki": ("wiki_rules", "wiki_evidence"),
+}
+
+
 class CorpusSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -101,6 +110,11 @@ class CorpusSpec(BaseModel):
     @property
     def proximity(self) -> str:
         return FORMAT_PROXIMITY.get(self.format, "contextual")
+
+    @property
+    def skb_sources(self) -> tuple[str, ...]:
+        """The SKBs GRASP builds for this corpus; the first is what ``source: auto`` means."""
+        return FORMAT_SKB.get(self.format, ("entities",))
 
     @property
     def corpus_graph(self) -> tuple[str, ...]:

@@ -81,10 +81,36 @@ MACROS: dict[str, str] = {
         FROM ends s GROUP BY s.node_id
         ORDER BY degree DESC, s.node_id
         LIMIT n""",
+    # an SKB node's neighbours over its typed relations, both storage directions (GRASP treats
+    # relations as undirected); source := NULL means every SKB of the corpus
+    "skb_neighbours": """(corpus, skb_id, relation := NULL, source := NULL) AS TABLE
+        WITH around AS (
+            SELECT e.source, e.relation, e.dst AS neighbour, 'out' AS direction FROM skb_edges e
+            WHERE e.corpus = corpus AND e.src = skb_id
+            UNION
+            SELECT e.source, e.relation, e.src AS neighbour, 'in' AS direction FROM skb_edges e
+            WHERE e.corpus = corpus AND e.dst = skb_id
+        )
+        SELECT a.source, a.relation, a.direction, a.neighbour, n.label, n.name, n.node_id
+        FROM around a
+        JOIN skb_nodes n ON n.corpus = corpus AND n.source = a.source AND n.skb_id = a.neighbour
+        WHERE (relation IS NULL OR a.relation = relation) AND (source IS NULL OR a.source = source)
+        ORDER BY a.source, a.relation, n.name, a.neighbour""",
+}
+
+# Views over the tables, created after them: GRASP's planner reads an SKB's schema from skb_schema
+VIEWS: dict[str, str] = {
+    "skb_schema": """SELECT e.corpus, e.source, s.label AS src_label, e.relation, d.label AS dst_label, count(*) AS edges
+        FROM skb_edges e
+        JOIN skb_nodes s ON s.corpus = e.corpus AND s.source = e.source AND s.skb_id = e.src
+        JOIN skb_nodes d ON d.corpus = e.corpus AND d.source = e.source AND d.skb_id = e.dst
+        GROUP BY ALL ORDER BY e.corpus, e.source, edges DESC, src_label, e.relation, dst_label""",
 }
 
 
 def install_macros(con: duckdb.DuckDBPyConnection) -> None:
-    """(Re)create the macros in the connection's database; they bind to the views when called."""
+    """(Re)create the derived views and the macros in the connection's database; they bind to the views when called."""
+    for name, body in VIEWS.items():
+        con.execute(f"CREATE OR REPLACE VIEW {name} AS {body}")
     for name, body in MACROS.items():
         con.execute(f"CREATE OR REPLACE MACRO {name}{body}")

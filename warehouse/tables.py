@@ -108,6 +108,40 @@ TABLES: dict[str, TableSpec] = {
             ("corpus", "model"),
             ("node_id",),
         ),
+        # GRASP's semi-structured knowledge bases (kernels/skb_builders.py); ``source`` names the builder
+        _spec(
+            "skb_nodes",
+            [("corpus", S), ("source", S), ("skb_id", S), ("label", S), ("name", S), ("text", S), ("node_id", S), ("metadata", S)],
+            ("corpus", "source"),
+            ("skb_id",),
+        ),
+        _spec(
+            "skb_edges",
+            # ``provenance``: the passage (node id and offset), schema file row or question that gave the edge
+            [("corpus", S), ("source", S), ("src", S), ("relation", S), ("dst", S), ("provenance", S)],
+            ("corpus", "source"),
+            ("src", "relation", "dst", "provenance"),
+        ),
+        _spec(
+            "skb_plans",
+            # one plan per query and planner: the JSON, whether it validated (and why not), what it found
+            [
+                ("corpus", S),
+                ("source", S),
+                ("planner", S),
+                ("query_id", S),
+                ("query", S),
+                ("plan", S),
+                ("valid", pa.bool_()),
+                ("error", S),
+                ("risk_level", S),
+                ("n_cand", I32),
+                ("sql", S),
+                ("plan_ms", F64),
+            ],
+            ("corpus", "source", "planner"),
+            ("query_id",),
+        ),
         _spec(
             "runs",
             [

@@ -116,7 +116,13 @@ def _add_schema(builder: CorpusBuilder, schema: dict, db_id: str, where: Locatio
         if incoming:
             text += f" Referenced by: {'; '.join(incoming)}."
         names = [columns[i][1] for i in own]
-        metadata = {"db_id": db_id, "table": name, "columns": names, "primary_key": [columns[i][1] for i in own if i in primary]}
+        metadata = {
+            "db_id": db_id,
+            "table": name,
+            "columns": names,
+            "column_types": [types[i] for i in own],
+            "primary_key": [columns[i][1] for i in own if i in primary],
+        }
         builder.add_document(doc_ids[t], doc_ids[t], text, where, metadata)
 
     for n, (src, dst) in enumerate(pairs):

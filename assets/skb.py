@@ -1,0 +1,100 @@
+"""GRASP's knowledge bases as assets: the SKBs a corpus gets (``skb``), their node vectors (``skb_vectors``)
+and the rules planner's plan for every query (``skb_plans``), so plans can be read with ``graphlake sql``.
+``retrieval/skb.py`` has the method; ``wiki_evidence`` is an oracle (built from gold evidence)."""
+
+import json
+import time
+
+import pyarrow as pa
+from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
+
+from graphlake.kernels import encoders
+from graphlake.kernels.plan_fusion import cell_name
+from graphlake.kernels.skb_builders import ORACLE_SOURCES
+from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, Settings, build, coverage, save_vectors, stage_one, vectors_for
+from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.partitions import corpus_partitions
+
+
+class SKBConfig(Config):
+    sources: list[str] | None = None  # None: the corpus's (CorpusSpec.skb_sources)
+
+
+@asset(
+    partitions_def=corpus_partitions,
+    group_name="graphs",
+    deps=[AssetKey(name) for name in ("documents", "nodes", "foreign_keys", "queries", "entities_spacy", "mentions_spacy", "citation_edges")],
+)
+def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -> None:
+    """Typed nodes and relations per source (tables skb_nodes, skb_edges); for 2Wiki the extracted KB's coverage of the gold evidence."""
+    corpus = context.partition_key
+    spec = lake.registry.get(corpus)
+    sources = config.sources or list(spec.skb_sources)
+    summary: dict = {}
+    for source in sources:
+        started = time.perf_counter()
+        built = build(lake.lake, corpus, source, spec.train_corpus)
+        nodes, edges = built.tables()
+        lake.lake.write("skb_nodes", {"corpus": corpus, "source": source}, nodes)
+        lake.lake.write("skb_edges", {"corpus": corpus, "source": source}, edges)
+        summary[source] = {
+            "oracle": source in ORACLE_SOURCES,
+            "nodes": dict(sorted(_counts(nodes.column("label")).items())),
+            "edges": dict(sorted(_counts(edges.column("relation")).items())),
+            "seconds": round(time.perf_counter() - started, 2),
+        }
+        if source == "wiki_rules":
+            summary[source]["coverage"] = coverage(lake.lake, corpus, built)
+    lake.lake.write_artifact(SKB_ARTIFACT, {"corpus": corpus}, lambda folder: (folder / "sources.json").write_text(json.dumps(summary, indent=1)))
+    context.add_output_metadata({"sources": MetadataValue.json(summary), **{f"{s}/edges": sum(v["edges"].values()) for s, v in summary.items()}})
+
+
+def _counts(column: pa.ChunkedArray) -> dict[str, int]:
+    counts = column.value_counts().to_pylist()
+    return {c["values"]: c["counts"] for c in counts}
+
+
+@asset(partitions_def=corpus_partitions, group_name="vectors", deps=[AssetKey("skb")])
+def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
+    """MiniLM vectors of every SKB node's name, and of the text of nodes with no ``nodes`` row (passages and
+    tables reuse dense_vectors): what anchors are linked against."""
+    corpus = context.partition_key
+    sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
+    vectors = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encoders.encode_dense)
+    lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, lambda folder: save_vectors(folder, vectors))
+    context.add_output_metadata({"nodes": len(vectors["ids"])})
+
+
+@asset(partitions_def=corpus_partitions, group_name="retrieval", deps=[AssetKey(name) for name in ("queries", "skb", "skb_vectors", "dense_vectors")])
+def skb_plans(context: AssetExecutionContext, lake: LakeResource) -> None:
+    """The rules planner's plan for every query on every SKB of the corpus, validated and executed: the
+    table skb_plans (plan JSON, valid, error, risk level, n_cand, compiled SQL, milliseconds)."""
+    corpus = context.partition_key
+    indexes = LakeIndexes(lake.lake, corpus)
+    queries = lake.lake.read("queries", {"corpus": corpus}).to_pylist()
+    summary = {}
+    for source in lake.registry.get(corpus).skb_sources:
+        loaded = indexes.get("skb")(source)
+        rows = []
+        for query in queries:
+            result = stage_one(query["text"], loaded, None, Settings(), encoders.encode_dense)
+            rows.append(
+                {
+                    "query_id": query["query_id"],
+                    "query": query["text"],
+                    "plan": result.plan.model_dump_json(by_alias=True) if result.plan else None,
+                    "valid": result.valid,
+                    "error": result.error,
+                    "risk_level": result.risk_level,
+                    "n_cand": result.n_cand,
+                    "sql": result.sql,
+                    "plan_ms": result.ms,
+                }
+            )
+        lake.lake.write("skb_plans", {"corpus": corpus, "source": source, "planner": "rules"}, pa.Table.from_pylist(rows))
+        cells: dict[str, int] = {}
+        for row in rows:
+            cells[cell_name(row["valid"], row["n_cand"], row["risk_level"])] = cells.get(cell_name(row["valid"], row["n_cand"], row["risk_level"]), 0) + 1
+        summary[source] = {"queries": len(rows), "valid": sum(r["valid"] for r in rows), "cells": dict(sorted(cells.items()))}
+    context.add_output_metadata({"plans": MetadataValue.json(summary)})

@@ -1,0 +1,171 @@
+"""GRASP's Stage-2 tuning (App. A): for every declared ``plan_rrf`` with ``mode: tuned``, the paper's whole
+static and dynamic grids scored on validation queries, and the best setting by Hit@1 stored per corpus
+(the ``grasp_fusion`` index).
+
+Validation queries come from the corpus's ``train_corpus`` (all its queries) or, when none is declared,
+the corpus's own ``train`` split: a seeded 20 % of them. The other 80 % is what GRASP's reranker trains
+on. The evaluated corpus's queries are never read: the artefact records the validation ids, and
+learning refuses to go on if one of them is a query of the evaluated corpus outside its train split.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from graphlake.kernels.metrics import recall_at_k
+from graphlake.kernels.plan_fusion import ValidationQuery, fuse, graph_weight, search_grid
+from graphlake.retrieval.evaluation import gold_by_query
+from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.methods import Methods, Op, load_methods, needs
+from graphlake.retrieval.training import TRAIN_SPLIT, held_out, training_queries
+from graphlake.warehouse.digest import fingerprint
+from graphlake.warehouse.storage import Lake, StorageError
+
+FUSION_FILE = "fusion.json"
+# where nothing could be tuned: equal weights and RRF's usual constant; dynamic opts out on no_trade only
+DEFAULT_CHOICE = {
+    "mode": "static",
+    "static": {"weight": 0.5, "constant": 60.0},
+    "dynamic": {"constant": 60.0, "w_bucket": [1.0] * 5, "m_risk": [0.0, 1.0, 1.0, 1.0]},
+}
+TUNED_MODES = ("tuned", "tuned_static", "tuned_dynamic")
+
+
+def key(op: Op) -> str:
+    """What identifies a tuned fusion: its two inputs, as declared."""
+    graph, partner = op.inputs
+    return fingerprint({"graph": graph.model_dump(mode="json"), "partner": partner.model_dump(mode="json")})
+
+
+def tuned_fusions(methods: Methods) -> dict[str, Op]:
+    """Every ``plan_rrf`` with a tuned mode in the declared methods (inputs included), by :func:`key`."""
+    found: dict[str, Op] = {}
+
+    def visit(op: Op) -> None:
+        if op.op == "plan_rrf" and getattr(op, "mode", None) in TUNED_MODES:
+            found.setdefault(key(op), op)
+        for child in op.children():
+            visit(child)
+
+    for method in methods.values():
+        visit(method)
+    return found
+
+
+def reads(methods: Methods) -> frozenset[str]:
+    """The index kinds tuning reads on the training corpus: what the tuned fusions' inputs read."""
+    return frozenset(name for op in tuned_fusions(methods).values() for child in op.children() for name in needs(child))
+
+
+@dataclass
+class TunedFusion:
+    """The chosen setting per tuned fusion, and the report (grids, cells, Table 2 analogue)."""
+
+    choices: dict[str, dict]
+    report: dict = field(default_factory=dict)
+
+    def choice(self, op: Op) -> tuple[str, dict]:
+        """(mode, setting) for a tuned ``plan_rrf``: the winner for ``tuned``, the best of one mode for ``tuned_<mode>``."""
+        if self.choices:
+            try:
+                chosen = self.choices[key(op)]
+            except KeyError:
+                raise StorageError("grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again") from None
+        else:
+            chosen = DEFAULT_CHOICE
+        mode = chosen["mode"] if op.mode == "tuned" else op.mode.removeprefix("tuned_")
+        return mode, chosen[mode]
+
+    def save(self, folder: Path) -> None:
+        (folder / FUSION_FILE).write_text(json.dumps({"choices": self.choices, "report": self.report}, indent=1), encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> TunedFusion:
+        saved = json.loads((folder / FUSION_FILE).read_text(encoding="utf-8"))
+        return cls(saved["choices"], saved["report"])
+
+
+def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
+    """(training corpus, validation queries, reranker-training queries) for ``corpus``; each query a row of ``queries``."""
+    source, split = training_queries(lake.home, corpus)
+    rows = lake.read("queries", {"corpus": source}).to_pylist()
+    rows = [row for row in rows if split is None or row["split"] == split]
+    if not rows:
+        return source, [], []
+    validation, learning = held_out(len(rows), share, seed)
+    return source, [rows[i] for i in sorted(validation)], [rows[i] for i in sorted(learning)]
+
+
+def check_disjoint(lake: Lake, corpus: str, source: str, queries: list[dict]) -> None:
+    """Refuse to tune on a query the corpus is evaluated on: any of its queries, or outside its train split when it tunes on itself."""
+    if source == corpus:
+        leaked = [row["query_id"] for row in queries if row["split"] != TRAIN_SPLIT]
+    else:
+        evaluated = set(lake.read("queries", {"corpus": corpus}).column("query_id").to_pylist())
+        leaked = [row["query_id"] for row in queries if row["query_id"] in evaluated]
+    if leaked:
+        raise StorageError(f"grasp_fusion for {corpus!r} would tune on its evaluated queries ({leaked[:3]}); check train_corpus in corpora.yaml")
+
+
+def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedFusion, dict]:
+    """Tune every declared tuned fusion for ``corpus``; the artefact and the metadata to show."""
+    started = time.perf_counter()
+    methods = load_methods(lake.home)
+    fusions = tuned_fusions(methods)
+    source, validation, _ = validation_queries(lake, corpus, config.validation_share, config.seed)
+    if not validation or not fusions:
+        reason = "no plan_rrf is declared with mode: tuned" if not fusions else f"corpus {source!r} has no training queries"
+        log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
+        return TunedFusion({}, {"default": reason}), {"tuned": False, "reason": reason}
+    check_disjoint(lake, corpus, source, validation)
+    indexes = LakeIndexes(lake, source)
+    gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
+    doc_rows: dict[str, list[int]] = {}
+    for row, doc_id in enumerate(indexes.doc_ids().tolist()):
+        doc_rows.setdefault(doc_id, []).append(row)
+    choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}}
+    for name, op in fusions.items():
+        graph, partner = op.inputs
+        items = []
+        for query in validation:
+            g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
+            gold = frozenset(r for doc in gold_docs.get(query["query_id"], {}) for r in doc_rows.get(doc, ()))
+            items.append(ValidationQuery(g.rows, p.rows, gold, bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal")))
+        searched = time.perf_counter()
+        found = search_grid(items)
+        seconds = time.perf_counter() - searched
+        best = found.static if found.mode == "static" else found.dynamic
+        choices[name] = {"mode": found.mode, **{m: {k: v for k, v in s.items() if k != "hits"} for m, s in (("static", found.static), ("dynamic", found.dynamic))}}
+        report["fusions"][name] = found.as_json() | {
+            "grid_seconds": round(seconds, 3),
+            "table2": _table2(items, found, indexes, gold_docs, validation),
+            "partner_hits": sum(bool(len(q.partner)) and int(q.partner[0]) in q.gold for q in items),
+        }
+        log(f"grasp_fusion: {found.mode} chosen, validation Hit@1 {best['hits']}/{len(items)} ({seconds:.2f} s for {sum(found.settings.values())} settings)")
+    summary = {"tuned": True, "train_corpus": source, "validation_queries": len(validation), "seconds": round(time.perf_counter() - started, 1)}
+    return TunedFusion(choices, report), summary
+
+
+def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs, validation) -> dict:
+    """Validation Hit@1 and R@20 (documents) of the best static and the best dynamic setting (the paper's Table 2)."""
+    doc_ids = indexes.doc_ids()
+    out = {}
+    for mode, setting in (("static", found.static), ("dynamic", found.dynamic)):
+        recalls = []
+        for item, query in zip(items, validation, strict=True):
+            if mode == "static":
+                rows, _ = fuse(item.graph, item.partner, setting["weight"], 1.0 - setting["weight"], setting["constant"])
+            else:
+                w_hat = graph_weight(item.valid, item.n_cand, item.risk_level, setting["w_bucket"], setting["m_risk"])
+                rows, _ = fuse(item.graph, item.partner, w_hat, 1.0, setting["constant"])
+            ranking = list(dict.fromkeys(doc_ids[rows].tolist()))
+            recalls.append(recall_at_k(ranking, gold_docs.get(query["query_id"], {}), 20))
+        out[mode] = {"hit@1": setting["hits"] / len(items), "recall@20": float(np.mean(recalls))}
+    return out

@@ -1,0 +1,240 @@
+"""GRASP's SKBs in the lake: built per corpus and source, loaded for Stage 1, and Stage 1 itself (plan,
+link, execute, rescore) as one function the ``skb_plan`` operator and the ``skb_plans`` asset share.
+
+Which SKBs a corpus gets follows its format (``CorpusSpec.skb_sources``): the SQL schema graph for
+Spider/BIRD, the extracted 2Wiki KB and its oracle for 2Wiki, the entity graph for anything else.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from graphlake.kernels import skb_builders
+from graphlake.kernels.entities import normalise
+from graphlake.kernels.plan import Plan, Schema, check, parse_plan
+from graphlake.kernels.plan_rules import entities_plan, risk_level, sql_plan, wiki_plan
+from graphlake.kernels.plan_sql import Emit, Linked, compile_sql, link, run_sql
+from graphlake.retrieval.methods import Candidates, ranked
+from graphlake.warehouse.storage import Lake, StorageError
+
+if TYPE_CHECKING:
+    from graphlake.retrieval.indexes import LakeIndexes
+
+SKB_ARTIFACT = "skb"
+VECTORS_ARTIFACT = "skb_vectors"
+VECTORS_FILE = "vectors.npz"
+WIKI_SOURCES = ("wiki_rules", "wiki_evidence")
+
+
+def build(lake: Lake, corpus: str, source: str, train_corpus: str | None) -> skb_builders.SKB:
+    """One source's SKB for a corpus, from the lake's tables; only the oracle reads questions."""
+    part = {"corpus": corpus}
+    documents, nodes = lake.read("documents", part), lake.read("nodes", part)
+    if source == "sql_schema":
+        return skb_builders.sql_schema(documents, nodes, lake.read("foreign_keys", part))
+    if source == "wiki_rules":
+        return skb_builders.wiki_rules(documents, nodes)
+    if source == "wiki_evidence":
+        return skb_builders.wiki_evidence(documents, nodes, evidences(lake, [corpus, *([train_corpus] if train_corpus else [])]))
+    if source == "entities":
+        citations = lake.read("edges", part | {"kind": "citation"}) if lake.has("edges", part | {"kind": "citation"}) else None
+        spacy = part | {"extractor": "spacy"}
+        return skb_builders.entities_skb(documents, nodes, lake.read("entities", spacy), lake.read("mentions", spacy), citations)
+    raise ValueError(f"unknown SKB source {source!r}; one of {', '.join(skb_builders.SOURCES)}")
+
+
+def evidences(lake: Lake, corpora: list[str]) -> list[tuple[str, list]]:
+    """(query id, gold evidence triples) of every question of these corpora (2Wiki keeps them in the metadata)."""
+    found = []
+    for corpus in corpora:
+        for row in lake.read("queries", {"corpus": corpus}).to_pylist():
+            found.append((row["query_id"], json.loads(row["metadata"] or "{}").get("evidences") or []))
+    return found
+
+
+def coverage(lake: Lake, corpus: str, extracted: skb_builders.SKB) -> dict:
+    """The extracted 2Wiki KB's share of the corpus's gold evidence triples, per relation and overall."""
+    documents, nodes = lake.read("documents", {"corpus": corpus}), lake.read("nodes", {"corpus": corpus})
+    linker = skb_builders.TitleLinker({skb_id: title for skb_id, title, _ in skb_builders.passages(documents, nodes)})
+    triples = [tuple(t) for _, ts in evidences(lake, [corpus]) for t in ts if len(t) == 3]
+    per = skb_builders.coverage(extracted, triples, linker)
+    total = sum(v["triples"] for v in per.values())
+    return {"share": round(sum(v["recovered"] for v in per.values()) / total, 4) if total else None, "triples": total, "per_relation": per}
+
+
+@dataclass
+class Stage1:
+    """Stage 1's result for one query: the candidates (node rows) and what Stage 2 and the plans table read."""
+
+    candidates: Candidates
+    plan: Plan | None
+    valid: bool
+    error: str | None
+    risk_level: str
+    n_cand: int
+    sql: str
+    ms: float
+
+    @property
+    def meta(self) -> dict:
+        return {"valid": self.valid, "n_cand": self.n_cand, "risk_level": self.risk_level}
+
+
+class LoadedSKB:
+    """One (corpus, source) SKB ready to execute plans: its tables in an in-memory DuckDB, its node
+    vectors (name, and document: the ``dense`` index's rows for passage and table nodes), its schema."""
+
+    def __init__(self, indexes: LakeIndexes, source: str) -> None:
+        self.corpus, self.source = indexes.corpus, source
+        partition = {"corpus": indexes.corpus, "source": source}
+        lake = indexes.lake
+        try:
+            nodes, edges = lake.read("skb_nodes", partition), lake.read("skb_edges", partition)
+        except StorageError:
+            raise StorageError(f"corpus {indexes.corpus!r} has no {source!r} SKB; materialize skb (sources: {source})") from None
+        self.con = duckdb.connect()
+        self.con.register("nodes_in", nodes)
+        self.con.register("edges_in", edges)
+        self.con.execute("CREATE TABLE skb_nodes AS SELECT * FROM nodes_in")
+        self.con.execute("CREATE TABLE skb_edges AS SELECT * FROM edges_in")
+        self.con.unregister("nodes_in")
+        self.con.unregister("edges_in")
+        self.ids: list[str] = nodes.column("skb_id").to_pylist()
+        self.labels = np.asarray(nodes.column("label").to_pylist(), dtype=object)
+        self.names: list[str] = nodes.column("name").to_pylist()
+        backed = nodes.column("node_id").to_pylist()
+        position = {node_id: row for row, node_id in enumerate(indexes.node_ids)}
+        self.node_row = np.array([position.get(n, -1) if n is not None else -1 for n in backed], dtype=np.int64)
+        self.by_id = {skb_id: i for i, skb_id in enumerate(self.ids)}
+        self.by_label = {label: np.flatnonzero(self.labels == label) for label in set(self.labels.tolist())}
+        self.name_vectors, self.doc_vectors = self._vectors(indexes)
+        rows = self.con.execute(
+            "SELECT s.label, e.relation, d.label FROM skb_edges e JOIN skb_nodes s ON s.skb_id = e.src JOIN skb_nodes d ON d.skb_id = e.dst GROUP BY ALL"
+        ).fetchall()
+        self.schema = Schema.of(rows, set(self.labels.tolist()))
+
+    def _vectors(self, indexes: LakeIndexes) -> tuple[np.ndarray, np.ndarray]:
+        folder = indexes.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
+        stored = np.load(folder / VECTORS_FILE, allow_pickle=False)
+        row_of = {skb_id: i for i, skb_id in enumerate(stored["ids"].tolist())}
+        missing = next((skb_id for skb_id in self.ids if skb_id not in row_of), None)
+        if missing is not None:
+            raise StorageError(f"skb_vectors of corpus {self.corpus!r} lack SKB node {missing!r}; materialize skb_vectors again")
+        order = np.fromiter((row_of[skb_id] for skb_id in self.ids), np.int64, len(self.ids))
+        names, docs = stored["name"][order], stored["doc"][order]
+        backed = self.node_row >= 0
+        if backed.any():
+            docs[backed] = indexes.get("dense")[self.node_row[backed]]
+        return names, docs
+
+    @cached_property
+    def label_of_name(self) -> dict[str, str]:
+        """Normalised name (and title alias) -> label of the retrievable node so named: how the rules planner types a span."""
+        named = {self.names[i]: self.labels[i] for i in np.flatnonzero(self.node_row >= 0)}
+        aliases = skb_builders.title_aliases(named)
+        found = {normalise(name): label for name, label in named.items()}
+        return found | {alias: found[target] for alias, target in aliases.items() if target in found}
+
+    def link(self, text_vector: np.ndarray, label: str, mode: str, k: int, tau: float) -> Linked:
+        rows = self.by_label.get(label, np.zeros(0, np.int64))
+        matrix = (self.name_vectors if mode == "name" else self.doc_vectors)[rows]
+        linked = link(text_vector, matrix, [str(i) for i in range(len(rows))], k, tau)
+        return Linked([self.ids[rows[int(i)]] for i in linked.ids], linked.scores)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Stage 1's parameters (App. A's linking defaults)."""
+
+    emit: Emit = "path"
+    name_k: int = 5
+    name_tau: float = 0.95
+    doc_k: int = 10
+    doc_tau: float = 0.90
+    rescore: bool = True
+    max_rows: int = 100_000
+    timeout_s: float = 10.0
+    k: int = 100
+
+
+def rules_plan(question: str, skb: LoadedSKB) -> Plan:
+    """The rules planner for this SKB's kind (``kernels/plan_rules.py``)."""
+    if skb.source in WIKI_SOURCES:
+        return wiki_plan(question, skb.schema, lambda span: skb.label_of_name.get(normalise(span)))
+    if skb.source == "sql_schema":
+        return sql_plan(question)
+    from graphlake.kernels.entities import spacy_entities
+
+    return entities_plan(question, spacy_entities([question])[0], skb.schema)
+
+
+def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: Settings, encode) -> Stage1:
+    """Validate, link, execute and rescore one plan; an invalid plan gives no candidates and ``no_trade``.
+    ``plan`` None: the rules planner's, whose ``risk_level`` is then set from what execution found."""
+    started = time.perf_counter()
+    empty = Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
+    from_rules = plan is None
+    if from_rules:
+        plan = rules_plan(question, skb)
+    elif not isinstance(plan, Plan):
+        plan, error = parse_plan(plan)
+        if plan is None:
+            return Stage1(empty, None, False, error, "no_trade", 0, "", _ms(started))
+    problems = check(plan, skb.schema)
+    if problems:
+        return Stage1(empty, plan, False, "; ".join(problems), "no_trade", 0, "", _ms(started))
+    texts = [anchor.text for anchor in plan.anchors] + ([plan.target.relevance_text] if settings.rescore and plan.target.relevance_text else [])
+    vectors = encode(texts)
+    bindings = {}
+    for anchor, vector in zip(plan.anchors, vectors, strict=False):
+        k, tau = (settings.name_k, settings.name_tau) if anchor.match_mode == "name" else (settings.doc_k, settings.doc_tau)
+        bindings[anchor.var] = skb.link(vector, anchor.label, anchor.match_mode, k, tau)
+    sql = compile_sql(plan, bindings, skb.corpus, skb.source, settings.emit, settings.max_rows)
+    try:
+        found = run_sql(skb.con, sql, settings.timeout_s)
+    except TimeoutError as error:
+        return Stage1(empty, plan, False, str(error), "no_trade", 0, sql, _ms(started))
+    positions = np.fromiter((skb.by_id[skb_id] for skb_id, _ in found), np.int64, len(found))
+    scores = np.fromiter((score for _, score in found), np.float64, len(found))
+    rows = skb.node_row[positions] if len(found) else np.zeros(0, np.int64)
+    keep = rows >= 0  # only passage / table nodes are retrievable
+    rows, scores, positions = rows[keep], scores[keep], positions[keep]
+    if len(texts) > len(plan.anchors) and len(rows):
+        scores = scores + skb.doc_vectors[positions] @ vectors[-1]
+    best = max((max(b.scores) for b in bindings.values() if b.scores), default=0.0)
+    risk = risk_level(best, len(rows)) if from_rules else plan.risk_level
+    if from_rules:
+        plan = plan.model_copy(update={"risk_level": risk})
+    return Stage1(ranked(rows, scores, settings.k), plan, True, None, risk, int(len(rows)), sql, _ms(started))
+
+
+def _ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def vectors_for(nodes: list[pa.Table], encode) -> dict[str, np.ndarray]:
+    """Name vectors of every SKB node of these tables, and document vectors of those with no ``nodes`` row."""
+    seen: dict[str, tuple[str, str, bool]] = {}
+    for table in nodes:
+        for skb_id, name, text, node_id in zip(*(table.column(c).to_pylist() for c in ("skb_id", "name", "text", "node_id")), strict=True):
+            seen.setdefault(skb_id, (name, text, node_id is not None))
+    ids = sorted(seen)
+    names = encode([seen[i][0] for i in ids])
+    docs = np.zeros_like(names)
+    own = [n for n, i in enumerate(ids) if not seen[i][2]]
+    if own:
+        docs[own] = encode([seen[ids[n]][1] for n in own])
+    return {"ids": np.asarray(ids), "name": names, "doc": docs}
+
+
+def save_vectors(folder: Path, vectors: dict[str, np.ndarray]) -> None:
+    np.savez(folder / VECTORS_FILE, **vectors)
