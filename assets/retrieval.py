@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition,
 
 from graphlake.retrieval.evaluation import evaluate_stored
 from graphlake.retrieval.indexes import index_assets
-from graphlake.retrieval.methods import Methods, load_methods, method_asset_names, needs, run_method
+from graphlake.retrieval.methods import Methods, load_methods, method_asset_names, needs, run_method, uses_llm
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -32,11 +32,12 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
     method, params = methods[name], methods.params(name)
     run_name, metrics_name, query_metrics_name = method_asset_names(name)
     index_deps = [AssetKey(asset) for asset in index_assets({index.partition("/")[0] for index in needs(method)})]
+    llm = uses_llm(method)  # needs a server: opt-in, like the other LLM assets
 
     @asset(
         name=run_name,
         partitions_def=corpus_partitions,
-        group_name="retrieval",
+        group_name="llm" if llm else "retrieval",
         deps=[AssetKey("nodes"), AssetKey("queries"), *index_deps],
         metadata={"table": "runs", "partition": {"method": name}},
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
@@ -53,7 +54,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
             query_metrics_name: AssetOut(metadata={"table": "query_metrics", "partition": {"method": name}}),
         },
         partitions_def=corpus_partitions,
-        group_name="evaluation",
+        group_name="llm" if llm else "evaluation",
         deps=[AssetKey(run_name), AssetKey("queries"), AssetKey("qrels")],
     )
     def evaluate_asset(context: AssetExecutionContext, lake: LakeResource):

@@ -4,6 +4,7 @@ and the rules planner's plan for every query (``skb_plans``), so plans can be re
 
 import json
 import time
+from collections import Counter
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
@@ -12,9 +13,10 @@ from graphlake.kernels import encoders
 from graphlake.kernels.plan_fusion import cell_name
 from graphlake.kernels.skb_builders import ORACLE_SOURCES
 from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, Settings, build, coverage, save_vectors, stage_one, vectors_for
+from graphlake.retrieval.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, Settings, build, coverage, planned, save_vectors, stage_one, vectors_for
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.tables import row_schema
 
 
 class SKBConfig(Config):
@@ -66,19 +68,28 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     context.add_output_metadata({"nodes": len(vectors["ids"])})
 
 
+class PlansConfig(Config):
+    planners: list[str] = ["rules"]  # add "llm" to record the LLM planner's plans (needs GRAPHLAKE_LLM_BASE_URL)
+    max_queries: int = 0  # the first this many queries; 0: all
+
+
 @asset(partitions_def=corpus_partitions, group_name="retrieval", deps=[AssetKey(name) for name in ("queries", "skb", "skb_vectors", "dense_vectors")])
-def skb_plans(context: AssetExecutionContext, lake: LakeResource) -> None:
-    """The rules planner's plan for every query on every SKB of the corpus, validated and executed: the
-    table skb_plans (plan JSON, valid, error, risk level, n_cand, compiled SQL, milliseconds)."""
+def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeResource) -> None:
+    """Each planner's plan for every query on every SKB of the corpus, validated and executed: the table
+    skb_plans (plan JSON, valid, error or the planner's failure, risk level, n_cand, compiled SQL, ms)."""
     corpus = context.partition_key
     indexes = LakeIndexes(lake.lake, corpus)
     queries = lake.lake.read("queries", {"corpus": corpus}).to_pylist()
+    queries = queries[: config.max_queries] if config.max_queries else queries
     summary = {}
-    for source in lake.registry.get(corpus).skb_sources:
+    built = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
+    for source, planner in ((s, p) for s in built for p in config.planners):
         loaded = indexes.get("skb")(source)
         rows = []
         for query in queries:
-            result = stage_one(query["text"], loaded, None, Settings(), encoders.encode_dense)
+            started = time.perf_counter()
+            plan, failure = planned(query["text"], loaded, planner, indexes)
+            result = stage_one(query["text"], loaded, plan, Settings(), encoders.encode_dense, failure)
             rows.append(
                 {
                     "query_id": query["query_id"],
@@ -89,12 +100,10 @@ def skb_plans(context: AssetExecutionContext, lake: LakeResource) -> None:
                     "risk_level": result.risk_level,
                     "n_cand": result.n_cand,
                     "sql": result.sql,
-                    "plan_ms": result.ms,
+                    "plan_ms": round((time.perf_counter() - started) * 1000, 3),  # planning included
                 }
             )
-        lake.lake.write("skb_plans", {"corpus": corpus, "source": source, "planner": "rules"}, pa.Table.from_pylist(rows))
-        cells: dict[str, int] = {}
-        for row in rows:
-            cells[cell_name(row["valid"], row["n_cand"], row["risk_level"])] = cells.get(cell_name(row["valid"], row["n_cand"], row["risk_level"]), 0) + 1
-        summary[source] = {"queries": len(rows), "valid": sum(r["valid"] for r in rows), "cells": dict(sorted(cells.items()))}
+        lake.lake.write("skb_plans", {"corpus": corpus, "source": source, "planner": planner}, pa.Table.from_pylist(rows, schema=row_schema("skb_plans")))
+        cells = Counter(cell_name(row["valid"], row["n_cand"], row["risk_level"]) for row in rows)
+        summary[f"{source}/{planner}"] = {"queries": len(rows), "valid": sum(r["valid"] for r in rows), "cells": dict(sorted(cells.items()))}
     context.add_output_metadata({"plans": MetadataValue.json(summary)})

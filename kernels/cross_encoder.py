@@ -168,6 +168,21 @@ class Group:
     negatives: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Pool:
+    """A stored training record with one positive (GRASP §3.3): every visit draws a fresh group of the
+    positive and ``size - 1`` negatives sampled uniformly from the stored hard ones."""
+
+    query: str
+    positive: str
+    negatives: tuple[str, ...]
+    size: int
+
+    def draw(self, rng: np.random.Generator) -> Group:
+        picked = rng.choice(len(self.negatives), size=min(self.size - 1, len(self.negatives)), replace=False)
+        return Group(self.query, self.positive, tuple(self.negatives[i] for i in sorted(picked.tolist())))
+
+
 @dataclass
 class TrainingReport:
     """What :func:`train` did: the data, the budget, and the validation metric over the steps."""
@@ -185,7 +200,7 @@ class TrainingReport:
 
 def train(
     encoder: CrossEncoder,
-    groups: Sequence[Group],
+    groups: Sequence[Group | Pool],
     validate: Callable[[CrossEncoder], float],
     learning_rate: float = 3e-5,
     groups_per_step: int = 4,
@@ -193,8 +208,15 @@ def train(
     budget_seconds: float = math.inf,
     validate_every: int = 50,
     seed: int = 0,
+    schedule: str = "linear",
+    warmup: float = 0.1,
+    batched: bool = False,
 ) -> TrainingReport:
     """Fine-tune ``encoder`` in place with a listwise softmax loss; keeps the weights of the best validation.
+
+    A :class:`Pool` draws a new group each time it is visited. ``schedule`` is ``linear`` or ``cosine``
+    decay after ``warmup``. ``batched`` scores all of a step's groups in one forward pass (the GPU
+    recipe); otherwise each group is its own pass (less padding on a CPU). Both give the same loss.
 
     ``validate`` returns a higher-is-better metric on held-out queries (nDCG@10 of reranking, say);
     it runs before training, every ``validate_every`` steps and at the end. Training stops at the end
@@ -222,10 +244,10 @@ def train(
         for start in range(0, len(order), groups_per_step):
             progress = max(step / planned, (time.perf_counter() - started) / budget_seconds)
             for param_group in optimizer.param_groups:
-                param_group["lr"] = learning_rate * _rate_factor(progress)
+                param_group["lr"] = learning_rate * _rate_factor(progress, warmup, schedule)
             encoder.model.train()
-            batch = [groups[i] for i in order[start : start + groups_per_step]]
-            loss = torch.stack([_group_loss(encoder, group) for group in batch]).mean()
+            batch = [_drawn(groups[i], rng) for i in order[start : start + groups_per_step]]
+            loss = step_loss(encoder, batch, batched)
             optimizer.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
@@ -259,11 +281,32 @@ def train(
     )
 
 
-def _rate_factor(progress: float, warmup: float = 0.1) -> float:
-    """Share of the peak learning rate at ``progress`` in [0, 1]: linear warm-up, then linear decay to 0."""
+def _rate_factor(progress: float, warmup: float = 0.1, schedule: str = "linear") -> float:
+    """Share of the peak learning rate at ``progress`` in [0, 1]: linear warm-up, then linear or cosine decay to 0."""
     if progress < warmup:
         return (progress + 1e-3) / warmup
-    return max(0.0, (1.0 - progress) / (1.0 - warmup))
+    rest = min(1.0, (progress - warmup) / (1.0 - warmup))
+    return max(0.0, 1.0 - rest) if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * rest))
+
+
+def _drawn(item: Group | Pool, rng: np.random.Generator) -> Group:
+    return item.draw(rng) if isinstance(item, Pool) else item
+
+
+def step_loss(encoder: CrossEncoder, groups: Sequence[Group], batched: bool = False) -> torch.Tensor:
+    """Mean listwise loss of ``groups``: one forward pass per group, or (``batched``) one for all of their pairs."""
+    if not batched:
+        return torch.stack([_group_loss(encoder, group) for group in groups]).mean()
+    queries = [group.query for group in groups for _ in range(1 + len(group.negatives))]
+    texts = [text for group in groups for text in (group.positive, *group.negatives)]
+    encoded = encoder.tokenizer(queries, texts, truncation="only_second", max_length=encoder.max_tokens, padding=True, return_tensors="pt")
+    scores = encoder._head(encoder._cls_of(encoded))
+    losses, start = [], 0
+    for group in groups:  # groups may differ in size (a query with fewer stored negatives)
+        size = 1 + len(group.negatives)
+        losses.append(torch.nn.functional.cross_entropy(scores[None, start : start + size], torch.zeros(1, dtype=torch.long, device=scores.device)))
+        start += size
+    return torch.stack(losses).mean()
 
 
 def _group_loss(encoder: CrossEncoder, group: Group) -> torch.Tensor:

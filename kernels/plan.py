@@ -32,34 +32,35 @@ class _Strict(BaseModel):
 class Anchor(_Strict):
     """A span of the query bound to SKB nodes of ``label``: by their name (``name``) or their document (``doc``)."""
 
-    var: str = Field(min_length=1)
-    text: str = Field(min_length=1)
-    label: str
+    var: str = Field(min_length=1, max_length=40)
+    text: str = Field(min_length=1, max_length=400)
+    label: str = Field(max_length=80)
     match_mode: MatchMode = "name"
 
 
 class Hop(_Strict):
     """An undirected walk along ``rel`` from a bound variable to ``to_var``, a node of ``to_label``."""
 
-    from_: str = Field(alias="from", min_length=1)
-    rel: str
-    to_var: str = Field(min_length=1)
-    to_label: str
+    from_: str = Field(alias="from", min_length=1, max_length=40)
+    rel: str = Field(max_length=80)
+    to_var: str = Field(min_length=1, max_length=40)
+    to_label: str = Field(max_length=80)
 
 
 class Target(_Strict):
-    var: str = "T"
-    labels: list[str] = Field(default_factory=list)  # empty: any label
-    relevance_text: str = ""
-    vars: list[str] | None = None  # extension: several target variables (see the module docstring)
+    var: str = Field("T", max_length=40)
+    labels: list[str] = Field(default_factory=list, max_length=8)  # empty: any label
+    relevance_text: str = Field("", max_length=400)
+    vars: list[str] | None = Field(None, max_length=8)  # extension: several target variables (see the module docstring)
 
     def variables(self) -> list[str]:
         return list(self.vars) if self.vars else [self.var]
 
 
 class Plan(_Strict):
-    anchors: list[Anchor] = Field(default_factory=list)
-    hops: list[Hop] = Field(default_factory=list)
+    # bounded, so that a schema-constrained decoder cannot loop until it runs out of tokens
+    anchors: list[Anchor] = Field(default_factory=list, max_length=8)
+    hops: list[Hop] = Field(default_factory=list, max_length=12)
     target: Target = Field(default_factory=Target)
     risk_level: RiskLevel = "normal"
 

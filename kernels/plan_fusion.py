@@ -18,7 +18,7 @@ operator exactly what it scored here.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,18 +145,32 @@ class FusionChoice:
         }
 
 
+def search_static(queries: Sequence[ValidationQuery]) -> tuple[dict, np.ndarray]:
+    """The best static setting by Hit@1 (ties: the earlier weight, then constant) and the whole (weights, constants) grid of hits."""
+    hits = np.zeros((len(STATIC_WEIGHTS), len(STATIC_CONSTANTS)), np.int64)
+    weights = np.asarray(STATIC_WEIGHTS)
+    for query in queries:
+        pool = _Pool(query)
+        for j, constant in enumerate(STATIC_CONSTANTS):
+            hits[:, j] += pool.top_is_gold(weights, 1.0 - weights, constant)
+    i, j = np.unravel_index(np.argmax(hits), hits.shape)
+    return {"weight": STATIC_WEIGHTS[i], "constant": STATIC_CONSTANTS[j], "hits": int(hits[i, j])}, hits
+
+
+def fuse_stage2(graph: np.ndarray, partner: np.ndarray, meta: Mapping, mode: str, setting: Mapping) -> tuple[np.ndarray, np.ndarray]:
+    """Stage 2 for one query: static RRF with ``setting``'s weight and constant, or dynamic RRF with its vectors and the plan's metadata."""
+    if mode == "static":
+        return fuse(graph, partner, setting["weight"], 1.0 - setting["weight"], setting["constant"])
+    valid, n_cand, risk = bool(meta.get("valid", True)), int(meta.get("n_cand", len(graph))), meta.get("risk_level", "normal")
+    return fuse(graph, partner, graph_weight(valid, n_cand, risk, setting["w_bucket"], setting["m_risk"]), 1.0, setting["constant"])
+
+
 def search_grid(queries: Sequence[ValidationQuery]) -> FusionChoice:
     """Every static and dynamic setting of App. A scored by validation Hit@1; the best of each (ties: the
     earlier setting in grid order), and the mode that wins (ties: static)."""
     pools = [_Pool(q) for q in queries]
     n = len(queries)
-    static_hits = np.zeros((len(STATIC_WEIGHTS), len(STATIC_CONSTANTS)), np.int64)
-    weights = np.asarray(STATIC_WEIGHTS)
-    for pool in pools:
-        for j, constant in enumerate(STATIC_CONSTANTS):
-            static_hits[:, j] += pool.top_is_gold(weights, 1.0 - weights, constant)
-    i, j = np.unravel_index(np.argmax(static_hits), static_hits.shape)
-    static = {"weight": STATIC_WEIGHTS[i], "constant": STATIC_CONSTANTS[j], "hits": int(static_hits[i, j])}
+    static, static_hits = search_static(queries)
 
     cells: dict[str, int] = {}
     base = 0  # queries the graph cannot touch (invalid or empty): the partner's top-1 decides

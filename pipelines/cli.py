@@ -83,7 +83,8 @@ def demo() -> None:
     from dagster import AssetSelection
 
     from graphlake.pipelines.definitions import DEFAULT_SELECTION
-    from graphlake.retrieval.methods import load_methods, method_asset_names, needs
+    from graphlake.retrieval.indexes import index_assets, index_kind
+    from graphlake.retrieval.methods import load_methods, method_asset_names, needs, uses_llm
     from graphlake.retrieval.reports import evaluation_report, random_floor
 
     home = lake_home()
@@ -91,10 +92,14 @@ def demo() -> None:
     # the demo's 11 training queries teach the cross-encoder to tell a relevant passage from its hard
     # negatives, not to rerank a whole corpus: the methods that rerank with it are left out
     left_out = [name for name, method in methods.items() if "reranker" in needs(method)]
-    shown = [name for name in methods if name not in left_out]
+    shown = [name for name, method in methods.items() if name not in left_out and not uses_llm(method)]  # LLM methods need a server
     config = _run_config(DEMO_CONFIG)
     config["ops"] |= {method_asset_names(name)[0]: {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
+    # and the learned indexes only those methods read (GRASP's reranker), but the cross-encoder, which the summary reports
+    kinds = lambda names: {index.partition("/")[0] for name in names for index in needs(methods[name])}  # noqa: E731
+    learned_only = {kind for kind in kinds(left_out) - kinds(shown) - {"reranker"} if index_kind(kind).sources is not None}
+    skipped |= AssetSelection.assets(*index_assets(learned_only))
     _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config, "demo")
     _print_summary(DEMO_CORPUS)
     _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT))
@@ -337,7 +342,7 @@ def query(
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
     from graphlake.retrieval.freshness import plan_refresh
-    from graphlake.retrieval.methods import search
+    from graphlake.retrieval.methods import MethodError, search
 
     home = lake_home()
     try:
@@ -346,7 +351,10 @@ def query(
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
     _materialize(refresh, "query")
-    hits, latency, notes = search(home, corpus, method, text, top)
+    try:
+        hits, latency, notes = search(home, corpus, method, text, top)
+    except (MethodError, StorageError) as error:
+        _fail(str(error))
     if as_json:
         ranked = [{"rank": r, **h} for r, h in enumerate(hits, start=1)]
         print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": ranked, "notes": notes}))
@@ -444,7 +452,8 @@ def _print_reranker(lake: Lake, left_out: list[str]) -> None:
         "rerank a corpus (with it they score barely above the random ranking). With a reranker trained on "
         "thousands of queries they are measured in "
         "benchmarks/results/fastinsight_gpu.md; to run them here: graphlake eval --corpus demo --methods "
-        f"{','.join(left_out)} (minutes on a CPU).",
+        f"{','.join(left_out)} (minutes on a CPU). Methods that call an LLM server (grasp_llm) are opt-in: "
+        "set GRAPHLAKE_LLM_BASE_URL and GRAPHLAKE_LLM_MODEL.",
         highlight=False,
     )
 

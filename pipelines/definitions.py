@@ -7,7 +7,7 @@ from dagster import AssetSelection, Definitions, define_asset_job
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.graph_rankers import graph_rankers
-from graphlake.assets.grasp import grasp_fusion
+from graphlake.assets.grasp import grasp_fusion, grasp_reranker
 from graphlake.assets.hybrid_index import hybrid_graph_index, hybrid_weights
 from graphlake.assets.report import report_asset
 from graphlake.assets.reranker import reranker
@@ -37,6 +37,7 @@ STATIC_ASSETS = [
     skb_vectors,
     skb_plans,
     grasp_fusion,
+    grasp_reranker,
 ]
 EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
 CHECKS = [

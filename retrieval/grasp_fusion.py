@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from graphlake.kernels.metrics import recall_at_k
-from graphlake.kernels.plan_fusion import ValidationQuery, fuse, graph_weight, search_grid
+from graphlake.kernels.plan_fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Methods, Op, load_methods, needs
@@ -160,11 +160,8 @@ def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs
     for mode, setting in (("static", found.static), ("dynamic", found.dynamic)):
         recalls = []
         for item, query in zip(items, validation, strict=True):
-            if mode == "static":
-                rows, _ = fuse(item.graph, item.partner, setting["weight"], 1.0 - setting["weight"], setting["constant"])
-            else:
-                w_hat = graph_weight(item.valid, item.n_cand, item.risk_level, setting["w_bucket"], setting["m_risk"])
-                rows, _ = fuse(item.graph, item.partner, w_hat, 1.0, setting["constant"])
+            meta = {"valid": item.valid, "n_cand": item.n_cand, "risk_level": item.risk_level}
+            rows, _ = fuse_stage2(item.graph, item.partner, meta, mode, setting)
             ranking = list(dict.fromkeys(doc_ids[rows].tolist()))
             recalls.append(recall_at_k(ranking, gold_docs.get(query["query_id"], {}), 20))
         out[mode] = {"hit@1": setting["hits"] / len(items), "recall@20": float(np.mean(recalls))}

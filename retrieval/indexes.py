@@ -435,6 +435,18 @@ def _grasp_fusion(indexes: LakeIndexes):
     return TunedFusion.load(indexes.lake.artifact("grasp_fusion", {"corpus": indexes.corpus}))
 
 
+def _grasp_reranker(indexes: LakeIndexes):
+    from graphlake.retrieval.grasp_reranker import TunedReranker
+
+    return TunedReranker.load(indexes.lake.artifact("grasp_reranker", {"corpus": indexes.corpus}))
+
+
+def _grasp_reranker_reads(methods: Methods) -> frozenset[str]:
+    from graphlake.retrieval.grasp_reranker import reads
+
+    return reads(methods)
+
+
 def _grasp_fusion_sources(home: Path, corpus: str) -> list[str]:
     from graphlake.retrieval.training import training_queries
 
@@ -486,6 +498,14 @@ for _kind in (
         _grasp_fusion,
         sources=_grasp_fusion_sources,
         reads=_grasp_fusion_reads,
+    ),
+    IndexKind(
+        "grasp_reranker",
+        ("grasp_reranker",),
+        Stored(artifact="grasp_reranker"),
+        _grasp_reranker,
+        sources=_grasp_fusion_sources,
+        reads=_grasp_reranker_reads,
     ),
     # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
     IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),

@@ -108,6 +108,10 @@ class Op(BaseModel):
         """The operators this one runs."""
         return list(getattr(self, "inputs", ()))
 
+    def uses_llm(self) -> bool:
+        """Whether it calls the lake's LLM server itself."""
+        return False
+
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         raise NotImplementedError
 
@@ -202,6 +206,11 @@ def needs(op: Op) -> set[str]:
     for child in op.children():
         found |= needs(child)
     return found
+
+
+def uses_llm(op: Op) -> bool:
+    """Whether a method calls the LLM server: its assets are opt-in, as the LLM assets are (group ``llm``)."""
+    return op.uses_llm() or any(uses_llm(child) for child in op.children())
 
 
 def _load_operators() -> None:

@@ -144,6 +144,34 @@ class LoadedSKB:
         found = {normalise(name): label for name, label in named.items()}
         return found | {alias: found[target] for alias, target in aliases.items() if target in found}
 
+    @cached_property
+    def position_of_row(self) -> dict[int, int]:
+        """SKB position of each ``nodes`` row that is an SKB node."""
+        return {int(row): position for position, row in enumerate(self.node_row.tolist()) if row >= 0}
+
+    @cached_property
+    def _neighbours(self) -> dict[str, dict[str, list[str]]]:
+        """skb_id -> relation -> neighbour names (both directions, by name), for serialisation."""
+        found: dict[str, dict[str, list[str]]] = {}
+        rows = self.con.execute(
+            "SELECT a, relation, n.name FROM (SELECT src AS a, relation, dst AS b FROM skb_edges UNION SELECT dst, relation, src FROM skb_edges) "
+            "JOIN skb_nodes n ON n.skb_id = b ORDER BY a, relation, n.name, b"
+        ).fetchall()
+        for skb_id, relation, name in rows:
+            found.setdefault(skb_id, {}).setdefault(relation, []).append(name)
+        return found
+
+    def serialised(self, row: int, text: str, max_neighbours: int = 10, max_field_tokens: int = 300) -> str:
+        """A ``nodes`` row as App. B.6 writes a candidate: type, name and text, neighbours by relation."""
+        from graphlake.kernels.skb_serialise import serialise
+
+        position = self.position_of_row.get(int(row))
+        if position is None:  # a node the SKB does not hold (a later chunk of a document): its text alone
+            return serialise("passage", [("text", text)], {}, max_neighbours, max_field_tokens)
+        skb_id = self.ids[position]
+        fields = [("name", self.names[position]), ("text", text)]
+        return serialise(str(self.labels[position]), fields, self._neighbours.get(skb_id, {}), max_neighbours, max_field_tokens)
+
     def link(self, text_vector: np.ndarray, label: str, mode: str, k: int, tau: float) -> Linked:
         rows = self.by_label.get(label, np.zeros(0, np.int64))
         matrix = (self.name_vectors if mode == "name" else self.doc_vectors)[rows]
@@ -177,11 +205,87 @@ def rules_plan(question: str, skb: LoadedSKB) -> Plan:
     return entities_plan(question, spacy_entities([question])[0], skb.schema)
 
 
-def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: Settings, encode) -> Stage1:
-    """Validate, link, execute and rescore one plan; an invalid plan gives no candidates and ``no_trade``.
-    ``plan`` None: the rules planner's, whose ``risk_level`` is then set from what execution found."""
+def kind(source: str) -> str:
+    """Which planner guidance an SKB source gets."""
+    return "wiki" if source in WIKI_SOURCES else "sql" if source == "sql_schema" else "entities"
+
+
+class LLMPlanner:
+    """The ``llm`` planner: App. B's prompt over this SKB's schema, with up to ``examples`` worked examples
+    from the training corpus whose rules plan put a gold node in its top 10 (the paper verified its Prime
+    examples so), answered under the plan's JSON schema through the lake's LLM client (cached)."""
+
+    def __init__(self, indexes: LakeIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
+        from graphlake.kernels.llm import LLMUnavailable, lake_client
+        from graphlake.kernels.plan_prompt import system_prompt
+        from graphlake.retrieval.methods import MethodError
+
+        try:
+            self.client = lake_client(indexes.lake.home)
+        except LLMUnavailable as error:
+            raise MethodError(f"the llm planner needs an LLM server: {error}") from None
+        self.examples = verified_examples(indexes, skb.source, examples, scan)
+        self.system = system_prompt(skb.schema, kind(skb.source), self.examples)
+
+    def __call__(self, question: str) -> tuple[Plan | None, str | None]:
+        """The model's plan, or None and why it gave none (an unreadable answer is the model's failure, recorded)."""
+        from graphlake.kernels.llm import LLMOutputError, LLMUnavailable
+        from graphlake.kernels.plan_prompt import user_prompt
+
+        try:
+            return self.client.structured(user_prompt(question), Plan, system=self.system), None
+        except LLMUnavailable:
+            raise
+        except LLMOutputError as error:
+            return None, f"the LLM's plan is unusable: {error}"
+
+
+def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
+    """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
+    from graphlake.kernels import encoders
+    from graphlake.retrieval.evaluation import gold_by_query
+    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.training import training_queries
+
+    train_corpus, split = training_queries(indexes.lake.home, indexes.corpus)
+    if not indexes.lake.has("queries", {"corpus": train_corpus}):
+        return []
+    queries = [q for q in indexes.lake.read("queries", {"corpus": train_corpus}).to_pylist() if split is None or q["split"] == split]
+    if not queries:
+        return []
+    train = indexes if train_corpus == indexes.corpus else LakeIndexes(indexes.lake, train_corpus)
+    try:
+        skb = train.get("skb")(source)
+    except StorageError:
+        return []
+    gold = gold_by_query(indexes.lake.read("qrels", {"corpus": train_corpus}))
+    doc_ids = train.doc_ids()
+    found = []
+    for position in np.random.default_rng(0).permutation(len(queries))[:scan].tolist():
+        query = queries[position]
+        result = stage_one(query["text"], skb, None, Settings(k=10), encoders.encode_dense)
+        if result.valid and any(doc_ids[r] in gold.get(query["query_id"], {}) for r in result.candidates.rows.tolist()):
+            found.append((query["text"], result.plan))
+            if len(found) == limit:
+                break
+    return found
+
+
+def planned(question: str, skb: LoadedSKB, planner: str, indexes: LakeIndexes) -> tuple[Plan | None, str | None]:
+    """(plan, failure) by ``planner``: None, None for ``rules`` (``stage_one`` plans those itself)."""
+    if planner == "rules":
+        return None, None
+    return indexes.memo(("llm_planner", skb.source), lambda: LLMPlanner(indexes, skb))(question)
+
+
+def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: Settings, encode, failure: str | None = None) -> Stage1:
+    """Validate, link, execute and rescore one plan; an invalid plan (or a planner's ``failure``) gives no
+    candidates and ``no_trade``. ``plan`` None: the rules planner's, whose ``risk_level`` is then set
+    from what execution found."""
     started = time.perf_counter()
     empty = Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
+    if failure is not None:
+        return Stage1(empty, None, False, failure, "no_trade", 0, "", _ms(started))
     from_rules = plan is None
     if from_rules:
         plan = rules_plan(question, skb)

