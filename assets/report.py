@@ -66,10 +66,11 @@ def render_markdown(corpus: str, results: dict[str, dict[str, dict[str, float]]]
 
 
 def line_styles(names: list[str]) -> dict[str, dict]:
-    """A distinct look per method: 40 colours, then the next line style (the project's 26 methods fit the colours alone)."""
+    """A distinct look per method: 60 colours, then the next line style (the project's methods fit the colours alone)."""
     from matplotlib import colormaps
 
-    colours, dashes, markers = colormaps["tab20"].colors + colormaps["tab20b"].colors, ("-", "--", ":", "-."), "osD^v<>p*h"
+    colours = colormaps["tab20"].colors + colormaps["tab20b"].colors + colormaps["tab20c"].colors
+    dashes, markers = ("-", "--", ":", "-."), "osD^v<>p*h"
     return {
         name: {"color": colours[i % len(colours)], "linestyle": dashes[(i // len(colours)) % len(dashes)], "marker": markers[i % len(markers)]}
         for i, name in enumerate(names)

@@ -126,7 +126,7 @@ def wiki_plan(question: str, schema: Schema, label_of: Callable[[str], str | Non
 
 
 def _range(relation: str, schema: Schema) -> str | None:
-    """The label a relation leads to in this SKB (its most common destination label is not known here: the first person-like one)."""
+    """The label a relation's hop should reach: of the labels it reaches in this SKB, a passage type before a value type."""
     ends = sorted({b for a, r, b in schema.patterns if r == relation})
     for preferred in ("person", "film", "organization", "song", "album", "other"):
         if preferred in ends:

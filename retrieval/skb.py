@@ -33,6 +33,7 @@ SKB_ARTIFACT = "skb"
 VECTORS_ARTIFACT = "skb_vectors"
 VECTORS_FILE = "vectors.npz"
 WIKI_SOURCES = ("wiki_rules", "wiki_evidence")
+PLAN_TOKENS = 320  # a plan of three anchors and four hops takes about 250 tokens; a longer answer is a loop
 
 
 def build(lake: Lake, corpus: str, source: str, train_corpus: str | None) -> skb_builders.SKB:
@@ -216,12 +217,12 @@ class LLMPlanner:
     examples so), answered under the plan's JSON schema through the lake's LLM client (cached)."""
 
     def __init__(self, indexes: LakeIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
-        from graphlake.kernels.llm import LLMUnavailable, lake_client
+        from graphlake.kernels.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
         from graphlake.kernels.plan_prompt import system_prompt
         from graphlake.retrieval.methods import MethodError
 
         try:
-            self.client = lake_client(indexes.lake.home)
+            self.client = LLMClient(LLMConfig.from_env(max_tokens=PLAN_TOKENS), indexes.lake.home / LAKE_CACHE)
         except LLMUnavailable as error:
             raise MethodError(f"the llm planner needs an LLM server: {error}") from None
         self.examples = verified_examples(indexes, skb.source, examples, scan)

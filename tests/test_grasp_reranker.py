@@ -169,3 +169,27 @@ def test_the_gpu_recipe_matches_on_cuda():
 def test_fusion_report_is_json(demo_lake):
     fusion = TunedFusion.load(Lake(demo_lake.home).artifact("grasp_fusion", {"corpus": "demo"}))
     assert json.loads(json.dumps(fusion.report))["train_corpus"] == "demo"
+
+
+def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(demo_copy, tmp_path):
+    """The asset end to end on the demo's few training queries: records, a curve, a kept checkpoint, both
+    final fusions; then ``grasp`` (and ``grasp_zs``) answer a query with it."""
+    from typer.testing import CliRunner
+
+    from graphlake.pipelines.cli import app
+    from graphlake.retrieval.grasp_reranker import TunedReranker
+
+    config = tmp_path / "run.yaml"
+    config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.3, validate_every: 2, validation_depth: 10, depth: 20}}}\n")
+    built = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:grasp_reranker", "--config", str(config)], catch_exceptions=False)
+    assert built.exit_code == 0, built.stderr
+    tuned = TunedReranker.load(Lake(demo_copy).artifact("grasp_reranker", {"corpus": "demo"}))
+    training = tuned.report["training"]
+    assert training["records"] > 0 and training["steps"] > 0 and len(training["curve"]) >= 2
+    assert set(tuned.report["training_queries"]).isdisjoint(tuned.report["validation_queries"])
+    [fusion] = tuned.fusion.values()
+    assert set(fusion) == {"base", "grasp"} and all(0 <= f["weight"] <= 1 and f["queries"] > 0 for f in fusion.values())
+    for method in ("grasp", "grasp_zs"):
+        answered = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", method, "--top", "3", "--json", "Which vessel carried the BenthoCam sled?"])
+        assert answered.exit_code == 0, answered.stderr
+        assert len(json.loads(answered.stdout)["hits"]) == 3
