@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
 @register
 class SkbPlan(Op):
-    """Stage 1: plan (``rules``), link the anchors (top-K within tau of the best cosine), run the plan as one
+    """Stage 1: plan (``rules``, or ``llm``), link the anchors (top-K within tau of the best cosine), run the plan as one
     DuckDB query over the SKB, add the cosine of ``relevance_text`` with each candidate's document."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"skb", "skb_vectors", "dense"})
