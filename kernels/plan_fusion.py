@@ -145,12 +145,11 @@ class FusionChoice:
         }
 
 
-def search_static(queries: Sequence[ValidationQuery]) -> tuple[dict, np.ndarray]:
+def search_static(queries: Sequence[ValidationQuery], pools: Sequence[_Pool] | None = None) -> tuple[dict, np.ndarray]:
     """The best static setting by Hit@1 (ties: the earlier weight, then constant) and the whole (weights, constants) grid of hits."""
     hits = np.zeros((len(STATIC_WEIGHTS), len(STATIC_CONSTANTS)), np.int64)
     weights = np.asarray(STATIC_WEIGHTS)
-    for query in queries:
-        pool = _Pool(query)
+    for pool in pools if pools is not None else [_Pool(q) for q in queries]:
         for j, constant in enumerate(STATIC_CONSTANTS):
             hits[:, j] += pool.top_is_gold(weights, 1.0 - weights, constant)
     i, j = np.unravel_index(np.argmax(hits), hits.shape)
@@ -170,7 +169,7 @@ def search_grid(queries: Sequence[ValidationQuery]) -> FusionChoice:
     earlier setting in grid order), and the mode that wins (ties: static)."""
     pools = [_Pool(q) for q in queries]
     n = len(queries)
-    static, static_hits = search_static(queries)
+    static, static_hits = search_static(queries, pools)
 
     cells: dict[str, int] = {}
     base = 0  # queries the graph cannot touch (invalid or empty): the partner's top-1 decides

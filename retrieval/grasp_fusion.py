@@ -103,6 +103,14 @@ def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tupl
     return source, [rows[i] for i in sorted(validation)], [rows[i] for i in sorted(learning)]
 
 
+def gold_rows(lake: Lake, corpus: str, indexes: LakeIndexes) -> dict[str, set[int]]:
+    """Query id -> the node rows of its gold documents (every node of a gold document counts)."""
+    by_doc: dict[str, list[int]] = {}
+    for row, doc_id in enumerate(indexes.doc_ids().tolist()):
+        by_doc.setdefault(doc_id, []).append(row)
+    return {q: {r for doc in docs for r in by_doc.get(doc, ())} for q, docs in gold_by_query(lake.read("qrels", {"corpus": corpus})).items()}
+
+
 def check_disjoint(lake: Lake, corpus: str, source: str, queries: list[dict]) -> None:
     """Refuse to tune on a query the corpus is evaluated on: any of its queries, or outside its train split when it tunes on itself."""
     if source == corpus:
@@ -127,17 +135,14 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     check_disjoint(lake, corpus, source, validation)
     indexes = LakeIndexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
-    doc_rows: dict[str, list[int]] = {}
-    for row, doc_id in enumerate(indexes.doc_ids().tolist()):
-        doc_rows.setdefault(doc_id, []).append(row)
+    gold = gold_rows(lake, source, indexes)
     choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}}
     for name, op in fusions.items():
         graph, partner = op.inputs
         items = []
         for query in validation:
             g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
-            gold = frozenset(r for doc in gold_docs.get(query["query_id"], {}) for r in doc_rows.get(doc, ()))
-            items.append(ValidationQuery(g.rows, p.rows, gold, bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal")))
+            items.append(ValidationQuery(g.rows, p.rows, frozenset(gold.get(query["query_id"], ())), bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal")))
         searched = time.perf_counter()
         found = search_grid(items)
         seconds = time.perf_counter() - searched

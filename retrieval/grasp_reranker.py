@@ -27,8 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphlake.kernels.plan_fusion import ValidationQuery, fuse_stage2, search_static
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, validation_queries
+from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, gold_rows, validation_queries
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Methods, Op, load_methods, needs
 from graphlake.warehouse.digest import fingerprint
@@ -201,13 +200,6 @@ def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndex
         negative_texts = tuple(texts(negatives))
         pools += [Pool(query["text"], positive, negative_texts, group_size) for positive in texts(rows[is_gold])]
     return pools
-
-
-def gold_rows(lake: Lake, corpus: str, indexes: LakeIndexes) -> dict[str, set[int]]:
-    by_doc: dict[str, list[int]] = {}
-    for row, doc_id in enumerate(indexes.doc_ids().tolist()):
-        by_doc.setdefault(doc_id, []).append(row)
-    return {q: {r for doc in docs for r in by_doc.get(doc, ())} for q, docs in gold_by_query(lake.read("qrels", {"corpus": corpus})).items()}
 
 
 def _final_fusion(encoder, items, gold, texts) -> dict:
