@@ -20,6 +20,7 @@ from graphlake.warehouse.partitions import corpus_partitions
 
 class RunConfig(Config):
     split: str | None = None  # run only this split's queries (``graphlake eval --split``); None: every query
+    sample: int | None = None  # run a seeded sample of that many of them (``graphlake eval --sample``)
     reuse_pairs: bool = False  # cross-encoder vectors from the lake's pair cache (warehouse/pair_cache.py); timings then are no QPT
 
 
@@ -43,7 +44,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(name, method, params, lake.lake, context.partition_key, config.split, config.reuse_pairs)
+        table, summary = run_method(name, method, params, lake.lake, context.partition_key, config.split, config.reuse_pairs, config.sample)
         context.add_output_metadata(summary)
         return table
 

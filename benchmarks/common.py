@@ -48,11 +48,11 @@ def arguments(description: str, results: str, extra=None):
     return args
 
 
-def export_and_run(description: str, exported: str, results: str, run: tuple[str, str]):
-    """The parser of a script in two steps, for a GPU machine that has no lake: ``export`` (beside the
-    lake: ``--folder``, ``--datasets``) writes ``exported``; the ``run`` command (name, help) reads that
-    folder anywhere and writes ``--output`` (default ``benchmarks/results/<results>``).
-    Returns the parser and both subparsers, for the scripts' own options."""
+def export_and_run(description: str, exported: str, results: str, *runs: tuple[str, str]):
+    """The parser of a script in steps, for a GPU machine that has no lake: ``export`` (beside the
+    lake: ``--folder``, ``--datasets``) writes ``exported``; each of the ``runs`` commands (name, help)
+    reads that folder anywhere and writes ``--output`` (default ``benchmarks/results/<results>``).
+    Returns the parser and the subparsers (export's first), for the scripts' own options."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,10 +60,13 @@ def export_and_run(description: str, exported: str, results: str, run: tuple[str
     out = commands.add_parser("export", help=f"{exported}, from the lake (GRAPHLAKE_HOME), built first where it lacks anything")
     out.add_argument("--folder", type=Path, required=True)
     out.add_argument("--datasets", type=Path, default=DATASETS)
-    step = commands.add_parser(run[0], help=run[1])
-    step.add_argument("--folder", type=Path, required=True)
-    step.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / results)
-    return parser, out, step
+    steps = []
+    for name, help_text in runs:
+        step = commands.add_parser(name, help=help_text)
+        step.add_argument("--folder", type=Path, required=True)
+        step.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / results)
+        steps.append(step)
+    return parser, out, *steps
 
 
 def table(title: str, columns: list[str]) -> list[str]:

@@ -248,6 +248,7 @@ def evaluate(
     split: Annotated[str | None, typer.Option(help="Query split to report (default: the held-out one, test, else dev).")] = None,
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
+    sample: Annotated[int | None, typer.Option(help="Run a seeded sample of this many of the split's queries (a slow method on a CPU); the metrics cover those.")] = None,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run the queries again even if stored runs are current (fresh timings).")] = False,
     reuse_pairs: Annotated[
         bool, typer.Option("--reuse-pairs", help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
@@ -267,14 +268,14 @@ def evaluate(
         CorpusRegistry(home).get(corpus)
         if split is None and Lake(home).has("queries", {"corpus": corpus}):
             split = held_out_split(Lake(home), corpus)
-        refresh = plan_refresh(Lake(home), corpus, names, home, split)
+        refresh = plan_refresh(Lake(home), corpus, names, home, split, sample=sample)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
     if rerun:
         refresh.add(corpus, [asset for name in names for asset in method_asset_names(name)])
     runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
     # only the reported split's queries: a cross-encoder is slow
-    refresh.ops |= {run: {"config": {"split": split, "reuse_pairs": reuse_pairs}} for run in runs}
+    refresh.ops |= {run: {"config": {"split": split, "sample": sample, "reuse_pairs": reuse_pairs}} for run in runs}
     _materialize(refresh, "eval")
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")

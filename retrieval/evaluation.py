@@ -15,7 +15,7 @@ import pyarrow.compute as pc
 from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
-from graphlake.retrieval.methods import SPLIT_PARAM
+from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake, StorageError
 from graphlake.warehouse.tables import row_schema
@@ -104,9 +104,10 @@ def evaluate_stored(lake: Lake, corpus: str, name: str) -> tuple[pa.Table, pa.Ta
     partition = {"corpus": corpus}
     runs = lake.read("runs", {**partition, "method": name})
     queries, qrels = lake.read("queries", partition), lake.read("qrels", partition)
-    split = json.loads(runs.column("params")[0].as_py()).get(SPLIT_PARAM) if runs.num_rows else None
-    if split is not None:  # a run of one split says nothing about the others
-        queries = queries.filter(pc.equal(queries.column("split"), split))
+    params = json.loads(runs.column("params")[0].as_py()) if runs.num_rows else {}
+    split, sample = params.get(SPLIT_PARAM), params.get(SAMPLE_PARAM)
+    if split is not None or sample is not None:  # a run of one split (or a sample) says nothing about the other queries
+        queries = select_queries(queries, split, sample)
         qrels = qrels.filter(pc.is_in(qrels.column("query_id"), queries.column("query_id")))
     return evaluate_run(runs, queries, qrels, document_graph(lake, corpus))
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from graphlake.kernels.metrics import GRAPH_METRICS
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.indexes import asset_written_at, corpus_needs, index_kind
-from graphlake.retrieval.methods import SPLIT_PARAM, MethodError, Methods, load_methods, method_asset_names, needs
+from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, MethodError, Methods, load_methods, method_asset_names, needs
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
 
@@ -46,11 +46,13 @@ class Refresh:
         return [*others, *([(self.corpus, self.assets)] if self.assets else [])]
 
 
-def plan_refresh(lake: Lake, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True) -> Refresh:
-    """What a fresh evaluation of ``names`` on ``split`` (None: every query) needs; with ``runs``
+def plan_refresh(
+    lake: Lake, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True, sample: int | None = None
+) -> Refresh:
+    """What a fresh evaluation of ``names`` on ``split`` (None: every query; ``sample``: a seeded sample of them) needs; with ``runs``
     False, what querying them needs (their indexes, not their runs).
 
-    A run is outdated when its method's declaration changed, when it ran another split's queries,
+    A run is outdated when its method's declaration changed, when it ran other queries (another split, a sample),
     or when anything it read (nodes, queries, an index, a trained model) was written after it, so
     retraining ``graph_rankers`` or rebuilding an index re-runs the methods that use it. A learned
     index is rebuilt when what it reads on the corpora it learns from was written after it, or when
@@ -78,7 +80,7 @@ def plan_refresh(lake: Lake, corpus: str, names: list[str], home: Path, split: s
         run, metrics, query_metrics = method_asset_names(name)
         run_written = lake.written_at("runs", run_partition)
         outdated = run_written is None or any(when is None or when > run_written for when in inputs)
-        if outdated or not _covers(_first(lake, "runs", run_partition, "params"), methods.params(name), split):
+        if outdated or not _covers(_first(lake, "runs", run_partition, "params"), methods.params(name), split, sample):
             refresh.add(corpus, [run, metrics, query_metrics])
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
             graph_complete and not _has_topological_recall(lake, run_partition)
@@ -127,13 +129,16 @@ def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], 
     return latest
 
 
-def _covers(stored: str | None, declaration: dict, split: str | None) -> bool:
-    """Whether a run with these stored params is the declared method over the queries asked for."""
+def _covers(stored: str | None, declaration: dict, split: str | None, sample: int | None) -> bool:
+    """Whether a run with these stored params is the declared method over the queries asked for: all of
+    them (or all of the split), or the same seeded sample of the same split."""
     if stored is None:
         return False
     params = json.loads(stored)
-    ran = params.pop(SPLIT_PARAM, None)
-    return params == declaration and ran in (None, split)
+    ran, ran_sample = params.pop(SPLIT_PARAM, None), params.pop(SAMPLE_PARAM, None)
+    if params != declaration:
+        return False
+    return ran in (None, split) if ran_sample is None else (ran, ran_sample) == (split, sample)
 
 
 def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:

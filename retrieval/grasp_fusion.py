@@ -77,7 +77,8 @@ class TunedFusion:
             try:
                 chosen = self.choices[key(op)]
             except KeyError:
-                raise StorageError("grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again") from None
+                why = self.report.get("untuned", {}).get(key(op))
+                raise StorageError(f"grasp_fusion could not tune this plan_rrf {why}" if why else "grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again") from None
         else:
             chosen = DEFAULT_CHOICE
         mode = chosen["mode"] if op.mode == "tuned" else op.mode.removeprefix("tuned_")
@@ -136,13 +137,15 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     indexes = LakeIndexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
     gold = gold_rows(lake, source, indexes)
-    choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}}
+    choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}, "untuned": {}}
     for name, op in fusions.items():
         graph, partner = op.inputs
-        items = []
-        for query in validation:
-            g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
-            items.append(ValidationQuery(g.rows, p.rows, frozenset(gold.get(query["query_id"], ())), bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal")))
+        try:
+            items = [_validation_query(graph, partner, query, gold, indexes) for query in validation]
+        except StorageError as error:  # e.g. an oracle SKB the training corpus lacks: that method cannot run here, the others can
+            report["untuned"][name] = f"on {source!r}: {error}"
+            log(f"grasp_fusion: a fusion cannot be tuned {report['untuned'][name]}")
+            continue
         searched = time.perf_counter()
         found = search_grid(items)
         seconds = time.perf_counter() - searched
@@ -156,6 +159,11 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         log(f"grasp_fusion: {found.mode} chosen, validation Hit@1 {best['hits']}/{len(items)} ({seconds:.2f} s for {sum(found.settings.values())} settings)")
     summary = {"tuned": True, "train_corpus": source, "validation_queries": len(validation), "seconds": round(time.perf_counter() - started, 1)}
     return TunedFusion(choices, report), summary
+
+
+def _validation_query(graph: Op, partner: Op, query: dict, gold: dict, indexes: LakeIndexes) -> ValidationQuery:
+    g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
+    return ValidationQuery(g.rows, p.rows, frozenset(gold.get(query["query_id"], ())), bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal"))
 
 
 def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs, validation) -> dict:

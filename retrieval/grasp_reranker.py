@@ -122,51 +122,79 @@ def candidate_texts(indexes: LakeIndexes, rows: np.ndarray, serialize: str, max_
     return [skb.serialised(r, nodes[r].as_py(), max_neighbours, max_field_tokens) for r in rows.tolist()]
 
 
+@dataclass
+class TrainingData:
+    """What Stage 3 learns from for an evaluated corpus, all of it from its ``train_corpus``: one record per
+    positive of the training share, and the validation share's Stage-2 lists with their serialisations."""
+
+    source: str
+    key: str  # the Stage 2 whose candidates are reranked (stage_key)
+    pools: list  # kernels/cross_encoder.Pool
+    validation: list[dict]  # query_id, query, rows (Stage-2 top depth), texts (serialised rows), gold (rows)
+    report: dict
+
+
+def training_data(lake: Lake, corpus: str, config: Any, group_size: int) -> TrainingData | str:
+    """Mine the records and the validation lists of ``corpus``'s reranker; why not, when there is nothing to learn."""
+    methods = load_methods(lake.home)
+    stages = rerankers(methods)
+    source, validation, learning = validation_queries(lake, corpus, config.validation_share, config.seed)
+    if not stages or not learning:
+        return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
+    check_disjoint(lake, corpus, source, validation + learning)
+    fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
+    indexes = LakeIndexes(lake, source)
+    gold = gold_rows(lake, source, indexes)
+    texts = lambda rows: candidate_texts(indexes, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
+    key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)
+    pools = mine(stage, fusion, learning, indexes, gold, texts, config.depth, config.stored_negatives, group_size)
+    lists = []
+    for query in validation:
+        rows = stage_two(stage, fusion, query["text"], indexes, config.depth)
+        lists.append({"query_id": query["query_id"], "query": query["text"], "rows": rows, "texts": texts(rows), "gold": gold.get(query["query_id"], set())})
+    report = {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "training_queries": [q["query_id"] for q in learning]}
+    return TrainingData(source, key, pools, lists, report)
+
+
+def validation_hit_at_1(validation: list[dict], depth: int) -> Callable[[Any], float]:
+    """Hit@1 of a cross-encoder reranking each validation query's Stage-2 top ``depth``: the checkpoint's yardstick."""
+
+    def hit_at_1(encoder) -> float:
+        hits = []
+        for item in validation:
+            rows = item["rows"][:depth]
+            hits.append(bool(len(rows)) and int(rows[int(np.argmax(encoder.score(item["query"], item["texts"][:depth])))]) in item["gold"])
+        return float(np.mean(hits)) if hits else 0.0
+
+    return hit_at_1
+
+
 def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedReranker, dict]:
     """Mine, train and tune Stage 3 for ``corpus``; the artefact and the metadata to show."""
     from graphlake.kernels.cross_encoder import CrossEncoder, default_device, train
     from graphlake.retrieval.training import Untrained
 
     started = time.perf_counter()
-    methods = load_methods(lake.home)
-    stages = rerankers(methods)
-    source, validation, learning = validation_queries(lake, corpus, config.validation_share, config.seed)
     recipe = RECIPES[config.recipe if config.recipe != "auto" else ("gpu" if default_device().type == "cuda" else "cpu")]
-    if not stages or not learning:
-        reason = "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
-        log(f"grasp_reranker: {reason}; grasp_rerank with model grasp ranks by the base reranker")
-        return TunedReranker(None, {}, {"untrained": reason}), {"trained": False, "reason": reason}
-    check_disjoint(lake, corpus, source, validation + learning)
-    fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
-    indexes = LakeIndexes(lake, source)
-    gold = gold_rows(lake, source, indexes)
+    data = training_data(lake, corpus, config, recipe.group_size)
+    if isinstance(data, str):
+        log(f"grasp_reranker: {data}; grasp_rerank with model grasp ranks by the base reranker")
+        return TunedReranker(None, {}, {"untrained": data}), {"trained": False, "reason": data}
     base_folder = lake.artifact("reranker", {})
     base_untrained = Untrained.load(base_folder)
-    texts = lambda rows: candidate_texts(indexes, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
-    report: dict = {"train_corpus": source, "recipe": asdict(recipe), "validation_queries": [q["query_id"] for q in validation]}
-    report["training_queries"] = [q["query_id"] for q in learning]
-    key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)
-    pools = mine(stage, fusion, learning, indexes, gold, texts, config.depth, config.stored_negatives, recipe.group_size)
-    items = [(q, stage_two(stage, fusion, q["text"], indexes, config.depth)) for q in validation]
-    shallow = [(q["text"], rows[: config.validation_depth], gold.get(q["query_id"], set())) for q, rows in items]
-    serialised = [texts(rows) for _, rows, _ in shallow]
-
-    def hit_at_1(encoder) -> float:
-        hits = [bool(len(r)) and int(r[int(np.argmax(encoder.score(q, t)))]) in g for (q, r, g), t in zip(shallow, serialised, strict=True)]
-        return float(np.mean(hits)) if hits else 0.0
 
     def base() -> CrossEncoder:
         """The zero-shot model as ``grasp_rerank`` with ``model: base`` uses it (its own token budget)."""
         return CrossEncoder.initial(recipe.max_tokens, config.seed) if base_untrained else CrossEncoder.load(base_folder)
 
-    base_fusion = _final_fusion(base(), items, gold, texts)
+    base_fusion = final_fusion(base(), data.validation)
     model = base()
     model.max_tokens = recipe.max_tokens
-    log(f"grasp_reranker: {len(pools)} records (one per positive) from {len(learning)} training queries of {source!r}, recipe {recipe}")
+    log(f"grasp_reranker: {len(data.pools)} records (one per positive) from {len(data.report['training_queries'])} training queries of {data.source!r}, recipe {recipe}")
     trained = train(
         model,
-        pools,
-        hit_at_1,
+        data.pools,
+        validation_hit_at_1(data.validation, config.validation_depth),
         learning_rate=recipe.learning_rate,
         groups_per_step=recipe.groups_per_step,
         epochs=recipe.epochs,
@@ -177,10 +205,10 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         warmup=recipe.warmup,
         batched=recipe.batched,
     )
-    fused = {key: {"base": base_fusion, "grasp": _final_fusion(model, items, gold, texts)}}
-    report["training"] = asdict(trained) | {"records": len(pools), "base_untrained": base_untrained is not None}
-    summary = {"trained": True, "train_corpus": source, "records": report["training"]["records"], "best_step": report["training"]["best_step"]}
-    summary |= {"validation_hit@1": round(report["training"]["best_validation"], 4), "base_hit@1": round(report["training"]["initial_validation"], 4)}
+    fused = {data.key: {"base": base_fusion, "grasp": final_fusion(model, data.validation)}}
+    report = data.report | {"recipe": asdict(recipe), "training": asdict(trained) | {"records": len(data.pools), "base_untrained": base_untrained is not None}}
+    summary = {"trained": True, "train_corpus": data.source, "records": len(data.pools), "best_step": trained.best_step}
+    summary |= {"validation_hit@1": round(trained.best_validation, 4), "base_hit@1": round(trained.initial_validation, 4)}
     return TunedReranker(model, fused, report), summary | {"minutes": round((time.perf_counter() - started) / 60, 2)}
 
 
@@ -202,11 +230,12 @@ def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndex
     return pools
 
 
-def _final_fusion(encoder, items, gold, texts) -> dict:
+def final_fusion(encoder, validation: list[dict]) -> dict:
     """The (w, k) of static RRF between the reranker's ranking (weight w) and Stage 2's, best by validation Hit@1."""
     queries = []
-    for query, rows in items:
-        order = np.argsort(-encoder.score(query["text"], texts(rows)), kind="stable") if len(rows) else np.zeros(0, np.int64)
-        queries.append(ValidationQuery(rows[order], rows, frozenset(gold.get(query["query_id"], ())), True, len(rows), "normal"))
+    for item in validation:
+        rows = item["rows"]
+        order = np.argsort(-encoder.score(item["query"], item["texts"]), kind="stable") if len(rows) else np.zeros(0, np.int64)
+        queries.append(ValidationQuery(rows[order], rows, frozenset(item["gold"]), True, len(rows), "normal"))
     best, hits = search_static(queries)
     return best | {"grid": hits.tolist(), "queries": len(queries)}

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 DEFAULT_METHODS = Path(__file__).resolve().parents[1] / "pipelines" / "methods.yaml"
 METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
 SPLIT_PARAM = "query_split"  # in a run's params when it ran one split's queries only
+SAMPLE_PARAM = "query_sample"  # and when it ran a seeded sample of that many of them
 
 
 def method_asset_names(name: str) -> tuple[str, str, str]:
@@ -219,21 +220,21 @@ def _load_operators() -> None:
 
 
 def run_method(
-    name: str, method: Op, params: dict, lake: Lake, corpus: str, split: str | None = None, reuse_pairs: bool = False
+    name: str, method: Op, params: dict, lake: Lake, corpus: str, split: str | None = None, reuse_pairs: bool = False, sample: int | None = None
 ) -> tuple[pa.Table, dict]:
-    """Run the corpus's queries (one split's, if given) through the method, one at a time, timing each."""
+    """Run the corpus's queries (one split's, if given; a seeded ``sample`` of them, if given) through the method, one at a time, timing each."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     from graphlake.retrieval.indexes import LakeIndexes
     from graphlake.warehouse.storage import StorageError
 
-    queries = lake.read("queries", {"corpus": corpus}).select(["query_id", "text", "split"])
+    queries = select_queries(lake.read("queries", {"corpus": corpus}).select(["query_id", "text", "split"]), split, sample)
     if split is not None:
-        queries = queries.filter(pc.equal(queries.column("split"), split))
         if not queries.num_rows:
             raise StorageError(f"corpus {corpus!r} has no queries in split {split!r}")
         params = {**params, SPLIT_PARAM: split}
+    if sample is not None:
+        params = {**params, SAMPLE_PARAM: sample}
     indexes = LakeIndexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
     method.run("warm up", indexes)  # load indexes and models outside the timed loop
@@ -261,6 +262,20 @@ def run_method(
         summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
     notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(indexes.notes)
     return table, summary | ({"note": "\n".join(notes)} if notes else {})
+
+
+def select_queries(queries: pa.Table, split: str | None, sample: int | None) -> pa.Table:
+    """The queries a run covers: the split's (every one if None), then, with ``sample``, that many of them
+    drawn with seed 0 (all when there are fewer), in stored order. Slow methods (a cross-encoder over
+    100 serialised candidates) are evaluated on such a sample on a CPU; its metrics say how many queries."""
+    import pyarrow.compute as pc
+
+    if split is not None:
+        queries = queries.filter(pc.equal(queries.column("split"), split))
+    if sample is None or sample >= queries.num_rows:
+        return queries
+    picked = np.sort(np.random.default_rng(0).choice(queries.num_rows, sample, replace=False))
+    return queries.take(picked)
 
 
 def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float, list[str]]:

@@ -89,6 +89,24 @@ def test_tuning_and_training_read_only_the_training_queries(demo_lake):
         check_disjoint(lake, "demo", "demo", leaked)
 
 
+def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_why(demo_copy):
+    """An oracle method declared beside the others (as benchmarks/grasp.py declares them) must not stop
+    the corpus's other fusions from being tuned; running it names what is missing."""
+    from graphlake.assets.grasp import GraspFusionConfig
+    from graphlake.retrieval.grasp_fusion import learn, tuned_fusions
+
+    (demo_copy / "methods.yaml").write_text(
+        "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
+    )
+    methods = load_methods(demo_copy)
+    tuned, _ = learn(Lake(demo_copy), "demo", GraspFusionConfig(), lambda line: None)
+    oracle = methods["f_oracle"]
+    assert len(tuned.choices) == len(tuned_fusions(methods)) - 1 and len(tuned.report["untuned"]) == 1
+    assert tuned.choice(methods["grasp_fused"])[0] in ("static", "dynamic")
+    with pytest.raises(StorageError, match="could not tune this plan_rrf on 'demo'.*no 'wiki_evidence' SKB"):
+        tuned.choice(oracle)
+
+
 def test_records_hold_one_positive_and_the_pools_hardest_negatives(demo_lake):
     lake = Lake(demo_lake.home)
     _, _, learning = validation_queries(lake, "demo", 0.2, 0)

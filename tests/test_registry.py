@@ -20,7 +20,7 @@ from graphlake.pipelines.definitions import build_definitions
 from graphlake.retrieval.freshness import plan_refresh
 from graphlake.retrieval.graph_rankers import TunedRankers
 from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Candidates, MethodError, Op, parse_methods, register
+from graphlake.retrieval.methods import Candidates, MethodError, Op, parse_methods, register, select_queries
 from graphlake.warehouse.corpora import DEMO_PATH
 from graphlake.warehouse.storage import Lake
 
@@ -66,6 +66,18 @@ def test_an_operator_registered_in_a_test_module_is_a_method_with_assets_that_go
     assert rebuilt.exit_code == 0, rebuilt.output
     stale = plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test").assets
     assert stale == ["run_shortest", "metrics_shortest", "query_metrics_shortest"]
+
+    sampled = invoke("eval", "--corpus", "demo", "--methods", "shortest", "--sample", "3", "--json")  # a seeded sample of the test split
+    assert sampled.exit_code == 0, sampled.output
+    queries = Lake(demo_copy).read("queries", {"corpus": "demo"})
+    drawn = select_queries(queries, "test", 3).column("query_id").to_pylist()
+    assert len(drawn) == 3 and drawn == select_queries(queries, "test", 3).column("query_id").to_pylist()
+    ran = Lake(demo_copy).read("runs", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
+    assert sorted(ran) == sorted(drawn)
+    scored = Lake(demo_copy).read("query_metrics", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
+    assert set(scored) <= set(drawn) and scored  # the sample's judged queries, no other
+    assert plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test", sample=3).assets == []
+    assert plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test").assets[0] == "run_shortest"  # a sample covers no full split
 
 
 @pytest.fixture(scope="module")
