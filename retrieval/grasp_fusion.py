@@ -87,6 +87,10 @@ class TunedFusion:
     def save(self, folder: Path) -> None:
         (folder / FUSION_FILE).write_text(json.dumps({"choices": self.choices, "report": self.report}, indent=1), encoding="utf-8")
 
+    def held(self) -> set[str]:
+        """The fusions (keys) this artefact answers for: tuned, or left untuned with a reason."""
+        return set(self.choices) | set(self.report.get("untuned", {}))
+
     @classmethod
     def load(cls, folder: Path) -> TunedFusion:
         saved = json.loads((folder / FUSION_FILE).read_text(encoding="utf-8"))
@@ -132,7 +136,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     if not validation or not fusions:
         reason = "no plan_rrf is declared with mode: tuned" if not fusions else f"corpus {source!r} has no training queries"
         log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
-        return TunedFusion({}, {"default": reason}), {"tuned": False, "reason": reason}
+        return TunedFusion({}, {"default": reason, "untuned": dict.fromkeys(fusions, reason)}), {"tuned": False, "reason": reason}
     check_disjoint(lake, corpus, source, validation)
     indexes = LakeIndexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))

@@ -73,7 +73,7 @@ def stage_key(op: Op) -> str:
 
 def reads(methods: Methods) -> frozenset[str]:
     """What mining reads on the training corpus: the Stage-2 inputs' indexes (the fusion's choice is the evaluated corpus's)."""
-    return frozenset(name for op in rerankers(methods).values() for child in op.children() for name in needs(child) if name != "grasp_fusion")
+    return frozenset(name for op in rerankers(methods).values() for child in op.children() for name in needs(child) if not name.startswith("grasp_fusion"))
 
 
 @dataclass

@@ -435,6 +435,15 @@ def _grasp_fusion(indexes: LakeIndexes):
     return TunedFusion.load(indexes.lake.artifact("grasp_fusion", {"corpus": indexes.corpus}))
 
 
+def _grasp_fusion_parts(lake: Lake, corpus: str) -> set[str]:
+    from graphlake.retrieval.grasp_fusion import TunedFusion
+
+    try:
+        return TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus})).held()
+    except (StorageError, FileNotFoundError):
+        return set()
+
+
 def _grasp_reranker(indexes: LakeIndexes):
     from graphlake.retrieval.grasp_reranker import TunedReranker
 
@@ -498,6 +507,7 @@ for _kind in (
         _grasp_fusion,
         sources=_grasp_fusion_sources,
         reads=_grasp_fusion_reads,
+        parts=_grasp_fusion_parts,
     ),
     IndexKind(
         "grasp_reranker",

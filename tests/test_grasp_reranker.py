@@ -13,6 +13,7 @@ from graphlake.kernels import encoders
 from graphlake.kernels.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
 from graphlake.kernels.plan_fusion import fuse_stage2
 from graphlake.kernels.skb_serialise import serialise
+from graphlake.retrieval.freshness import plan_refresh
 from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, validation_queries
 from graphlake.retrieval.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two
 from graphlake.retrieval.indexes import LakeIndexes
@@ -98,13 +99,16 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
     (demo_copy / "methods.yaml").write_text(
         "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
     )
-    methods = load_methods(demo_copy)
-    tuned, _ = learn(Lake(demo_copy), "demo", GraspFusionConfig(), lambda line: None)
+    methods, lake = load_methods(demo_copy), Lake(demo_copy)
+    assert "grasp_fusion" in plan_refresh(lake, "demo", ["f_oracle"], demo_copy, "test").assets  # a fusion declared after the tuning re-tunes
+    tuned, _ = learn(lake, "demo", GraspFusionConfig(), lambda line: None)
     oracle = methods["f_oracle"]
     assert len(tuned.choices) == len(tuned_fusions(methods)) - 1 and len(tuned.report["untuned"]) == 1
     assert tuned.choice(methods["grasp_fused"])[0] in ("static", "dynamic")
     with pytest.raises(StorageError, match="could not tune this plan_rrf on 'demo'.*no 'wiki_evidence' SKB"):
         tuned.choice(oracle)
+    lake.write_artifact("grasp_fusion", {"corpus": "demo"}, tuned.save)
+    assert "grasp_fusion" not in plan_refresh(lake, "demo", ["f_oracle", "grasp_fused"], demo_copy, "test").assets  # untuned, with its reason, is held
 
 
 def test_records_hold_one_positive_and_the_pools_hardest_negatives(demo_lake):

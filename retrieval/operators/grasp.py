@@ -81,7 +81,11 @@ class PlanRRF(Op):
         return self
 
     def indexes(self) -> frozenset[str]:
-        return frozenset({"grasp_fusion"}) if self.mode.startswith("tuned") else frozenset()
+        if not self.mode.startswith("tuned"):
+            return frozenset()
+        from graphlake.retrieval.grasp_fusion import key
+
+        return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         graph, partner = run_inputs(self, query, indexes)
