@@ -136,9 +136,9 @@ def stage3(lake: Lake, sets: list[str], split_of) -> dict[str, dict[str, dict]]:
 
 def reranker_lines(lake: Lake, corpus: str) -> list[str]:
     """Figure A1 analogue: the fine-tuning curve (validation Hit@1 over steps) and the final fusions chosen."""
-    saved = lake.artifact("grasp_reranker", {"corpus": corpus}) / "grasp_reranker.json"
-    if not saved.is_file():
+    if lake.artifact_written_at("grasp_reranker", {"corpus": corpus}) is None:
         return []
+    saved = lake.artifact("grasp_reranker", {"corpus": corpus}) / "grasp_reranker.json"
     stored = json.loads(saved.read_text(encoding="utf-8"))
     training = stored["report"].get("training")
     if not training:
@@ -171,8 +171,12 @@ def artifact_json(lake: Lake, name: str, corpus: str, file: str) -> dict:
 
 def fusion_lines(lake: Lake, corpus: str, heatmaps) -> list[str]:
     """Chosen settings, Table 2 analogue, (bucket, risk) cells and the flatness of the static surface, per tuned fusion."""
+    from graphlake.retrieval.grasp_fusion import key as fusion_key
+    from graphlake.retrieval.methods import load_methods
+
     saved = artifact_json(lake, "grasp_fusion", corpus, "fusion.json")
     report = saved["report"]
+    names = {fusion_key(op): name for name, op in load_methods(lake.home).items() if op.op == "plan_rrf" and op.mode == "tuned"}
     lines = []
     for number, (key, fusion) in enumerate(report["fusions"].items()):
         hits = np.array(fusion["static_grid"]["hits"])
@@ -180,7 +184,7 @@ def fusion_lines(lake: Lake, corpus: str, heatmaps) -> list[str]:
         t2 = fusion["table2"]
         chosen = saved["choices"][key]
         lines.append(
-            f"| {corpus} | {key[:8]} | {fusion['queries']} | {chosen['mode']} | static w {fusion['static']['weight']}, k {fusion['static']['constant']} "
+            f"| {corpus} | {names.get(key, key[:8])} | {fusion['queries']} | {chosen['mode']} | static w {fusion['static']['weight']}, k {fusion['static']['constant']} "
             f"| dynamic k {fusion['dynamic']['constant']}, w_bucket {fusion['dynamic']['w_bucket']}, m_risk {fusion['dynamic']['m_risk']} "
             f"| {100 * t2['static']['hit@1']:.1f} / {100 * t2['static']['recall@20']:.1f} | {100 * t2['dynamic']['hit@1']:.1f} / {100 * t2['dynamic']['recall@20']:.1f} "
             f"| {100 * fusion['partner_hits'] / fusion['queries']:.1f} | {100 * flat:.0f} % | {fusion['grid_seconds']:.2f} | {json.dumps(fusion['cells'])} |"
