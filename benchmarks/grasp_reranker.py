@@ -73,11 +73,12 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
         evaluated.append({"query_id": query["query_id"], "query": query["text"], "texts": texts, "docs": [doc_ids[r] for r in rows.tolist()], "gold": sorted(gold.get(query["query_id"], {}))})
     _write_lists(folder / "evaluated.parquet", evaluated)
     _save_half(CrossEncoder.load(lake.artifact("reranker", {})), folder / "base")
-    cpu_model = lake.artifact("grasp_reranker", {"corpus": corpus}) / MODEL_FOLDER
-    if cpu_model.is_dir():
-        _save_half(CrossEncoder.load(cpu_model), folder / "cpu")
+    trained = _cpu_trained(lake, corpus)
+    if trained is not None and (trained / MODEL_FOLDER).is_dir():
+        _save_half(CrossEncoder.load(trained / MODEL_FOLDER), folder / "cpu")
+    cpu_training = json.loads((trained / "grasp_reranker.json").read_text(encoding="utf-8"))["report"].get("training") if trained is not None else None
     meta = {"corpus": corpus, "split": split, "sample": sample, "records": len(data.pools), "validation": len(data.validation), "evaluated": len(evaluated)}
-    meta |= {"train_corpus": data.source, "config": config.model_dump(), "cpu_training": _cpu_training(lake, corpus)}
+    meta |= {"train_corpus": data.source, "config": config.model_dump(), "cpu_training": cpu_training}
     (folder / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     print(json.dumps({k: v for k, v in meta.items() if k != "cpu_training"}, indent=1))
 
@@ -88,9 +89,9 @@ def _save_half(encoder: CrossEncoder, folder: Path, report: dict | None = None) 
     encoder.save(folder, report)
 
 
-def _cpu_training(lake, corpus: str) -> dict | None:
-    saved = lake.artifact("grasp_reranker", {"corpus": corpus}) / "grasp_reranker.json"
-    return json.loads(saved.read_text(encoding="utf-8"))["report"].get("training") if saved.is_file() else None
+def _cpu_trained(lake, corpus: str) -> Path | None:
+    """The lake's own ``grasp_reranker`` of the corpus (trained on a CPU), when it has one: its row is optional."""
+    return lake.artifact("grasp_reranker", {"corpus": corpus}) if lake.artifact_written_at("grasp_reranker", {"corpus": corpus}) else None
 
 
 def _write_lists(path: Path, rows: list[dict]) -> None:
