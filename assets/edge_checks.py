@@ -85,8 +85,7 @@ def _ids(table: pa.Table, column: str) -> pa.Array:
 def _entities(lake: Lake, corpus: str) -> pa.Table:
     """Entities of every extractor of a corpus (one partition each), empty if none was extracted."""
     schema = table_spec("entities").schema
-    folders = sorted((lake.tables_dir / "entities" / f"corpus={corpus}").glob("extractor=*"))
-    parts = [lake.read("entities", {"corpus": corpus, "extractor": f.name.split("=", 1)[1]}) for f in folders]
+    parts = [lake.read("entities", partition) for partition in lake.partitions("entities", {"corpus": corpus})]
     return pa.concat_tables([p.select(schema.names) for p in parts]) if parts else schema.empty_table()
 
 

@@ -14,6 +14,7 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
+from graphlake.assets.failure_budget import FailureBudget
 from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.llm import LLMOutputError, lake_client
 from graphlake.kernels.triples import llm_entities
@@ -67,18 +68,22 @@ def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfi
 def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
     """NER by an LLM (GraphER's prompt, answers cached in the lake); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
     client = lake_client(lake.home)
+    node_ids = nodes.column("node_id").to_pylist()
+    budget = FailureBudget(f"LLM answers for entities_llm (corpus {context.partition_key!r})", len(node_ids))
 
     def extract(texts: list[str]) -> list[list[Mention]]:
         found = []
-        for text in texts:
+        for node_id, text in zip(node_ids, texts, strict=True):
             try:
                 found.append([(name, "LLM") for name in llm_entities(client, text)])
             except LLMOutputError as error:  # one unreadable answer should not cost the other calls
-                context.log.warning(str(error))
+                context.log.warning(f"{node_id}: {error}")
+                budget.failed(node_id, error)
                 found.append([])
+        budget.check()
         return found
 
-    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, client.stats.as_metadata)
+    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, lambda: client.stats.as_metadata() | budget.check())
 
 
 Extractor = Callable[[list[str]], list[list[Mention]]]

@@ -11,6 +11,7 @@ import time
 import pyarrow as pa
 from dagster import AssetExecutionContext, asset
 
+from graphlake.assets.failure_budget import FailureBudget
 from graphlake.kernels.llm import LLMOutputError, lake_client
 from graphlake.kernels.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
 from graphlake.kernels.triples import logical_edges as link_nodes
@@ -45,15 +46,15 @@ def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Ta
     client = lake_client(lake.home)
     node_ids = nodes.column("node_id").to_pylist()
     found: list[list[Triple]] = []
-    unparsed = 0
+    budget = FailureBudget(f"LLM answers for triples_llm (corpus {context.partition_key!r})", len(node_ids))
     for node_id, text in zip(node_ids, nodes.column("text").to_pylist(), strict=True):
         try:
             found.append(llm_triples(client, text))
         except LLMOutputError as error:  # one bad answer should not cost the corpus's other calls
             context.log.warning(f"{node_id}: {error}")
+            budget.failed(node_id, error)
             found.append([])
-            unparsed += 1
-    context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": client.config.model, "unparsed_answers": unparsed})
+    context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": client.config.model} | budget.check())
     return _triples_table(node_ids, found, f"llm:{client.config.model}")
 
 

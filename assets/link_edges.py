@@ -22,9 +22,10 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
+from graphlake.assets.failure_budget import FailureBudget
 from graphlake.kernels.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.kernels.encoders import DENSE_MODEL
-from graphlake.kernels.llm import LLMClient, lake_client
+from graphlake.kernels.llm import LLMClient, LLMOutputError, lake_client
 from graphlake.retrieval.indexes import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -97,16 +98,23 @@ def citation_weights(nodes: pa.Table, documents: pa.Table) -> tuple[dict[tuple[s
     return weights, styles
 
 
-def llm_citation_weights(client: LLMClient, nodes: pa.Table, documents: pa.Table) -> dict[tuple[str, str], float]:
-    """Node -> cited first node pairs found by the LLM detector, one prompt per node."""
+def llm_citation_weights(client: LLMClient, nodes: pa.Table, documents: pa.Table, budget: FailureBudget) -> dict[tuple[str, str], float]:
+    """Node -> cited first node pairs found by the LLM detector, one prompt per node; a node whose
+    answer is unreadable counts against ``budget``."""
     index = CitationIndex.build(*(documents.column(c).to_pylist() for c in ("doc_id", "title", "metadata")))
     spans = NodeSpans(nodes)
     weights: dict[tuple[str, str], float] = {}
     rows = zip(*(nodes.column(c).to_pylist() for c in ("node_id", "doc_id", "text")), strict=True)
     for node_id, doc_id, text in rows:
-        for cited in llm_citations(client, text, index, doc_id):
+        try:
+            cited_documents = llm_citations(client, text, index, doc_id)
+        except LLMOutputError as error:
+            budget.failed(node_id, error)
+            continue
+        for cited in cited_documents:
             if (first := spans.first(cited)) is not None:
                 weights[(node_id, first)] = 1.0
+    budget.check()
     return weights
 
 
@@ -123,9 +131,10 @@ def citation_edges(
     started = time.perf_counter()
     if config.detector == "llm":
         client = lake_client(lake.home)
-        weights = llm_citation_weights(client, nodes, documents)
+        budget = FailureBudget(f"LLM answers for citation_edges (corpus {context.partition_key!r})", nodes.num_rows)
+        weights = llm_citation_weights(client, nodes, documents, budget)
         table = edge_table(weights, "citation", dict.fromkeys(weights, f"llm:{client.config.model}"))
-        extra = client.stats.as_metadata()
+        extra = client.stats.as_metadata() | budget.check()
     else:
         weights, styles = citation_weights(nodes, documents)
         table = edge_table(weights, "citation", dict.fromkeys(weights, "regex"))

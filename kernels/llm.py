@@ -17,7 +17,9 @@ every paid call durable the moment it returns, so a killed run keeps what it pai
 several Dagster processes fill one cache without rewriting each other's partition. DuckDB reads
 them as a table: ``SELECT * FROM read_json('<home>/llm_cache/*/*.json')``.
 
-Configuration comes from the environment only; the API key is never logged, cached or repr'd.
+Configuration comes from the environment only; the API key is never logged, cached or repr'd. A
+call gives up within ``timeout × (retries + 1)`` seconds, backoff and a server's ``Retry-After``
+included, with a message naming the server, the model and the attempts made.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -39,6 +42,8 @@ ENV_BASE_URL = "GRAPHLAKE_LLM_BASE_URL"
 ENV_MODEL = "GRAPHLAKE_LLM_MODEL"
 ENV_API_KEY = "GRAPHLAKE_LLM_API_KEY"
 ENV_PRICE = "GRAPHLAKE_LLM_PRICE_PER_1K_TOKENS"
+ENV_TIMEOUT = "GRAPHLAKE_LLM_TIMEOUT"  # seconds one attempt may take
+ENV_RETRIES = "GRAPHLAKE_LLM_RETRIES"  # attempts after the first
 
 T = TypeVar("T", bound=BaseModel)
 _RETRYABLE = (openai.InternalServerError, openai.RateLimitError)  # 5xx, 429; connection errors are retried too
@@ -80,14 +85,20 @@ class LLMConfig:
         model = os.environ.get(ENV_MODEL)
         if not model:
             raise LLMUnavailable(f"{ENV_BASE_URL} is {base_url} but {ENV_MODEL} is not set")
-        price = os.environ.get(ENV_PRICE)
-        settings = {
-            "base_url": base_url,
-            "model": model,
-            "api_key": os.environ.get(ENV_API_KEY) or "none",
-            "price_per_1k_tokens": float(price) if price else None,
-        }
+        settings = {"base_url": base_url, "model": model, "api_key": os.environ.get(ENV_API_KEY) or "none"}
+        for name, key, kind, least in ((ENV_PRICE, "price_per_1k_tokens", float, 0), (ENV_TIMEOUT, "timeout_s", float, 1e-3), (ENV_RETRIES, "max_retries", int, 0)):
+            raw = os.environ.get(name)
+            if raw:
+                try:
+                    settings[key] = kind(raw)
+                except ValueError:
+                    raise LLMUnavailable(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
+                if settings[key] < least:
+                    raise LLMUnavailable(f"{name}={raw!r} must be at least {least}")
         return cls(**(settings | overrides))
+
+    def describe(self) -> str:
+        return f"LLM server at {self.base_url} (model {self.model})"
 
 
 @dataclass
@@ -155,7 +166,10 @@ class LLMClient:
         self.stats.seconds += seconds
         self.stats.prompt_tokens += usage.prompt_tokens if usage else 0
         self.stats.completion_tokens += usage.completion_tokens if usage else 0
-        result = parse_json(text, schema)
+        try:
+            result = parse_json(text, schema)
+        except LLMOutputError as error:
+            raise LLMOutputError(f"{self.config.describe()}: {error}") from error
         self._store(
             path,
             {
@@ -189,28 +203,37 @@ class LLMClient:
         raise AssertionError("the plain-text request has no response_format to refuse")
 
     def _with_retries(self, messages: list[dict[str, str]], response_format: dict | None):
-        """Retry timeouts, lost connections, 429 and 5xx with exponential backoff; other errors at once."""
+        """Retry timeouts, lost connections, 429 and 5xx with exponential backoff, or after the server's
+        ``Retry-After``, within ``timeout × (retries + 1)`` seconds in all; other errors at once."""
         extra = {"response_format": response_format} if response_format else {}
-        attempt = 0
-        while True:
+        config = self.config
+        attempts = config.max_retries + 1
+        deadline = time.monotonic() + config.timeout_s * attempts
+        for attempt in range(1, attempts + 1):
+            said = f"{config.describe()}, attempt {attempt} of {attempts}"
             try:
-                return self._client.chat.completions.create(
-                    model=self.config.model, messages=messages, temperature=0.0, max_tokens=self.config.max_tokens, **extra
+                return self._client.with_options(timeout=max(1e-3, min(config.timeout_s, deadline - time.monotonic()))).chat.completions.create(
+                    model=config.model, messages=messages, temperature=0.0, max_tokens=config.max_tokens, **extra
                 )
             except openai.APIStatusError as error:
                 if response_format is not None and "response_format" in str(error):
                     raise _FormatRefused from error
                 if not isinstance(error, _RETRYABLE):
-                    raise LLMError(f"LLM server at {self.config.base_url} refused the request ({error.status_code}): {error}") from error
-                if attempt == self.config.max_retries:
-                    raise LLMUnavailable(f"LLM server at {self.config.base_url} failed after {attempt + 1} attempts: {error}") from error
+                    raise LLMError(f"{said}: refused the request ({error.status_code}): {error}") from error
+                failure, wait = f"{error.status_code}: {error}", _retry_after(error.response.headers.get("retry-after"))
             except openai.APIConnectionError as error:  # includes timeouts
-                if attempt == self.config.max_retries:
-                    raise LLMUnavailable(
-                        f"LLM server at {self.config.base_url} did not answer after {attempt + 1} attempts: {type(error).__name__}: {error}"
-                    ) from error
-            time.sleep(self.config.backoff_s * 2**attempt)
-            attempt += 1
+                failure, wait = f"{type(error).__name__}: {error}", None
+            except (json.JSONDecodeError, openai.APIResponseValidationError) as error:
+                raise LLMError(f"{said}: answered with a body that is not an OpenAI chat completion (the server's fault, not the model's): {error}") from error
+            pause = max(config.backoff_s * 2 ** (attempt - 1), wait or 0.0)
+            if attempt == attempts or time.monotonic() + pause >= deadline:
+                asked = f"; it asked to retry after {wait:.0f} s" if wait else ""
+                raise LLMUnavailable(
+                    f"{config.describe()} failed after {attempt} of {attempts} attempts within {config.timeout_s * attempts:.0f} s "
+                    f"({ENV_TIMEOUT}={config.timeout_s:g} s x {attempts}){asked}: {failure}"
+                )
+            time.sleep(pause)
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _store(self, path: Path, entry: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -220,6 +243,20 @@ class LLMClient:
 
 
 LAKE_CACHE = "llm_cache"  # folder in the lake root holding every cached answer
+
+
+def _retry_after(header: str | None) -> float | None:
+    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date), None when absent or unreadable."""
+    if not header:
+        return None
+    try:
+        return max(0.0, float(header))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, parsedate_to_datetime(header).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
 
 
 def lake_client(home: Path) -> LLMClient:

@@ -20,16 +20,35 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
+from graphlake.retrieval.methods import MethodError
 from graphlake.warehouse.catalog import Catalog, ReadOnlyError
+from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.locks import LockedError, writer_lock
 from graphlake.warehouse.readers import FORMATS
+from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.storage import Lake, StorageError
 
-# plain help (no rich panels): a flag reads as a flag, ``--json``, not ``--json <bool>``
-app = typer.Typer(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 console = Console()
 errors = Console(stderr=True)
+
+
+class _App(typer.Typer):
+    """A configuration file a command needs but cannot use (corpora.yaml, methods.yaml) ends it with
+    one line naming the file, line and column, wherever the command read it; commands that do not read
+    it never see it."""
+
+    def __call__(self, *args, **kwargs):
+        try:
+            return super().__call__(*args, **kwargs)
+        except (ConfigFileError, MethodError) as error:
+            errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            raise SystemExit(1) from None
+
+
+# plain help (no rich panels): a flag reads as a flag, ``--json``, not ``--json <bool>``
+app = _App(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
 
@@ -50,14 +69,15 @@ def _fail(message: str, trace: str = "") -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection, config: Path | dict | None, command: str) -> None:
+def _run(corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
-    ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``."""
+    ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``;
+    ``declare``: the corpus's new declaration, kept only if the run succeeds."""
     from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        notes = materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command)  # progress on stderr keeps --json clean
+        notes = materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command, declare)  # progress on stderr keeps --json clean
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
@@ -120,8 +140,8 @@ def ingest(
     corpus: Annotated[str, typer.Option(help="Name of the corpus (its partition).")],
     queries: Annotated[Path | None, typer.Option(help="Separate query file (hipporag, jsonl, spider).")] = None,
     split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
-    chunk_size: Annotated[int | None, typer.Option(help="Chunk window in tokens (default: per format).")] = None,
-    chunk_overlap: Annotated[int | None, typer.Option(help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,
+    chunk_size: Annotated[int | None, typer.Option(min=1, help="Chunk window in tokens (default: per format).")] = None,
+    chunk_overlap: Annotated[int | None, typer.Option(min=0, help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,
     train_corpus: Annotated[
         str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")
     ] = None,
@@ -145,13 +165,12 @@ def ingest(
             train_corpus=train_corpus,
             alpha_corpus=alpha_corpus,
         )
-        spec.read()  # declared only once its raw files read cleanly: a bad file leaves nothing behind
-        CorpusRegistry(lake_home()).add(spec)
+        spec.read()  # a bad file is named before anything runs
     except ValueError as error:
         _fail(str(error))
     from dagster import AssetSelection
 
-    _run(corpus, AssetSelection.groups("ingest", "chunking"), None, "ingest")
+    _run(corpus, AssetSelection.groups("ingest", "chunking"), None, "ingest", declare=spec)  # a failed run leaves corpora.yaml as it was
     _print_summary(corpus)
 
 
@@ -189,8 +208,22 @@ def forget(
         _fail(str(error))
     declared = registry.remove(corpus)
     forget_partition(home, corpus)
-    Catalog(home).refresh()
     errors.print(f"forgot {corpus!r}: {len(removed)} folders removed{', declaration withdrawn' if declared else ''}", highlight=False)
+
+
+@app.command()
+def gc() -> None:
+    """Remove what failed or killed runs left and the versions no snapshot refers to any more (each
+    corpus keeps its current and its previous snapshot), one corpus at a time under its writer lock."""
+    home = lake_home()
+    snapshots = Snapshots(home)
+    for scope in snapshots.scopes():
+        try:
+            with writer_lock(home, scope, "graphlake gc"):
+                removed = snapshots.collect(scope)
+        except LockedError as error:
+            _fail(str(error))
+        errors.print(f"{scope}: {len(removed)} files and folders removed", highlight=False)
 
 
 @app.command()
@@ -248,7 +281,7 @@ def evaluate(
     split: Annotated[str | None, typer.Option(help="Query split to report (default: the held-out one, test, else dev).")] = None,
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
-    sample: Annotated[int | None, typer.Option(help="Run a seeded sample of this many of the split's queries (a slow method on a CPU); the metrics cover those.")] = None,
+    sample: Annotated[int | None, typer.Option(min=1, help="Run a seeded sample of this many of the split's queries (a slow method on a CPU); the metrics cover those.")] = None,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run the queries again even if stored runs are current (fresh timings).")] = False,
     reuse_pairs: Annotated[
         bool, typer.Option("--reuse-pairs", help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
@@ -338,12 +371,12 @@ def query(
     text: Annotated[str, typer.Argument(help="The query.")],
     corpus: Annotated[str, typer.Option(help="Corpus to search.")],
     method: Annotated[str, typer.Option(help="Method name (pipelines/methods.yaml).")] = "rrf",
-    top: Annotated[int, typer.Option(help="How many hits to print.")] = 10,
+    top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}], notes}.")] = False,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
     from graphlake.retrieval.freshness import plan_refresh
-    from graphlake.retrieval.methods import MethodError, search
+    from graphlake.retrieval.methods import search
 
     home = lake_home()
     try:
@@ -386,7 +419,7 @@ def corpora(
 
 @app.command()
 def ui(
-    port: Annotated[int, typer.Option(help="Port on loopback.")] = 3000,
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port on loopback.")] = 3000,
 ) -> None:
     """Serve the Dagster UI (and its daemon, for the reindex sensor) on 127.0.0.1."""
     from graphlake.pipelines.runner import prepare_dagster_home

@@ -1,4 +1,4 @@
-"""The code location: every asset, its resources, the corpus job and the reindex sensor."""
+"""The code location: every asset, its resources, the corpus job, the reindex sensor and the committing executor."""
 
 from pathlib import Path
 
@@ -13,6 +13,7 @@ from graphlake.assets.report import report_asset
 from graphlake.assets.reranker import reranker
 from graphlake.assets.retrieval import method_assets
 from graphlake.assets.skb import skb, skb_plans, skb_vectors
+from graphlake.pipelines.committing_executor import committing_executor
 from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
@@ -75,6 +76,7 @@ def build_definitions(home: Path) -> Definitions:
         resources=resources(home),
         jobs=[index_corpus, ingest_corpus, evaluate],
         sensors=[corpus_change_sensor],
+        executor=committing_executor(home),
     )
 
 

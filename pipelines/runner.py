@@ -1,6 +1,8 @@
 """Materialize a corpus's assets in-process on the persistent Dagster instance, with progress.
 
-Runs started here show in the Dagster UI's history exactly like runs launched from it.
+Runs started here show in the Dagster UI's history exactly like runs launched from it. A run holds
+its corpus's writer lock from start to commit, first collects what earlier failed or killed runs
+left, and commits its versions as the corpus's next snapshot only if every step succeeded.
 """
 
 from __future__ import annotations
@@ -10,16 +12,29 @@ import shutil
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from dagster import AssetSelection, DagsterError, DagsterEventType, DagsterInstance, DagsterInvalidConfigError, Definitions, RunsFilter, define_asset_job
+from dagster import (
+    AssetSelection,
+    DagsterError,
+    DagsterEventType,
+    DagsterInstance,
+    DagsterInvalidConfigError,
+    Definitions,
+    RunsFilter,
+    define_asset_job,
+)
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INDEX_JOB, INGEST_JOB, build_definitions
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import project_root
+from graphlake.warehouse.locks import LockedError, writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import Lake
 
 PROGRESS_TAG = "graphlake/progress"
 NOTE = "note"  # the metadata an asset explains itself in: what it skipped, what default stood in (lines)
@@ -64,10 +79,17 @@ def materialize_corpus(
     run_config: dict | None = None,
     verbose: bool = False,
     command: str = "materialize",
+    declare: CorpusSpec | None = None,
 ) -> dict[str, str]:
     """Materialize the selection on the corpus in one run of the job named for the CLI command
     (``JOBS``), so the UI's run history shows what launched it; the notes assets left in their
-    metadata (what they skipped, what default stood in), by asset."""
+    metadata (what they skipped, what default stood in), by asset. ``declare``: (re)declare the
+    corpus as this spec for the run, keeping the declaration only if the run succeeds."""
+    with _writing(home, corpus, command, console), CorpusRegistry(home).declaring(declare) if declare else nullcontext():
+        return _materialize(home, corpus, selection, console, run_config, verbose, command)
+
+
+def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str) -> dict[str, str]:
     try:
         CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
@@ -97,6 +119,8 @@ def materialize_corpus(
                 )
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
+        if result.success:
+            Lake(home, result.run_id).commit(corpus)
     if not result.success:
         failures = result.get_step_failure_events()
         if not failures:
@@ -108,6 +132,17 @@ def materialize_corpus(
         if note is not None:
             notes[event.asset_key.to_user_string()] = note.value
     return notes
+
+
+@contextmanager
+def _writing(home: Path, corpus: str, command: str, console: Console) -> Iterator[None]:
+    """The corpus's writer lock for the run, after collecting what failed or killed runs left."""
+    try:
+        with writer_lock(home, corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
+            Lake(home).snapshots.collect(corpus)
+            yield
+    except LockedError as error:
+        raise MaterializeError(str(error)) from None
 
 
 def forget_partition(home: Path, corpus: str) -> None:

@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
 import numpy as np
-import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
+
+from graphlake.warehouse.config_files import key_line, load_mapping
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -194,11 +195,15 @@ def parse_methods(declared: Mapping[str, Any]) -> Methods:
 
 def load_methods(home: Path | None = None) -> Methods:
     """The project's methods, overridden and extended by the lake's ``methods.yaml`` (none: the project's alone)."""
-    declared = yaml.safe_load(DEFAULT_METHODS.read_text(encoding="utf-8")) or {}
+    declared = load_mapping(DEFAULT_METHODS)
     override = Path(home) / "methods.yaml" if home is not None else None
-    if override is not None and override.is_file():
-        declared.update(yaml.safe_load(override.read_text(encoding="utf-8")) or {})
-    return parse_methods(declared)
+    overrides = load_mapping(override) if override is not None and override.is_file() else {}
+    try:
+        return parse_methods(declared | overrides)
+    except MethodError as error:
+        named = re.match(r"method '(\w+)'", str(error))
+        source = override if named and named.group(1) in overrides else DEFAULT_METHODS
+        raise MethodError(f"{key_line(source, named.group(1)) if named else source}: {error}") from None
 
 
 def needs(op: Op) -> set[str]:

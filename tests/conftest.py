@@ -27,6 +27,19 @@ import scipy.sparse as sp
 from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
 
 
+def materialize_committed(home: Path, assets, **kwargs):
+    """Dagster's ``materialize``, then the commit that the CLI and the committing executor make after
+    a successful run (``materialize`` runs in-process with neither): its tables become visible."""
+    from dagster import materialize
+
+    from graphlake.warehouse.storage import Lake
+
+    result = materialize(assets, **kwargs)
+    if result.success:
+        Lake(home, result.run_id).commit(kwargs.get("partition_key"))
+    return result
+
+
 @pytest.fixture
 def datasets_dir() -> Path:
     """``$GRAPHLAKE_DATASETS`` or ``../shared/datasets``; tests that need real data skip when it is absent."""

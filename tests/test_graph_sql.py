@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from dagster import DagsterEventType, DagsterInstance, asset, materialize
+from conftest import materialize_committed
+from dagster import DagsterEventType, DagsterInstance, asset
 from typer.testing import CliRunner
 
 from graphlake.assets.edge_checks import df_problems, edge_problems, mentions_match_df
@@ -265,8 +266,8 @@ def test_mentions_check_runs_in_dagster(tmp_path, paris_df, passed):
 
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["g"])
-        result = materialize(
-            [regex_mentions, mentions_match_df("regex_mentions")], instance=instance, resources=resources(tmp_path), partition_key="g"
+        result = materialize_committed(
+            tmp_path, [regex_mentions, mentions_match_df("regex_mentions")], instance=instance, resources=resources(tmp_path), partition_key="g"
         )
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed is passed

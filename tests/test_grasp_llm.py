@@ -9,8 +9,8 @@ import json
 
 import numpy as np
 import pytest
-from conftest import LLM_MODEL
-from dagster import AssetSelection, DagsterInstance, materialize
+from conftest import LLM_MODEL, materialize_committed
+from dagster import AssetSelection, DagsterInstance
 
 from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.assets.vectors import dense_vectors
@@ -49,7 +49,7 @@ def test_smollm2_plans_ten_2wiki_questions_or_its_failures_fall_back_to_the_part
     config = {"ops": {"skb": {"config": {"sources": ["wiki_rules"]}}, "skb_plans": {"config": {"planners": ["llm"]}}}}
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["wiki10"])
-        result = materialize(STATIC_ASSETS, instance=instance, resources=resources(home), partition_key="wiki10", selection=selection, run_config=config)
+        result = materialize_committed(home, STATIC_ASSETS, instance=instance, resources=resources(home), partition_key="wiki10", selection=selection, run_config=config)
     assert result.success
     lake = Lake(home)
     plans = lake.read("skb_plans", {"corpus": "wiki10", "source": "wiki_rules", "planner": "llm"}).to_pylist()

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from dagster import DagsterInstance, build_asset_context, materialize
+from conftest import materialize_committed
+from dagster import DagsterInstance, build_asset_context
 
 from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, semantic_edges
 from graphlake.kernels.citations import CitationIndex, find_citations, find_links
@@ -136,8 +137,8 @@ def build(home: Path, corpus: str, selection: list[str]):
     """Materialize ``selection`` for one corpus through Dagster, as the pipeline would."""
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", [corpus])
-        result = materialize(
-            STATIC_ASSETS, instance=instance, resources=resources(home), partition_key=corpus, selection=selection
+        result = materialize_committed(
+            home, STATIC_ASSETS, instance=instance, resources=resources(home), partition_key=corpus, selection=selection
         )
     assert result.success
     return result

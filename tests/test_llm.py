@@ -12,8 +12,8 @@ import time
 
 import pytest
 from conftest import LLM_MODEL as MODEL
-from conftest import free_port
-from dagster import AssetSelection, DagsterInstance, materialize
+from conftest import free_port, materialize_committed
+from dagster import AssetSelection, DagsterInstance
 
 from graphlake.assets.entities import llm_entity_assets
 from graphlake.assets.knowledge_graph import triples_llm
@@ -65,7 +65,7 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["tiny"])
         runs = [
-            materialize(STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="tiny", selection=selection)
+            materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="tiny", selection=selection)
             for _ in range(2)
         ]
     metadata = [
@@ -126,7 +126,7 @@ def test_llm_citation_detector_resolves_against_the_corpus_and_caches(llm_server
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["cites"])
         runs = [
-            materialize(STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="cites", selection=selection, run_config=config)
+            materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="cites", selection=selection, run_config=config)
             for _ in range(2)
         ]
     metadata = [

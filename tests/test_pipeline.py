@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 import pytest
-from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRunStatus, Definitions, build_sensor_context, materialize
+from conftest import materialize_committed
+from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRunStatus, Definitions, build_sensor_context
 
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.sensors import corpus_change_sensor
@@ -14,7 +15,6 @@ from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake
-
 
 MATERIALIZED, CHECKED = DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION
 FOUNDATION = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("contextual_edges")
@@ -25,7 +25,8 @@ def run(home: Path, instance: DagsterInstance, corpus: str, raise_on_error: bool
     defs = build_definitions(home)
     if not instance.has_dynamic_partition("corpus", corpus):
         instance.add_dynamic_partitions("corpus", [corpus])
-    return materialize(
+    return materialize_committed(
+        home,
         [*defs.assets, *defs.asset_checks],
         instance=instance,
         resources=defs.resources,

@@ -8,7 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from dagster import AssetSelection, DagsterInstance, materialize
+from conftest import materialize_committed
+from dagster import AssetSelection, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.kernels.bm25 import BM25Index
@@ -96,7 +97,8 @@ def test_weights_must_match_inputs():
 
 def _embed(home: Path, instance: DagsterInstance) -> dict:
     defs = build_definitions(home)
-    result = materialize(
+    result = materialize_committed(
+        home,
         list(defs.assets),
         instance=instance,
         resources=defs.resources,

@@ -1,4 +1,4 @@
-"""The lake's storage contract: atomic partition swaps, contract checks, per-corpus isolation."""
+"""The lake's storage contract: versions made visible by snapshot commits, contract checks, per-corpus isolation."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.storage import Lake, StorageError
 
 
@@ -31,7 +32,8 @@ def documents(n: int, prefix: str = "d") -> pa.Table:
 def test_write_then_read_round_trips_and_fills_partition_column(tmp_path):
     lake = Lake(tmp_path)
     path = lake.write("documents", {"corpus": "a"}, documents(3))
-    assert path == tmp_path / "tables" / "documents" / "corpus=a" / "data.parquet"
+    assert path.parent == tmp_path / "tables" / "documents" / "corpus=a" and path.name.startswith("data-")
+    assert Snapshots(tmp_path).current("a").tables["documents/corpus=a"].name == path.name  # committed on its own
     table = lake.read("documents", {"corpus": "a"})
     assert table.column("corpus").to_pylist() == ["a", "a", "a"]
     assert table.column("doc_id").to_pylist() == ["d0", "d1", "d2"]
@@ -40,7 +42,7 @@ def test_write_then_read_round_trips_and_fills_partition_column(tmp_path):
 
 def test_write_failing_halfway_leaves_previous_version(tmp_path, monkeypatch):
     lake = Lake(tmp_path)
-    lake.write("documents", {"corpus": "a"}, documents(5, "old"))
+    old = lake.write("documents", {"corpus": "a"}, documents(5, "old"))
     monkeypatch.setattr("graphlake.warehouse.storage.ROW_GROUP_ROWS", 10)
     calls = {"n": 0}
     original = pq.ParquetWriter.write_batch
@@ -56,12 +58,12 @@ def test_write_failing_halfway_leaves_previous_version(tmp_path, monkeypatch):
         lake.write("documents", {"corpus": "a"}, documents(100, "new"))
     assert calls["n"] == 3  # it really got halfway
     assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == [f"old{i}" for i in range(5)]
-    assert [p.name for p in (tmp_path / "tables" / "documents" / "corpus=a").iterdir()] == ["data.parquet"]
+    assert [p.name for p in (tmp_path / "tables" / "documents" / "corpus=a").iterdir()] == [old.name]
 
 
 def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_path):
     lake = Lake(tmp_path)
-    lake.write("documents", {"corpus": "a"}, documents(4, "old"))
+    old = lake.write("documents", {"corpus": "a"}, documents(4, "old"))
     writer = textwrap.dedent(
         f"""
         import time, pyarrow as pa, pyarrow.parquet as pq
@@ -84,14 +86,15 @@ def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_p
     os.kill(process.pid, signal.SIGKILL)
     process.wait(timeout=30)
     partition = tmp_path / "tables" / "documents" / "corpus=a"
-    leftovers = [p for p in partition.iterdir() if p.name != "data.parquet"]
+    leftovers = [p for p in partition.iterdir() if p != old]
     assert len(leftovers) == 1 and leftovers[0].name.endswith(".tmp")
     assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == [f"old{i}" for i in range(4)]
-    Catalog(tmp_path).refresh()
     with Catalog(tmp_path).reader() as con:
         assert con.execute("SELECT count(*) FROM documents").fetchone() == (4,)
-    lake.write("documents", {"corpus": "a"}, documents(2, "next"))
-    assert [p.name for p in partition.iterdir()] == ["data.parquet"]
+    newer = [lake.write("documents", {"corpus": "a"}, documents(n, "next")) for n in (2, 3)]
+    removed = set(Snapshots(tmp_path).collect("a"))  # the leftover, and the version and snapshot two commits back
+    assert removed == {leftovers[0], old, tmp_path / "snapshots" / "a" / "00000001.json"}
+    assert sorted(partition.iterdir()) == sorted(newer)
 
 
 def test_contract_violations_are_refused_before_anything_is_written(tmp_path):
@@ -126,8 +129,7 @@ def test_an_unchanged_write_keeps_the_current_version_and_its_time(tmp_path):
     before = path.stat()
     assert lake.write("documents", {"corpus": "a"}, documents(3)) == path
     assert (before.st_ino, before.st_mtime_ns) == (path.stat().st_ino, path.stat().st_mtime_ns)
-    lake.write("documents", {"corpus": "a"}, documents(3, "e"))  # one changed value is a new version
-    assert path.stat().st_ino != before.st_ino
+    assert lake.write("documents", {"corpus": "a"}, documents(3, "e")) != path  # one changed value is a new version
     assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["e0", "e1", "e2"]
 
 
@@ -139,10 +141,57 @@ def test_catalog_views_are_typed_when_empty_and_read_every_partition(tmp_path):
         assert types["chunk_idx"] == "INTEGER" and types["text"] == "VARCHAR"
     lake = Lake(tmp_path)
     lake.write("documents", {"corpus": "a"}, documents(2))
-    catalog.refresh()
-    lake.write("documents", {"corpus": "b"}, documents(3))  # a new partition needs no refresh
+    lake.write("documents", {"corpus": "b"}, documents(3))  # each commit refreshes the views
     with catalog.reader() as con:
         counts = con.execute("SELECT corpus, count(*) FROM documents GROUP BY ALL ORDER BY 1").fetchall()
         assert counts == [("a", 2), ("b", 3)]
         with pytest.raises(duckdb.Error, match="read-only"):
             con.execute("CREATE TABLE scratch (x INTEGER)")
+
+
+def test_a_run_s_versions_are_its_own_until_it_commits_them_all_at_once(tmp_path):
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(2, "old"))
+    lake.write_artifact("bm25", {"corpus": "a"}, lambda folder: (folder / "index").write_text("old"))
+    before = Snapshots(tmp_path).current("a").number
+    run = lake.bound("run1")
+    run.write("documents", {"corpus": "a"}, documents(3, "new"))
+    run.write("queries", {"corpus": "a"}, pa.table({"query_id": ["q"], "text": ["t"], "split": ["test"], "metadata": [None]}))
+    run.write_artifact("bm25", {"corpus": "a"}, lambda folder: (folder / "index").write_text("new"))
+    assert run.read("documents", {"corpus": "a"}).num_rows == 3 and (run.artifact("bm25", {"corpus": "a"}) / "index").read_text() == "new"
+    assert lake.read("documents", {"corpus": "a"}).num_rows == 2 and not lake.has("queries", {"corpus": "a"})
+    assert (lake.artifact("bm25", {"corpus": "a"}) / "index").read_text() == "old"
+    with Catalog(tmp_path).reader() as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (2,)
+    assert run.commit("a") == {"a": before + 1}  # one snapshot for everything the run wrote; none for _lake
+    assert lake.read("documents", {"corpus": "a"}).num_rows == 3 and lake.has("queries", {"corpus": "a"})
+    assert (lake.artifact("bm25", {"corpus": "a"}) / "index").read_text() == "new"
+    with Catalog(tmp_path).reader() as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (3,)
+
+
+def test_a_run_that_never_commits_leaves_the_snapshot_whole_and_its_files_collectable(tmp_path):
+    lake = Lake(tmp_path)
+    lake.write("documents", {"corpus": "a"}, documents(2, "old"))
+    current = Snapshots(tmp_path).current("a")
+    failed = lake.bound("failed-run")
+    staged = failed.write("documents", {"corpus": "a"}, documents(5, "new"))
+    built = failed.write_artifact("dense_hnsw", {"corpus": "a"}, lambda folder: (folder / "index").write_text("x"))
+    assert Snapshots(tmp_path).current("a") == current
+    assert not lake.has("documents", {"corpus": "b"}) and lake.artifact_written_at("dense_hnsw", {"corpus": "a"}) is None
+    assert set(Snapshots(tmp_path).collect("a")) == {staged, built}  # the snapshot refers to neither
+    assert lake.read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["old0", "old1"]
+
+
+def test_a_lake_written_before_snapshots_is_adopted_as_its_first(tmp_path):
+    partition = tmp_path / "tables" / "documents" / "corpus=a"
+    partition.mkdir(parents=True)
+    pq.write_table(documents(2).append_column("corpus", pa.array(["a", "a"])), partition / "data.parquet")
+    root = tmp_path / "artifacts" / "reranker"
+    (root / "v-old").mkdir(parents=True)
+    (root / "CURRENT").write_text("v-old")
+    lake = Lake(tmp_path)
+    assert lake.read("documents", {"corpus": "a"}).num_rows == 2 and lake.artifact("reranker", {}) == root / "v-old"
+    with Catalog(tmp_path).reader() as con:
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (2,)
+    assert Snapshots(tmp_path).current("a").number == 1

@@ -1,8 +1,9 @@
 """The DuckDB catalog: one database file in the lake root with a view per table.
 
-Views read the Parquet partitions through a glob, so new partitions show up without a refresh;
-a refresh is needed only when a table gets its first file (until then its view is an empty,
-typed stub). A file lock keeps refreshes from colliding with readers in other processes.
+Each view reads exactly the Parquet files of the corpora's current snapshots, so SQL sees what a
+commit made visible and nothing a run is still staging; every commit refreshes the views (a table
+with no committed file is an empty, typed stub). A file lock keeps refreshes from colliding with
+readers in other processes.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from graphlake.warehouse.graph_sql import install_macros
-from graphlake.warehouse.storage import DATA_FILE
+from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.tables import TABLES, TableSpec
 
 CATALOG_FILE = "catalog.duckdb"
@@ -48,8 +49,9 @@ class Catalog:
         """(Re)create every table's view and the graph macros; a lock held by an outside program only delays it."""
         try:
             with self._locked(fcntl.LOCK_EX), duckdb.connect(str(self.path)) as con:
+                files = self._committed_files()
                 for spec in TABLES.values():
-                    con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec)}')
+                    con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
                 install_macros(con)
         except duckdb.IOException as error:
             warnings.warn(f"catalog {self.path} not refreshed (another program holds it): {error}", stacklevel=2)
@@ -81,11 +83,19 @@ class Catalog:
                     "its tables change only through `graphlake ingest` / `graphlake materialize`"
                 )
 
-    def _view_sql(self, spec: TableSpec) -> str:
-        table_dir = self.home / "tables" / spec.name
-        if any(table_dir.rglob(DATA_FILE)):
-            pattern = str(table_dir / "**" / DATA_FILE).replace("'", "''")
-            return f"SELECT * FROM read_parquet('{pattern}', union_by_name = true, hive_partitioning = false)"
+    def _committed_files(self) -> dict[str, list[str]]:
+        """Table -> the data files of every scope's current snapshot."""
+        snapshots = Snapshots(self.home)
+        files: dict[str, list[str]] = {}
+        for scope in snapshots.scopes():
+            for key, entry in snapshots.current(scope).tables.items():
+                files.setdefault(key.split("/", 1)[0], []).append(str(self.home / "tables" / key / entry.name))
+        return files
+
+    def _view_sql(self, spec: TableSpec, files: list[str]) -> str:
+        if files:
+            listed = ", ".join("'" + path.replace("'", "''") + "'" for path in sorted(files))
+            return f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
         columns = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in spec.schema)
         return f"SELECT {columns} WHERE false"
 

@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from graphlake.warehouse.readers import FORMATS, Ingested, ReadRequest
+from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
+from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
+from graphlake.warehouse.readers.base import NoDocuments
 
 REGISTRY_FILE = "corpora.yaml"
 DEMO_CORPUS = "demo"
@@ -101,7 +105,10 @@ class CorpusSpec(BaseModel):
 
     def read(self) -> Ingested:
         """The raw corpus as its format's reader reads it; an IngestError names the file, line and id."""
-        return FORMATS[self.format](ReadRequest(Path(self.path), Path(self.queries) if self.queries else None, self.split))
+        try:
+            return FORMATS[self.format](ReadRequest(Path(self.path), Path(self.queries) if self.queries else None, self.split))
+        except NoDocuments:
+            raise IngestError(Path(self.path), f"no documents found: is it a {self.format} corpus (a list of its records)?") from None
 
     @property
     def effective_chunking(self) -> Chunking:
@@ -137,14 +144,43 @@ class CorpusRegistry:
 
     def all(self) -> dict[str, CorpusSpec]:
         declared = {DEMO.name: DEMO}
-        if self.path.is_file():
-            raw = yaml.safe_load(self.path.read_text(encoding="utf-8")) or {}
-            for name, entry in (raw.get("corpora") or {}).items():
-                try:
-                    declared[name] = CorpusSpec(name=name, **entry)
-                except (ValidationError, TypeError, ValueError) as error:
-                    raise ValueError(f"{self.path}: corpus {name!r}: {error}") from error
+        for name, entry in self._declared().items():
+            if not isinstance(entry, dict):
+                raise ConfigFileError(f"{key_line(self.path, 'corpora', name)}: corpus {name!r}: expected a mapping of settings, found {type(entry).__name__}")
+            try:
+                declared[name] = CorpusSpec(name=name, **entry)
+            except (ValidationError, TypeError, ValueError) as error:
+                detail = one_line(error).removeprefix(f"corpus {name!r}: ")
+                raise ConfigFileError(f"{key_line(self.path, 'corpora', name)}: corpus {name!r}: {detail}") from None
         return declared
+
+    def _declared(self) -> dict:
+        """The raw ``corpora`` mapping of the file (empty when there is no file)."""
+        if not self.path.is_file():
+            return {}
+        corpora = load_mapping(self.path).get("corpora") or {}
+        if not isinstance(corpora, dict):
+            raise ConfigFileError(f"{key_line(self.path, 'corpora')}: 'corpora' should map corpus names to their settings")
+        return corpora
+
+    @contextmanager
+    def declaring(self, spec: CorpusSpec) -> Iterator[None]:
+        """Declare ``spec`` for a run that must succeed for it to stay: if the body fails, the file is put
+        back byte for byte (or, if another corpus was declared meanwhile, this corpus's entry is)."""
+        before = self.path.read_bytes() if self.path.is_file() else None
+        previous = self._declared().get(spec.name)
+        self.add(spec)
+        written = self.path.read_bytes()
+        try:
+            yield
+        except BaseException:
+            if (self.path.read_bytes() if self.path.is_file() else None) != written:
+                self._rewrite(lambda corpora: corpora.__setitem__(spec.name, previous) if previous is not None else corpora.pop(spec.name, None))
+            elif before is None:
+                self.path.unlink()
+            else:
+                self._replace(before)
+            raise
 
     def get(self, name: str) -> CorpusSpec:
         corpora = self.all()
@@ -166,12 +202,14 @@ class CorpusRegistry:
         return declared
 
     def _rewrite(self, change) -> None:
-        raw = yaml.safe_load(self.path.read_text(encoding="utf-8")) if self.path.is_file() else None
-        raw = raw or {}
-        corpora = raw.setdefault("corpora", {}) or {}
+        raw = load_mapping(self.path) if self.path.is_file() else {}
+        corpora = self._declared()
         change(corpora)
         raw["corpora"] = corpora
+        self._replace(yaml.safe_dump(raw, sort_keys=True).encode())
+
+    def _replace(self, content: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp")
-        temporary.write_text(yaml.safe_dump(raw, sort_keys=True), encoding="utf-8")
+        temporary.write_bytes(content)
         os.replace(temporary, self.path)

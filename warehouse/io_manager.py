@@ -3,6 +3,9 @@
 An asset's table is its name unless its definition metadata says ``table``; tables partitioned by
 more than the corpus (edges by ``kind``) get the other values from ``partition`` in that metadata.
 So every edge-kind asset writes its own partition of the one ``edges`` table.
+
+Both the IO manager and the resource hand out a lake bound to the Dagster run they serve: a run
+stages its versions and reads its own, and they become visible when the run commits.
 """
 
 from __future__ import annotations
@@ -10,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from dagster import ConfigurableIOManager, ConfigurableResource, InputContext, MetadataValue, OutputContext
+from dagster import ConfigurableIOManager, ConfigurableResource, InitResourceContext, InputContext, MetadataValue, OutputContext
+from pydantic import PrivateAttr
 
-from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
 
@@ -24,10 +27,14 @@ class LakeResource(ConfigurableResource):
     """The lake root, for assets that need the corpus registry or direct table access."""
 
     home: str
+    _run_id: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._run_id = context.run.run_id if context.run else None
 
     @property
     def lake(self) -> Lake:
-        return Lake(Path(self.home))
+        return Lake(Path(self.home), self._run_id)
 
     @property
     def registry(self) -> CorpusRegistry:
@@ -36,11 +43,18 @@ class LakeResource(ConfigurableResource):
 
 class LakeIOManager(ConfigurableIOManager):
     home: str
+    _run_id: str | None = PrivateAttr(default=None)
+
+    def setup_for_execution(self, context: InitResourceContext) -> None:
+        self._run_id = context.run.run_id if context.run else None
+
+    @property
+    def lake(self) -> Lake:
+        return Lake(Path(self.home), self._run_id)
 
     def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
         table, partition = _address(context.definition_metadata, context.partition_key)
-        path = Lake(Path(self.home)).write(table, partition, obj)
-        Catalog(Path(self.home)).refresh()
+        path = self.lake.write(table, partition, obj)
         context.add_output_metadata(
             {
                 "table": table,
@@ -55,7 +69,7 @@ class LakeIOManager(ConfigurableIOManager):
         upstream = context.upstream_output
         assert upstream is not None, "graphlake tables are always produced by assets"
         table, partition = _address(upstream.definition_metadata, context.asset_partition_key)
-        return Lake(Path(self.home)).read(table, partition)
+        return self.lake.read(table, partition)
 
 
 def _address(metadata: dict, corpus: str) -> tuple[str, dict[str, str]]:

@@ -1,9 +1,12 @@
-"""Atomic, partitioned Parquet storage.
+"""Partitioned Parquet storage whose versions become visible by corpus snapshot.
 
-Each partition of a table is one Parquet file, ``tables/<table>/corpus=<c>[/kind=<k>]/data.parquet``.
-A write goes to a hidden temporary file beside it and is swapped in with ``os.replace``, so a
-reader sees the old file or the new one, never a torn one, and a failed or killed write leaves the
-previous version in place. Writing one corpus never touches another corpus's files.
+Each partition of a table is a folder, ``tables/<table>/corpus=<c>[/kind=<k>]/``, holding one
+Parquet file per version (``data-<version>.parquet``); each artefact (an index, a model) is a folder
+per version, ``artifacts/<name>[/corpus=<c>]/v-<version>/``. Which versions readers see is the
+corpus's current snapshot (``warehouse/snapshots.py``). A ``Lake`` bound to a run (``run_id``)
+writes that run's versions and reads them before the snapshot's, so a run sees its own work and no
+one else does until it commits; an unbound ``Lake`` commits each write on its own, under the
+corpus's writer lock. Writing one corpus never touches another corpus's files.
 """
 
 from __future__ import annotations
@@ -19,10 +22,11 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
+from graphlake.warehouse.snapshots import LAKE_SCOPE, Entry, Snapshots, artifact_folder, data_file, fsync_directory, new_version, scope_of
 from graphlake.warehouse.tables import TableSpec, table_spec
 
-DATA_FILE = "data.parquet"
 ROW_GROUP_ROWS = 64_000
 _PARTITION_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$")
 
@@ -32,9 +36,15 @@ class StorageError(RuntimeError):
 
 
 class Lake:
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, run_id: str | None = None) -> None:
         self.home = Path(home)
         self.tables_dir = self.home / "tables"
+        self.run_id = run_id
+        self.snapshots = Snapshots(self.home)
+
+    def bound(self, run_id: str | None) -> Lake:
+        """This lake as the run ``run_id`` sees it (its own versions first), or as every reader does (None)."""
+        return Lake(self.home, run_id)
 
     def partition_dir(self, table: str, partition: Mapping[str, str]) -> Path:
         spec = table_spec(table)
@@ -49,7 +59,8 @@ class Lake:
         return path
 
     def write(self, table: str, partition: Mapping[str, str], data: pa.Table) -> Path:
-        """Validate ``data`` against the table contract and swap it in as the partition's new version.
+        """Validate ``data`` against the table contract and stage it as the partition's next version
+        (committed at once when this lake is bound to no run).
 
         Data equal to the current version is not written again: the partition keeps its write time,
         so re-ingesting unchanged files leaves everything built from them (indexes, a trained model,
@@ -57,13 +68,14 @@ class Lake:
         """
         spec = table_spec(table)
         data = conform(spec, partition, data)
+        current = self._file(table, partition)
+        if current is not None and pq.read_table(current).equals(data):
+            return current
         directory = self.partition_dir(table, partition)
-        final = directory / DATA_FILE
-        if final.is_file() and pq.read_table(final).equals(data):
-            return final
         directory.mkdir(parents=True, exist_ok=True)
-        _remove_stale_temporaries(directory)
-        temporary = directory / f".{DATA_FILE}.{uuid.uuid4().hex}.tmp"
+        version = self.run_id or new_version()
+        final = directory / data_file(version)
+        temporary = directory / f".{final.name}.{uuid.uuid4().hex}.tmp"  # named per write: no other writer touches it
         try:
             with pq.ParquetWriter(temporary, data.schema, compression="zstd") as writer:
                 for batch in data.to_batches(max_chunksize=ROW_GROUP_ROWS):
@@ -74,52 +86,72 @@ class Lake:
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
-        _fsync_directory(directory)
+        fsync_directory(directory)
+        if self.run_id is None:
+            self._commit_alone(scope_of(partition), version)
         return final
 
     def write_artifact(self, name: str, partition: Mapping[str, str], fill: Callable[[Path], None]) -> Path:
-        """Build an artefact folder (an index, a model) with ``fill`` and publish it atomically.
-
-        Each build goes to a fresh version folder; the pointer file ``CURRENT`` is swapped to it with
-        ``os.replace`` and only then are older versions removed, so a failed build changes nothing.
-        """
+        """Build an artefact folder (an index, a model) with ``fill`` as the artefact's next version
+        (committed at once when this lake is bound to no run); a failed build leaves nothing."""
         root = self._artifact_root(name, partition)
         root.mkdir(parents=True, exist_ok=True)
-        version = root / f"v-{uuid.uuid4().hex}"
-        version.mkdir()
+        version = self.run_id or new_version()
+        folder = root / artifact_folder(version)
+        building = root / f".{folder.name}.{uuid.uuid4().hex}.tmp"
+        building.mkdir()
         try:
-            fill(version)
-            pointer = root / f".CURRENT.{uuid.uuid4().hex}.tmp"
-            pointer.write_text(version.name, encoding="utf-8")
-            os.replace(pointer, root / "CURRENT")
+            fill(building)
+            if folder.exists():  # the same run builds it again (a retried step)
+                shutil.rmtree(folder)
+            os.replace(building, folder)
         except BaseException:
-            shutil.rmtree(version, ignore_errors=True)
+            shutil.rmtree(building, ignore_errors=True)
             raise
-        _fsync_directory(root)
-        for old in root.glob("v-*"):
-            if old != version:
-                shutil.rmtree(old, ignore_errors=True)
-        return version
+        fsync_directory(root)
+        if self.run_id is None:
+            self._commit_alone(scope_of(partition), version)
+        return folder
 
     def artifact(self, name: str, partition: Mapping[str, str]) -> Path:
-        root = self._artifact_root(name, partition)
-        pointer = root / "CURRENT"
-        if not pointer.is_file():
-            raise StorageError(f"artefact {name!r} has no version for {dict(partition)} yet (looked in {root})")
-        return root / pointer.read_text(encoding="utf-8").strip()
+        found = self._folder(name, partition)
+        if found is None:
+            raise StorageError(f"artefact {name!r} has no version for {dict(partition)} yet (looked in {self._artifact_root(name, partition)})")
+        return found
 
     def has(self, table: str, partition: Mapping[str, str]) -> bool:
-        return (self.partition_dir(table, partition) / DATA_FILE).is_file()
+        return self._file(table, partition) is not None
 
     def written_at(self, table: str, partition: Mapping[str, str]) -> float | None:
         """When the partition's current version was written (epoch seconds), None if it has none."""
-        path = self.partition_dir(table, partition) / DATA_FILE
-        return path.stat().st_mtime if path.is_file() else None
+        entry = self._entry(table, partition)
+        return entry.written_at if entry else None
 
     def artifact_written_at(self, name: str, partition: Mapping[str, str]) -> float | None:
-        """When the artefact's current version was swapped in, None if it has none."""
-        pointer = self._artifact_root(name, partition) / "CURRENT"
-        return pointer.stat().st_mtime if pointer.is_file() else None
+        """When the artefact's current version was built, None if it has none."""
+        root = self._artifact_root(name, partition)
+        staged = root / artifact_folder(self.run_id) if self.run_id else None
+        if staged is not None and staged.is_dir():
+            return staged.stat().st_mtime
+        entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
+        return entry.written_at if entry else None
+
+    def partitions(self, table: str, partition: Mapping[str, str]) -> list[dict[str, str]]:
+        """The partitions of ``table`` that have a version and agree with ``partition`` on its columns."""
+        spec = table_spec(table)
+        scope = scope_of(partition)
+        keys = set(self.snapshots.current(scope).tables)
+        if self.run_id:
+            keys |= {p.parent.relative_to(self.tables_dir).as_posix() for p in (self.tables_dir / table).glob(f"corpus={scope}/**/{data_file(self.run_id)}")}
+        found = []
+        for key in sorted(keys):
+            parts = key.split("/")
+            if parts[0] != table:
+                continue
+            values = dict(part.split("=", 1) for part in parts[1:])
+            if set(values) == set(spec.partition_by) and all(values[c] == v for c, v in partition.items()):
+                found.append(values)
+        return found
 
     def _artifact_root(self, name: str, partition: Mapping[str, str]) -> Path:
         path = self.home / "artifacts" / name
@@ -130,24 +162,73 @@ class Lake:
         return path
 
     def forget(self, corpus: str) -> list[Path]:
-        """Remove every table partition, artefact and cache of a corpus; the folders removed.
+        """Remove every table partition, artefact, cache and snapshot of a corpus; the folders removed.
 
-        Each folder is first renamed aside (one atomic step), so a reader sees it whole or not at all."""
+        Its snapshots go first (one atomic rename), so readers see the whole corpus or none of it."""
         if not _PARTITION_VALUE.match(corpus):
             raise StorageError(f"bad corpus {corpus!r}: use letters, digits, '_', '.', '-'")
-        found = [*self.tables_dir.glob(f"*/corpus={corpus}"), *(self.home / "artifacts").glob(f"*/corpus={corpus}")]
-        found += [path for path in [self.home / PAIR_CACHE / corpus] if path.is_dir()]
-        for path in found:
-            aside = path.with_name(f".forgotten-{uuid.uuid4().hex}")
-            os.replace(path, aside)
-            shutil.rmtree(aside)
+        with writer_lock(self.home, corpus, "graphlake forget"):
+            self.snapshots.forget(corpus)
+            found = [*self.tables_dir.glob(f"*/corpus={corpus}"), *(self.home / "artifacts").glob(f"*/corpus={corpus}")]
+            found += [path for path in [self.home / PAIR_CACHE / corpus] if path.is_dir()]
+            for path in found:
+                aside = path.with_name(f".forgotten-{uuid.uuid4().hex}")
+                os.replace(path, aside)
+                shutil.rmtree(aside)
+        self._refresh_catalog()
         return found
 
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
-        path = self.partition_dir(table, partition) / DATA_FILE
-        if not path.is_file():
-            raise StorageError(f"table {table!r} has no partition {dict(partition)} yet (looked for {path})")
+        path = self._file(table, partition)
+        if path is None:
+            raise StorageError(f"table {table!r} has no partition {dict(partition)} yet (looked in {self.partition_dir(table, partition)})")
         return pq.read_table(path)
+
+    def _entry(self, table: str, partition: Mapping[str, str]) -> Entry | None:
+        """The version readers of this lake see: the run's own, else the committed snapshot's."""
+        directory = self.partition_dir(table, partition)
+        if self.run_id:
+            staged = directory / data_file(self.run_id)
+            if staged.is_file():
+                return Entry(staged.name, staged.stat().st_mtime)
+        return self.snapshots.current(scope_of(partition)).tables.get(directory.relative_to(self.tables_dir).as_posix())
+
+    def _file(self, table: str, partition: Mapping[str, str]) -> Path | None:
+        entry = self._entry(table, partition)
+        return self.partition_dir(table, partition) / entry.name if entry else None
+
+    def _folder(self, name: str, partition: Mapping[str, str]) -> Path | None:
+        root = self._artifact_root(name, partition)
+        if self.run_id and (root / artifact_folder(self.run_id)).is_dir():
+            return root / artifact_folder(self.run_id)
+        entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
+        return root / entry.name if entry else None
+
+    def commit(self, corpus: str | None) -> dict[str, int]:
+        """Commit what this lake's run staged for ``corpus`` (its partition; None for a run of lake-wide
+        assets) and for the lake-wide scope, each as its next snapshot under its writer lock; the
+        snapshot numbers, by scope (none for a scope the run did not write)."""
+        if self.run_id is None:
+            raise StorageError("only a lake bound to a run has anything to commit")
+        committed = {}
+        for scope in [s for s in (corpus, LAKE_SCOPE) if s]:
+            with writer_lock(self.home, scope, f"committing run {self.run_id}"):
+                snapshot = self.snapshots.commit(scope, self.run_id)
+            if snapshot is not None:
+                committed[scope] = snapshot.number
+        if committed:
+            self._refresh_catalog()
+        return committed
+
+    def _commit_alone(self, scope: str, version: str) -> None:
+        with writer_lock(self.home, scope, "a direct write"):
+            self.snapshots.commit(scope, version)
+        self._refresh_catalog()
+
+    def _refresh_catalog(self) -> None:
+        from graphlake.warehouse.catalog import Catalog
+
+        Catalog(self.home).refresh()
 
 
 def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa.Table:
@@ -179,17 +260,3 @@ def _check_unique(spec: TableSpec, partition: Mapping[str, str], data: pa.Table)
     if duplicates:
         shown = "; ".join(", ".join(map(str, row[:-1])) for row in duplicates)
         raise StorageError(f"table {spec.name!r} partition {dict(partition)}: duplicate {spec.key}: {shown}")
-
-
-def _remove_stale_temporaries(directory: Path) -> None:
-    """Temporaries left by a killed writer are garbage: the swap never happened."""
-    for leftover in directory.glob(f".{DATA_FILE}.*.tmp"):
-        leftover.unlink(missing_ok=True)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +20,9 @@ from typing import Any
 import pyarrow as pa
 
 from graphlake.warehouse.tables import row_schema
+
+MAX_LINE_ENV = "GRAPHLAKE_MAX_LINE_BYTES"
+MAX_LINE_BYTES = 10 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,10 @@ class IngestError(ValueError):
         self.where = where if isinstance(where, Location) else Location(where)
         self.problem = problem
         super().__init__(f"{self.where}: {problem}")
+
+
+class NoDocuments(IngestError):
+    """A reader found no document; the format's reader call names the file it read."""
 
 
 @dataclass(frozen=True)
@@ -86,15 +94,31 @@ def find_file(folder: Path, *names: str) -> Path:
     raise IngestError(folder, f"none of {', '.join(names)} (or .gz) found")
 
 
+def max_line_bytes() -> int:
+    raw = os.environ.get(MAX_LINE_ENV)
+    try:
+        limit = int(raw) if raw else MAX_LINE_BYTES
+    except ValueError:
+        raise IngestError(Path(MAX_LINE_ENV), f"{MAX_LINE_ENV}={raw!r} is not a whole number of bytes") from None
+    if limit < 1:
+        raise IngestError(Path(MAX_LINE_ENV), f"{MAX_LINE_ENV}={raw!r} must be at least 1")
+    return limit
+
+
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:
-    """Yield ``(line_number, text)``; a line that is not UTF-8 is an error naming that line.
+    """Yield ``(line_number, text)``; a line that is not UTF-8, or longer than ``GRAPHLAKE_MAX_LINE_BYTES``
+    (read no further than that), is an error naming that line.
 
     A UTF-8 byte-order mark opening the file is dropped, as :func:`read_text` does.
     """
+    limit = max_line_bytes()
     with open_binary(path) as handle:
         number = 0
         try:
-            for number, raw in enumerate(handle, start=1):
+            while raw := handle.readline(limit + 1):
+                number += 1
+                if len(raw) > limit and not raw.endswith(b"\n"):  # limit + 1 bytes, and the line goes on
+                    raise IngestError(Location(path, number), f"line longer than {limit:,} bytes ({MAX_LINE_ENV}); is the file JSON lines?")
                 if number == 1:
                     raw = raw.removeprefix(b"\xef\xbb\xbf")
                 yield number, _decode(raw, Location(path, number))
@@ -269,7 +293,7 @@ class CorpusBuilder:
 
     def build(self) -> Ingested:
         if not self._documents:
-            raise IngestError(Location(Path("<input>")), "no documents found")
+            raise NoDocuments(Location(Path("<input>")), "no documents found")
         for key, row in self._qrels.items():
             where = self._qrel_at[key]
             if row["doc_id"] not in self._documents:

@@ -1,0 +1,107 @@
+"""Bad configuration and bad input end in one clear line naming the file, line or option, break only
+the commands that need what is bad, and change nothing: real ``graphlake`` processes where the
+message is the point (what a user sees, traceback or not), the in-process runner where it is not."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from graphlake.pipelines.cli import app
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+
+GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+
+
+def cli(home: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    variables = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **env}
+    return subprocess.run([GRAPHLAKE, *args], env=variables, capture_output=True, text=True, timeout=300)
+
+
+def one_line_error(done: subprocess.CompletedProcess, *expected: str) -> None:
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and all(part in done.stderr for part in expected), done.stderr
+
+
+def test_a_broken_methods_yaml_breaks_only_the_commands_that_read_it(tmp_path):
+    (tmp_path / "methods.yaml").write_text("rrf: {op: rrf, inputs: [bm25, dense]\nbm25: {op: bm25}\n")
+    for args in (["sql", "select 1"], ["corpora"], ["--help"]):
+        assert cli(tmp_path, *args).returncode == 0, args
+    one_line_error(cli(tmp_path, "query", "--corpus", "demo", "--method", "bm25", "sled"), f"{tmp_path / 'methods.yaml'}:2:1: ")
+    one_line_error(cli(tmp_path, "materialize", "--corpus", "demo"), "methods.yaml:2:1: ")
+    (tmp_path / "methods.yaml").write_text("bm25: {op: bm25}\nmine: {op: nope}\n")
+    one_line_error(cli(tmp_path, "eval", "--corpus", "demo"), "methods.yaml:2: method 'mine': unknown operator 'nope'")
+
+
+def test_a_broken_corpora_yaml_is_named_with_its_line_and_sql_still_works(tmp_path):
+    (tmp_path / "corpora.yaml").write_text("corpora:\n  mine: {format: jsonl, path: /x\n")
+    assert cli(tmp_path, "sql", "select 1").returncode == 0
+    one_line_error(cli(tmp_path, "corpora"), f"{tmp_path / 'corpora.yaml'}:3:1: ")
+    (tmp_path / "corpora.yaml").write_text("corpora:\n  other: {format: jsonl, path: /y}\n  mine: {format: nope, path: /x}\n")
+    one_line_error(cli(tmp_path, "corpora"), "corpora.yaml:3: corpus 'mine': unknown format 'nope'")
+
+
+def test_a_failed_ingest_leaves_corpora_yaml_byte_identical(tmp_path):
+    from graphlake.warehouse.locks import writer_lock
+
+    first = tmp_path / "first.jsonl"
+    first.write_text(json.dumps({"id": "a", "title": "A", "text": "alpha"}) + "\n")
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="mine", format="jsonl", path=str(first)))
+    (tmp_path / "corpora.yaml").write_text("# my corpora\n" + (tmp_path / "corpora.yaml").read_text())  # a hand-kept file
+    before = (tmp_path / "corpora.yaml").read_bytes()
+    second = tmp_path / "second.jsonl"
+    second.write_text(json.dumps({"id": "b", "title": "B", "text": "beta"}) + "\n")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "b", "title": "B", "text": "beta"}) + "\n{not json\n")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(bad), "--corpus", "mine"), f"{bad}:2: malformed JSON")
+    with writer_lock(tmp_path, "mine", "a test holding the corpus"):  # the run itself fails, after the new path was declared for it
+        one_line_error(cli(tmp_path, "ingest", "jsonl", str(second), "--corpus", "mine", GRAPHLAKE_LOCK_WAIT="0"), "is being written by")
+    assert (tmp_path / "corpora.yaml").read_bytes() == before
+
+
+def test_a_declaration_for_a_run_is_withdrawn_when_the_run_fails(tmp_path):
+    registry = CorpusRegistry(tmp_path)
+    registry.add(CorpusSpec(name="kept", format="jsonl", path="/k"))
+    before = registry.path.read_bytes()
+    with pytest.raises(RuntimeError), registry.declaring(CorpusSpec(name="mine", format="jsonl", path="/m")):
+        assert registry.get("mine").path == "/m"
+        raise RuntimeError("the run failed")
+    assert registry.path.read_bytes() == before
+    with pytest.raises(RuntimeError), registry.declaring(CorpusSpec(name="mine", format="jsonl", path="/m")):
+        registry.add(CorpusSpec(name="other", format="jsonl", path="/o"))  # declared meanwhile: kept
+        raise RuntimeError("the run failed")
+    assert set(registry.all()) == {"demo", "kept", "other"}
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["query", "--corpus", "demo", "--method", "bm25", "--top", "0", "x"], "--top"),
+        (["query", "--corpus", "demo", "--method", "bm25", "--top", "-3", "x"], "--top"),
+        (["query", "--corpus", "demo", "--method", "bm25", "--top", "ten", "x"], "--top"),
+        (["eval", "--corpus", "demo", "--sample", "0"], "--sample"),
+        (["ingest", "jsonl", "x.jsonl", "--corpus", "c", "--chunk-size", "0"], "--chunk-size"),
+        (["ingest", "jsonl", "x.jsonl", "--corpus", "c", "--chunk-overlap", "-1"], "--chunk-overlap"),
+        (["ui", "--port", "0"], "--port"),
+    ],
+)
+def test_out_of_range_and_non_numeric_options_are_refused_naming_the_option(args, option, lake):
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and f"Invalid value for '{option}'" in refused.output
+
+
+def test_input_that_is_not_a_list_of_records_or_has_a_huge_line_names_the_file(tmp_path):
+    record = tmp_path / "dict.json"
+    record.write_text(json.dumps({"question": "not a list"}))
+    one_line_error(cli(tmp_path, "ingest", "hotpotqa", str(record), "--corpus", "c"), f"{record}: no documents found: is it a hotpotqa corpus")
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text(json.dumps({"id": "a", "title": "t", "text": "short"}) + "\n" + json.dumps({"id": "b", "title": "t", "text": "x" * 5000}) + "\n")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(huge), "--corpus", "c", GRAPHLAKE_MAX_LINE_BYTES="1000"), f"{huge}:2: line longer than 1,000 bytes")
+    assert not (tmp_path / "corpora.yaml").exists()

@@ -1,0 +1,155 @@
+"""A corpus stays one consistent snapshot however its writers end: killed (-9) at every asset boundary
+of a re-materialization, or two of them at once. Real ``graphlake`` processes on a small corpus."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from graphlake.retrieval.methods import search
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.snapshots import Snapshots
+
+CORPUS = "tiny"
+SELECTION = " or ".join(
+    f"key:{name}" for name in ("documents", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")
+)
+METHODS = ("bm25", "dense", "dense_hnsw", "rrf")  # every method the selection builds what it reads for
+TABLES = ("documents", "queries", "qrels", "nodes", "edges", "vectors", "runs")
+GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+
+TEXTS = [
+    "The lighthouse keeper logged every storm on the northern cape.",
+    "Tidal charts for the harbour were redrawn after the survey of 1911.",
+    "A brass telescope was found in the keeper's cottage.",
+    "Fishing boats sheltered in the bay during the winter gales.",
+    "The survey ship mapped reefs south of the harbour.",
+    "Storm warnings were raised with flags on the pier.",
+]
+
+
+def write_corpus(folder: Path, texts: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": f"doc {i}", "text": t}) + "\n" for i, t in texts.items()))
+    queries = [{"id": "q1", "text": "storm on the cape", "split": "test", "qrels": {next(iter(texts)): 1}}]
+    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+
+
+def graphlake(home: Path, *args: str, **popen) -> subprocess.Popen:
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+    return subprocess.Popen([GRAPHLAKE, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def finished(process: subprocess.Popen) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=600)
+    return process.returncode, stderr
+
+
+def build(home: Path, source: Path) -> None:
+    for args in (("ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS), ("materialize", "--corpus", CORPUS, "--select", SELECTION)):
+        code, stderr = finished(graphlake(home, *args))
+        assert code == 0, stderr
+
+
+def staged(home: Path) -> set[Path]:
+    """Every data file and artefact version of the corpus on disk, committed or not."""
+    return {*home.glob(f"tables/*/corpus={CORPUS}/**/data-*.parquet"), *home.glob(f"artifacts/*/corpus={CORPUS}/v-*")}
+
+
+def contents(home: Path) -> dict[str, list[tuple]]:
+    """The corpus's rows, table by table, as SQL over the catalog sees them (runs without their timings)."""
+    found = {}
+    with Catalog(home).reader() as con:
+        for table in TABLES:
+            columns = "query_id, rank, node_id" if table == "runs" else "*"
+            found[table] = sorted(map(repr, con.execute(f"SELECT {columns} FROM {table} WHERE corpus = ?", [CORPUS]).fetchall()))
+    return found
+
+
+def dangling(home: Path) -> int:
+    """Edges, vectors and run rows that name a node outside the snapshot's nodes."""
+    nodes = f"(SELECT node_id FROM nodes WHERE corpus = '{CORPUS}')"
+    with Catalog(home).reader() as con:
+        return sum(
+            con.execute(f"SELECT count(*) FROM {table} WHERE corpus = '{CORPUS}' AND ({condition})").fetchone()[0]
+            for table, condition in (
+                ("edges", f"src NOT IN {nodes} OR dst NOT IN {nodes}"),
+                ("vectors", f"node_id NOT IN {nodes}"),
+                ("runs", f"node_id NOT IN {nodes}"),
+            )
+        )
+
+
+def answers(home: Path, monkeypatch) -> dict[str, int]:
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
+    return {method: len(search(home, CORPUS, method, "storm warnings", 3)[0]) for method in METHODS}
+
+
+def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_path, monkeypatch):
+    home, source = tmp_path / "lake", tmp_path / "raw"
+    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    build(home, source)
+    # the edit: two documents changed, one removed, one added; everything downstream changes
+    write_corpus(source, {"d0": TEXTS[0] + " It burned whale oil.", "d1": TEXTS[1], "d2": "The cottage was sold.", "d3": TEXTS[3], "d4": TEXTS[4], "d9": "A new pier opened."})
+    code, stderr = finished(graphlake(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS))
+    assert code == 0, stderr  # ingest commits the new documents and nodes: the snapshot the kills start from
+    before, previous = Snapshots(home).current(CORPUS), contents(home)
+    kills = 0
+    while True:
+        on_disk = staged(home)
+        process = graphlake(home, "materialize", "--corpus", CORPUS, "--select", SELECTION)
+        while process.poll() is None and len(staged(home) - on_disk) < kills:  # the run has staged `kills` versions
+            time.sleep(0.02)
+        if process.poll() is not None:
+            break  # it finished before reaching this boundary: the last, complete run
+        if kills == 0:
+            time.sleep(2.0)  # the first kill: the run started, nothing staged yet
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        kills += 1
+        assert Snapshots(home).current(CORPUS) == before, f"kill {kills}: a killed run committed"
+        assert contents(home) == previous, f"kill {kills}: the corpus changed"
+        assert dangling(home) == 0
+        assert all(answers(home, monkeypatch).values())
+    code, stderr = finished(process)
+    assert code == 0, stderr
+    assert kills >= 8, f"only {kills} boundaries were reached"  # documents ... run_rrf: the kills covered the run
+    after = Snapshots(home).current(CORPUS)
+    assert after.number == before.number + 1 and dangling(home) == 0 and all(answers(home, monkeypatch).values())
+    clean = tmp_path / "clean"
+    build(clean, source)
+    assert contents(home) == contents(clean)  # the run after the kills equals one run on a fresh lake
+    print(f"kill -9 matrix: {kills}/{kills} kills left the previous snapshot whole")
+
+
+def test_two_writers_of_one_corpus_take_turns_and_end_as_one_run_would(tmp_path):
+    home, source = tmp_path / "lake", tmp_path / "raw"
+    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    code, stderr = finished(graphlake(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS))
+    assert code == 0, stderr
+    writers = [graphlake(home, "materialize", "--corpus", CORPUS, "--select", SELECTION) for _ in range(2)]
+    ended = [finished(writer) for writer in writers]
+    assert [code for code, _ in ended] == [0, 0], [stderr for _, stderr in ended]
+    assert any(f"corpus '{CORPUS}' is being written by pid" in stderr for _, stderr in ended)  # the second waited, saying for whom
+    assert not any("FileNotFoundError" in stderr for _, stderr in ended)
+    clean = tmp_path / "clean"
+    build(clean, source)
+    assert contents(home) == contents(clean)
+
+
+def test_a_writer_that_will_not_wait_fails_naming_the_holder(tmp_path):
+    from graphlake.warehouse.locks import writer_lock
+
+    home, source = tmp_path / "lake", tmp_path / "raw"
+    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "GRAPHLAKE_LOCK_WAIT": "0"}
+    with writer_lock(home, CORPUS, "a test holding the corpus"):
+        ended = subprocess.run([GRAPHLAKE, "ingest", "jsonl", str(source / "docs.jsonl"), "--corpus", CORPUS], env=env, capture_output=True, text=True)
+    assert ended.returncode == 1
+    assert f"corpus '{CORPUS}' is being written by pid {os.getpid()}" in ended.stderr and "a test holding the corpus" in ended.stderr
+    assert not (home / "corpora.yaml").exists()  # the failed ingest declared nothing

@@ -1,0 +1,120 @@
+"""One writer per corpus: a kernel file lock per snapshot scope, with its owner written beside it.
+
+The lock is ``flock`` on ``locks/<scope>.lock``. The kernel drops it when its holder dies however it
+dies (kill -9 included), so a killed run never leaves a lock that must be broken by hand; the owner
+record (pid, host, command, since) is only for the message a waiting writer shows. A process that
+holds a scope may take it again (a run's own writes), so the lock is counted per process.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+LOCKS = "locks"
+WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
+DEFAULT_WAIT_S = 1800.0
+POLL_S = 0.5
+
+_held: dict[Path, list] = {}  # lock path -> [open handle, depth], for this process
+
+
+class LockedError(RuntimeError):
+    """Another writer holds the corpus; the message names it."""
+
+
+def wait_seconds() -> float:
+    raw = os.environ.get(WAIT_ENV)
+    if raw is None:
+        return DEFAULT_WAIT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        raise LockedError(f"{WAIT_ENV}={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise LockedError(f"{WAIT_ENV}={raw!r} must be 0 or more seconds")
+    return value
+
+
+@contextmanager
+def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold the scope's writer lock: wait (announcing the holder once) up to ``GRAPHLAKE_LOCK_WAIT``
+    seconds for another holder, then fail naming it."""
+    path = Path(home) / LOCKS / f"{scope}.lock"
+    held = _held.get(path)
+    if held is not None:
+        held[1] += 1
+        try:
+            yield
+        finally:
+            held[1] -= 1
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "a+", encoding="utf-8")
+    try:
+        _acquire(handle, path, scope, announce or _to_stderr)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": purpose, "since": time.time()}))
+        handle.flush()
+        _held[path] = [handle, 1]
+        try:
+            yield
+        finally:
+            del _held[path]
+            fcntl.flock(handle, fcntl.LOCK_UN)
+    finally:
+        handle.close()
+
+
+def holder(home: Path, scope: str) -> str | None:
+    """Who holds the scope now, in words; None when nobody does."""
+    path = Path(home) / LOCKS / f"{scope}.lock"
+    if not path.is_file():
+        return None
+    with open(path, encoding="utf-8") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return _owner(path)
+        fcntl.flock(handle, fcntl.LOCK_UN)
+    return None
+
+
+def _acquire(handle, path: Path, scope: str, announce: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + wait_seconds()
+    announced = False
+    while True:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            owner = _owner(path)
+            if time.monotonic() >= deadline:
+                raise LockedError(f"corpus {scope!r} is being written by {owner}; try again when it ends (or set {WAIT_ENV} to wait longer)") from None
+            if not announced:
+                announce(f"corpus {scope!r} is being written by {owner}; waiting for it (up to {wait_seconds():.0f} s, {WAIT_ENV})")
+                announced = True
+            time.sleep(POLL_S)
+
+
+def _owner(path: Path) -> str:
+    try:
+        owner = json.loads(path.read_text(encoding="utf-8") or "{}")
+    except (OSError, ValueError):
+        owner = {}
+    if not owner:
+        return "another writer"
+    since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
+    return f"pid {owner.get('pid')} on {owner.get('host')} ({owner.get('purpose')}, since {since})"
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)

@@ -1,0 +1,235 @@
+"""Corpus snapshots: which version of each table partition and artefact of a corpus readers see.
+
+A run writes new versions beside the current ones (``data-<run>.parquet``, ``v-<run>/``) and nothing
+reads them but the run itself, until it commits: the scope's next snapshot, an immutable JSON file
+``snapshots/<scope>/<number>.json`` that maps every partition and artefact to its version, is
+created in one atomic, exclusive step (a hard link of a complete file). The newest snapshot is the
+current one. A run that fails or is killed never commits, so the previous snapshot stays current
+whole, and its own files are garbage that ``collect`` removes under the writer lock.
+
+A scope is a corpus, or ``_lake`` for what belongs to no corpus (the lake's reranker). Why not Delta
+Lake or Iceberg: both commit one table at a time, and a corpus is ~20 tables plus index and model
+folders that must change together; a per-corpus manifest is that one multi-table commit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SNAPSHOTS = "snapshots"
+LAKE_SCOPE = "_lake"
+KEEP = 2  # snapshots whose files stay: the current one, and the previous one for readers still on it
+LEGACY_FILE = "data.parquet"  # lakes written before snapshots: one file per partition, swapped in place
+_NUMBERED = re.compile(r"^(\d{8})\.json$")
+
+
+def scope_of(partition: Mapping[str, str]) -> str:
+    return partition.get("corpus", LAKE_SCOPE)
+
+
+def data_file(version: str) -> str:
+    return f"data-{version}.parquet"
+
+
+def artifact_folder(version: str) -> str:
+    return f"v-{version}"
+
+
+def new_version() -> str:
+    """The version of a write made outside any run, committed on its own."""
+    return f"direct-{uuid.uuid4().hex}"
+
+
+@dataclass(frozen=True)
+class Entry:
+    name: str  # the data file or version folder
+    written_at: float  # when it was staged (epoch seconds): freshness compares these
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    number: int = 0
+    run: str | None = None
+    committed_at: float = 0.0
+    tables: dict[str, Entry] = field(default_factory=dict)  # partition folder under tables/ -> its file
+    artifacts: dict[str, Entry] = field(default_factory=dict)  # artefact folder under artifacts/ -> its version
+
+    def to_json(self) -> str:
+        def entries(found: dict[str, Entry]) -> dict:
+            return {key: {"name": e.name, "written_at": e.written_at} for key, e in sorted(found.items())}
+
+        return json.dumps(
+            {"number": self.number, "run": self.run, "committed_at": self.committed_at, "tables": entries(self.tables), "artifacts": entries(self.artifacts)},
+            indent=1,
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> Snapshot:
+        raw = json.loads(text)
+
+        def entries(found: dict) -> dict[str, Entry]:
+            return {key: Entry(value["name"], value["written_at"]) for key, value in found.items()}
+
+        return cls(raw["number"], raw["run"], raw["committed_at"], entries(raw["tables"]), entries(raw["artifacts"]))
+
+
+class Snapshots:
+    """The snapshots of one lake: read the current one, commit the next, collect what none refers to."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self.root = self.home / SNAPSHOTS
+
+    def scopes(self) -> list[str]:
+        """Every scope that has committed a snapshot or still has a legacy layout to adopt."""
+        found = {p.name for p in self.root.iterdir() if p.is_dir() and not p.name.startswith(".")} if self.root.is_dir() else set()
+        for folder in (self.home / "tables", self.home / "artifacts"):
+            if folder.is_dir():
+                found |= {p.name.removeprefix("corpus=") for p in folder.glob("*/corpus=*") if p.is_dir()}
+        if (self.home / "artifacts").is_dir() and any((self.home / "artifacts").glob("*/CURRENT")):
+            found.add(LAKE_SCOPE)
+        return sorted(found)
+
+    def current(self, scope: str) -> Snapshot:
+        numbers = self._numbers(scope)
+        if not numbers:
+            return self._adopt_legacy(scope)
+        try:
+            return Snapshot.from_json((self.root / scope / f"{numbers[-1]:08d}.json").read_text(encoding="utf-8"))
+        except FileNotFoundError:  # collected between the listing and the read: a newer one exists
+            return self.current(scope)
+
+    def commit(self, scope: str, version: str) -> Snapshot | None:
+        """The scope's next snapshot: the current one with every partition and artefact that ``version``
+        staged in it; None (nothing committed) when it staged nothing. The caller holds the writer lock."""
+        tables, artifacts = self.staged(scope, version)
+        if not tables and not artifacts:
+            return None
+        base = self.current(scope)
+        snapshot = Snapshot(base.number + 1, version, time.time(), {**base.tables, **tables}, {**base.artifacts, **artifacts})
+        self._publish(scope, snapshot)
+        return snapshot
+
+    def staged(self, scope: str, version: str) -> tuple[dict[str, Entry], dict[str, Entry]]:
+        """What ``version`` wrote in the scope, by partition folder (under tables/) and artefact folder (under artifacts/)."""
+        tables: dict[str, Entry] = {}
+        for path in self._table_partitions(scope):
+            staged = path / data_file(version)
+            if staged.is_file():
+                tables[path.relative_to(self.home / "tables").as_posix()] = Entry(staged.name, staged.stat().st_mtime)
+        artifacts: dict[str, Entry] = {}
+        for root in self._artifact_roots(scope):
+            staged = root / artifact_folder(version)
+            if staged.is_dir():
+                artifacts[root.relative_to(self.home / "artifacts").as_posix()] = Entry(staged.name, staged.stat().st_mtime)
+        return tables, artifacts
+
+    def collect(self, scope: str) -> list[Path]:
+        """Remove the scope's files that none of its last ``KEEP`` snapshots refers to (what failed or killed
+        runs staged, superseded versions, temporaries) and its older snapshots; the paths removed. The
+        caller holds the writer lock, so no run of the scope is staging files meanwhile."""
+        numbers = self._numbers(scope)
+        kept = [Snapshot.from_json((self.root / scope / f"{n:08d}.json").read_text(encoding="utf-8")) for n in numbers[-KEEP:]]
+        if not numbers:
+            kept = [self._adopt_legacy(scope)]
+        removed: list[Path] = []
+        live_files = {(key, e.name) for s in kept for key, e in s.tables.items()}
+        for path in self._table_partitions(scope):
+            key = path.relative_to(self.home / "tables").as_posix()
+            for item in path.iterdir():
+                is_data = item.name.startswith("data") and item.name.endswith(".parquet")
+                if (is_data and (key, item.name) not in live_files) or item.name.endswith(".tmp"):
+                    item.unlink(missing_ok=True)
+                    removed.append(item)
+        live_folders = {(key, e.name) for s in kept for key, e in s.artifacts.items()}
+        for root in self._artifact_roots(scope):
+            key = root.relative_to(self.home / "artifacts").as_posix()
+            for item in root.iterdir():
+                if (item.name.startswith("v-") and (key, item.name) not in live_folders) or item.name.endswith(".tmp"):
+                    shutil.rmtree(item, ignore_errors=True) if item.is_dir() else item.unlink(missing_ok=True)
+                    removed.append(item)
+        for number in numbers[:-KEEP]:
+            path = self.root / scope / f"{number:08d}.json"
+            path.unlink(missing_ok=True)
+            removed.append(path)
+        return removed
+
+    def forget(self, scope: str) -> None:
+        """Drop the scope's snapshots (one atomic rename aside first: readers see all of it or none)."""
+        folder = self.root / scope
+        if folder.is_dir():
+            aside = self.root / f".forgotten-{uuid.uuid4().hex}"
+            os.replace(folder, aside)
+            shutil.rmtree(aside)
+
+    def _publish(self, scope: str, snapshot: Snapshot) -> None:
+        folder = self.root / scope
+        folder.mkdir(parents=True, exist_ok=True)
+        temporary = folder / f".{snapshot.number:08d}.{uuid.uuid4().hex}.tmp"
+        with open(temporary, "w", encoding="utf-8") as handle:
+            handle.write(snapshot.to_json())
+            handle.flush()
+            os.fsync(handle.fileno())
+        try:
+            os.link(temporary, folder / f"{snapshot.number:08d}.json")  # exclusive: two committers cannot both take a number
+        finally:
+            temporary.unlink(missing_ok=True)
+        fsync_directory(folder)
+
+    def _numbers(self, scope: str) -> list[int]:
+        folder = self.root / scope
+        if not folder.is_dir():
+            return []
+        return sorted(int(m.group(1)) for m in map(_NUMBERED.match, os.listdir(folder)) if m)
+
+    def _table_partitions(self, scope: str) -> list[Path]:
+        """Every partition folder (holding data files) of the scope's tables."""
+        if scope == LAKE_SCOPE:
+            return []
+        found = []
+        for top in (self.home / "tables").glob(f"*/corpus={scope}"):
+            found += [path for path in [top, *top.rglob("*=*")] if path.is_dir() and not any(p.is_dir() for p in path.glob("*=*"))]
+        return found
+
+    def _artifact_roots(self, scope: str) -> list[Path]:
+        folder = self.home / "artifacts"
+        pattern = "*" if scope == LAKE_SCOPE else f"*/corpus={scope}"
+        return [path for path in folder.glob(pattern) if path.is_dir() and not any(path.glob("corpus=*"))] if folder.is_dir() else []
+
+    def _adopt_legacy(self, scope: str) -> Snapshot:
+        """A lake written before snapshots holds ``data.parquet`` per partition and a ``CURRENT`` pointer
+        per artefact: its first snapshot is what they name (committed once, by whoever reads first)."""
+        tables = {}
+        for path in self._table_partitions(scope):
+            legacy = path / LEGACY_FILE
+            if legacy.is_file():
+                tables[path.relative_to(self.home / "tables").as_posix()] = Entry(LEGACY_FILE, legacy.stat().st_mtime)
+        artifacts = {}
+        for root in self._artifact_roots(scope):
+            pointer = root / "CURRENT"
+            if pointer.is_file() and (root / pointer.read_text(encoding="utf-8").strip()).is_dir():
+                artifacts[root.relative_to(self.home / "artifacts").as_posix()] = Entry(pointer.read_text(encoding="utf-8").strip(), pointer.stat().st_mtime)
+        if not tables and not artifacts:
+            return Snapshot()
+        snapshot = Snapshot(1, None, time.time(), tables, artifacts)
+        try:
+            self._publish(scope, snapshot)
+        except FileExistsError:  # another reader adopted it first
+            return self.current(scope)
+        return snapshot
+
+
+def fsync_directory(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
