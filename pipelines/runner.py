@@ -34,6 +34,7 @@ from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import project_root
 from graphlake.warehouse.locks import LockedError, writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.snapshots import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
 
 PROGRESS_TAG = "graphlake/progress"
@@ -105,7 +106,8 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
         by_key = {key: definition for definition in assets for key in definition.keys}
         # lake-wide assets (the reranker) take no partition; a run of only those must not name one
         partitioned = any(by_key[key].partitions_def is not None for key in keys)
-        with _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
+        lake_wide = any(by_key[key].partitions_def is None for key in keys)  # they stage in the lake-wide scope: hold it too
+        with writer_lock(home, LAKE_SCOPE, f"graphlake {command}") if lake_wide else nullcontext(), _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
             try:
                 job = Definitions(
                     assets=[*assets, *defs.asset_checks], resources=defs.resources, jobs=[define_asset_job(JOBS[command], selection=selected)]
@@ -119,8 +121,8 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
                 )
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
-        if result.success:
-            Lake(home, result.run_id).commit(corpus)
+            if result.success:
+                Lake(home, result.run_id).commit(corpus)
     if not result.success:
         failures = result.get_step_failure_events()
         if not failures:

@@ -170,36 +170,37 @@ def test_failed_ingest_keeps_the_previous_good_tables(tmp_path):
     assert lake.read("nodes", {"corpus": "small"}).num_rows == 1
 
 
-def test_a_run_launched_as_the_ui_does_commits_only_when_every_step_succeeds(tmp_path, monkeypatch):
-    """The committing executor (multiprocess, as the UI, a schedule or the sensor run a job): one
-    snapshot per successful run, none for a failed one."""
-    from dagster import execute_job, instance_for_test
-    from dagster._core.definitions.reconstruct import ReconstructableRepository
+def test_a_run_launched_as_the_ui_does_commits_only_when_every_step_succeeds(tmp_path):
+    """Dagster's own ``dagster asset materialize`` on the code location, as the UI, a schedule or the
+    sensor launch runs: its multiprocess executor, wrapped to commit, makes one snapshot per
+    successful run and none for a failed one."""
+    import os
+    import subprocess
+    import sys
 
-    from graphlake.pipelines.definitions import INDEX_JOB
     from graphlake.warehouse.snapshots import Snapshots
 
-    monkeypatch.setenv("GRAPHLAKE_HOME", str(tmp_path))
     source = small_corpus(tmp_path / "raw", ["First version."])
     CorpusRegistry(tmp_path).add(CorpusSpec(name="small", format="jsonl", path=str(source)))
-    keys = FOUNDATION.resolve(build_definitions(tmp_path).assets)
-    with instance_for_test() as instance:
+    (tmp_path / "dagster").mkdir()
+    with DagsterInstance.local_temp(str(tmp_path / "dagster")) as instance:
         instance.add_dynamic_partitions("corpus", ["small"])
+    keys = ",".join(key.to_user_string() for key in FOUNDATION.resolve(build_definitions(tmp_path).assets))
+    env = {**os.environ, "GRAPHLAKE_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    dagster = str(Path(sys.executable).with_name("dagster"))
 
-        def launch():
-            # as the UI's run worker loads it: the code location's module, which reads GRAPHLAKE_HOME
-            job = ReconstructableRepository.for_module("graphlake.pipelines.definitions", "defs").get_reconstructable_job(INDEX_JOB)
-            with execute_job(job, instance, tags={"dagster/partition": "small"}, asset_selection=list(keys)) as result:
-                return result.success
+    def launch() -> int:
+        command = [dagster, "asset", "materialize", "-m", "graphlake.pipelines.definitions", "--select", keys, "--partition", "small"]
+        return subprocess.run(command, env=env, capture_output=True, text=True, cwd=tmp_path).returncode
 
-        assert launch()
-        assert Snapshots(tmp_path).current("small").number == 1
-        assert Lake(tmp_path).read("nodes", {"corpus": "small"}).column("text").to_pylist() == ["First version."]
-        source.write_text(json.dumps({"id": "a0", "title": "Doc 0", "text": "Second version."}) + '\n{"id": "a9", "title": "broken", "text": \n')
-        assert not launch()
-        assert Snapshots(tmp_path).current("small").number == 1
-        with Catalog(tmp_path).reader() as con:
-            assert con.execute("SELECT text FROM nodes WHERE corpus = 'small'").fetchall() == [("First version.",)]
+    assert launch() == 0
+    assert Snapshots(tmp_path).current("small").number == 1
+    assert Lake(tmp_path).read("nodes", {"corpus": "small"}).column("text").to_pylist() == ["First version."]
+    source.write_text(json.dumps({"id": "a0", "title": "Doc 0", "text": "Second version."}) + '\n{"id": "a9", "title": "broken", "text": \n')
+    assert launch() != 0
+    assert Snapshots(tmp_path).current("small").number == 1
+    with Catalog(tmp_path).reader() as con:
+        assert con.execute("SELECT text FROM nodes WHERE corpus = 'small'").fetchall() == [("First version.",)]
 
 
 def test_sensor_adds_partitions_and_reindexes_only_changed_corpora(tmp_path):

@@ -15,7 +15,8 @@ import os
 import re
 import shutil
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import duckdb
@@ -60,20 +61,22 @@ class Lake:
 
     def write(self, table: str, partition: Mapping[str, str], data: pa.Table) -> Path:
         """Validate ``data`` against the table contract and stage it as the partition's next version
-        (committed at once when this lake is bound to no run).
+        (committed at once, under the corpus's writer lock, when this lake is bound to no run).
 
         Data equal to the current version is not written again: the partition keeps its write time,
         so re-ingesting unchanged files leaves everything built from them (indexes, a trained model,
         runs, the pair cache) current instead of stale.
         """
-        spec = table_spec(table)
-        data = conform(spec, partition, data)
+        data = conform(table_spec(table), partition, data)
+        with self._version(scope_of(partition)) as version:
+            return self._stage(table, partition, data, version)
+
+    def _stage(self, table: str, partition: Mapping[str, str], data: pa.Table, version: str) -> Path:
         current = self._file(table, partition)
         if current is not None and pq.read_table(current).equals(data):
             return current
         directory = self.partition_dir(table, partition)
         directory.mkdir(parents=True, exist_ok=True)
-        version = self.run_id or new_version()
         final = directory / data_file(version)
         temporary = directory / f".{final.name}.{uuid.uuid4().hex}.tmp"  # named per write: no other writer touches it
         try:
@@ -87,31 +90,40 @@ class Lake:
             temporary.unlink(missing_ok=True)
             raise
         fsync_directory(directory)
-        if self.run_id is None:
-            self._commit_alone(scope_of(partition), version)
         return final
 
     def write_artifact(self, name: str, partition: Mapping[str, str], fill: Callable[[Path], None]) -> Path:
         """Build an artefact folder (an index, a model) with ``fill`` as the artefact's next version
         (committed at once when this lake is bound to no run); a failed build leaves nothing."""
         root = self._artifact_root(name, partition)
-        root.mkdir(parents=True, exist_ok=True)
-        version = self.run_id or new_version()
-        folder = root / artifact_folder(version)
-        building = root / f".{folder.name}.{uuid.uuid4().hex}.tmp"
-        building.mkdir()
-        try:
-            fill(building)
-            if folder.exists():  # the same run builds it again (a retried step)
-                shutil.rmtree(folder)
-            os.replace(building, folder)
-        except BaseException:
-            shutil.rmtree(building, ignore_errors=True)
-            raise
-        fsync_directory(root)
-        if self.run_id is None:
-            self._commit_alone(scope_of(partition), version)
-        return folder
+        with self._version(scope_of(partition)) as version:
+            root.mkdir(parents=True, exist_ok=True)
+            folder = root / artifact_folder(version)
+            building = root / f".{folder.name}.{uuid.uuid4().hex}.tmp"
+            building.mkdir()
+            try:
+                fill(building)
+                if folder.exists():  # the same run builds it again (a retried step)
+                    shutil.rmtree(folder)
+                os.replace(building, folder)
+            except BaseException:
+                shutil.rmtree(building, ignore_errors=True)
+                raise
+            fsync_directory(root)
+            return folder
+
+    @contextmanager
+    def _version(self, scope: str) -> Iterator[str]:
+        """The version a write stages: the run's; or, unbound, a version of its own, written and committed
+        under the scope's writer lock (so ``gc`` cannot take it for a dead run's leftover)."""
+        if self.run_id is not None:
+            yield self.run_id
+            return
+        version = new_version()
+        with writer_lock(self.home, scope, "a direct write"):
+            yield version
+            self.snapshots.commit(scope, version)
+        self._refresh_catalog()
 
     def artifact(self, name: str, partition: Mapping[str, str]) -> Path:
         found = self._folder(name, partition)
@@ -219,11 +231,6 @@ class Lake:
         if committed:
             self._refresh_catalog()
         return committed
-
-    def _commit_alone(self, scope: str, version: str) -> None:
-        with writer_lock(self.home, scope, "a direct write"):
-            self.snapshots.commit(scope, version)
-        self._refresh_catalog()
 
     def _refresh_catalog(self) -> None:
         from graphlake.warehouse.catalog import Catalog
