@@ -65,4 +65,4 @@ def test_every_method_returns_the_recorded_rankings(demo_copy):
         assert sorted(found[name]) == sorted(expected), name
         for query_id, ranking in expected.items():
             assert [node for node, _ in found[name][query_id]] == [node for node, _ in ranking], (name, query_id)
-            assert [score for _, score in found[name][query_id]] == pytest.approx([score for _, score in ranking], rel=1e-6), (name, query_id)
+            assert [score for _, score in found[name][query_id]] == pytest.approx([score for _, score in ranking], rel=1e-5), (name, query_id)  # float32 sums: ~1e-6 apart run to run
