@@ -8,7 +8,7 @@ them did (default 0.25).
 
 from __future__ import annotations
 
-import os
+from graphlake.environment import number_from_env
 
 ENV = "GRAPHLAKE_MAX_FAILURE_SHARE"
 DEFAULT_SHARE = 0.25
@@ -20,16 +20,7 @@ class TooManyFailures(RuntimeError):
 
 
 def max_share() -> float:
-    raw = os.environ.get(ENV)
-    if raw is None:
-        return DEFAULT_SHARE
-    try:
-        share = float(raw)
-    except ValueError:
-        raise TooManyFailures(f"{ENV}={raw!r} is not a number between 0 and 1") from None
-    if not 0 <= share <= 1:
-        raise TooManyFailures(f"{ENV}={raw!r} must be between 0 and 1")
-    return share
+    return number_from_env(ENV, DEFAULT_SHARE, least=0, most=1, error=TooManyFailures)
 
 
 class FailureBudget:

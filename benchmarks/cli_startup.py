@@ -3,8 +3,8 @@
 Each command runs in a fresh interpreter (``python -c`` calling the CLI's ``app``), alternating
 between the revisions ``--repeat`` times; the table gives the median wall time and the median peak
 resident memory of the child (``ru_maxrss``), and the ratio after / before. The ``before`` revision
-is checked out into a temporary worktree and put first on ``PYTHONPATH`` through a shim package, so
-both run on the same interpreter and dependencies.
+is put first on ``PYTHONPATH`` (:func:`common.revision_on_path`), so both run on the same interpreter
+and dependencies.
 
     python benchmarks/cli_startup.py --before 8bb8e22 [--repeat 5]
 """
@@ -20,23 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, header
+from common import ROOT, header, revision_on_path
 
 COMMANDS = {"--help": ["--help"], "sql": ["sql", "select 1"], "corpora": ["corpora"]}
 RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
-PACKAGES = ("assets", "kernels", "pipelines", "warehouse", "retrieval")
-
-
-def shim(checkout: Path, folder: Path) -> Path:
-    """A folder holding a ``graphlake`` namespace whose subpackages are the checkout's top-level folders."""
-    package = folder / "graphlake"
-    package.mkdir(parents=True)
-    for name in PACKAGES:
-        if (checkout / name).is_dir():
-            (package / name).symlink_to(checkout / name)
-    return folder
-
-
 def measure(args: list[str], pythonpath: Path | None, home: Path) -> tuple[float, float]:
     """Wall seconds and peak resident MiB of one run of the CLI in a fresh interpreter."""
     env = {**os.environ, "GRAPHLAKE_HOME": str(home)}
@@ -56,20 +43,13 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
     parser.add_argument("--repeat", type=int, default=5)
     options = parser.parse_args()
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
-        worktree = scratch / "before"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), options.before], check=True, capture_output=True)
-        try:
-            sides = {"before": shim(worktree, scratch / "shim"), "after": None}
-            _check_resolves(sides["before"], worktree)
-            results: dict[tuple[str, str], list[tuple[float, float]]] = {}
-            for _ in range(options.repeat):
-                for command, args in COMMANDS.items():
-                    for side, path in sides.items():
-                        results.setdefault((command, side), []).append(measure(args, path, scratch / "lake"))
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
+    with tempfile.TemporaryDirectory() as scratch, revision_on_path(options.before) as before:
+        sides = {"before": before, "after": None}
+        results: dict[tuple[str, str], list[tuple[float, float]]] = {}
+        for _ in range(options.repeat):
+            for command, args in COMMANDS.items():
+                for side, path in sides.items():
+                    results.setdefault((command, side), []).append(measure(args, path, Path(scratch) / "lake"))
     lines = ["| command | before s | after s | after / before | before MiB | after MiB | after / before |", "|---|---:|---:|---:|---:|---:|---:|"]
     for command in COMMANDS:
         b, a = results[(command, "before")], results[(command, "after")]
@@ -81,14 +61,6 @@ def main() -> None:
     command = f"python benchmarks/cli_startup.py --before {options.before} --repeat {options.repeat}"
     text = [*header("CLI start-up: light commands before and after", command), "", f"Median of {options.repeat} alternating runs; before = {options.before}, after = the working tree.", "", table]
     (ROOT / "benchmarks" / "results" / "cli_startup.md").write_text("\n".join(text) + "\n", encoding="utf-8")
-
-
-def _check_resolves(pythonpath: Path, checkout: Path) -> None:
-    """The shim must win over the editable install, or both sides would measure the working tree."""
-    code = "import graphlake.pipelines.cli as cli; print(cli.__file__)"
-    found = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(pythonpath)}, capture_output=True, text=True, check=True)
-    if not Path(found.stdout.strip()).resolve().is_relative_to(checkout.resolve()):
-        raise SystemExit(f"the before revision resolves to {found.stdout.strip()}, not to {checkout}")
 
 
 if __name__ == "__main__":

@@ -7,6 +7,9 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,6 +21,27 @@ def graphlake(*args: str) -> str:
     command = [str(Path(sys.executable).with_name("graphlake")), *args]
     print("$ graphlake " + " ".join(args), file=sys.stderr, flush=True)
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+
+@contextmanager
+def revision_on_path(revision: str) -> Iterator[Path]:
+    """A folder to put first on ``PYTHONPATH`` so that ``graphlake`` is ``revision`` (a temporary git
+    worktree behind a shim package) rather than the working tree, on the same interpreter."""
+    with tempfile.TemporaryDirectory() as scratch:
+        worktree, shim = Path(scratch) / "checkout", Path(scratch) / "shim"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), revision], check=True, capture_output=True)
+        try:
+            (shim / "graphlake").mkdir(parents=True)
+            for entry in worktree.iterdir():
+                if not entry.name.startswith("."):
+                    (shim / "graphlake" / entry.name).symlink_to(entry)
+            code = "import graphlake.pipelines.cli as cli; print(cli.__file__)"
+            found = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(shim)}, capture_output=True, text=True, check=True)
+            if not Path(found.stdout.strip()).resolve().is_relative_to(worktree.resolve()):  # the editable install must not win
+                raise SystemExit(f"revision {revision} resolves to {found.stdout.strip()}, not to {worktree}")
+            yield shim
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
 
 
 def machine() -> str:

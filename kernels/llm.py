@@ -38,6 +38,8 @@ from typing import TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
+from graphlake.environment import number_from_env
+
 ENV_BASE_URL = "GRAPHLAKE_LLM_BASE_URL"
 ENV_MODEL = "GRAPHLAKE_LLM_MODEL"
 ENV_API_KEY = "GRAPHLAKE_LLM_API_KEY"
@@ -87,14 +89,8 @@ class LLMConfig:
             raise LLMUnavailable(f"{ENV_BASE_URL} is {base_url} but {ENV_MODEL} is not set")
         settings = {"base_url": base_url, "model": model, "api_key": os.environ.get(ENV_API_KEY) or "none"}
         for name, key, kind, least in ((ENV_PRICE, "price_per_1k_tokens", float, 0), (ENV_TIMEOUT, "timeout_s", float, 1e-3), (ENV_RETRIES, "max_retries", int, 0)):
-            raw = os.environ.get(name)
-            if raw:
-                try:
-                    settings[key] = kind(raw)
-                except ValueError:
-                    raise LLMUnavailable(f"{name}={raw!r} is not {'an integer' if kind is int else 'a number'}") from None
-                if settings[key] < least:
-                    raise LLMUnavailable(f"{name}={raw!r} must be at least {least}")
+            if os.environ.get(name):
+                settings[key] = number_from_env(name, 0, kind=kind, least=least, error=LLMUnavailable)
         return cls(**(settings | overrides))
 
     def describe(self) -> str:

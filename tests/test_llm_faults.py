@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import json
 import re
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from fake_llm import MODEL, FakeServer
 
 from graphlake.kernels.llm import ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
 from graphlake.kernels.triples import llm_entities
@@ -20,67 +19,12 @@ from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
-MODEL = "fake-model"
-
-
-class FakeServer:
-    """Answers /v1/chat/completions as ``mode`` says: good, garbage, 500, 429 (Retry-After), slow, not-json."""
-
-    def __init__(self) -> None:
-        self.mode = "good"
-        self.requests = 0
-        self.retry_after = "1"
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_POST(self) -> None:
-                self.rfile.read(int(self.headers.get("content-length", 0)))
-                server.requests += 1
-                mode = server.mode
-                if mode == "500":
-                    return self._send(500, b'{"error": {"message": "boom"}}')
-                if mode == "429":
-                    return self._send(429, b'{"error": {"message": "slow down"}}', {"Retry-After": server.retry_after})
-                if mode == "slow":
-                    time.sleep(3)
-                if mode == "not-json":
-                    return self._send(200, b"<html>proxy error</html>")
-                content = '{"entities": ["Marie Curie", "Paris"]}' if mode in ("good", "slow") else "lorem ipsum, no json here"
-                body = {
-                    "id": "x",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": MODEL,
-                    "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
-                    "usage": {"prompt_tokens": 5, "completion_tokens": 5, "total_tokens": 10},
-                }
-                self._send(200, json.dumps(body).encode())
-
-            def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                try:
-                    self.wfile.write(body)
-                except BrokenPipeError:  # the client gave up on a slow answer
-                    pass
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
 
 @pytest.fixture
 def fake():
     server = FakeServer()
     yield server
-    server.httpd.shutdown()
+    server.close()
 
 
 def client(fake: FakeServer, tmp_path, retries: int = 2, timeout: float = 1.0) -> LLMClient:
@@ -129,7 +73,7 @@ def test_timeout_and_retries_come_from_the_environment_and_bad_values_are_named(
     config = LLMConfig.from_env()
     assert (config.timeout_s, config.max_retries) == (2.5, 0)
     monkeypatch.setenv(ENV_RETRIES, "many")
-    with pytest.raises(LLMUnavailable, match=re.escape(f"{ENV_RETRIES}='many' is not an integer")):
+    with pytest.raises(LLMUnavailable, match=re.escape(f"{ENV_RETRIES}='many' is not a whole number")):
         LLMConfig.from_env()
 
 

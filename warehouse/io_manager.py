@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-from dagster import ConfigurableIOManager, ConfigurableResource, InitResourceContext, InputContext, MetadataValue, OutputContext
+from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitResourceContext, InputContext, MetadataValue, OutputContext
 from pydantic import PrivateAttr
 
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -23,8 +23,8 @@ PREVIEW_ROWS = 5
 PREVIEW_CHARS = 80
 
 
-class LakeResource(ConfigurableResource):
-    """The lake root, for assets that need the corpus registry or direct table access."""
+class _RunBoundLake(Config):
+    """The lake root, and the lake as the Dagster run being served sees it."""
 
     home: str
     _run_id: str | None = PrivateAttr(default=None)
@@ -35,23 +35,17 @@ class LakeResource(ConfigurableResource):
     @property
     def lake(self) -> Lake:
         return Lake(Path(self.home), self._run_id)
+
+
+class LakeResource(_RunBoundLake, ConfigurableResource):
+    """The lake root, for assets that need the corpus registry or direct table access."""
 
     @property
     def registry(self) -> CorpusRegistry:
         return CorpusRegistry(Path(self.home))
 
 
-class LakeIOManager(ConfigurableIOManager):
-    home: str
-    _run_id: str | None = PrivateAttr(default=None)
-
-    def setup_for_execution(self, context: InitResourceContext) -> None:
-        self._run_id = context.run.run_id if context.run else None
-
-    @property
-    def lake(self) -> Lake:
-        return Lake(Path(self.home), self._run_id)
-
+class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
         table, partition = _address(context.definition_metadata, context.partition_key)
         path = self.lake.write(table, partition, obj)

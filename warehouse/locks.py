@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from graphlake.environment import number_from_env
+
 LOCKS = "locks"
 WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
 DEFAULT_WAIT_S = 1800.0
@@ -31,16 +33,7 @@ class LockedError(RuntimeError):
 
 
 def wait_seconds() -> float:
-    raw = os.environ.get(WAIT_ENV)
-    if raw is None:
-        return DEFAULT_WAIT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        raise LockedError(f"{WAIT_ENV}={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise LockedError(f"{WAIT_ENV}={raw!r} must be 0 or more seconds")
-    return value
+    return number_from_env(WAIT_ENV, DEFAULT_WAIT_S, least=0, error=LockedError)
 
 
 @contextmanager

@@ -10,7 +10,6 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from graphlake.environment import number_from_env
 from graphlake.warehouse.tables import row_schema
 
 MAX_LINE_ENV = "GRAPHLAKE_MAX_LINE_BYTES"
@@ -95,14 +95,10 @@ def find_file(folder: Path, *names: str) -> Path:
 
 
 def max_line_bytes() -> int:
-    raw = os.environ.get(MAX_LINE_ENV)
     try:
-        limit = int(raw) if raw else MAX_LINE_BYTES
-    except ValueError:
-        raise IngestError(Path(MAX_LINE_ENV), f"{MAX_LINE_ENV}={raw!r} is not a whole number of bytes") from None
-    if limit < 1:
-        raise IngestError(Path(MAX_LINE_ENV), f"{MAX_LINE_ENV}={raw!r} must be at least 1")
-    return limit
+        return int(number_from_env(MAX_LINE_ENV, MAX_LINE_BYTES, kind=int, least=1))
+    except ValueError as error:
+        raise IngestError(Path(MAX_LINE_ENV), str(error)) from None
 
 
 def iter_lines(path: Path) -> Iterator[tuple[int, str]]:

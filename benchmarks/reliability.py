@@ -1,0 +1,349 @@
+"""Reliability probe: what kill -9, two writers, bad input and a faulty LLM server leave behind, for
+two revisions side by side (``--before`` checked out, ``after`` = the working tree).
+
+- **kills**: a small corpus is built, edited, and its re-materialization killed (-9) after each
+  table or artefact it writes; after each kill the corpus must equal the previous or the next
+  version as a whole, name no node outside its ``nodes``, and answer every method's query.
+- **writers**: two ``materialize`` of one corpus at once must both end with exit 0 or a clear lock
+  message (never a ``FileNotFoundError``) and leave what one run leaves.
+- **bad input**: each case must exit non-zero with no traceback, name its file / option / line, and
+  leave ``corpora.yaml`` byte-identical; the commands that do not need a broken file must work.
+- **faulty LLM**: after a good LLM run, answers that are garbage, not JSON or 500 must not replace
+  the good ``entities``/``mentions``.
+
+    .venv/bin/python benchmarks/reliability.py --before 2c421fa
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from common import ROOT, header, revision_on_path
+
+from graphlake.tests.fake_llm import MODEL, FakeServer
+
+CORPUS = "tiny"
+ASSETS = ("documents", "queries", "qrels", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")
+SELECTION = " or ".join(f"key:{name}" for name in ASSETS)
+LLM_SELECTION = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
+METHODS = ("bm25", "dense", "dense_hnsw", "rrf")
+TEXTS = {
+    "d0": "The lighthouse keeper logged every storm on the northern cape.",
+    "d1": "Tidal charts for the harbour were redrawn after the survey of 1911.",
+    "d2": "A brass telescope was found in the keeper's cottage.",
+    "d3": "Fishing boats sheltered in the bay during the winter gales.",
+    "d4": "The survey ship mapped reefs south of the harbour.",
+    "d5": "Storm warnings were raised with flags on the pier.",
+}
+EDITED = {**{k: v for k, v in TEXTS.items() if k != "d5"}, "d0": TEXTS["d0"] + " It burned whale oil.", "d2": "The cottage was sold.", "d9": "A new pier opened."}
+RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
+# the corpus as SQL sees it, dangling references, and one query per method; run with the side's own code
+CHECK = """
+import json, sys
+from pathlib import Path
+from graphlake.retrieval.methods import search
+from graphlake.warehouse.catalog import Catalog
+home, corpus, methods = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
+found = {"tables": {}, "dangling": 0, "answers": {}}
+nodes = f"(SELECT node_id FROM nodes WHERE corpus = '{corpus}')"
+with Catalog(home).reader() as con:
+    for table in ("documents", "queries", "qrels", "nodes", "edges", "vectors", "runs"):
+        columns = "query_id, rank, node_id" if table == "runs" else "*"
+        found["tables"][table] = sorted(map(repr, con.execute(f"SELECT {columns} FROM {table} WHERE corpus = ?", [corpus]).fetchall()))
+    for table, condition in (("edges", f"src NOT IN {nodes} OR dst NOT IN {nodes}"), ("vectors", f"node_id NOT IN {nodes}"), ("runs", f"node_id NOT IN {nodes}")):
+        found["dangling"] += con.execute(f"SELECT count(*) FROM {table} WHERE corpus = '{corpus}' AND ({condition})").fetchone()[0]
+for method in methods:
+    try:
+        found["answers"][method] = len(search(home, corpus, method, "storm warnings", 3)[0])
+    except Exception as error:
+        found["answers"][method] = f"{type(error).__name__}: {error}"[:200]
+print(json.dumps(found))
+"""
+
+
+class Side:
+    """One revision's ``graphlake``, run in fresh interpreters on lakes under ``scratch``."""
+
+    def __init__(self, name: str, pythonpath: Path | None, scratch: Path) -> None:
+        self.name, self.scratch = name, scratch / name
+        self.env = {**os.environ, "PYTHONPATH": str(pythonpath)} if pythonpath else dict(os.environ)
+
+    def start(self, home: Path, *args: str, **env: str) -> subprocess.Popen:
+        variables = {**self.env, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **env}
+        return subprocess.Popen([sys.executable, "-c", RUN, *args], env=variables, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def run(self, home: Path, *args: str, timeout: float = 900, **env: str) -> tuple[int, str]:
+        process = self.start(home, *args, **env)
+        try:
+            out, err = process.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:  # e.g. a server started on a port that should have been refused
+            process.kill()
+            out, err = process.communicate()
+            return -9, out + err + f"\n(still running after {timeout:g} s: killed)"
+        return process.returncode, out + err
+
+    def must(self, home: Path, *args: str, **env: str) -> None:
+        code, output = self.run(home, *args, **env)
+        if code != 0:
+            raise SystemExit(f"{self.name}: graphlake {' '.join(args)} failed:\n{output[-2000:]}")
+
+    def check(self, home: Path) -> dict:
+        done = subprocess.run([sys.executable, "-c", CHECK, str(home), CORPUS, ",".join(METHODS)], env={**self.env, "GRAPHLAKE_HOME": str(home)}, capture_output=True, text=True)
+        return json.loads(done.stdout) if done.returncode == 0 else {"error": done.stderr.strip().splitlines()[-1:]}
+
+    def build(self, home: Path, source: Path, texts: dict[str, str]) -> None:
+        write_corpus(source, texts)
+        self.must(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS)
+        self.must(home, "materialize", "--corpus", CORPUS, "--select", SELECTION)
+
+
+def write_corpus(folder: Path, texts: dict[str, str]) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": f"doc {i}", "text": t}) + "\n" for i, t in texts.items()))
+    query = {"id": "q1", "text": "storm on the cape", "split": "test", "qrels": {next(iter(texts)): 1}}
+    (folder / "queries.jsonl").write_text(json.dumps(query) + "\n")
+
+
+def written(home: Path) -> dict[str, int]:
+    """The corpus's table files and artefact folders with their latest modification: one entry per
+    thing an asset writes, in either revision's layout."""
+    found = {}
+    for path in home.glob(f"tables/*/corpus={CORPUS}/**/*.parquet"):
+        found[str(path)] = path.stat().st_mtime_ns
+    for folder in home.glob(f"artifacts/*/corpus={CORPUS}"):
+        for path in folder.iterdir():
+            found[str(path)] = max((p.stat().st_mtime_ns for p in [path, *path.rglob("*")]), default=0)
+    return found
+
+
+def consistent(state: dict, versions: list[dict]) -> tuple[bool, str]:
+    if "error" in state:
+        return False, f"unreadable: {state['error']}"
+    if state["tables"] not in [v["tables"] for v in versions]:
+        mixed = [t for t in state["tables"] if all(state["tables"][t] != v["tables"][t] for v in versions)]
+        return False, f"mixed versions ({', '.join(mixed) or 'tables from both'})"
+    if state["dangling"]:
+        return False, f"{state['dangling']} rows name nodes outside nodes"
+    failed = [m for m, n in state["answers"].items() if not isinstance(n, int) or n == 0]
+    return (False, f"methods fail: {', '.join(failed)}") if failed else (True, "one version")
+
+
+def kills(side: Side) -> tuple[int, int, list[str]]:
+    home, source = side.scratch / "kills", side.scratch / "raw"
+    side.build(side.scratch / "next", side.scratch / "raw-next", EDITED)
+    side.build(home, source, TEXTS)
+    versions = [side.check(home), side.check(side.scratch / "next")]
+    write_corpus(source, EDITED)
+    good, seen, notes, kill = 0, 0, [], 0
+    while True:
+        before = written(home)
+        process = side.start(home, "materialize", "--corpus", CORPUS, "--select", SELECTION)
+        while process.poll() is None and sum(before.get(p) != t for p, t in written(home).items()) < kill:
+            time.sleep(0.02)
+        if process.poll() is not None:
+            break
+        if kill == 0:
+            time.sleep(2.0)
+        os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        kill += 1
+        ok, why = consistent(side.check(home), versions)
+        good, seen = good + ok, seen + 1
+        notes.append(f"kill {kill}: {why}")
+    process.communicate()
+    ok, why = consistent(side.check(home), versions[1:])
+    notes.append(f"the run after the kills: exit {process.returncode}, {why}")
+    return good, seen, notes
+
+
+def writers(side: Side) -> tuple[bool, str]:
+    home, source = side.scratch / "writers", side.scratch / "raw-writers"
+    write_corpus(source, TEXTS)
+    side.must(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS)
+    both = [side.start(home, "materialize", "--corpus", CORPUS, "--select", SELECTION) for _ in range(2)]
+    ended = [(p.wait(timeout=900), p.stderr.read()) for p in both]
+    clean = side.scratch / "writers-clean"
+    side.build(clean, side.scratch / "raw-writers-clean", TEXTS)
+    codes = [code for code, _ in ended]
+    if any("FileNotFoundError" in err for _, err in ended):
+        return False, f"exits {codes}, FileNotFoundError"
+    if any(code != 0 and "being written by" not in err for code, err in ended):
+        return False, f"exits {codes}: " + next(err.strip().splitlines()[-1] for code, err in ended if code != 0)
+    same = side.check(home).get("tables") == side.check(clean)["tables"]
+    return same, f"exits {codes}, " + ("equal to one run" if same else "differs from one run")
+
+
+def bad_input_cases(folder: Path) -> list[tuple[str, list[str], list[str], dict[str, str]]]:
+    """(name, arguments, what the message must name, environment) for each case, all of which must
+    fail; the files they read are written under ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+
+    def file(name: str, text: str | bytes) -> str:
+        path = folder / name
+        path.write_bytes(text if isinstance(text, bytes) else text.encode())
+        return str(path)
+
+    record = json.dumps({"id": "a", "title": "A", "text": "alpha"}) + "\n"
+    good = file("good.jsonl", record)
+    ingest = ["ingest", "jsonl"]
+    cases = [
+        ("query --top 0", ["query", "--corpus", CORPUS, "--method", "bm25", "--top", "0", "x"], ["--top"]),
+        ("query --top -3", ["query", "--corpus", CORPUS, "--method", "bm25", "--top", "-3", "x"], ["--top"]),
+        ("query --top ten", ["query", "--corpus", CORPUS, "--method", "bm25", "--top", "ten", "x"], ["--top"]),
+        ("eval --k 0", ["eval", "--corpus", CORPUS, "--k", "0"], ["--k"]),
+        ("eval --k -5", ["eval", "--corpus", CORPUS, "--k", "-5"], ["--k"]),
+        ("eval --k abc", ["eval", "--corpus", CORPUS, "--k", "abc"], ["--k"]),
+        ("eval --sample 0", ["eval", "--corpus", CORPUS, "--sample", "0"], ["--sample"]),
+        ("ingest --chunk-size 0", [*ingest, good, "--corpus", "c2", "--chunk-size", "0"], ["--chunk-size"]),
+        ("ingest --chunk-size abc", [*ingest, good, "--corpus", "c2", "--chunk-size", "abc"], ["--chunk-size"]),
+        ("ingest --chunk-overlap -1", [*ingest, good, "--corpus", "c2", "--chunk-overlap", "-1"], ["--chunk-overlap"]),
+        ("ui --port 0", ["ui", "--port", "0"], ["--port"]),
+        ("ui --port 99999", ["ui", "--port", "99999"], ["--port"]),
+        ("query: unknown corpus", ["query", "--corpus", "nope", "--method", "bm25", "x"], ["nope"]),
+        ("query: unknown method", ["query", "--corpus", CORPUS, "--method", "nope", "x"], ["nope"]),
+        ("ingest: missing file", [*ingest, str(folder / "missing.jsonl"), "--corpus", CORPUS], ["missing.jsonl"]),
+        ("ingest: malformed JSON line", [*ingest, file("bad.jsonl", record + "{not json\n"), "--corpus", CORPUS], ["bad.jsonl:2"]),
+        ("ingest: not UTF-8", [*ingest, file("latin.jsonl", record.encode() + b'{"id": "b", "text": "caf\xe9"}\n'), "--corpus", CORPUS], ["latin.jsonl:2"]),
+        ("ingest: record without text", [*ingest, file("notext.jsonl", record + '{"id": "b", "title": "B"}\n'), "--corpus", CORPUS], ["notext.jsonl:2"]),
+        ("ingest: duplicate id", [*ingest, file("dup.jsonl", record + record), "--corpus", CORPUS], ["dup.jsonl:2"]),
+        ("ingest: empty file", [*ingest, file("empty.jsonl", ""), "--corpus", CORPUS], ["empty.jsonl"]),
+        ("ingest: a record that is a list", [*ingest, file("list.jsonl", record + "[1, 2]\n"), "--corpus", CORPUS], ["list.jsonl:2"]),
+        ("ingest: hotpotqa not a list", ["ingest", "hotpotqa", file("dict.json", json.dumps({"question": "x"})), "--corpus", CORPUS], ["dict.json"]),
+        ("ingest: huge line", [*ingest, file("huge.jsonl", record + json.dumps({"id": "b", "text": "x" * 5000}) + "\n"), "--corpus", CORPUS], ["huge.jsonl:2"]),
+        ("ingest: a folder for a file", [*ingest, str(folder), "--corpus", CORPUS], [folder.name]),
+        ("ingest: unknown format", ["ingest", "nope", good, "--corpus", CORPUS], ["nope"]),
+        ("ingest: malformed queries", [*ingest, good, "--queries", file("q.jsonl", "{oops\n"), "--corpus", CORPUS], ["q.jsonl:1"]),
+        ("ingest: qrel to an unknown doc", [*ingest, good, "--queries", file("q2.jsonl", json.dumps({"id": "q", "text": "t", "qrels": {"zz": 1}}) + "\n"), "--corpus", CORPUS], ["zz"]),
+    ]
+    return [(name, args, named, {"GRAPHLAKE_MAX_LINE_BYTES": "1000"} if "huge" in name else {}) for name, args, named in cases]
+
+
+def config_cases(side: Side, home: Path) -> list[tuple[str, bool, str]]:
+    """Broken configuration files: the commands that need them fail naming file and line; the others work."""
+    results = []
+    methods, corpora = home / "methods.yaml", home / "corpora.yaml"
+    kept = corpora.read_bytes()
+    methods.write_text("rrf: {op: rrf, inputs: [bm25, dense]\nbm25: {op: bm25}\n")
+    for args in (["sql", "select 1"], ["corpora"], ["--help"]):
+        code, output = side.run(home, *args)
+        results.append((f"broken methods.yaml, {args[0]} still works", code == 0, output.strip().splitlines()[-1][:160] if output.strip() else ""))
+    code, output = side.run(home, "query", "--corpus", CORPUS, "--method", "bm25", "storm")
+    results.append(("broken methods.yaml, query names it", clear(code, output, ["methods.yaml:2"]), last_line(output)))
+    methods.write_text("bm25: {op: bm25}\nmine: {op: nope}\n")
+    code, output = side.run(home, "eval", "--corpus", CORPUS)
+    results.append(("unknown operator in methods.yaml", clear(code, output, ["methods.yaml", "nope"]), last_line(output)))
+    methods.unlink()
+    corpora.write_text("corpora:\n  mine: {format: jsonl, path: /x\n")
+    code, output = side.run(home, "sql", "select 1")
+    results.append(("broken corpora.yaml, sql still works", code == 0, last_line(output)))
+    code, output = side.run(home, "corpora")
+    results.append(("broken corpora.yaml, corpora names it", clear(code, output, ["corpora.yaml:3"]), last_line(output)))
+    corpora.write_bytes(kept)
+    return results
+
+
+def last_line(output: str) -> str:
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    return lines[-1][:160] if lines else ""
+
+
+def clear(code: int, output: str, named: list[str]) -> bool:
+    return code != 0 and "Traceback" not in output and all(part in output for part in named)
+
+
+def bad_inputs(side: Side) -> list[tuple[str, bool, str]]:
+    home = side.scratch / "kills"  # a built lake, as a user's would be
+    corpora = home / "corpora.yaml"
+    results = []
+    for name, args, named, env in bad_input_cases(side.scratch / "inputs"):
+        kept = corpora.read_bytes()
+        code, output = side.run(home, *args, timeout=120, **env)
+        unchanged = corpora.read_bytes() == kept
+        corpora.write_bytes(kept)
+        ok = clear(code, output, named) and unchanged
+        results.append((name, ok, last_line(output) + ("" if unchanged else " [corpora.yaml rewritten]")))
+    return results + config_cases(side, home)
+
+
+def faulty_llm(side: Side) -> list[tuple[str, bool, str]]:
+    """After a good LLM run, each fault mode: did the good entities/mentions survive?"""
+    server = FakeServer()
+    try:
+        home = side.scratch / "llm"
+        texts = {"d0": "Marie Curie worked in Paris.", "d1": "Paris is in France.", "d2": "Curie won two prizes."}
+        write_corpus(side.scratch / "raw-llm", texts)
+        env = {"GRAPHLAKE_LLM_BASE_URL": server.url, "GRAPHLAKE_LLM_MODEL": MODEL, "GRAPHLAKE_LLM_RETRIES": "1", "GRAPHLAKE_LLM_TIMEOUT": "2"}
+        side.must(home, "ingest", "jsonl", str(side.scratch / "raw-llm" / "docs.jsonl"), "--corpus", CORPUS)
+        side.must(home, "materialize", "--corpus", CORPUS, "--select", LLM_SELECTION, **env)
+        read = f"SELECT count(*) FROM entities WHERE corpus = '{CORPUS}' AND extractor = 'llm'"
+        good = side.run(home, "sql", read)[1]
+        results = []
+        for mode in ("garbage", "not-json", "500"):
+            server.mode = mode
+            for path in (home / "llm_cache").rglob("*.json"):
+                path.unlink()
+            code, output = side.run(home, "materialize", "--corpus", CORPUS, "--select", LLM_SELECTION, **env)
+            kept = side.run(home, "sql", read)[1] == good
+            results.append((f"LLM answers {mode} after a good run", kept, f"exit {code}: {last_line(output)}"))
+        return results
+    finally:
+        server.close()
+
+
+def probe(side: Side, log: Callable[[str], None]) -> dict:
+    found = {}
+    log(f"{side.name}: kills")
+    found["kills"] = kills(side)
+    log(f"{side.name}: writers")
+    found["writers"] = writers(side)
+    log(f"{side.name}: bad input")
+    found["bad"] = bad_inputs(side)
+    log(f"{side.name}: faulty LLM")
+    found["llm"] = faulty_llm(side)
+    return found
+
+
+def report(before: str, sides: dict[str, dict]) -> list[str]:
+    b, a = sides["before"], sides["after"]
+    count = lambda rows: f"{sum(ok for _, ok, _ in rows)}/{len(rows)}"  # noqa: E731
+    lines = [
+        "| probe | before | after |",
+        "|---|---:|---:|",
+        f"| kills leaving one consistent version | {b['kills'][0]}/{b['kills'][1]} | {a['kills'][0]}/{a['kills'][1]} |",
+        f"| two writers end cleanly, as one run | {'yes' if b['writers'][0] else 'no'} | {'yes' if a['writers'][0] else 'no'} |",
+        f"| bad input / config: clear error, nothing lost | {count(b['bad'])} | {count(a['bad'])} |",
+        f"| faulty LLM after a good run: good tables kept | {count(b['llm'])} | {count(a['llm'])} |",
+        "",
+        f"before = {before}, after = the working tree.",
+    ]
+    for name, side in sides.items():
+        lines += ["", f"## {name}", "", *[f"- {note}" for note in side["kills"][2]], f"- writers: {side['writers'][1]}"]
+        lines += [f"- {'ok' if ok else 'FAIL'} {case}: `{message}`" for case, ok, message in side["bad"] + side["llm"]]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
+    options = parser.parse_args()
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    with tempfile.TemporaryDirectory() as scratch, revision_on_path(options.before) as before:
+        sides = {name: probe(Side(name, path, Path(scratch)), log) for name, path in (("before", before), ("after", None))}
+    lines = report(options.before, sides)
+    print("\n".join(lines[:8]))
+    command = f"python benchmarks/reliability.py --before {options.before}"
+    text = [*header("Reliability probe: kills, writers, bad input, faulty LLM", command), "", *lines]
+    (ROOT / "benchmarks" / "results" / "reliability.md").write_text("\n".join(text) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
