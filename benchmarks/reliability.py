@@ -79,14 +79,14 @@ class Side:
 
     def start(self, home: Path, *args: str, **env: str) -> subprocess.Popen:
         variables = {**self.env, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **env}
-        return subprocess.Popen([sys.executable, "-c", RUN, *args], env=variables, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        return subprocess.Popen([sys.executable, "-c", RUN, *args], env=variables, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
 
     def run(self, home: Path, *args: str, timeout: float = 900, **env: str) -> tuple[int, str]:
         process = self.start(home, *args, **env)
         try:
             out, err = process.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:  # e.g. a server started on a port that should have been refused
-            process.kill()
+            os.killpg(process.pid, signal.SIGKILL)  # its children too (dagster dev's webserver and daemon)
             out, err = process.communicate()
             return -9, out + err + f"\n(still running after {timeout:g} s: killed)"
         return process.returncode, out + err
@@ -116,13 +116,20 @@ def write_corpus(folder: Path, texts: dict[str, str]) -> None:
 def written(home: Path) -> dict[str, int]:
     """The corpus's table files and artefact folders with their latest modification: one entry per
     thing an asset writes, in either revision's layout."""
+    def mtime(path: Path) -> int:
+        try:
+            return max((p.stat().st_mtime_ns for p in [path, *path.rglob("*")]), default=0)
+        except FileNotFoundError:  # renamed or removed by the run meanwhile
+            return -1
+
     found = {}
     for path in home.glob(f"tables/*/corpus={CORPUS}/**/*.parquet"):
-        found[str(path)] = path.stat().st_mtime_ns
+        found[str(path)] = mtime(path)
     for folder in home.glob(f"artifacts/*/corpus={CORPUS}"):
         for path in folder.iterdir():
-            found[str(path)] = max((p.stat().st_mtime_ns for p in [path, *path.rglob("*")]), default=0)
-    return found
+            if not path.name.startswith("."):  # a folder being filled
+                found[str(path)] = mtime(path)
+    return {path: when for path, when in found.items() if when >= 0}
 
 
 def consistent(state: dict, versions: list[dict]) -> tuple[bool, str]:
@@ -336,8 +343,11 @@ def main() -> None:
     parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
     options = parser.parse_args()
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
-    with tempfile.TemporaryDirectory() as scratch, revision_on_path(options.before) as before:
-        sides = {name: probe(Side(name, path, Path(scratch)), log) for name, path in (("before", before), ("after", None))}
+    with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch, revision_on_path(options.before) as before:
+        sides = {}
+        for name, path in (("before", before), ("after", None)):
+            sides[name] = probe(Side(name, path, Path(scratch)), log)
+            log(json.dumps({name: sides[name]}))  # each side's findings as soon as they are known
     lines = report(options.before, sides)
     print("\n".join(lines[:8]))
     command = f"python benchmarks/reliability.py --before {options.before}"
