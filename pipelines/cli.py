@@ -254,15 +254,17 @@ def sql(
     query: Annotated[str, typer.Argument(help="SQL over the lake's tables (read-only).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of row objects.")] = False,
 ) -> None:
-    """Run SQL on a read-only connection to the lake's DuckDB catalog."""
+    """Run SQL queries on a read-only connection to the lake's DuckDB catalog that reads only the lake's folder."""
     import duckdb
 
+    home = lake_home()
     try:
-        Catalog.refuse_writes(query)
-        with Catalog(lake_home()).reader() as con:
-            result = con.execute(query)
+        with Catalog(home).sandbox() as con:
+            result = Catalog.run_read_only(con, query)
             names = [column[0] for column in result.description or []]
             rows = result.fetchall()
+    except duckdb.PermissionException as error:
+        _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's folder {home}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
     except (duckdb.Error, ReadOnlyError) as error:
         _fail(str(error))
     if as_json:

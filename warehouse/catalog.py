@@ -35,6 +35,9 @@ _DUCKDB_TYPES = {
 }
 
 
+_READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+
+
 class ReadOnlyError(ValueError):
     """A statement that would write, sent to the lake's read-only SQL."""
 
@@ -64,24 +67,36 @@ class Catalog:
         with self._locked(fcntl.LOCK_SH), duckdb.connect(str(self.path), read_only=True) as con:
             yield con
 
-    @staticmethod
-    def refuse_writes(query: str) -> None:
-        """Refuse a statement that would change the lake, naming it: the catalog is read through, and its
-        tables change only by materializing (DuckDB's own refusal of a write to a view is obscure)."""
-        import sqlglot
-        from sqlglot import exp
+    @contextmanager
+    def sandbox(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A read-only connection that reads nothing outside the lake's folder, writes nowhere, and
+        cannot be reconfigured: what ``graphlake sql`` hands a user. Statements go through
+        :meth:`run_read_only`; a full DuckDB session is any client opening ``catalog.duckdb``."""
+        with self.reader() as con:
+            folder = str(self.home.resolve()).replace("'", "''")
+            con.execute(f"SET allowed_directories = ['{folder}/']")
+            con.execute("SET enable_external_access = false")  # files outside those, extensions, ATTACH
+            con.execute("SET lock_configuration = true")  # no SET/RESET can lift the two above
+            yield con
 
-        try:
-            statements = sqlglot.parse(query, read="duckdb")
-        except sqlglot.errors.ParseError:
-            return  # DuckDB's message for SQL it cannot parse is the clearer one
-        writes = (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop, exp.Alter, exp.TruncateTable)
+    @staticmethod
+    def run_read_only(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection:
+        """Execute ``query`` if DuckDB's own parser finds only queries in it (SELECT, and EXPLAIN);
+        else refuse it naming the statement. COPY ... TO, EXPORT, SET, CALL and any DDL or DML would
+        change a file, the catalog or the session."""
+        statements = con.extract_statements(query)
         for statement in statements:
-            if isinstance(statement, writes):
+            if statement.type not in _READING:
+                shown = " ".join(statement.query.split())
+                shown = shown if len(shown) <= 60 else shown[:57] + "..."
                 raise ReadOnlyError(
-                    f"the lake's SQL connection is read-only: {statement.key.upper()} would change it; "
+                    f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
                     "its tables change only through `graphlake ingest` / `graphlake materialize`"
                 )
+        result = con
+        for statement in statements:
+            result = con.execute(statement)
+        return result
 
     def _committed_files(self) -> dict[str, list[str]]:
         """Table -> the data files of every scope's current snapshot."""

@@ -1,0 +1,73 @@
+"""``graphlake sql`` is read-only for real: no statement it runs writes a file, reads outside the lake's
+folder, loads code or lifts those limits; every query the README shows still runs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import duckdb
+import pytest
+from typer.testing import CliRunner
+
+from graphlake.pipelines.cli import app
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+SECRET = "sk-never-print-me-4711"
+
+
+def sql(*args: str):
+    return CliRunner().invoke(app, ["sql", *args], catch_exceptions=False)
+
+
+def readme_queries() -> list[str]:
+    found = re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', README.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert len(found) >= 10, "the README's SQL examples were not found"
+    return found
+
+
+def test_every_escape_is_refused_naming_what_and_every_readme_query_runs(reads_demo, tmp_path, monkeypatch):
+    monkeypatch.setenv("GRAPHLAKE_LLM_API_KEY", SECRET)
+    home = reads_demo.home
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    duckdb.sql(f"COPY (SELECT 42 AS answer) TO '{outside / 'mine.parquet'}'")
+    (outside / "notes.csv").write_text("a,b\n1,2\n")
+    committed = next(home.glob("tables/nodes/corpus=demo/data-*.parquet"))
+    before = committed.read_bytes()
+    escapes = {
+        f"COPY (SELECT 1) TO '{outside / 'out.csv'}'": "COPY",
+        f"COPY (SELECT 1 AS x) TO '{committed}'": "COPY",  # over the lake's own committed data
+        "SELECT 1; COPY (SELECT 1) TO 'later.csv'": "COPY",  # nothing runs when any statement writes
+        f"EXPORT DATABASE '{outside / 'export'}'": "EXPORT",
+        f"ATTACH '{outside / 'other.duckdb'}' AS other": "ATTACH",
+        "INSTALL httpfs": "LOAD",
+        "LOAD httpfs": "LOAD",
+        "SET enable_external_access = true": "SET",
+        "RESET allowed_directories": "SET",
+        "PRAGMA enable_profiling": "PRAGMA",
+        "CREATE OR REPLACE VIEW nodes AS SELECT 1 AS node_id": "CREATE",
+        "DROP VIEW nodes": "DROP",
+        "INSERT INTO documents SELECT * FROM documents": "INSERT",
+        "SELECT * FROM read_text('/proc/self/environ')": "/proc/self/environ",
+        f"SELECT * FROM read_csv('{outside / 'notes.csv'}')": "notes.csv",
+        f"SELECT * FROM read_parquet('{outside / 'mine.parquet'}')": "mine.parquet",
+        "SELECT * FROM glob('/etc/*')": "/etc/*",
+        f"SELECT * FROM read_blob('{home.parent}/*')": str(home.parent),
+    }
+    for statement, named in escapes.items():
+        refused = sql(statement)
+        assert refused.exit_code == 1, (statement, refused.output)
+        assert named in refused.stderr and ("read-only" in refused.stderr or "refused" in refused.stderr), (statement, refused.stderr)
+        assert SECRET not in refused.output and "Traceback" not in refused.output
+    assert not (outside / "out.csv").exists() and not (outside / "export").exists() and not (outside / "other.duckdb").exists()
+    assert not Path("later.csv").exists() and committed.read_bytes() == before
+    for query in readme_queries():
+        answered = sql(query, "--json")
+        assert answered.exit_code == 0 and answered.stdout.startswith("["), (query, answered.output)
+    assert sql("SELECT count(*) AS n FROM read_parquet(?)".replace("?", f"'{committed}'"), "--json").exit_code == 0  # the lake's own files stay readable
+
+
+@pytest.mark.parametrize("statement", ["SELECT 1", "EXPLAIN SELECT 1", "DESCRIBE nodes", "SHOW TABLES", "WITH a AS (SELECT 2 AS x) SELECT x FROM a"])
+def test_plain_queries_of_every_form_pass(lake, statement):
+    assert sql(statement).exit_code == 0
