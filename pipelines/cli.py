@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
-import sys
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -424,15 +423,38 @@ def ui(
     port: Annotated[int, typer.Option(min=1, max=65535, help="Port on loopback.")] = 3000,
 ) -> None:
     """Serve the Dagster UI (and its daemon, for the reindex sensor) on 127.0.0.1."""
-    from graphlake.pipelines.runner import prepare_dagster_home
+    from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, dagster_command, prepare_dagster_home
 
     home = lake_home()
     dagster_home = prepare_dagster_home(home)
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "GRAPHLAKE_HOME": str(home)}
-    dagster = shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
-    command = [dagster, "dev", "-m", "graphlake.pipelines.definitions", "-h", "127.0.0.1", "-p", str(port)]
+    command = [dagster_command(), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(port)]
     # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
     raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
+
+
+class Switch(str, Enum):
+    on = "on"
+    off = "off"
+    status = "status"
+
+
+@app.command()
+def schedule(action: Annotated[Switch, typer.Argument(help="on, off, or status.")] = Switch.status) -> None:
+    """Turn the reindex schedule and the change sensor on or off together, or show them. They tick
+    while a Dagster daemon runs for the lake (`graphlake ui` starts one)."""
+    from graphlake.pipelines.reindex import switch, switches
+
+    home = lake_home()
+    if action is not Switch.status:
+        try:
+            switch(home, action is Switch.on)
+        except RuntimeError as error:
+            _fail(str(error))
+    table = Table("instigator", "kind", "state", "when")
+    for name, (kind, state, when) in switches(home).items():
+        table.add_row(name, kind, state, when)
+    console.print(table)
 
 
 def _cutoffs(k: str) -> list[int]:

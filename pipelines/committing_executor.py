@@ -10,11 +10,10 @@ from pathlib import Path
 
 from dagster import Executor, ExecutorDefinition, multi_or_in_process_executor
 
+from graphlake.pipelines.reindex import PARTITION_TAG
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.snapshots import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
-
-PARTITION_TAG = "dagster/partition"
 
 
 class CommittingExecutor(Executor):

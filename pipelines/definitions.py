@@ -1,4 +1,4 @@
-"""The code location: every asset, its resources, the corpus job, the reindex sensor and the committing executor."""
+"""The code location: every asset, its resources, the jobs, the reindex sensor and schedule, and the committing executor."""
 
 from pathlib import Path
 
@@ -14,7 +14,7 @@ from graphlake.assets.reranker import reranker
 from graphlake.assets.retrieval import method_assets
 from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.pipelines.committing_executor import committing_executor
-from graphlake.pipelines.sensors import corpus_change_sensor
+from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
@@ -50,7 +50,7 @@ CHECKS = [
 # The LLM-backed assets need a server (GRAPHLAKE_LLM_BASE_URL): opt-in, never part of the default build.
 DEFAULT_SELECTION = AssetSelection.all() - AssetSelection.groups("llm")
 
-INDEX_JOB, INGEST_JOB, EVALUATE_JOB = "index_corpus", "ingest_corpus", "evaluate"
+INGEST_JOB, EVALUATE_JOB = "ingest_corpus", "evaluate"
 index_corpus = define_asset_job(
     INDEX_JOB, selection=DEFAULT_SELECTION, description="Everything graphlake builds for one corpus, from raw files to evaluated runs."
 )
@@ -76,6 +76,7 @@ def build_definitions(home: Path) -> Definitions:
         resources=resources(home),
         jobs=[index_corpus, ingest_corpus, evaluate],
         sensors=[corpus_change_sensor],
+        schedules=[reindex_schedule()],
         executor=committing_executor(home),
     )
 

@@ -8,7 +8,6 @@ left, and commits its versions as the corpus's next snapshot only if every step 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 import uuid
@@ -29,9 +28,10 @@ from dagster import (
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INDEX_JOB, INGEST_JOB, build_definitions
+from graphlake.pipelines.dagster_home import prepare_dagster_home
+from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INGEST_JOB, build_definitions
+from graphlake.pipelines.reindex import INDEX_JOB, SOURCE_TAG, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.home import project_root
 from graphlake.warehouse.locks import LockedError, writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.snapshots import LAKE_SCOPE
@@ -62,16 +62,6 @@ class RunConfigError(MaterializeError):
     """The run config does not fit the selected assets' config schemas; nothing ran."""
 
 
-def prepare_dagster_home(home: Path) -> Path:
-    """``$DAGSTER_HOME`` if set, else ``<lake>/dagster`` seeded with the project's dagster.yaml."""
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    settings = project_root() / "dagster.yaml"
-    if settings.is_file() and not (dagster_home / "dagster.yaml").exists():
-        shutil.copyfile(settings, dagster_home / "dagster.yaml")
-    return dagster_home
-
-
 def materialize_corpus(
     home: Path,
     corpus: str,
@@ -92,9 +82,10 @@ def materialize_corpus(
 
 def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str) -> dict[str, str]:
     try:
-        CorpusRegistry(home).get(corpus)
+        spec = CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
         raise MaterializeError(str(error)) from None
+    built_from = {SOURCE_TAG: source_fingerprint(spec)} if selection is None else {}  # a full build: the reindexing's record
     os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
     defs = build_definitions(home)
     assets = list(defs.assets)
@@ -117,7 +108,7 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
                     instance=instance,
                     partition_key=corpus if partitioned else None,
                     raise_on_error=False,
-                    tags={"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags},
+                    tags={"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags, **built_from},
                 )
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None

@@ -7,13 +7,11 @@ from pathlib import Path
 
 import pytest
 from conftest import materialize_committed
-from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRunStatus, Definitions, build_sensor_context
+from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRunStatus, Definitions
 
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.pipelines.sensors import corpus_change_sensor
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.storage import Lake
 
 MATERIALIZED, CHECKED = DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION
@@ -201,22 +199,6 @@ def test_a_run_launched_as_the_ui_does_commits_only_when_every_step_succeeds(tmp
     assert Snapshots(tmp_path).current("small").number == 1
     with Catalog(tmp_path).reader() as con:
         assert con.execute("SELECT text FROM nodes WHERE corpus = 'small'").fetchall() == [("First version.",)]
-
-
-def test_sensor_adds_partitions_and_reindexes_only_changed_corpora(tmp_path):
-    source = small_corpus(tmp_path / "raw", ["Alpha."])
-    CorpusRegistry(tmp_path).add(CorpusSpec(name="small", format="jsonl", path=str(source)))
-    lake = LakeResource(home=str(tmp_path))
-    with DagsterInstance.ephemeral() as instance:
-        first = corpus_change_sensor(build_sensor_context(instance=instance, resources={"lake": lake}))
-        assert sorted(r.partition_key for r in first.run_requests) == ["demo", "small"]
-        assert sorted(first.dynamic_partitions_requests[0].partition_keys) == ["demo", "small"]
-        again = corpus_change_sensor(build_sensor_context(instance=instance, resources={"lake": lake}, cursor=first.cursor))
-        assert again.run_requests == []
-        source.write_text(source.read_text() + json.dumps({"id": "a1", "title": "t", "text": "Beta."}) + "\n", encoding="utf-8")
-        changed = corpus_change_sensor(build_sensor_context(instance=instance, resources={"lake": lake}, cursor=first.cursor))
-        assert [r.partition_key for r in changed.run_requests] == ["small"]
-        assert changed.run_requests[0].run_key != first.run_requests[1].run_key
 
 
 @pytest.mark.parametrize("size", [None, 4])
