@@ -195,3 +195,13 @@ def test_a_lake_written_before_snapshots_is_adopted_as_its_first(tmp_path):
     with Catalog(tmp_path).reader() as con:
         assert con.execute("SELECT count(*) FROM documents").fetchone() == (2,)
     assert Snapshots(tmp_path).current("a").number == 1
+
+
+def test_row_changes_match_by_key_and_compare_every_column():
+    from graphlake.warehouse.row_changes import row_changes
+
+    before = pa.table({"node_id": ["a", "b", "c"], "dense": [[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]], "text": ["x", "y", "z"]})
+    after = pa.table({"node_id": ["a", "b", "d", "e"], "dense": [[1.0, 2.0], [3.0, 4.5], [7.0, 8.0], [0.0, 0.0]], "text": ["x", "y", "w", "v"]})
+    assert row_changes(before, after, ["node_id"]) == {"added": 2, "changed": 1, "removed": 1}
+    assert row_changes(None, after, ["node_id"]) == {"added": 4, "changed": 0, "removed": 0}
+    assert row_changes(after, after, ["node_id"]) == {"added": 0, "changed": 0, "removed": 0}

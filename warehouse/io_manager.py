@@ -17,7 +17,9 @@ from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitRes
 from pydantic import PrivateAttr
 
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.row_changes import row_changes
+from graphlake.warehouse.storage import Lake, conform
+from graphlake.warehouse.tables import table_spec
 
 PREVIEW_ROWS = 5
 PREVIEW_CHARS = 80
@@ -48,11 +50,17 @@ class LakeResource(_RunBoundLake, ConfigurableResource):
 class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
         table, partition = _address(context.definition_metadata, context.partition_key)
+        committed = Lake(Path(self.home))  # the version readers see now, not this run's
+        previous = committed.read(table, partition) if committed.has(table, partition) else None
+        spec = table_spec(table)
+        obj = conform(spec, partition, obj)  # as stored: with its partition columns
         path = self.lake.write(table, partition, obj)
+        changes = row_changes(previous, obj, spec.key)
         context.add_output_metadata(
             {
                 "table": table,
                 "rows": obj.num_rows,
+                **{f"rows_{change}": count for change, count in changes.items()},
                 "path": MetadataValue.path(str(path)),
                 "bytes": path.stat().st_size,
                 "preview": MetadataValue.md(markdown_preview(obj)),
