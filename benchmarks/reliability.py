@@ -29,7 +29,8 @@ from pathlib import Path
 
 from common import ROOT, header, revision_on_path
 
-from graphlake.tests.fake_llm import MODEL, FakeServer
+sys.path.insert(0, str(ROOT / "tests"))
+from fake_llm import MODEL, FakeServer  # noqa: E402  (the tests' fake server, not a package module)
 
 CORPUS = "tiny"
 ASSETS = ("documents", "queries", "qrels", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")

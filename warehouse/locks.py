@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graphlake.environment import number_from_env
+from graphlake.kernels.settings import number_from_env
 
 LOCKS = "locks"
 WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
