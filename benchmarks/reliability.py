@@ -33,6 +33,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from fake_llm import MODEL, FakeServer  # noqa: E402  (the tests' fake server, not a package module)
 
 CORPUS = "tiny"
+FRESH = "fresh"  # bad input is ingested as a new corpus: one that an old revision accepts changes nothing of the next case's
 ASSETS = ("documents", "queries", "qrels", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")
 SELECTION = " or ".join(f"key:{name}" for name in ASSETS)
 LLM_SELECTION = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
@@ -218,19 +219,19 @@ def bad_input_cases(folder: Path) -> list[tuple[str, list[str], list[str], dict[
         ("ui --port 99999", ["ui", "--port", "99999"], ["--port"]),
         ("query: unknown corpus", ["query", "--corpus", "nope", "--method", "bm25", "x"], ["nope"]),
         ("query: unknown method", ["query", "--corpus", CORPUS, "--method", "nope", "x"], ["nope"]),
-        ("ingest: missing file", [*ingest, str(folder / "missing.jsonl"), "--corpus", CORPUS], ["missing.jsonl"]),
-        ("ingest: malformed JSON line", [*ingest, file("bad.jsonl", record + "{not json\n"), "--corpus", CORPUS], ["bad.jsonl:2"]),
-        ("ingest: not UTF-8", [*ingest, file("latin.jsonl", record.encode() + b'{"id": "b", "text": "caf\xe9"}\n'), "--corpus", CORPUS], ["latin.jsonl:2"]),
-        ("ingest: record without text", [*ingest, file("notext.jsonl", record + '{"id": "b", "title": "B"}\n'), "--corpus", CORPUS], ["notext.jsonl:2"]),
-        ("ingest: duplicate id", [*ingest, file("dup.jsonl", record + record), "--corpus", CORPUS], ["dup.jsonl:2"]),
-        ("ingest: empty file", [*ingest, file("empty.jsonl", ""), "--corpus", CORPUS], ["empty.jsonl"]),
-        ("ingest: a record that is a list", [*ingest, file("list.jsonl", record + "[1, 2]\n"), "--corpus", CORPUS], ["list.jsonl:2"]),
-        ("ingest: hotpotqa not a list", ["ingest", "hotpotqa", file("dict.json", json.dumps({"question": "x"})), "--corpus", CORPUS], ["dict.json"]),
-        ("ingest: huge line", [*ingest, file("huge.jsonl", record + json.dumps({"id": "b", "text": "x" * 5000}) + "\n"), "--corpus", CORPUS], ["huge.jsonl:2"]),
-        ("ingest: a folder for a file", [*ingest, str(folder), "--corpus", CORPUS], [folder.name]),
-        ("ingest: unknown format", ["ingest", "nope", good, "--corpus", CORPUS], ["nope"]),
-        ("ingest: malformed queries", [*ingest, good, "--queries", file("q.jsonl", "{oops\n"), "--corpus", CORPUS], ["q.jsonl:1"]),
-        ("ingest: qrel to an unknown doc", [*ingest, good, "--queries", file("q2.jsonl", json.dumps({"id": "q", "text": "t", "qrels": {"zz": 1}}) + "\n"), "--corpus", CORPUS], ["zz"]),
+        ("ingest: missing file", [*ingest, str(folder / "missing.jsonl"), "--corpus", FRESH], ["missing.jsonl"]),
+        ("ingest: malformed JSON line", [*ingest, file("bad.jsonl", record + "{not json\n"), "--corpus", FRESH], ["bad.jsonl:2"]),
+        ("ingest: not UTF-8", [*ingest, file("latin.jsonl", record.encode() + b'{"id": "b", "text": "caf\xe9"}\n'), "--corpus", FRESH], ["latin.jsonl:2"]),
+        ("ingest: record without text", [*ingest, file("notext.jsonl", record + '{"id": "b", "title": "B"}\n'), "--corpus", FRESH], ["notext.jsonl:2"]),
+        ("ingest: duplicate id", [*ingest, file("dup.jsonl", record + record.replace("alpha", "beta")), "--corpus", FRESH], ["dup.jsonl:2"]),
+        ("ingest: empty file", [*ingest, file("empty.jsonl", ""), "--corpus", FRESH], ["empty.jsonl"]),
+        ("ingest: a record that is a list", [*ingest, file("list.jsonl", record + "[1, 2]\n"), "--corpus", FRESH], ["list.jsonl:2"]),
+        ("ingest: hotpotqa not a list", ["ingest", "hotpotqa", file("dict.json", json.dumps({"question": "x"})), "--corpus", FRESH], ["dict.json"]),
+        ("ingest: huge line", [*ingest, file("huge.jsonl", record + json.dumps({"id": "b", "title": "B", "text": "x" * 5000}) + "\n"), "--corpus", FRESH], ["huge.jsonl:2"]),
+        ("ingest: a folder for a file", [*ingest, str(folder), "--corpus", FRESH], [folder.name]),
+        ("ingest: unknown format", ["ingest", "nope", good, "--corpus", FRESH], ["nope"]),
+        ("ingest: malformed queries", [*ingest, good, "--queries", file("q.jsonl", "{oops\n"), "--corpus", FRESH], ["q.jsonl:1"]),
+        ("ingest: qrel to an unknown doc", [*ingest, good, "--queries", file("q2.jsonl", json.dumps({"id": "q", "text": "t", "qrels": {"zz": 1}}) + "\n"), "--corpus", FRESH], ["zz"]),
     ]
     return [(name, args, named, {"GRAPHLAKE_MAX_LINE_BYTES": "1000"} if "huge" in name else {}) for name, args, named in cases]
 
@@ -247,7 +248,7 @@ def config_cases(side: Side, home: Path) -> list[tuple[str, bool, str]]:
     code, output = side.run(home, "query", "--corpus", CORPUS, "--method", "bm25", "storm")
     results.append(("broken methods.yaml, query names it", clear(code, output, ["methods.yaml:2"]), last_line(output)))
     methods.write_text("bm25: {op: bm25}\nmine: {op: nope}\n")
-    code, output = side.run(home, "eval", "--corpus", CORPUS)
+    code, output = side.run(home, "query", "--corpus", CORPUS, "--method", "bm25", "storm")
     results.append(("unknown operator in methods.yaml", clear(code, output, ["methods.yaml", "nope"]), last_line(output)))
     methods.unlink()
     corpora.write_text("corpora:\n  mine: {format: jsonl, path: /x\n")
@@ -295,10 +296,15 @@ def faulty_llm(side: Side) -> list[tuple[str, bool, str]]:
         read = f"SELECT count(*) FROM entities WHERE corpus = '{CORPUS}' AND extractor = 'llm'"
         good = side.run(home, "sql", read)[1]
         results = []
-        for mode in ("garbage", "not-json", "500"):
+        def answering(mode: str) -> None:  # and no cached answer: each node is asked again
             server.mode = mode
             for path in (home / "llm_cache").rglob("*.json"):
                 path.unlink()
+
+        for mode in ("garbage", "not-json", "500"):
+            answering("good")  # back to the good tables first: an earlier mode may have replaced them
+            side.must(home, "materialize", "--corpus", CORPUS, "--select", LLM_SELECTION, **env)
+            answering(mode)
             code, output = side.run(home, "materialize", "--corpus", CORPUS, "--select", LLM_SELECTION, **env)
             kept = side.run(home, "sql", read)[1] == good
             results.append((f"LLM answers {mode} after a good run", kept, f"exit {code}: {last_line(output)}"))

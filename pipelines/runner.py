@@ -165,9 +165,10 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> As
 
 
 def _root_cause(event, corpus: str) -> MaterializeError:
-    """The failed step's innermost error, as the project wrote it: without the exception's class name."""
+    """The error the failed step's code raised, under Dagster's wrappers, as the project wrote it:
+    without the exception's class name (and not what that error was raised from)."""
     error = event.step_failure_data.error
-    while error.cause is not None:
+    while error.cause is not None and error.cls_name.startswith("Dagster"):
         error = error.cause
     message = error.message.strip()
     prefix = f"{error.cls_name}: "
