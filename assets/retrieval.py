@@ -44,7 +44,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(name, method, params, lake.lake, context.partition_key, config.split, config.reuse_pairs, config.sample)
+        table, summary = run_method(name, method, params, lake.lake, context.partition_key, config.split, config.reuse_pairs, config.sample, context.log.info)
         context.add_output_metadata(summary)
         return table
 

@@ -15,12 +15,13 @@ from dagster import AssetExecutionContext, Config, asset
 
 from graphlake.kernels import encoders
 from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.progress import StepProgress
 from graphlake.retrieval.indexes import NODE_IDS_FILE, dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
-PROGRESS_EVERY = 512  # nodes encoded between progress lines in the run's log
+ENCODE_BATCH = 512  # nodes handed to the encoder at a time, between progress reports
 
 
 class EncoderConfig(Config):
@@ -41,12 +42,12 @@ def _encode_with_cache(
         cached = {row["content_hash"]: row for row in previous.select(["content_hash", "dense", "indices", "values"]).to_pylist()}
     missing = [i for i, h in enumerate(hashes) if h not in cached]
     started = time.perf_counter()
-    for start in range(0, len(missing), PROGRESS_EVERY):
-        part = missing[start : start + PROGRESS_EVERY]
+    progress = StepProgress(f"{model} encoding", len(missing), context.log.info, unit="nodes")
+    for start in range(0, len(missing), ENCODE_BATCH):
+        part = missing[start : start + ENCODE_BATCH]
         for i, row in zip(part, encode([texts[i] for i in part]), strict=True):
             cached[hashes[i]] = row
-        done, elapsed = start + len(part), time.perf_counter() - started
-        context.log.info(f"{model}: {done}/{len(missing)} nodes encoded ({done / elapsed:.1f}/s)")
+        progress.advance(len(part))
     seconds = time.perf_counter() - started
     rows = [cached[h] for h in hashes]
     table = pa.table(

@@ -68,20 +68,23 @@ def _fail(message: str, trace: str = "") -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None) -> None:
+def _run(corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, quiet: bool = False) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
     ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``;
-    ``declare``: the corpus's new declaration, kept only if the run succeeds."""
+    ``declare``: the corpus's new declaration, kept only if the run succeeds; ``quiet`` (``--json``):
+    no progress, only errors."""
     from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        notes = materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command, declare)  # progress on stderr keeps --json clean
+        shown = Console(stderr=True, quiet=True) if quiet else errors  # progress on stderr, never on stdout
+        notes = materialize_corpus(lake_home(), corpus, selection, shown, run_config, VERBOSE["on"], command, declare)
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error), error.trace)
-    _print_notes(notes)
+    if not quiet:
+        _print_notes(notes)
 
 
 def _print_notes(notes: dict[str, str]) -> None:
@@ -310,7 +313,7 @@ def evaluate(
     runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
     # only the reported split's queries: a cross-encoder is slow
     refresh.ops |= {run: {"config": {"split": split, "sample": sample, "reuse_pairs": reuse_pairs}} for run in runs}
-    _materialize(refresh, "eval")
+    _materialize(refresh, "eval", quiet=as_json)
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
     split = split or held_out_split(Lake(home), corpus)  # a corpus ingested just now
@@ -385,7 +388,7 @@ def query(
         refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
-    _materialize(refresh, "query")
+    _materialize(refresh, "query", quiet=as_json)
     try:
         hits, latency, notes = search(home, corpus, method, text, top)
     except (MethodError, StorageError) as error:
@@ -468,11 +471,11 @@ def _cutoffs(k: str) -> list[int]:
     return cutoffs
 
 
-def _materialize(refresh, command: str) -> None:
+def _materialize(refresh, command: str, quiet: bool = False) -> None:
     """Run a freshness plan: the corpora learned indexes learn from first, each in a run of its own."""
     for corpus, assets in refresh.order():
         ops = {asset: config for asset, config in refresh.ops.items() if asset in assets}
-        _run(corpus, assets, {"ops": ops} if ops else None, command)
+        _run(corpus, assets, {"ops": ops} if ops else None, command, quiet=quiet)
 
 
 def _print_report(report: list[dict], title: str) -> None:

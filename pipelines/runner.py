@@ -28,6 +28,7 @@ from dagster import (
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
+from graphlake.kernels.progress import PREFIX
 from graphlake.pipelines.dagster_home import prepare_dagster_home
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INGEST_JOB, build_definitions
 from graphlake.pipelines.reindex import INDEX_JOB, SOURCE_TAG, source_fingerprint
@@ -203,6 +204,8 @@ class _RunProgress:
         self.total = total
         self._started = time.time()  # event log timestamps are epoch seconds
         self._printed = 0  # materializations already announced as lines
+        self._cursor: str | None = None  # the run's log read so far, for steps' progress lines
+        self._step_progress = ""
         self._run_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
@@ -224,13 +227,28 @@ class _RunProgress:
         done = self.instance.all_logs(self._run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
         started = self.instance.all_logs(self._run_id, of_type=DagsterEventType.STEP_START)
         step = started[-1].dagster_event.step_key if started else ""
-        self.progress.update(self.task, completed=len(done), description=f"{self.label} {step}")
+        self._read_step_progress()
+        self.progress.update(self.task, completed=len(done), description=f"{self.label} {step} {self._step_progress}".rstrip())
         if not self.progress.console.is_terminal:
             for count, record in enumerate(done[self._printed :], start=self._printed + 1):
                 asset = record.dagster_event.asset_key.to_user_string()
                 seconds = record.timestamp - self._started
                 self.progress.console.print(f"{self.label} {count}/{self.total} {asset} ({seconds:.0f} s)", highlight=False)
             self._printed = len(done)
+
+    def _read_step_progress(self) -> None:
+        """The latest progress line a long step logged (kernels/progress.py); on a log file, each one."""
+        while True:
+            page = self.instance.get_records_for_run(self._run_id, cursor=self._cursor, limit=1000)
+            self._cursor = page.cursor
+            for record in page.records:
+                message = record.event_log_entry.user_message or ""
+                if record.event_log_entry.dagster_event is None and message.startswith(PREFIX):
+                    self._step_progress = message.removeprefix(PREFIX)
+                    if not self.progress.console.is_terminal:
+                        self.progress.console.print(f"{self.label} {self._step_progress}", highlight=False)
+            if not page.has_more:
+                return
 
     def __enter__(self) -> _RunProgress:
         self.progress.start()

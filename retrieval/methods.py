@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
+from graphlake.kernels.progress import StepProgress
 from graphlake.warehouse.config_files import key_line, load_mapping
 
 if TYPE_CHECKING:
@@ -225,9 +226,18 @@ def _load_operators() -> None:
 
 
 def run_method(
-    name: str, method: Op, params: dict, lake: Lake, corpus: str, split: str | None = None, reuse_pairs: bool = False, sample: int | None = None
+    name: str,
+    method: Op,
+    params: dict,
+    lake: Lake,
+    corpus: str,
+    split: str | None = None,
+    reuse_pairs: bool = False,
+    sample: int | None = None,
+    report: Callable[[str], None] | None = None,
 ) -> tuple[pa.Table, dict]:
-    """Run the corpus's queries (one split's, if given; a seeded ``sample`` of them, if given) through the method, one at a time, timing each."""
+    """Run the corpus's queries (one split's, if given; a seeded ``sample`` of them, if given) through
+    the method, one at a time, timing each; ``report`` hears the progress."""
     import pyarrow as pa
 
     from graphlake.retrieval.indexes import LakeIndexes
@@ -245,6 +255,7 @@ def run_method(
     method.run("warm up", indexes)  # load indexes and models outside the timed loop
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
     latencies = []
+    progress = StepProgress(f"{name} on {corpus}", queries.num_rows, report, unit="queries")
     for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
         started = time.perf_counter()
         candidates = method.run(text, indexes)
@@ -257,6 +268,7 @@ def run_method(
             columns["doc_id"].append(doc_ids[row])
             columns["score"].append(float(score))
             columns["latency_ms"].append(latency)
+        progress.advance()
     n = len(columns["rank"])
     table = pa.table(
         {"run_id": [uuid.uuid4().hex] * n, "method": [name] * n, "params": [json.dumps(params, sort_keys=True)] * n, **columns}
