@@ -17,6 +17,7 @@ from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataVa
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.kernels.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.llm import LLMOutputError, lake_client
+from graphlake.kernels.progress import StepProgress
 from graphlake.kernels.triples import llm_entities
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -73,6 +74,7 @@ def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig,
 
     def extract(texts: list[str]) -> list[list[Mention]]:
         found = []
+        progress = StepProgress(f"entities_llm on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
         for node_id, text in zip(node_ids, texts, strict=True):
             try:
                 found.append([(name, "LLM") for name in llm_entities(client, text)])
@@ -80,6 +82,7 @@ def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig,
                 context.log.warning(f"{node_id}: {error}")
                 budget.failed(node_id, error)
                 found.append([])
+            progress.advance()
         budget.check()
         return found
 

@@ -13,6 +13,7 @@ from dagster import AssetExecutionContext, asset
 
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.kernels.llm import LLMOutputError, lake_client
+from graphlake.kernels.progress import StepProgress
 from graphlake.kernels.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
 from graphlake.kernels.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
@@ -47,6 +48,7 @@ def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Ta
     node_ids = nodes.column("node_id").to_pylist()
     found: list[list[Triple]] = []
     budget = FailureBudget(f"LLM answers for triples_llm (corpus {context.partition_key!r})", len(node_ids))
+    progress = StepProgress(f"triples_llm on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
     for node_id, text in zip(node_ids, nodes.column("text").to_pylist(), strict=True):
         try:
             found.append(llm_triples(client, text))
@@ -54,6 +56,7 @@ def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Ta
             context.log.warning(f"{node_id}: {error}")
             budget.failed(node_id, error)
             found.append([])
+        progress.advance()
     context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": client.config.model} | budget.check())
     return _triples_table(node_ids, found, f"llm:{client.config.model}")
 
