@@ -25,6 +25,11 @@ RISK_LEVELS: tuple[str, ...] = ("no_trade", "weak", "normal", "aggressive")
 MatchMode = Literal["name", "doc"]
 
 
+# bounds of a plan, so that a schema-constrained decoder cannot loop until it runs out of tokens
+MAX_TEXT = 400  # characters of an anchor's or the target's text
+MAX_ANCHORS = 8  # anchors, and target variables
+MAX_HOPS = 12
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -33,7 +38,7 @@ class Anchor(_Strict):
     """A span of the query bound to SKB nodes of ``label``: by their name (``name``) or their document (``doc``)."""
 
     var: str = Field(min_length=1, max_length=40)
-    text: str = Field(min_length=1, max_length=400)
+    text: str = Field(min_length=1, max_length=MAX_TEXT)
     label: str = Field(max_length=80)
     match_mode: MatchMode = "name"
 
@@ -50,8 +55,8 @@ class Hop(_Strict):
 class Target(_Strict):
     var: str = Field("T", max_length=40)
     labels: list[str] = Field(default_factory=list, max_length=8)  # empty: any label
-    relevance_text: str = Field("", max_length=400)
-    vars: list[str] | None = Field(None, max_length=8)  # extension: several target variables (see the module docstring)
+    relevance_text: str = Field("", max_length=MAX_TEXT)
+    vars: list[str] | None = Field(None, max_length=MAX_ANCHORS)  # extension: several target variables (see the module docstring)
 
     def variables(self) -> list[str]:
         return list(self.vars) if self.vars else [self.var]
@@ -59,8 +64,8 @@ class Target(_Strict):
 
 class Plan(_Strict):
     # bounded, so that a schema-constrained decoder cannot loop until it runs out of tokens
-    anchors: list[Anchor] = Field(default_factory=list, max_length=8)
-    hops: list[Hop] = Field(default_factory=list, max_length=12)
+    anchors: list[Anchor] = Field(default_factory=list, max_length=MAX_ANCHORS)
+    hops: list[Hop] = Field(default_factory=list, max_length=MAX_HOPS)
     target: Target = Field(default_factory=Target)
     risk_level: RiskLevel = "normal"
 

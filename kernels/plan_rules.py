@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from graphlake.kernels.plan import Anchor, Hop, Plan, Schema, Target
+from graphlake.kernels.plan import MAX_ANCHORS, MAX_HOPS, MAX_TEXT, Anchor, Hop, Plan, Schema, Target
 
 VALUE_LABELS = frozenset({"date", "country", "place", "award", "cause"})
 
@@ -84,7 +84,7 @@ _KIND_LABEL = {"film": "film", "movie": "film", "song": "song", "album": "album"
 
 def wiki_plan(question: str, schema: Schema, label_of: Callable[[str], str | None]) -> Plan:
     """A plan for a 2Wiki question; ``label_of(span)`` is the label of the SKB node whose name the span is, if any."""
-    spans = _spans(question)
+    spans = _spans(question)[:MAX_ANCHORS]  # a plan's bounds: a passage-long question names dozens
     cues = _cue_positions(question)
     kind = _KIND.search(question)
     anchors, hops, targets = [], [], []
@@ -107,10 +107,10 @@ def wiki_plan(question: str, schema: Schema, label_of: Callable[[str], str | Non
             label = "person" if "person" in domain else domain[0]
         if label not in schema.labels:
             label = sorted(schema.labels)[0]
-        anchors.append(Anchor(var=var, text=span, label=label, match_mode="name"))
+        anchors.append(Anchor(var=var, text=clipped(span), label=label, match_mode="name"))
         current = var
         for step, rel in enumerate(chain, start=1):
-            if rel not in schema.relations:
+            if rel not in schema.relations or len(hops) == MAX_HOPS:
                 break
             to_label = _range(rel, schema)
             if to_label is None or to_label in VALUE_LABELS:
@@ -120,7 +120,7 @@ def wiki_plan(question: str, schema: Schema, label_of: Callable[[str], str | Non
             current = to_var
         targets.append(current if len(spans) == 1 else var)
     comparison = len(spans) > 1
-    residue = _residue(question, [s for s, _, _ in spans])
+    residue = clipped(_residue(question, [s for s, _, _ in spans]))
     target = Target(var=targets[0] if targets else "T", labels=[], relevance_text=residue, vars=targets if comparison else None)
     return Plan(anchors=anchors, hops=hops, target=target, risk_level="normal")
 
@@ -183,15 +183,15 @@ def sql_plan(question: str) -> Plan:
     """Tables whose documents match the question, and the tables a foreign key joins to them."""
     return Plan(
         anchors=[
-            Anchor(var="T", text=question, label="table", match_mode="doc"),
-            Anchor(var="S", text=question, label="table", match_mode="doc"),
+            Anchor(var="T", text=clipped(question), label="table", match_mode="doc"),
+            Anchor(var="S", text=clipped(question), label="table", match_mode="doc"),
         ],
         hops=[
             Hop(**{"from": "S", "rel": "HAS_COLUMN", "to_var": "C1", "to_label": "column"}),
             Hop(**{"from": "C1", "rel": "FOREIGN_KEY", "to_var": "C2", "to_label": "column"}),
             Hop(**{"from": "C2", "rel": "HAS_COLUMN", "to_var": "J", "to_label": "table"}),
         ],
-        target=Target(var="T", labels=["table"], relevance_text=question, vars=["T", "J"]),
+        target=Target(var="T", labels=["table"], relevance_text=clipped(question), vars=["T", "J"]),
     )
 
 
@@ -200,16 +200,23 @@ def entities_plan(question: str, entities: list[tuple[str, str]], schema: Schema
     anchors, hops, targets = [], [], []
     for number, (text, kind) in enumerate(entities, start=1):
         label = kind.lower()
-        if label not in schema.labels:
+        if label not in schema.labels or len(anchors) == MAX_ANCHORS:  # a passage-long question names dozens
             continue
         var = f"A{number}"
-        anchors.append(Anchor(var=var, text=text, label=label, match_mode="name"))
+        anchors.append(Anchor(var=var, text=clipped(text), label=label, match_mode="name"))
         hops.append(Hop(**{"from": var, "rel": "MENTIONS", "to_var": f"T{number}", "to_label": "passage"}))
         targets.append(f"T{number}")
-    residue = _residue(question, [text for text, _ in entities])
+    residue = clipped(_residue(question, [text for text, _ in entities]))
     if not anchors:
-        return Plan(anchors=[Anchor(var="T", text=question, label="passage", match_mode="doc")], target=Target(var="T", labels=["passage"]))
+        return Plan(anchors=[Anchor(var="T", text=clipped(question), label="passage", match_mode="doc")], target=Target(var="T", labels=["passage"]))
     return Plan(anchors=anchors, hops=hops, target=Target(var=targets[0], labels=["passage"], relevance_text=residue, vars=targets))
+
+
+def clipped(text: str) -> str:
+    """``text`` within a plan's bound on text, cut at a word where it is longer."""
+    if len(text) <= MAX_TEXT:
+        return text
+    return text[: MAX_TEXT + 1].rsplit(" ", 1)[0][:MAX_TEXT]
 
 
 RISK_TABLE = (  # (least best-anchor cosine, n_cand range) -> level; the first row that holds wins

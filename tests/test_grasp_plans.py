@@ -271,3 +271,22 @@ def test_an_skb_keeps_the_first_description_and_one_edge_per_provenance():
     skb.edge("a", "r", "b", "y")
     nodes, edges = skb.tables()
     assert nodes.column("name").to_pylist() == ["Canada"] and edges.num_rows == 2
+
+
+def test_the_rules_planners_keep_a_passage_long_question_within_a_plans_bounds():
+    from graphlake.kernels.plan import MAX_ANCHORS, MAX_TEXT
+    from graphlake.kernels.plan_rules import entities_plan, sql_plan, wiki_plan
+
+    names = [f"Station {chr(65 + i)}ardmoor" for i in range(14)]
+    question = "Which survey visited " + ", ".join(names) + " and " + "what else it logged " * 40 + "?"
+    schema = Schema.of([("person", "MENTIONS", "passage"), ("org", "MENTIONS", "passage"), ("passage", "MENTIONS", "person")], {"person", "org", "passage"})
+    plans = [
+        entities_plan(question, [(name, "ORG") for name in names], schema),
+        wiki_plan(question, schema, lambda span: "person"),
+        sql_plan(question),
+    ]
+    for plan in plans:
+        assert Plan.model_validate(plan.model_dump(by_alias=True)) == plan  # within every bound
+        assert len(plan.anchors) <= MAX_ANCHORS and all(len(a.text) <= MAX_TEXT for a in plan.anchors)
+        assert len(plan.target.relevance_text) <= MAX_TEXT and plan.target.relevance_text.split()[-1] in question.split()  # cut at a word
+    assert len(plans[0].anchors) == MAX_ANCHORS and [a.text for a in plans[0].anchors] == names[:MAX_ANCHORS]
