@@ -30,23 +30,11 @@ from pathlib import Path
 from common import ROOT, header, revision_on_path
 
 sys.path.insert(0, str(ROOT / "tests"))
-from fake_llm import MODEL, FakeServer  # noqa: E402  (the tests' fake server, not a package module)
+from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus  # noqa: E402  (the tests' corpus and
+from fake_llm import MODEL, FakeServer  # noqa: E402  fake server, not package modules)
 
-CORPUS = "tiny"
 FRESH = "fresh"  # bad input is ingested as a new corpus: one that an old revision accepts changes nothing of the next case's
-ASSETS = ("documents", "queries", "qrels", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")
-SELECTION = " or ".join(f"key:{name}" for name in ASSETS)
 LLM_SELECTION = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
-METHODS = ("bm25", "dense", "dense_hnsw", "rrf")
-TEXTS = {
-    "d0": "The lighthouse keeper logged every storm on the northern cape.",
-    "d1": "Tidal charts for the harbour were redrawn after the survey of 1911.",
-    "d2": "A brass telescope was found in the keeper's cottage.",
-    "d3": "Fishing boats sheltered in the bay during the winter gales.",
-    "d4": "The survey ship mapped reefs south of the harbour.",
-    "d5": "Storm warnings were raised with flags on the pier.",
-}
-EDITED = {**{k: v for k, v in TEXTS.items() if k != "d5"}, "d0": TEXTS["d0"] + " It burned whale oil.", "d2": "The cottage was sold.", "d9": "A new pier opened."}
 RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
 # the corpus as SQL sees it, dangling references, and one query per method; run with the side's own code
 CHECK = """
@@ -106,13 +94,6 @@ class Side:
         write_corpus(source, texts)
         self.must(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS)
         self.must(home, "materialize", "--corpus", CORPUS, "--select", SELECTION)
-
-
-def write_corpus(folder: Path, texts: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": f"doc {i}", "text": t}) + "\n" for i, t in texts.items()))
-    query = {"id": "q1", "text": "storm on the cape", "split": "test", "qrels": {next(iter(texts)): 1}}
-    (folder / "queries.jsonl").write_text(json.dumps(query) + "\n")
 
 
 def written(home: Path) -> dict[str, int]:

@@ -24,9 +24,8 @@ from graphlake.warehouse.catalog import Catalog, ReadOnlyError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.locks import LockedError, writer_lock
+from graphlake.warehouse.locks import LockedError
 from graphlake.warehouse.readers import FORMATS
-from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.storage import Lake, StorageError
 
 console = Console()
@@ -217,12 +216,11 @@ def forget(
 def gc() -> None:
     """Remove what failed or killed runs left and the versions no snapshot refers to any more (each
     corpus keeps its current and its previous snapshot), one corpus at a time under its writer lock."""
-    home = lake_home()
-    snapshots = Snapshots(home)
-    for scope in snapshots.scopes():
+    lake = Lake(lake_home())
+    for scope in lake.snapshots.scopes():
         try:
-            with writer_lock(home, scope, "graphlake gc"):
-                removed = snapshots.collect(scope)
+            with lake.writing(scope, "graphlake gc") as removed:
+                pass  # taking the scope to write is where leftovers are collected: gc does only that
         except LockedError as error:
             _fail(str(error))
         errors.print(f"{scope}: {len(removed)} files and folders removed", highlight=False)

@@ -11,7 +11,6 @@ from pathlib import Path
 from dagster import Executor, ExecutorDefinition, multi_or_in_process_executor
 
 from graphlake.pipelines.reindex import PARTITION_TAG
-from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.snapshots import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
 
@@ -33,8 +32,7 @@ class CommittingExecutor(Executor):
         run = plan_context.dagster_run
         corpus = run.tags.get(PARTITION_TAG)
         scope = corpus or LAKE_SCOPE
-        with writer_lock(self.home, scope, f"Dagster run {run.run_id}", announce=plan_context.log.info):
-            Lake(self.home).snapshots.collect(scope)
+        with Lake(self.home).writing(scope, f"Dagster run {run.run_id}", announce=plan_context.log.info):
             failed = False
             for event in self.inner.execute(plan_context, execution_plan):
                 failed = failed or event.is_step_failure

@@ -132,8 +132,7 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
 def _writing(home: Path, corpus: str, command: str, console: Console) -> Iterator[None]:
     """The corpus's writer lock for the run, after collecting what failed or killed runs left."""
     try:
-        with writer_lock(home, corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
-            Lake(home).snapshots.collect(corpus)
+        with Lake(home).writing(corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
             yield
     except LockedError as error:
         raise MaterializeError(str(error)) from None

@@ -3,7 +3,6 @@ of a re-materialization, or two of them at once. Real ``graphlake`` processes on
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,34 +10,14 @@ import sys
 import time
 from pathlib import Path
 
+from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus
+
 from graphlake.retrieval.methods import search
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
 
-CORPUS = "tiny"
-SELECTION = " or ".join(
-    f"key:{name}" for name in ("documents", "queries", "qrels", "nodes", "contextual_edges", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_bm25", "run_dense", "run_rrf")
-)
-METHODS = ("bm25", "dense", "dense_hnsw", "rrf")  # every method the selection builds what it reads for
 TABLES = ("documents", "queries", "qrels", "nodes", "edges", "vectors", "runs")
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
-
-TEXTS = [
-    "The lighthouse keeper logged every storm on the northern cape.",
-    "Tidal charts for the harbour were redrawn after the survey of 1911.",
-    "A brass telescope was found in the keeper's cottage.",
-    "Fishing boats sheltered in the bay during the winter gales.",
-    "The survey ship mapped reefs south of the harbour.",
-    "Storm warnings were raised with flags on the pier.",
-]
-
-
-def write_corpus(folder: Path, texts: dict[str, str]) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": f"doc {i}", "text": t}) + "\n" for i, t in texts.items()))
-    queries = [{"id": "q1", "text": "storm on the cape", "split": "test", "qrels": {next(iter(texts)): 1}}]
-    (folder / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
-
 
 def graphlake(home: Path, *args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
@@ -92,13 +71,11 @@ def answers(home: Path, monkeypatch) -> dict[str, int]:
 
 def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_path, monkeypatch):
     home, source = tmp_path / "lake", tmp_path / "raw"
-    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    write_corpus(source, TEXTS)
     build(home, source)
-    # the edit: two documents changed, one removed, one added; everything downstream changes
     before, previous = Snapshots(home).current(CORPUS), contents(home)
     assert dangling(home) == 0
-    # the edit, read by the killed runs themselves: two documents changed, one removed, one added
-    write_corpus(source, {"d0": TEXTS[0] + " It burned whale oil.", "d1": TEXTS[1], "d2": "The cottage was sold.", "d3": TEXTS[3], "d4": TEXTS[4], "d9": "A new pier opened."})
+    write_corpus(source, EDITED)  # the edit, read by the killed runs themselves
     kills = 0
     while True:
         on_disk = staged(home)
@@ -129,7 +106,7 @@ def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_p
 
 def test_two_writers_of_one_corpus_take_turns_and_end_as_one_run_would(tmp_path):
     home, source = tmp_path / "lake", tmp_path / "raw"
-    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    write_corpus(source, TEXTS)
     code, stderr = finished(graphlake(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS))
     assert code == 0, stderr
     writers = [graphlake(home, "materialize", "--corpus", CORPUS, "--select", SELECTION) for _ in range(2)]
@@ -146,7 +123,7 @@ def test_a_writer_that_will_not_wait_fails_naming_the_holder(tmp_path):
     from graphlake.warehouse.locks import writer_lock
 
     home, source = tmp_path / "lake", tmp_path / "raw"
-    write_corpus(source, {f"d{i}": t for i, t in enumerate(TEXTS)})
+    write_corpus(source, TEXTS)
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), "GRAPHLAKE_LOCK_WAIT": "0"}
     with writer_lock(home, CORPUS, "a test holding the corpus"):
         ended = subprocess.run([GRAPHLAKE, "ingest", "jsonl", str(source / "docs.jsonl"), "--corpus", CORPUS], env=env, capture_output=True, text=True)

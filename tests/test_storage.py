@@ -205,3 +205,15 @@ def test_row_changes_match_by_key_and_compare_every_column():
     assert row_changes(before, after, ["node_id"]) == {"added": 2, "changed": 1, "removed": 1}
     assert row_changes(None, after, ["node_id"]) == {"added": 4, "changed": 0, "removed": 0}
     assert row_changes(after, after, ["node_id"]) == {"added": 0, "changed": 0, "removed": 0}
+
+
+def test_graphlake_gc_removes_what_a_failed_run_left_and_keeps_the_snapshot(lake):
+    from typer.testing import CliRunner
+
+    from graphlake.pipelines.cli import app
+
+    Lake(lake).write("documents", {"corpus": "a"}, documents(2, "old"))
+    staged = Lake(lake).bound("failed-run").write("documents", {"corpus": "a"}, documents(5, "new"))
+    done = CliRunner().invoke(app, ["gc"], catch_exceptions=False)
+    assert done.exit_code == 0 and "a: 1 files and folders removed" in done.stderr, done.output
+    assert not staged.exists() and Lake(lake).read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["old0", "old1"]

@@ -113,6 +113,13 @@ class Lake:
             return folder
 
     @contextmanager
+    def writing(self, scope: str, purpose: str, announce: Callable[[str], None] | None = None) -> Iterator[list[Path]]:
+        """Hold the scope's writer lock for a run, after removing what failed or killed runs left there
+        (the paths removed)."""
+        with writer_lock(self.home, scope, purpose, announce=announce):
+            yield self.snapshots.collect(scope)
+
+    @contextmanager
     def _version(self, scope: str) -> Iterator[str]:
         """The version a write stages: the run's; or, unbound, a version of its own, written and committed
         under the scope's writer lock (so ``gc`` cannot take it for a dead run's leftover)."""
