@@ -1,18 +1,72 @@
-"""The executor of runs launched from the Dagster UI, a schedule or the sensor: Dagster's own
-(multiprocess, or in-process by config) inside the corpus's writer lock, committing the corpus's
-next snapshot once every step has succeeded, so such a run is as consistent as a CLI run
-(``pipelines/runner.py``, whose in-process runs do the same around the job)."""
+"""The executor of every run that is not a CLI in-process one (the Dagster UI, a schedule, the sensor,
+a run on Dask): Dagster's multiprocess or in-process executor, or ``dagster-dask``'s, inside the
+corpus's writer lock, committing the corpus's next snapshot once every step has succeeded, so such a
+run is as consistent as a CLI run (``pipelines/runner.py``, whose in-process runs do the same around
+the job).
+
+Run config picks the engine, as in the launchpad::
+
+    execution: {config: {multiprocess: {}}}                                  # the default
+    execution: {config: {dask: {cluster: {existing: {address: tcp://scheduler:8786}}}}}
+    execution: {config: {dask: {cluster: {local: {n_workers: 2}}}}}
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import nullcontext
+from functools import partial
 from pathlib import Path
 
-from dagster import Executor, ExecutorDefinition, multi_or_in_process_executor
+from dagster import (
+    Executor,
+    ExecutorDefinition,
+    Field,
+    Permissive,
+    Selector,
+    StringSource,
+    multi_or_in_process_executor,
+    multiple_process_executor_requirements,
+)
+from dagster._core.errors import raise_execution_interrupts
+from dagster._core.execution.retries import RetryMode
+from dagster._utils import iterate_with_context
+from dagster_dask.executor import get_dask_resource_requirements, query_on_dask_worker
 
 from graphlake.pipelines.reindex import PARTITION_TAG
 from graphlake.warehouse.snapshots import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
+
+_DEFAULT = multi_or_in_process_executor.config_schema.as_field()
+DASK_CONFIG = Field(
+    {
+        "cluster": Field(
+            Selector(
+                {
+                    "existing": Field({"address": StringSource}, description="A running scheduler, e.g. tcp://scheduler:8786."),
+                    "local": Field(Permissive(), description="A distributed.LocalCluster of worker processes; its arguments, e.g. n_workers: 2."),
+                }
+            ),
+            default_value={"local": {}},
+        )
+    },
+    description="Each step a task on a Dask cluster (dagster-dask).",
+)
+EXECUTION_CONFIG = Field(Selector({**_DEFAULT.config_type.fields, "dask": DASK_CONFIG}), default_value=_DEFAULT.default_value)
+
+
+def committed(home: Path, plan_context, events: Iterator) -> Iterator:
+    """The run's events, inside its corpus's writer lock; its snapshot committed once all steps succeeded."""
+    run = plan_context.dagster_run
+    corpus = run.tags.get(PARTITION_TAG)
+    with Lake(home).writing(corpus or LAKE_SCOPE, f"Dagster run {run.run_id}", announce=plan_context.log.info):
+        failed = False
+        for event in events:
+            failed = failed or event.is_step_failure
+            yield event
+        if not failed:
+            snapshots = Lake(home, run.run_id).commit(corpus)
+            plan_context.log.info(f"committed snapshot(s) {snapshots}" if snapshots else "nothing new to commit")
 
 
 class CommittingExecutor(Executor):
@@ -29,25 +83,83 @@ class CommittingExecutor(Executor):
         return self.inner.step_dependency_config
 
     def execute(self, plan_context, execution_plan) -> Iterator:
-        run = plan_context.dagster_run
-        corpus = run.tags.get(PARTITION_TAG)
-        scope = corpus or LAKE_SCOPE
-        with Lake(self.home).writing(scope, f"Dagster run {run.run_id}", announce=plan_context.log.info):
-            failed = False
-            for event in self.inner.execute(plan_context, execution_plan):
-                failed = failed or event.is_step_failure
-                yield event
-            if not failed:
-                committed = Lake(self.home, run.run_id).commit(corpus)
-                plan_context.log.info(f"committed snapshot(s) {committed}" if committed else "nothing new to commit")
+        return committed(self.home, plan_context, self.inner.execute(plan_context, execution_plan))
+
+
+class CommittingDaskExecutor(Executor):
+    """Each step a task on a Dask cluster, run by ``dagster-dask``'s worker function, after the steps it
+    reads. Its own executor cannot submit a run of partitioned assets (dask's task parser walks the
+    run's named tuples into Dagster records, which refuse iteration), so the arguments travel in a
+    ``partial`` that dask leaves whole. Workers rebuild the Definitions from their own
+    ``GRAPHLAKE_HOME``: they must see the same lake."""
+
+    def __init__(self, cluster: dict, home: Path) -> None:
+        self.cluster = cluster
+        self.home = home
+
+    @property
+    def retries(self):
+        return RetryMode.DISABLED
+
+    def execute(self, plan_context, execution_plan) -> Iterator:
+        return committed(self.home, plan_context, self._steps(plan_context, execution_plan))
+
+    def _steps(self, plan_context, execution_plan) -> Iterator:
+        import dask.distributed
+
+        ((kind, settings),) = self.cluster.items()
+        # one thread a worker: Dagster's step execution is not thread-safe
+        local = dask.distributed.LocalCluster(**{"threads_per_worker": 1, **(settings or {})}) if kind == "local" else nullcontext(settings["address"])
+        with local as cluster, dask.distributed.Client(cluster) as client:
+            futures = {}
+            for level in execution_plan.get_steps_to_execute_by_level():
+                for step in level:
+                    task = partial(
+                        _step,
+                        recon_job=plan_context.reconstructable_job,
+                        dagster_run=plan_context.dagster_run,
+                        run_config=plan_context.run_config,
+                        step_keys=[step.key],
+                        instance_ref=plan_context.instance.get_ref(),
+                        known_state=execution_plan.known_state,
+                    )
+                    after = [futures[key] for step_input in step.step_inputs for key in step_input.dependency_keys]
+                    # a key per run: dask answers a key already submitted with that task's result (another corpus's)
+                    futures[step.key] = client.submit(task, after, key=f"{plan_context.dagster_run.run_id}/{step.key}", resources=get_dask_resource_requirements(step.tags))
+            for _, done in iterate_with_context(raise_execution_interrupts, dask.distributed.as_completed(list(futures.values()), with_results=True)):
+                yield from done.events
+
+
+class _StepEvents:
+    """A step's events as one opaque result (dask's sizeof, like its parser, would walk into them)."""
+
+    __slots__ = ("events",)
+
+    def __init__(self, events: list) -> None:
+        self.events = events
+
+    def __sizeof__(self) -> int:
+        return 64 * 1024
+
+
+def _step(after: list, **arguments) -> _StepEvents:
+    """One step on a Dask worker, once the steps it reads (``after``) are done."""
+    return _StepEvents(list(query_on_dask_worker(after, **arguments)))
+
+
+def _executor(init, home: Path) -> Executor:
+    config = init.executor_config
+    if "dask" in config:
+        return CommittingDaskExecutor(config["dask"]["cluster"], home)
+    return CommittingExecutor(multi_or_in_process_executor.executor_creation_fn(init), home)
 
 
 def committing_executor(home: Path) -> ExecutorDefinition:
-    """Dagster's default executor, committing to the lake at ``home``."""
+    """Dagster's default executor, or Dask's by config, committing to the lake at ``home``."""
     return ExecutorDefinition(
         name="committing_executor",
-        config_schema=multi_or_in_process_executor.config_schema,
-        requirements=multi_or_in_process_executor.get_requirements,
-        executor_creation_fn=lambda init: CommittingExecutor(multi_or_in_process_executor.executor_creation_fn(init), Path(home)),
-        description="Dagster's multiprocess / in-process executor, committing each successful run as the corpus's next snapshot.",
+        config_schema=EXECUTION_CONFIG,
+        requirements=lambda config: [] if "in_process" in config else multiple_process_executor_requirements(),
+        executor_creation_fn=lambda init: _executor(init, Path(home)),
+        description="Multiprocess (default), in-process or Dask execution, committing each successful run as the corpus's next snapshot.",
     )

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from dagster import AssetSelection, Definitions, define_asset_job
+from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job
 
 from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
@@ -79,6 +79,16 @@ def build_definitions(home: Path) -> Definitions:
         schedules=[reindex_schedule()],
         executor=committing_executor(home),
     )
+
+
+def job_of_every_asset(name: str) -> JobDefinition:
+    """A job named ``name`` of every asset, for the lake ``GRAPHLAKE_HOME`` names when it is called: what
+    a CLI run on Dask reconstructs in each worker (``dagster.build_reconstructable_job``); the run's
+    asset selection narrows it."""
+    defs = build_definitions(lake_home())
+    return Definitions(
+        assets=list(defs.assets), asset_checks=defs.asset_checks, resources=defs.resources, jobs=[define_asset_job(name, selection=AssetSelection.all())], executor=defs.executor
+    ).resolve_job_def(name)
 
 
 defs = build_definitions(lake_home())

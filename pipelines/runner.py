@@ -23,22 +23,26 @@ from dagster import (
     DagsterInvalidConfigError,
     Definitions,
     RunsFilter,
+    build_reconstructable_job,
     define_asset_job,
+    execute_job,
 )
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.kernels.progress import PREFIX
-from graphlake.pipelines.dagster_home import prepare_dagster_home
+from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INGEST_JOB, build_definitions
-from graphlake.pipelines.reindex import INDEX_JOB, SOURCE_TAG, source_fingerprint
+from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.home import ENV_VAR
 from graphlake.warehouse.locks import LockedError, writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.snapshots import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
 
 PROGRESS_TAG = "graphlake/progress"
+DASK_ENV = "GRAPHLAKE_DASK"  # run on Dask: a scheduler's address, or "local"
 NOTE = "note"  # the metadata an asset explains itself in: what it skipped, what default stood in (lines)
 # the job a CLI command's run belongs to (each is a job of the code location too, pipelines/definitions.py)
 JOBS = {"demo": INDEX_JOB, "materialize": INDEX_JOB, "query": INDEX_JOB, "ingest": INGEST_JOB, "eval": EVALUATE_JOB}
@@ -101,20 +105,27 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
         lake_wide = any(by_key[key].partitions_def is None for key in keys)  # they stage in the lake-wide scope: hold it too
         with writer_lock(home, LAKE_SCOPE, f"graphlake {command}") if lake_wide else nullcontext(), _RunProgress(instance, console, f"{corpus}:", len(keys)) as progress:
             try:
-                job = Definitions(
-                    assets=[*assets, *defs.asset_checks], resources=defs.resources, jobs=[define_asset_job(JOBS[command], selection=selected)]
-                ).resolve_job_def(JOBS[command])
-                result = job.execute_in_process(
-                    run_config={**(run_config or {}), **console_logs(verbose)},
-                    instance=instance,
-                    partition_key=corpus if partitioned else None,
-                    raise_on_error=False,
-                    tags={"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags, **built_from},
-                )
+                tags = {"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags, **built_from}
+                run_config = {**(run_config or {}), **console_logs(verbose)}
+                cluster = dask_cluster()
+                if cluster is not None:  # the executor commits (pipelines/committing_executor.py)
+                    os.environ[ENV_VAR] = str(home)  # the lake the job is rebuilt for, here and in local workers
+                    result = execute_job(
+                        build_reconstructable_job(DEFINITIONS_MODULE, "job_of_every_asset", reconstructable_kwargs={"name": JOBS[command]}),
+                        instance,
+                        run_config={**run_config, "execution": {"config": {"dask": {"cluster": cluster}}}},
+                        tags={**tags, PARTITION_TAG: corpus} if partitioned else tags,
+                        asset_selection=list(keys),
+                    )
+                else:
+                    job = Definitions(
+                        assets=[*assets, *defs.asset_checks], resources=defs.resources, jobs=[define_asset_job(JOBS[command], selection=selected)]
+                    ).resolve_job_def(JOBS[command])
+                    result = job.execute_in_process(run_config=run_config, instance=instance, partition_key=corpus if partitioned else None, raise_on_error=False, tags=tags)
+                    if result.success:
+                        Lake(home, result.run_id).commit(corpus)
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
-            if result.success:
-                Lake(home, result.run_id).commit(corpus)
     if not result.success:
         failures = result.get_step_failure_events()
         if not failures:
@@ -126,6 +137,19 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
         if note is not None:
             notes[event.asset_key.to_user_string()] = note.value
     return notes
+
+
+def dask_cluster() -> dict | None:
+    """The Dask cluster ``GRAPHLAKE_DASK`` names, as dagster-dask's ``cluster`` config: a scheduler's
+    address, or ``local`` for a local cluster of worker processes; None (unset): run in-process."""
+    value = os.environ.get(DASK_ENV, "").strip()
+    if not value:
+        return None
+    if value == "local":
+        return {"local": {}}
+    if "://" not in value:
+        raise MaterializeError(f"{DASK_ENV}={value!r} is neither a scheduler address (tcp://host:8786) nor 'local'")
+    return {"existing": {"address": value}}
 
 
 @contextmanager

@@ -1,0 +1,100 @@
+"""The same Definitions on Dask: two corpora materialized by ``graphlake`` processes whose every step is a
+task on a real ``distributed.LocalCluster`` of two worker processes (``GRAPHLAKE_DASK``), table for
+table the same rows as an in-process build, and committed as snapshots like any run."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
+
+from graphlake.retrieval.methods import search
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.snapshots import Snapshots
+from graphlake.warehouse.tables import TABLES
+
+distributed = pytest.importorskip("distributed")
+
+GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+CORPORA = {"harbour": TEXTS, "harbour_edited": EDITED}
+PER_RUN = {"run_id", "latency_ms", "plan_ms"}  # which run wrote a row and how long its query took: not its content
+
+
+def build(home: Path, sources: Path, dask: str | None) -> None:
+    """Ingest and materialize every corpus, the corpora at once (each holds only its own lock)."""
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+    env.pop("GRAPHLAKE_DASK", None)
+    if dask:
+        env["GRAPHLAKE_DASK"] = dask
+    for corpus in CORPORA:  # declaring corpora writes the one corpora.yaml: one after the other
+        ingest = [GRAPHLAKE, "ingest", "jsonl", str(sources / corpus / "docs.jsonl"), "--queries", str(sources / corpus / "queries.jsonl"), "--corpus", corpus]
+        done = subprocess.run(ingest, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr
+    runs = [subprocess.Popen([GRAPHLAKE, "materialize", "--corpus", corpus, "--select", SELECTION], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for corpus in CORPORA]
+    for run in runs:
+        _, stderr = run.communicate(timeout=600)
+        assert run.returncode == 0, stderr
+
+
+def rows(home: Path) -> dict[tuple[str, str], list[tuple]]:
+    """Every table's committed rows, corpus by corpus, in key order, as SQL over the catalog sees them."""
+    found = {}
+    with Catalog(home).reader() as con:
+        for table, spec in TABLES.items():
+            columns = ", ".join(f'"{f.name}"' for f in spec.schema if f.name not in PER_RUN)
+            order = ", ".join(f'"{name}"' for name in (*spec.partition_by, *spec.key))
+            for corpus in CORPORA:
+                found[table, corpus] = con.execute(f"SELECT {columns} FROM {table} WHERE corpus = ? ORDER BY {order}", [corpus]).fetchall()
+    return found
+
+
+def same(a, b) -> bool:
+    """Equal values; floats within float32 noise (a query encoded by a worker's one thread, not the
+    launcher's several, scores ~1e-7 apart: tests/test_rankings.py)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path, monkeypatch):
+    sources = tmp_path / "raw"
+    for corpus, texts in CORPORA.items():
+        write_corpus(sources / corpus, texts)
+    local, on_dask = tmp_path / "local", tmp_path / "dask"
+    build(local, sources, dask=None)
+
+    # the workers rebuild the Definitions from their own environment: they must name the same lake
+    monkeypatch.setenv("GRAPHLAKE_HOME", str(on_dask))
+    monkeypatch.setenv("DAGSTER_HOME", str(on_dask / "dagster"))
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        with distributed.get_task_stream(client) as stream:
+            build(on_dask, sources, dask=cluster.scheduler_address)
+        tasks = stream.data
+        workers = set(client.scheduler_info()["workers"])
+
+    steps = {}  # run id -> its steps
+    for task in tasks:
+        run, step = task["key"].split("/", 1)
+        steps.setdefault(run, set()).add(step)
+    assert len(steps) == 4, steps  # each corpus's ingest and materialize
+    built = [run for run in steps.values() if {"raw_corpus", "nodes", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_rrf"} <= run]
+    assert len(built) == 2, steps  # one whole run a corpus, each step its own task
+    assert {task["worker"] for task in tasks} == workers and len(workers) == 2  # both workers took steps
+
+    expected, got = rows(local), rows(on_dask)
+    assert [key for key in expected if not same(expected[key], got[key])] == []
+    assert sum(map(len, got.values())) > 0 and all(got[table, corpus] for table in ("documents", "nodes", "vectors", "runs") for corpus in CORPORA)
+    for corpus in CORPORA:
+        assert Snapshots(on_dask).current(corpus).number == Snapshots(local).current(corpus).number  # committed like any run
+        for method in METHODS:
+            monkeypatch.setenv("GRAPHLAKE_HOME", str(local))
+            by_local = search(local, corpus, method, "storm warnings on the pier", 3)[0]
+            monkeypatch.setenv("GRAPHLAKE_HOME", str(on_dask))
+            assert search(on_dask, corpus, method, "storm warnings on the pier", 3)[0] == by_local, (corpus, method)
