@@ -207,3 +207,32 @@ def _answers(url: str) -> bool:
             return response.status == 200
     except OSError:
         return False
+
+
+@pytest.fixture
+def s3_server(monkeypatch) -> Iterator[str]:
+    """A real S3-compatible server on loopback, and a bucket ``lake`` in it: moto's server, one Python
+    process that implements conditional writes (If-None-Match, If-Match) and downloads nothing. The
+    environment points botocore at it (``AWS_ENDPOINT_URL``); its address is yielded."""
+    pytest.importorskip("moto")
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    endpoint = f"http://127.0.0.1:{port}"
+    for name, value in {"AWS_ENDPOINT_URL": endpoint, "AWS_ACCESS_KEY_ID": "test", "AWS_SECRET_ACCESS_KEY": "test", "AWS_DEFAULT_REGION": "us-east-1"}.items():
+        monkeypatch.setenv(name, value)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "moto's server did not start within 60 s"
+                time.sleep(0.2)
+        import s3fs
+
+        s3fs.S3FileSystem(skip_instance_cache=True).mkdir("lake")
+        yield endpoint
+    finally:
+        server.terminate()
+        server.wait(timeout=30)

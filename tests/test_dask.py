@@ -4,7 +4,6 @@ table the same rows as an in-process build, and committed as snapshots like any 
 
 from __future__ import annotations
 
-import math
 import os
 import subprocess
 import sys
@@ -12,17 +11,15 @@ from pathlib import Path
 
 import pytest
 from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
+from lake_checks import rows, same
 
 from graphlake.retrieval.methods import search
-from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
-from graphlake.warehouse.tables import TABLES
 
 distributed = pytest.importorskip("distributed")
 
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
 CORPORA = {"harbour": TEXTS, "harbour_edited": EDITED}
-PER_RUN = {"run_id", "latency_ms", "plan_ms"}  # which run wrote a row and how long its query took: not its content
 
 
 def build(home: Path, sources: Path, dask: str | None) -> None:
@@ -39,28 +36,6 @@ def build(home: Path, sources: Path, dask: str | None) -> None:
     for run in runs:
         _, stderr = run.communicate(timeout=600)
         assert run.returncode == 0, stderr
-
-
-def rows(home: Path) -> dict[tuple[str, str], list[tuple]]:
-    """Every table's committed rows, corpus by corpus, in key order, as SQL over the catalog sees them."""
-    found = {}
-    with Catalog(home).reader() as con:
-        for table, spec in TABLES.items():
-            columns = ", ".join(f'"{f.name}"' for f in spec.schema if f.name not in PER_RUN)
-            order = ", ".join(f'"{name}"' for name in (*spec.partition_by, *spec.key))
-            for corpus in CORPORA:
-                found[table, corpus] = con.execute(f"SELECT {columns} FROM {table} WHERE corpus = ? ORDER BY {order}", [corpus]).fetchall()
-    return found
-
-
-def same(a, b) -> bool:
-    """Equal values; floats within float32 noise (a query encoded by a worker's one thread, not the
-    launcher's several, scores ~1e-7 apart: tests/test_rankings.py)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
-    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
-    return a == b
 
 
 def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path, monkeypatch):
@@ -88,7 +63,7 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
     assert len(built) == 2, steps  # one whole run a corpus, each step its own task
     assert {task["worker"] for task in tasks} == workers and len(workers) == 2  # both workers took steps
 
-    expected, got = rows(local), rows(on_dask)
+    expected, got = rows(local, CORPORA), rows(on_dask, CORPORA)
     assert [key for key in expected if not same(expected[key], got[key])] == []
     assert sum(map(len, got.values())) > 0 and all(got[table, corpus] for table in ("documents", "nodes", "vectors", "runs") for corpus in CORPORA)
     for corpus in CORPORA:

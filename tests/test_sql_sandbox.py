@@ -3,27 +3,20 @@ folder, loads code or lifts those limits; every query the README shows still run
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import duckdb
 import pytest
+from lake_checks import readme_queries
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
 SECRET = "sk-never-print-me-4711"
 
 
 def sql(*args: str):
     return CliRunner().invoke(app, ["sql", *args], catch_exceptions=False)
-
-
-def readme_queries() -> list[str]:
-    found = re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', README.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    assert len(found) >= 10, "the README's SQL examples were not found"
-    return found
 
 
 def test_every_escape_is_refused_naming_what_and_every_readme_query_runs(reads_demo, tmp_path, monkeypatch):

@@ -18,6 +18,7 @@ import duckdb
 import pyarrow as pa
 
 from graphlake.warehouse.graph_sql import install_macros
+from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.tables import TABLES, TableSpec
 
@@ -62,7 +63,7 @@ class Catalog:
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A read-only connection to the catalog, creating it first if the lake is new."""
-        if not self.path.exists():
+        if not self.path.exists() or remote_of(self.home) is not None:  # on object storage, others commit too
             self.refresh()
         with self._locked(fcntl.LOCK_SH), duckdb.connect(str(self.path), read_only=True) as con:
             yield con
@@ -104,7 +105,7 @@ class Catalog:
         files: dict[str, list[str]] = {}
         for scope in snapshots.scopes():
             for key, entry in snapshots.current(scope).tables.items():
-                files.setdefault(key.split("/", 1)[0], []).append(str(self.home / "tables" / key / entry.name))
+                files.setdefault(key.split("/", 1)[0], []).append(str(snapshots.local(f"tables/{key}/{entry.name}")))
         return files
 
     def _view_sql(self, spec: TableSpec, files: list[str]) -> str:

@@ -140,7 +140,12 @@ class UnknownCorpus(KeyError):
 
 class CorpusRegistry:
     def __init__(self, home: Path) -> None:
+        from graphlake.warehouse.object_store import remote_of
+
         self.path = Path(home) / REGISTRY_FILE
+        self.remote = remote_of(Path(home))
+        if self.remote is not None:  # the declarations are the store's: this cache's copy may be behind
+            self.remote.mirror(REGISTRY_FILE, self.path)
 
     def all(self) -> dict[str, CorpusSpec]:
         declared = {DEMO.name: DEMO}
@@ -178,6 +183,8 @@ class CorpusRegistry:
                 self._rewrite(lambda corpora: corpora.__setitem__(spec.name, previous) if previous is not None else corpora.pop(spec.name, None))
             elif before is None:
                 self.path.unlink()
+                if self.remote is not None:
+                    self.remote.remove(REGISTRY_FILE)
             else:
                 self._replace(before)
             raise
@@ -213,3 +220,5 @@ class CorpusRegistry:
         temporary = self.path.with_name(f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp")
         temporary.write_bytes(content)
         os.replace(temporary, self.path)
+        if self.remote is not None:
+            self.remote.upload(self.path, REGISTRY_FILE)

@@ -1,4 +1,8 @@
-"""Where the lake lives: ``$GRAPHLAKE_HOME``, else ``lake/`` in the project folder."""
+"""Where the lake lives: ``$GRAPHLAKE_HOME``, else ``lake/`` in the project folder.
+
+``GRAPHLAKE_HOME=s3://bucket/prefix`` keeps the lake on S3-compatible object storage: its home is
+then a local cache of it (``$GRAPHLAKE_CACHE``, else ``~/.cache/graphlake/<bucket>/<prefix>``), which
+names its remote in ``remote.json`` (``warehouse/object_store.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +19,11 @@ def project_root() -> Path:
 
 
 def lake_home() -> Path:
-    configured = os.environ.get(ENV_VAR)
+    configured = os.environ.get(ENV_VAR, "")
+    if configured.startswith("s3://"):
+        from graphlake.warehouse.object_store import cache_for
+
+        return cache_for(configured)
     home = Path(configured).expanduser() if configured else project_root() / "lake"
     home.mkdir(parents=True, exist_ok=True)
     return home.resolve()

@@ -1,6 +1,6 @@
 """One writer per corpus: a kernel file lock per snapshot scope, with its owner written beside it.
 
-The lock is ``flock`` on ``locks/<scope>.lock``. The kernel drops it when its holder dies however it
+The lock is ``flock`` on ``locks/<scope>.lock`` (and, for a lake on object storage, a lease there). The kernel drops it when its holder dies however it
 dies (kill -9 included), so a killed run never leaves a lock that must be broken by hand; the owner
 record (pid, host, command, since) is only for the message a waiting writer shows. A process that
 holds a scope may take it again (a run's own writes), so the lock is counted per process.
@@ -15,7 +15,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from graphlake.kernels.settings import number_from_env
@@ -59,12 +59,21 @@ def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], 
         handle.flush()
         _held[path] = [handle, 1]
         try:
-            yield
+            with _lease(home, scope, purpose, announce):
+                yield
         finally:
             del _held[path]
             fcntl.flock(handle, fcntl.LOCK_UN)
     finally:
         handle.close()
+
+
+def _lease(home: Path, scope: str, purpose: str, announce: Callable[[str], None] | None):
+    """On a lake kept on object storage, the scope's lease there too: writers on other machines."""
+    from graphlake.warehouse.object_store import remote_of
+
+    remote = remote_of(home)
+    return remote.lease(scope, purpose, announce) if remote else nullcontext()
 
 
 def holder(home: Path, scope: str) -> str | None:

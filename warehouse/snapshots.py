@@ -29,6 +29,8 @@ LAKE_SCOPE = "_lake"
 KEEP = 2  # snapshots whose files stay: the current one, and the previous one for readers still on it
 LEGACY_FILE = "data.parquet"  # lakes written before snapshots: one file per partition, swapped in place
 _NUMBERED = re.compile(r"^(\d{8})\.json$")
+PULL_S = 1.0  # on object storage: how stale a reader's view of another machine's commits may be
+_pulled: dict[tuple[Path, str], float] = {}  # (home, scope) -> when this process last asked the store
 
 
 def scope_of(partition: Mapping[str, str]) -> str:
@@ -85,8 +87,24 @@ class Snapshots:
     """The snapshots of one lake: read the current one, commit the next, collect what none refers to."""
 
     def __init__(self, home: Path) -> None:
+        from graphlake.warehouse.object_store import remote_of
+
         self.home = Path(home)
         self.root = self.home / SNAPSHOTS
+        self.remote = remote_of(self.home)
+
+    def local(self, relative: str) -> Path:
+        """The lake's file or folder at ``relative`` (under the home) on this disk: on a lake kept on
+        object storage, brought down first if this cache lacks it (versions never change)."""
+        path = self.home / relative
+        if self.remote is not None and not path.exists():
+            self.remote.download(relative, path)
+        return path
+
+    def push(self, path: Path) -> None:
+        """A version just written whole, up to the object store (a lake on local disk: nothing to do)."""
+        if self.remote is not None:
+            self.remote.upload(path, path.relative_to(self.home).as_posix())
 
     def scopes(self) -> list[str]:
         """Every scope that has committed a snapshot or still has a legacy layout to adopt."""
@@ -96,9 +114,12 @@ class Snapshots:
                 found |= {p.name.removeprefix("corpus=") for p in folder.glob("*/corpus=*") if p.is_dir()}
         if (self.home / "artifacts").is_dir() and any((self.home / "artifacts").glob("*/CURRENT")):
             found.add(LAKE_SCOPE)
+        if self.remote is not None:
+            found |= set(self.remote.listing(SNAPSHOTS))
         return sorted(found)
 
     def current(self, scope: str) -> Snapshot:
+        self._pull(scope)
         numbers = self._numbers(scope)
         if not numbers:
             return self._adopt_legacy(scope)
@@ -113,6 +134,7 @@ class Snapshots:
         tables, artifacts = self.staged(scope, version)
         if not tables and not artifacts:
             return None
+        self._pull(scope, fresh=True)  # a commit builds on the very newest, whoever made it
         base = self.current(scope)
         snapshot = Snapshot(base.number + 1, version, time.time(), {**base.tables, **tables}, {**base.artifacts, **artifacts})
         self._publish(scope, snapshot)
@@ -130,6 +152,14 @@ class Snapshots:
             staged = root / artifact_folder(version)
             if staged.is_dir():
                 artifacts[root.relative_to(self.home / "artifacts").as_posix()] = Entry(staged.name, staged.stat().st_mtime)
+        if self.remote is not None:  # what workers on other machines staged, known only to the store
+            for relative, written_at in self.remote.versions(scope).items():
+                if relative.rsplit("/", 1)[-1] not in (data_file(version), artifact_folder(version)):
+                    continue
+                top, key = relative.split("/", 1)
+                found = tables if top == "tables" else artifacts
+                folder, name = key.rsplit("/", 1)
+                found.setdefault(folder, Entry(name, written_at))
         return tables, artifacts
 
     def collect(self, scope: str) -> list[Path]:
@@ -160,10 +190,30 @@ class Snapshots:
             path = self.root / scope / f"{number:08d}.json"
             path.unlink(missing_ok=True)
             removed.append(path)
-        return removed
+        return removed + self._collect_remote(scope)
+
+    def _collect_remote(self, scope: str) -> list[Path]:
+        """``collect`` on the object store: the versions none of the last ``KEEP`` snapshots there names."""
+        if self.remote is None:
+            return []
+        folder = f"{SNAPSHOTS}/{scope}"
+        numbers = sorted(int(m.group(1)) for m in map(_NUMBERED.match, self.remote.listing(folder)) if m)
+        kept = [Snapshot.from_json(self.remote.read(f"{folder}/{n:08d}.json").decode()) for n in numbers[-KEEP:]]
+        live = {f"tables/{key}/{e.name}" for s in kept for key, e in s.tables.items()} | {f"artifacts/{key}/{e.name}" for s in kept for key, e in s.artifacts.items()}
+        gone = [relative for relative in self.remote.versions(scope) if relative not in live]
+        gone += [f"{folder}/{n:08d}.json" for n in numbers[:-KEEP]]
+        for relative in gone:
+            self.remote.remove(relative)
+        return [self.home / relative for relative in gone]
 
     def forget(self, scope: str) -> None:
-        """Drop the scope's snapshots (one atomic rename aside first: readers see all of it or none)."""
+        """Drop the scope's snapshots (one atomic rename aside first: readers see all of it or none; on
+        the object store, its snapshot objects, newest first, then its versions)."""
+        if self.remote is not None:
+            for name in reversed(self.remote.listing(f"{SNAPSHOTS}/{scope}")):
+                self.remote.remove(f"{SNAPSHOTS}/{scope}/{name}")
+            for relative in self.remote.versions(scope):
+                self.remote.remove(relative)
         folder = self.root / scope
         if folder.is_dir():
             aside = self.root / f".forgotten-{uuid.uuid4().hex}"
@@ -171,6 +221,9 @@ class Snapshots:
             shutil.rmtree(aside)
 
     def _publish(self, scope: str, snapshot: Snapshot) -> None:
+        name = f"{snapshot.number:08d}.json"
+        if self.remote is not None and not self.remote.create(f"{SNAPSHOTS}/{scope}/{name}", snapshot.to_json().encode()):
+            raise FileExistsError(f"{self.remote.url}/{SNAPSHOTS}/{scope}/{name} was committed by another writer")
         folder = self.root / scope
         folder.mkdir(parents=True, exist_ok=True)
         temporary = folder / f".{snapshot.number:08d}.{uuid.uuid4().hex}.tmp"
@@ -183,6 +236,20 @@ class Snapshots:
         finally:
             temporary.unlink(missing_ok=True)
         fsync_directory(folder)
+
+    def _pull(self, scope: str, fresh: bool = False) -> None:
+        """The store's newest snapshot of the scope into this cache, if it has a newer one: asked at
+        most every ``PULL_S`` seconds by a process unless ``fresh`` (its own commits it knows at once)."""
+        if self.remote is None:
+            return
+        asked = _pulled.get((self.home, scope))
+        if asked is not None and time.monotonic() - asked < PULL_S and not fresh:
+            return
+        _pulled[self.home, scope] = time.monotonic()
+        remote = sorted(int(m.group(1)) for m in map(_NUMBERED.match, self.remote.listing(f"{SNAPSHOTS}/{scope}")) if m)
+        local = self._numbers(scope)
+        if remote and (not local or remote[-1] > local[-1]):
+            self.local(f"{SNAPSHOTS}/{scope}/{remote[-1]:08d}.json")
 
     def _numbers(self, scope: str) -> list[int]:
         folder = self.root / scope

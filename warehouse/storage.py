@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from graphlake.warehouse.locks import writer_lock
+from graphlake.warehouse.object_store import ObjectStoreError
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
 from graphlake.warehouse.snapshots import LAKE_SCOPE, Entry, Snapshots, artifact_folder, data_file, fsync_directory, new_version, scope_of
 from graphlake.warehouse.tables import TableSpec, table_spec
@@ -90,6 +91,7 @@ class Lake:
             temporary.unlink(missing_ok=True)
             raise
         fsync_directory(directory)
+        self.snapshots.push(final)
         return final
 
     def write_artifact(self, name: str, partition: Mapping[str, str], fill: Callable[[Path], None]) -> Path:
@@ -110,6 +112,7 @@ class Lake:
                 shutil.rmtree(building, ignore_errors=True)
                 raise
             fsync_directory(root)
+            self.snapshots.push(folder)
             return folder
 
     @contextmanager
@@ -149,8 +152,8 @@ class Lake:
     def artifact_written_at(self, name: str, partition: Mapping[str, str]) -> float | None:
         """When the artefact's current version was built, None if it has none."""
         root = self._artifact_root(name, partition)
-        staged = root / artifact_folder(self.run_id) if self.run_id else None
-        if staged is not None and staged.is_dir():
+        staged = self._staged(root / artifact_folder(self.run_id)) if self.run_id else None
+        if staged is not None:
             return staged.stat().st_mtime
         entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
         return entry.written_at if entry else None
@@ -162,6 +165,7 @@ class Lake:
         keys = set(self.snapshots.current(scope).tables)
         if self.run_id:
             keys |= {p.parent.relative_to(self.tables_dir).as_posix() for p in (self.tables_dir / table).glob(f"corpus={scope}/**/{data_file(self.run_id)}")}
+            keys |= set(self.snapshots.staged(scope, self.run_id)[0])  # on object storage, other machines' too
         found = []
         for key in sorted(keys):
             parts = key.split("/")
@@ -207,21 +211,37 @@ class Lake:
         """The version readers of this lake see: the run's own, else the committed snapshot's."""
         directory = self.partition_dir(table, partition)
         if self.run_id:
-            staged = directory / data_file(self.run_id)
-            if staged.is_file():
+            staged = self._staged(directory / data_file(self.run_id))
+            if staged is not None:
                 return Entry(staged.name, staged.stat().st_mtime)
         return self.snapshots.current(scope_of(partition)).tables.get(directory.relative_to(self.tables_dir).as_posix())
 
     def _file(self, table: str, partition: Mapping[str, str]) -> Path | None:
         entry = self._entry(table, partition)
-        return self.partition_dir(table, partition) / entry.name if entry else None
+        return self._here(self.partition_dir(table, partition) / entry.name) if entry else None
 
     def _folder(self, name: str, partition: Mapping[str, str]) -> Path | None:
         root = self._artifact_root(name, partition)
-        if self.run_id and (root / artifact_folder(self.run_id)).is_dir():
-            return root / artifact_folder(self.run_id)
+        staged = self._staged(root / artifact_folder(self.run_id)) if self.run_id else None
+        if staged is not None:
+            return staged
         entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
-        return root / entry.name if entry else None
+        return self._here(root / entry.name) if entry else None
+
+    def _here(self, path: Path) -> Path:
+        """A committed version on this disk (brought down from the object store if need be)."""
+        return self.snapshots.local(path.relative_to(self.home).as_posix())
+
+    def _staged(self, path: Path) -> Path | None:
+        """The run's own version at ``path``, if it wrote one (on object storage: on any machine)."""
+        if path.exists():
+            return path
+        if self.snapshots.remote is None:
+            return None
+        try:
+            return self._here(path)
+        except ObjectStoreError:
+            return None
 
     def commit(self, corpus: str | None) -> dict[str, int]:
         """Commit what this lake's run staged for ``corpus`` (its partition; None for a run of lake-wide

@@ -1,0 +1,41 @@
+"""Comparing two lakes table by table, and the SQL the README shows: what the Dask and S3 tests assert."""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+
+from graphlake.warehouse.catalog import Catalog
+from graphlake.warehouse.tables import TABLES
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+PER_RUN = {"run_id", "latency_ms", "plan_ms"}  # which run wrote a row and how long its query took: not its content
+
+
+def rows(home: Path, corpora) -> dict[tuple[str, str], list[tuple]]:
+    """Every table's committed rows, corpus by corpus, in key order, as SQL over the catalog sees them."""
+    found = {}
+    with Catalog(home).reader() as con:
+        for table, spec in TABLES.items():
+            columns = ", ".join(f'"{f.name}"' for f in spec.schema if f.name not in PER_RUN)
+            order = ", ".join(f'"{name}"' for name in (*spec.partition_by, *spec.key))
+            for corpus in corpora:
+                found[table, corpus] = con.execute(f"SELECT {columns} FROM {table} WHERE corpus = ? ORDER BY {order}", [corpus]).fetchall()
+    return found
+
+
+def same(a, b) -> bool:
+    """Equal values; floats within float32 noise (a query encoded with another thread count scores
+    ~1e-7 apart: tests/test_rankings.py)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
+def readme_queries() -> list[str]:
+    found = re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', README.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    assert len(found) >= 10, "the README's SQL examples were not found"
+    return found
