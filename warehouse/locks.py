@@ -1,7 +1,8 @@
 """One writer per corpus: a kernel file lock per snapshot scope, with its owner written beside it.
 
-The lock is ``flock`` on ``locks/<scope>.lock`` (and, for a lake on object storage, a lease there). The kernel drops it when its holder dies however it
-dies (kill -9 included), so a killed run never leaves a lock that must be broken by hand; the owner
+The lock is ``flock`` on ``locks/<scope>.lock`` (and, for a lake on object storage, a lease there:
+``warehouse/object_store.py``). The kernel drops it when its holder dies however it dies (kill -9
+included), so a killed run never leaves a lock that must be broken by hand; the owner
 record (pid, host, command, since) is only for the message a waiting writer shows. A process that
 holds a scope may take it again (a run's own writes), so the lock is counted per process.
 """
