@@ -164,8 +164,7 @@ class Lake:
         scope = scope_of(partition)
         keys = set(self.snapshots.current(scope).tables)
         if self.run_id:
-            keys |= {p.parent.relative_to(self.tables_dir).as_posix() for p in (self.tables_dir / table).glob(f"corpus={scope}/**/{data_file(self.run_id)}")}
-            keys |= set(self.snapshots.staged(scope, self.run_id)[0])  # on object storage, other machines' too
+            keys |= set(self.snapshots.staged(scope, self.run_id)[0])  # here, and on object storage other machines' too
         found = []
         for key in sorted(keys):
             parts = key.split("/")
