@@ -6,7 +6,7 @@ import warnings
 import pyarrow as pa
 from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
 
-from graphlake.kernels.chunking import chunk_texts
+from graphlake.kernels.text.chunking import chunk_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.kernels.entities import conceptual_weights, cooccurrence_weights
+from graphlake.kernels.text.entities import conceptual_weights, cooccurrence_weights
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError

@@ -8,7 +8,7 @@ them did (default 0.25).
 
 from __future__ import annotations
 
-from graphlake.kernels.settings import number_from_env
+from graphlake.common.settings import number_from_env
 
 ENV = "GRAPHLAKE_MAX_FAILURE_SHARE"
 DEFAULT_SHARE = 0.25

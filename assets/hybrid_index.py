@@ -1,8 +1,8 @@
 """Allan-Poe's hybrid graph index as an asset: one graph over the corpus's dense, SPLADE and BM25
-vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid_graph.py``).
+vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid/graph.py``).
 A re-materialization updates the previous index in place of a rebuild when few nodes changed
-(``kernels/hybrid_update.py``): nodes are matched by node id and content hash. The knowledge-graph
-part (``kg``: the entities and relations of a ``triples`` extractor, ``kernels/hybrid_kg.py``) is small
+(``kernels/hybrid/update.py``): nodes are matched by node id and content hash. The knowledge-graph
+part (``kg``: the entities and relations of a ``triples`` extractor, ``kernels/hybrid/kg.py``) is small
 and rebuilt every time."""
 
 import json
@@ -12,10 +12,10 @@ from typing import Literal
 import numpy as np
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph
-from graphlake.kernels.hybrid_kg import KnowledgeGraph
-from graphlake.kernels.hybrid_update import update
-from graphlake.kernels.hybrid_vectors import PATHS, Queries
+from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph
+from graphlake.kernels.hybrid.kg import KnowledgeGraph
+from graphlake.kernels.hybrid.update import update
+from graphlake.kernels.hybrid.vectors import PATHS, Queries
 from graphlake.retrieval.hybrid_weights import tune
 from graphlake.retrieval.indexes import NODE_IDS_FILE, LakeIndexes, hybrid_vectors, index_assets
 from graphlake.retrieval.training import Untrained

@@ -12,10 +12,10 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, asset
 
 from graphlake.assets.failure_budget import FailureBudget
-from graphlake.kernels.llm import LLMOutputError, lake_client
-from graphlake.kernels.progress import StepProgress
-from graphlake.kernels.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
-from graphlake.kernels.triples import logical_edges as link_nodes
+from graphlake.common.llm import LLMOutputError, lake_client
+from graphlake.common.progress import StepProgress
+from graphlake.kernels.text.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
+from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table

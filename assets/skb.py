@@ -9,9 +9,9 @@ from collections import Counter
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.kernels import encoders
-from graphlake.kernels.plan_fusion import cell_name
-from graphlake.kernels.skb_builders import ORACLE_SOURCES
+from graphlake.kernels.text import encoders
+from graphlake.kernels.plan.fusion import cell_name
+from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, Settings, build, coverage, planned, save_vectors, stage_one, vectors_for
 from graphlake.warehouse.io_manager import LakeResource

@@ -13,9 +13,9 @@ import faiss
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, asset
 
-from graphlake.kernels import encoders
-from graphlake.kernels.bm25 import BM25Index
-from graphlake.kernels.progress import StepProgress
+from graphlake.kernels.text import encoders
+from graphlake.kernels.text.bm25 import BM25Index
+from graphlake.common.progress import StepProgress
 from graphlake.retrieval.indexes import NODE_IDS_FILE, dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource

@@ -36,8 +36,8 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 from rank_bm25 import BM25Okapi
 
-from graphlake.kernels.bm25 import TOKEN_PATTERN, BM25Index
-from graphlake.kernels.metrics import evaluate, mean, rank_by_score
+from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
+from graphlake.kernels.eval.metrics import evaluate, mean, rank_by_score
 from graphlake.retrieval.indexes import retrieval_texts
 from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.readers.base import ReadRequest

@@ -23,8 +23,8 @@ import torch
 from common import EVALUATED, ROOT, header, table
 from gpu_fastinsight import EvaluatedSet
 
-from graphlake.kernels import cross_encoder
-from graphlake.kernels.metrics import paired_bootstrap
+from graphlake.kernels.rerank import cross_encoder
+from graphlake.kernels.eval.metrics import paired_bootstrap
 
 RATIOS = (math.inf, 1.5, 1.25, 1.1)
 

@@ -41,8 +41,8 @@ from common import (
     timing_sample,
 )
 
-from graphlake.kernels.cross_encoder import TRAINING_FILE
-from graphlake.kernels.metrics import bootstrap_interval, paired_bootstrap
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
+from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 

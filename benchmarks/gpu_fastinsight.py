@@ -36,10 +36,10 @@ import scipy.sparse as sp
 import torch
 from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table, timing_sample
 
-from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
-from graphlake.kernels.cross_encoder import CrossEncoder
-from graphlake.kernels.metrics import bootstrap_interval, evaluate, paired_bootstrap
-from graphlake.kernels.topological_recall import DocumentGraph, topological_values
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder
+from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate, paired_bootstrap
+from graphlake.kernels.eval.topological_recall import DocumentGraph, topological_values
 from graphlake.retrieval.indexes import corpus_graph
 
 DEPTH = 100

@@ -1,4 +1,4 @@
-"""Allan-Poe's hybrid graph index on a GPU: the batched array code (``kernels/hybrid_batched.py``) on
+"""Allan-Poe's hybrid graph index on a GPU: the batched array code (``kernels/hybrid/batched.py``) on
 cupy, checked against its numba twin and timed against brute force on the same device.
 
 A GPU machine has no lake, so:
@@ -36,9 +36,9 @@ import numpy as np
 import scipy.sparse as sp
 from common import EVALUATED, export_and_run, header, table
 
-from graphlake.kernels import hybrid_batched as batched
-from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph, Searcher, _operands, _prune, build, self_inner_products
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, row_operands, prune_candidates, build, self_inner_products
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 SETS = ("scifact",)
 KNN_K, SINGLE = 64, 16
@@ -54,7 +54,7 @@ EXACT_BYTES = 2**28  # brute force in chunks of queries whose (chunk, N) scores 
 def export(folder: Path) -> None:
     from hybrid_index import encoded
 
-    from graphlake.kernels.hybrid_graph import exact_knn
+    from graphlake.kernels.hybrid.graph import exact_knn
     from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
@@ -173,7 +173,7 @@ def correctness(data: Set) -> list[str]:
     ids, sims, _ = batched.exact_knn(device, nodes, graph.scales, KNN_K, SINGLE)
     lines.append(f"| exact k-NN lists (K {KNN_K}): rows identical | {np.mean((ids == data.knn_ids).all(axis=1)):.4%}; largest score difference {np.abs(sims - data.knn_sims).max():.2e} |")
     self_ip = self_inner_products(vectors, nodes, graph.scales)
-    numba = _prune(data.knn_ids, data.knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, graph.scales))
+    numba = prune_candidates(data.knn_ids, data.knn_sims, self_ip, 32, 8, *row_operands(vectors, nodes, graph.scales))
     on_gpu = batched.prune(device, nodes.lexical, graph.scales, data.knn_ids, data.knn_sims, self_ip, 32, 8)
     same = [left.tobytes() == right.tobytes() for left, right in zip(numba, on_gpu, strict=True)]
     rows = np.mean((numba[0] == on_gpu[0]).all(axis=1))
@@ -286,7 +286,7 @@ def evaluate(folder: Path, output: Path, synthetic_nodes: int, parts: str, batch
     lines = header(f"Allan-Poe's hybrid graph index on a GPU ({device})", "python benchmarks/gpu_hybrid_index.py evaluate " + " ".join(sys.argv[2:]))
     lines += [
         "- every timing: median of 3 passes after a warm-up (batch 1: one pass over 10 queries, one at a time); query vectors precomputed; the device synchronised before each clock read",
-        "- graph search: the batched lock-step search of `kernels/hybrid_batched.py` (each query expands `width` pool entries per step); brute force: dense matmul and sparse × dense products on the device",
+        "- graph search: the batched lock-step search of `kernels/hybrid/batched.py` (each query expands `width` pool entries per step); brute force: dense matmul and sparse × dense products on the device",
         "- cuVS CAGRA / faiss-gpu are not compared: their wheels are far larger than a device call can carry here",
     ]
     for sub in sorted(p for p in folder.iterdir() if (p / "meta.json").exists()):

@@ -27,7 +27,7 @@ import numpy as np
 import yaml
 from common import WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 
-from graphlake.kernels.metrics import bootstrap_interval, paired_bootstrap
+from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 
@@ -214,7 +214,7 @@ def plan_lines(lake: Lake, corpus: str) -> list[str]:
 
 def grid_timing(lake: Lake) -> str:
     """G4: the whole grid over 500 validation-style queries (BIRD questions through grasp_graph and rrf)."""
-    from graphlake.kernels.plan_fusion import ValidationQuery, search_grid
+    from graphlake.kernels.plan.fusion import ValidationQuery, search_grid
     from graphlake.retrieval.indexes import LakeIndexes
     from graphlake.retrieval.methods import load_methods
 
@@ -245,7 +245,7 @@ def save_heatmaps(heatmaps, folder) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from graphlake.kernels.plan_fusion import STATIC_CONSTANTS, STATIC_WEIGHTS
+    from graphlake.kernels.plan.fusion import STATIC_CONSTANTS, STATIC_WEIGHTS
 
     names = []
     for name, hits, queries in heatmaps:

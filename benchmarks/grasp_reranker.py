@@ -29,9 +29,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from common import export_and_run, graphlake, header
 
-from graphlake.kernels.cross_encoder import TRAINING_FILE, CrossEncoder, Pool, train
-from graphlake.kernels.metrics import bootstrap_interval, evaluate
-from graphlake.kernels.plan_fusion import fuse_stage2
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE, CrossEncoder, Pool, train
+from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate
+from graphlake.kernels.plan.fusion import fuse_stage2
 from graphlake.retrieval.grasp_reranker import RECIPES, final_fusion, validation_hit_at_1
 
 MODELS = ("base", "cpu", "gpu")  # the zero-shot base, grasp_reranker as the lake trained it, this script's

@@ -36,11 +36,11 @@ import scipy.sparse as sp
 from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
 from threadpoolctl import threadpool_limits
 
-from graphlake.kernels.hybrid_graph import BuildConfig, KGQuery, Searcher, build
-from graphlake.kernels.hybrid_kg import reward
-from graphlake.kernels.hybrid_update import insert, splice
-from graphlake.kernels.hybrid_vectors import Queries
-from graphlake.kernels.metrics import ndcg_at_k, paired_bootstrap
+from graphlake.kernels.hybrid.graph import BuildConfig, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.kg import reward
+from graphlake.kernels.hybrid.update import insert, splice
+from graphlake.kernels.hybrid.vectors import Queries
+from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import parse_methods
@@ -80,7 +80,7 @@ def quality(corpus: str, split: str) -> list[str]:
 
 def encoded(indexes: LakeIndexes, texts: list[str]) -> tuple[Queries, float]:
     """The queries on the three paths, and the encoding's milliseconds per query."""
-    from graphlake.kernels import encoders
+    from graphlake.kernels.text import encoders
 
     started = time.perf_counter()
     queries = Queries(encoders.encode_dense(texts), sp.csr_matrix(encoders.encode_splade(texts)), indexes.get("bm25").token_counts(texts))

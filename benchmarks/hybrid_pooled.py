@@ -37,13 +37,13 @@ from common import EVALUATED, arguments, header, table
 from hybrid_index import DEPTHS, POOLS, insert_splits, recall, timed, top10
 from threadpoolctl import threadpool_limits
 
-from graphlake.kernels import encoders
-from graphlake.kernels.bm25 import BM25Index
-from graphlake.kernels.hybrid_batched import DeviceVectors
-from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, build, exact_knn
-from graphlake.kernels.hybrid_nndescent import nn_descent
-from graphlake.kernels.hybrid_update import insert, splice
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.text import encoders
+from graphlake.kernels.text.bm25 import BM25Index
+from graphlake.kernels.hybrid.batched import DeviceVectors
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn
+from graphlake.kernels.hybrid.nndescent import nn_descent
+from graphlake.kernels.hybrid.update import insert, splice
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake, StorageError

@@ -51,8 +51,8 @@ import numpy as np
 import scipy.sparse as sp
 from common import machine
 
-from graphlake.kernels.entity_graph import EntityGraph
-from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
+from graphlake.kernels.graph.entity_graph import EntityGraph
+from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.graph import candidate_graph

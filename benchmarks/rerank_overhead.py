@@ -5,7 +5,7 @@ On a GPU the cross-encoder is fast enough that what a budgeted method does betwe
 sooner (benchmarks/results/fastinsight_gpu.md). This script times that work alone: the scorer is
 cost-free (a node's [CLS] vector is a fixed random row, the head a fixed linear map), so the
 methods make the choices they would make with some model, at no model cost. The methods take turns
-on each query. With ``--against REV`` FastInsight from ``kernels/adaptive_rerank.py`` at git
+on each query. With ``--against REV`` FastInsight from ``kernels/rerank/adaptive.py`` at git
 revision REV runs beside the working tree's, in the same turns, so a kernel change is compared side
 by side in one run.
 
@@ -26,15 +26,19 @@ import numpy as np
 from common import EVALUATED, ROOT, header, table
 from gpu_fastinsight import EvaluatedSet
 
-from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
-from graphlake.kernels.metrics import paired_bootstrap
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
+from graphlake.kernels.eval.metrics import paired_bootstrap
 
-KERNEL = "kernels/adaptive_rerank.py"
+KERNEL = "kernels/rerank/adaptive.py"
+OLD_KERNEL = "kernels/adaptive_rerank.py"  # where it lived before the kernels were grouped by family
 
 
 def kernel_at(revision: str):
     """The adaptive_rerank module as it was at ``revision``."""
-    source = subprocess.run(["git", "show", f"{revision}:{KERNEL}"], cwd=ROOT, check=True, capture_output=True, text=True).stdout
+    shown = subprocess.run(["git", "show", f"{revision}:{KERNEL}"], cwd=ROOT, capture_output=True, text=True)
+    if shown.returncode != 0:
+        shown = subprocess.run(["git", "show", f"{revision}:{OLD_KERNEL}"], cwd=ROOT, check=True, capture_output=True, text=True)
+    source = shown.stdout
     path = Path(tempfile.mkdtemp()) / "adaptive_rerank_then.py"
     path.write_text(source)
     spec = importlib.util.spec_from_file_location("adaptive_rerank_then", path)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 import torch
 from common import TRAINING, export_and_run, header, prepare_lake
 
-from graphlake.kernels.cross_encoder import CrossEncoder, Group, reranked_ndcg, train
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, reranked_ndcg, train
 
 DEPTH = 100  # the held-out queries are scored on their dense top 100, as Re2 reranks
 WEIGHTS = "initial"
@@ -38,7 +38,7 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     from transformers import AutoModel, AutoTokenizer
 
     from graphlake.assets.reranker import RerankerConfig
-    from graphlake.kernels.encoders import dense_model_path
+    from graphlake.kernels.text.encoders import dense_model_path
     from graphlake.retrieval.reranker import mine, training_queries
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake

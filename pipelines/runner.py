@@ -30,7 +30,7 @@ from dagster import (
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-from graphlake.kernels.progress import PREFIX
+from graphlake.common.progress import PREFIX
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
 from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INGEST_JOB, build_definitions
 from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
@@ -260,7 +260,7 @@ class _RunProgress:
             self._printed = len(done)
 
     def _read_step_progress(self) -> None:
-        """The latest progress line a long step logged (kernels/progress.py); on a log file, each one."""
+        """The latest progress line a long step logged (common/progress.py); on a log file, each one."""
         while True:
             page = self.instance.get_records_for_run(self._run_id, cursor=self._cursor, limit=1000)
             self._cursor = page.cursor

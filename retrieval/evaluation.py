@@ -1,6 +1,6 @@
 """Evaluation of stored runs: node rankings collapsed to documents, scored against the gold per split.
 
-Metrics follow the papers' definitions (``kernels/metrics.py``); Topological Recall joins them once
+Metrics follow the papers' definitions (``kernels/eval/metrics.py``); Topological Recall joins them once
 the corpus graph is built. ``held_out_split`` is the split a corpus is reported on by default.
 """
 
@@ -12,8 +12,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphlake.kernels.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
-from graphlake.kernels.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
+from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
+from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
 from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry

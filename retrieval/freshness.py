@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from graphlake.kernels.metrics import GRAPH_METRICS
+from graphlake.kernels.eval.metrics import GRAPH_METRICS
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.indexes import asset_written_at, corpus_needs, index_kind
 from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, MethodError, Methods, load_methods, method_asset_names, needs

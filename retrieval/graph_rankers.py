@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.propagation import gcs
+from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, asset_written_at, index_kind
 from graphlake.retrieval.methods import Methods, load_methods, needs
@@ -55,7 +55,7 @@ class TunedRankers:
     alpha_default: str | None = None  # why alpha is DEFAULT_ALPHA rather than tuned
 
     def save(self, folder: Path) -> None:
-        from graphlake.kernels.graph_rankers import save_ranker
+        from graphlake.kernels.graph.grapher_networks import save_ranker
 
         saved = {"alpha": self.alpha, "alpha_default": self.alpha_default, "report": self.report}
         (folder / "rankers.json").write_text(json.dumps(saved, indent=2), encoding="utf-8")
@@ -68,7 +68,7 @@ class TunedRankers:
 
     @classmethod
     def load(cls, folder: Path) -> TunedRankers:
-        from graphlake.kernels.graph_rankers import load_ranker
+        from graphlake.kernels.graph.grapher_networks import load_ranker
 
         saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
         models = {name: Untrained.load(folder / name) or load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
@@ -77,7 +77,7 @@ class TunedRankers:
 
 def ranking_graph(seed_scores: np.ndarray, query: np.ndarray, nodes: np.ndarray, adjacency: sp.spmatrix, labels: np.ndarray | None = None):
     """The GAT's input for one query: GCS scores, embeddings and the candidate edges."""
-    from graphlake.kernels.graph_rankers import RankingGraph
+    from graphlake.kernels.graph.grapher_networks import RankingGraph
 
     edges = sp.coo_matrix(adjacency)
     return RankingGraph(seed_scores, query, nodes, edges.row.astype(np.int64), edges.col.astype(np.int64), labels)
@@ -224,8 +224,8 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 
 def train_networks(examples: list[dict], alpha: float, config: Any, networks: list[str]) -> tuple[dict, dict]:
     """The asked-for networks on GCS scores at the tuned alpha; a seeded share of queries validates."""
-    from graphlake.kernels import encoders
-    from graphlake.kernels.graph_rankers import train_ranker
+    from graphlake.kernels.text import encoders
+    from graphlake.kernels.graph.grapher_networks import train_ranker
 
     indexes = examples[0]["indexes"]
     vectors = encoders.encode_dense([e["query"] for e in examples])

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.kernels.metrics import recall_at_k
-from graphlake.kernels.plan_fusion import ValidationQuery, fuse_stage2, search_grid
+from graphlake.kernels.eval.metrics import recall_at_k
+from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Methods, Op, load_methods, needs

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.kernels.plan_fusion import ValidationQuery, fuse_stage2, search_static
+from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
 from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, gold_rows, validation_queries
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Methods, Op, load_methods, needs
@@ -94,7 +94,7 @@ class TunedReranker:
 
     @classmethod
     def load(cls, folder: Path) -> TunedReranker:
-        from graphlake.kernels.cross_encoder import CrossEncoder
+        from graphlake.kernels.rerank.cross_encoder import CrossEncoder
 
         saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
         model = CrossEncoder.load(folder / MODEL_FOLDER) if (folder / MODEL_FOLDER).is_dir() else None
@@ -171,7 +171,7 @@ def validation_hit_at_1(validation: list[dict], depth: int) -> Callable[[Any], f
 
 def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedReranker, dict]:
     """Mine, train and tune Stage 3 for ``corpus``; the artefact and the metadata to show."""
-    from graphlake.kernels.cross_encoder import CrossEncoder, default_device, train
+    from graphlake.kernels.rerank.cross_encoder import CrossEncoder, default_device, train
     from graphlake.retrieval.training import Untrained
 
     started = time.perf_counter()
@@ -216,7 +216,7 @@ def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndex
     """Training records: per query, one :class:`Pool` per gold node in its Stage-2 top ``depth``, holding the
     ``stored`` highest-ranked non-gold nodes of that list as its negatives; queries with no gold or no
     negative in the pool give none."""
-    from graphlake.kernels.cross_encoder import Pool
+    from graphlake.kernels.rerank.cross_encoder import Pool
 
     pools = []
     for query in queries:

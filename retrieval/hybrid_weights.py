@@ -24,10 +24,10 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels import encoders
-from graphlake.kernels.hybrid_batched import top_rows
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
-from graphlake.kernels.metrics import ndcg_at_k
+from graphlake.kernels.text import encoders
+from graphlake.kernels.hybrid.batched import top_rows
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.training import Untrained, training_queries
@@ -106,8 +106,8 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
 
 def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
     """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
-    from graphlake.kernels.entities import title_aliases
-    from graphlake.kernels.hybrid_kg import HOPS, reward
+    from graphlake.kernels.text.entities import title_aliases
+    from graphlake.kernels.hybrid.kg import HOPS, reward
 
     try:
         kg = indexes.get("hybrid_graph").graph.kg

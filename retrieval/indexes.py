@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from graphlake.kernels.encoders import DENSE_MODEL, SPLADE_MODEL
+from graphlake.kernels.text.encoders import DENSE_MODEL, SPLADE_MODEL
 from graphlake.retrieval.methods import MethodError
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake, StorageError
@@ -209,12 +209,12 @@ class LakeIndexes:
         return self.memo(("doc_ids",), lambda: np.asarray(self.nodes().column("doc_id").to_pylist(), dtype=object))
 
     def encode_dense(self, text: str) -> np.ndarray:
-        from graphlake.kernels import encoders
+        from graphlake.kernels.text import encoders
 
         return encoders.encode_dense([text])[0]
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
-        from graphlake.kernels import encoders
+        from graphlake.kernels.text import encoders
 
         return encoders.encode_splade([text])
 
@@ -253,7 +253,7 @@ def corpus_graph(indexes: LakeIndexes, kinds: tuple[str, ...]) -> tuple[sp.csr_m
 
 
 def _bm25(indexes: LakeIndexes):
-    from graphlake.kernels.bm25 import BM25Index
+    from graphlake.kernels.text.bm25 import BM25Index
 
     return BM25Index.load(indexes.artifact("bm25"))
 
@@ -265,7 +265,7 @@ def _hnsw(indexes: LakeIndexes):
 
 
 def _splade(indexes: LakeIndexes) -> sp.csc_matrix:
-    from graphlake.kernels.encoders import splade_vocab_size
+    from graphlake.kernels.text.encoders import splade_vocab_size
 
     table = indexes.vectors(SPLADE_MODEL)
     values, positions = table.column("values").combine_chunks(), table.column("indices").combine_chunks()
@@ -315,7 +315,7 @@ class EntityEdges:
         self.edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"})
 
     def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0):
-        from graphlake.kernels.entity_graph import EntityGraph
+        from graphlake.kernels.graph.entity_graph import EntityGraph
 
         def build() -> EntityGraph:
             entity_ids = self.edges.column("src").combine_chunks().dictionary_encode()
@@ -334,7 +334,7 @@ class EntityEdges:
 
     def query_entities(self, text: str, extractor: str) -> list[str]:
         """The query's entity norms, found by the extractor the graph was built with and alias-linked like it."""
-        from graphlake.kernels.entities import normalise, regex_entities, spacy_entities, title_aliases
+        from graphlake.kernels.text.entities import normalise, regex_entities, spacy_entities, title_aliases
 
         built_with = self.edges.column("source")[0].as_py() if self.edges.num_rows else extractor
         if built_with != extractor:
@@ -347,13 +347,13 @@ class EntityEdges:
 
 def hybrid_vectors(indexes: LakeIndexes):
     """Allan-Poe's stored side: the corpus's dense, SPLADE and BM25-weight rows, in node order."""
-    from graphlake.kernels.hybrid_vectors import HybridVectors
+    from graphlake.kernels.hybrid.vectors import HybridVectors
 
     return indexes.memo(("hybrid_vectors",), lambda: HybridVectors.of(indexes.get("dense"), indexes.get("splade"), indexes.get("bm25").weights()))
 
 
 def _hybrid_graph(indexes: LakeIndexes):
-    from graphlake.kernels.hybrid_graph import HybridGraph, Searcher
+    from graphlake.kernels.hybrid.graph import HybridGraph, Searcher
 
     return Searcher(HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes))
 
@@ -377,7 +377,7 @@ def _graph_rankers(indexes: LakeIndexes):
 
 
 def _reranker(indexes: LakeIndexes):
-    from graphlake.kernels.cross_encoder import CrossEncoder
+    from graphlake.kernels.rerank.cross_encoder import CrossEncoder
     from graphlake.retrieval.training import Untrained
 
     folder = indexes.lake.artifact("reranker", {})

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
 
-from graphlake.kernels.progress import StepProgress
+from graphlake.common.progress import StepProgress
 from graphlake.warehouse.config_files import key_line, load_mapping
 
 if TYPE_CHECKING:

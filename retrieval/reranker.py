@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.kernels.cross_encoder import TRAINING_FILE, CrossEncoder, Group, reranked_ndcg, train
-from graphlake.kernels.metrics import ndcg_at_k
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE, CrossEncoder, Group, reranked_ndcg, train
+from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.indexes import LakeIndexes, index_assets, index_kind
 from graphlake.retrieval.methods import Methods, load_methods, needs

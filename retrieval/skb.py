@@ -18,11 +18,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from graphlake.kernels import skb_builders
-from graphlake.kernels.entities import normalise
-from graphlake.kernels.plan import Plan, Schema, check, parse_plan
-from graphlake.kernels.plan_rules import entities_plan, risk_level, sql_plan, wiki_plan
-from graphlake.kernels.plan_sql import Emit, Linked, compile_sql, link, run_sql
+from graphlake.kernels.plan import skb_builders
+from graphlake.kernels.text.entities import normalise
+from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
+from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wiki_plan
+from graphlake.kernels.plan.sql import Emit, Linked, compile_sql, link, run_sql
 from graphlake.retrieval.methods import Candidates, ranked
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -164,7 +164,7 @@ class LoadedSKB:
 
     def serialised(self, row: int, text: str, max_neighbours: int = 10, max_field_tokens: int = 300) -> str:
         """A ``nodes`` row as App. B.6 writes a candidate: type, name and text, neighbours by relation."""
-        from graphlake.kernels.skb_serialise import serialise
+        from graphlake.kernels.plan.skb_serialise import serialise
 
         position = self.position_of_row.get(int(row))
         if position is None:  # a node the SKB does not hold (a later chunk of a document): its text alone
@@ -196,12 +196,12 @@ class Settings:
 
 
 def rules_plan(question: str, skb: LoadedSKB) -> Plan:
-    """The rules planner for this SKB's kind (``kernels/plan_rules.py``)."""
+    """The rules planner for this SKB's kind (``kernels/plan/rules.py``)."""
     if skb.source in WIKI_SOURCES:
         return wiki_plan(question, skb.schema, lambda span: skb.label_of_name.get(normalise(span)))
     if skb.source == "sql_schema":
         return sql_plan(question)
-    from graphlake.kernels.entities import spacy_entities
+    from graphlake.kernels.text.entities import spacy_entities
 
     return entities_plan(question, spacy_entities([question])[0], skb.schema)
 
@@ -217,8 +217,8 @@ class LLMPlanner:
     examples so), answered under the plan's JSON schema through the lake's LLM client (cached)."""
 
     def __init__(self, indexes: LakeIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
-        from graphlake.kernels.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
-        from graphlake.kernels.plan_prompt import system_prompt
+        from graphlake.common.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
+        from graphlake.kernels.plan.prompt import system_prompt
         from graphlake.retrieval.methods import MethodError
 
         try:
@@ -230,8 +230,8 @@ class LLMPlanner:
 
     def __call__(self, question: str) -> tuple[Plan | None, str | None]:
         """The model's plan, or None and why it gave none (an unreadable answer is the model's failure, recorded)."""
-        from graphlake.kernels.llm import LLMOutputError, LLMUnavailable
-        from graphlake.kernels.plan_prompt import user_prompt
+        from graphlake.common.llm import LLMOutputError, LLMUnavailable
+        from graphlake.kernels.plan.prompt import user_prompt
 
         try:
             return self.client.structured(user_prompt(question), Plan, system=self.system), None
@@ -243,7 +243,7 @@ class LLMPlanner:
 
 def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
     """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
-    from graphlake.kernels import encoders
+    from graphlake.kernels.text import encoders
     from graphlake.retrieval.evaluation import gold_by_query
     from graphlake.retrieval.indexes import LakeIndexes
     from graphlake.retrieval.training import training_queries

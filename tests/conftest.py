@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 
 def materialize_committed(home: Path, assets, **kwargs):

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar, granker_smooth, stex
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar, granker_smooth, stex
 
 
 def undirected(edges: list[tuple[int, int]], n: int) -> sp.csr_matrix:

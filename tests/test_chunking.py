@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from graphlake.kernels.chunking import chunk_texts
+from graphlake.kernels.text.chunking import chunk_texts
 
 TEXT = (
     "Alpha beta gamma. Delta epsilon zeta eta. Theta iota. "

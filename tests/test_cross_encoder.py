@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.cross_encoder import CrossEncoder, Group, _rate_factor, reranked_ndcg, train
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, _rate_factor, reranked_ndcg, train
 
 QUERY = "Which research vessel carried the BenthoCam camera sled?"
 TEXTS = [
@@ -81,7 +81,7 @@ def test_training_can_start_from_a_half_precision_copy_of_the_encoder(tmp_path):
     """A machine without the packaged model (a lent GPU) starts from a copy; it loads back in float32."""
     from transformers import AutoModel, AutoTokenizer
 
-    from graphlake.kernels.encoders import dense_model_path
+    from graphlake.kernels.text.encoders import dense_model_path
 
     AutoModel.from_pretrained(str(dense_model_path())).half().save_pretrained(str(tmp_path / "copy"))
     AutoTokenizer.from_pretrained(str(dense_model_path())).save_pretrained(str(tmp_path / "copy"))

@@ -14,7 +14,7 @@ import yaml
 from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterInstance
 from rich.console import Console
 
-from graphlake.kernels import encoders
+from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import DEFAULT_SELECTION
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.indexes import retrieval_texts

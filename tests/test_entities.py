@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from graphlake.kernels.entities import (
+from graphlake.kernels.text.entities import (
     collect_mentions,
     conceptual_weights,
     cooccurrence_weights,

@@ -12,8 +12,8 @@ import scipy.sparse as sp
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.kernels.bm25 import BM25Index
-from graphlake.kernels.entity_graph import EntityGraph
+from graphlake.kernels.text.bm25 import BM25Index
+from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.graph_rankers import TunedRankers
 from graphlake.retrieval.methods import MethodError, parse_methods

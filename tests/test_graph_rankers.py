@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.graph_rankers import RankingGraph, load_ranker, node_features, save_ranker, score, train_ranker
+from graphlake.kernels.graph.grapher_networks import RankingGraph, load_ranker, node_features, save_ranker, score, train_ranker
 
 NODES, DIM, K = 30, 8, 10
 SMALL = {"max_epochs": 20, "hidden": 16, "heads": 2, "seed": 0}

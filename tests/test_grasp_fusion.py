@@ -6,8 +6,8 @@ import itertools
 import numpy as np
 import pytest
 
-from graphlake.kernels.plan import RISK_LEVELS
-from graphlake.kernels.plan_fusion import (
+from graphlake.kernels.plan.plans import RISK_LEVELS
+from graphlake.kernels.plan.fusion import (
     BUCKET_WEIGHTS,
     DYNAMIC_CONSTANTS,
     RISK_MULTIPLIERS,

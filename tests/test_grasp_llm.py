@@ -14,10 +14,10 @@ from dagster import AssetSelection, DagsterInstance
 
 from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.assets.vectors import dense_vectors
-from graphlake.kernels.llm import ENV_BASE_URL, LAKE_CACHE
-from graphlake.kernels.plan import Schema, check, parse_plan
-from graphlake.kernels.plan_fusion import fuse_stage2
-from graphlake.kernels.plan_prompt import FUSION_CONTROL, PLAN_STRUCTURE, RISK_ADDENDUM, ROLE, system_prompt, user_prompt
+from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE
+from graphlake.kernels.plan.plans import Schema, check, parse_plan
+from graphlake.kernels.plan.fusion import fuse_stage2
+from graphlake.kernels.plan.prompt import FUSION_CONTROL, PLAN_STRUCTURE, RISK_ADDENDUM, ROLE, system_prompt, user_prompt
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import load_methods

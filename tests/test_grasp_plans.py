@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphlake.kernels.plan import Plan, Schema, check, parse_plan
-from graphlake.kernels.plan_fusion import fuse, graph_weight
-from graphlake.kernels.plan_sql import Graph, Linked, compile_sql, link, reference, run_sql
-from graphlake.kernels.skb_builders import SKB, sql_schema, wiki_rules
+from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
+from graphlake.kernels.plan.fusion import fuse, graph_weight
+from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference, run_sql
+from graphlake.kernels.plan.skb_builders import SKB, sql_schema, wiki_rules
 
 # a toy SKB: films, people, dates; director / spouse / date of birth
 TOY_NODES = [
@@ -274,8 +274,8 @@ def test_an_skb_keeps_the_first_description_and_one_edge_per_provenance():
 
 
 def test_the_rules_planners_keep_a_passage_long_question_within_a_plans_bounds():
-    from graphlake.kernels.plan import MAX_ANCHORS, MAX_TEXT
-    from graphlake.kernels.plan_rules import entities_plan, sql_plan, wiki_plan
+    from graphlake.kernels.plan.plans import MAX_ANCHORS, MAX_TEXT
+    from graphlake.kernels.plan.rules import entities_plan, sql_plan, wiki_plan
 
     names = [f"Station {chr(65 + i)}ardmoor" for i in range(14)]
     question = "Which survey visited " + ", ".join(names) + " and " + "what else it logged " * 40 + "?"

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels import encoders
-from graphlake.kernels.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
-from graphlake.kernels.plan_fusion import fuse_stage2
-from graphlake.kernels.skb_serialise import serialise
+from graphlake.kernels.text import encoders
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
+from graphlake.kernels.plan.fusion import fuse_stage2
+from graphlake.kernels.plan.skb_serialise import serialise
 from graphlake.retrieval.freshness import plan_refresh
 from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, validation_queries
 from graphlake.retrieval.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import noisy_queries, synthetic, with_near_copies
 
-from graphlake.kernels import hybrid_batched as batched
-from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _prune, build, exact_knn, self_inner_products
-from graphlake.kernels.hybrid_nndescent import nn_descent
+from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, row_operands, prune_candidates, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid.nndescent import nn_descent
 
 
 def _cuda_ready() -> str:
@@ -40,16 +40,16 @@ def test_the_batched_build_is_the_numba_build(device):
     np.testing.assert_allclose(found[1], expected[1], rtol=1e-6, atol=1e-6)
     knn_ids, knn_sims, _ = expected
     self_ip = self_inner_products(vectors, nodes, scales)
-    numba = _prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales))
+    numba = prune_candidates(knn_ids, knn_sims, self_ip, 32, 8, *row_operands(vectors, nodes, scales))
     vectorised = batched.prune(on_device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, 32, 8)
     for left, right in zip(numba, vectorised, strict=True):  # from the same lists: byte-identical arrays
         assert left.dtype == right.dtype and left.tobytes() == right.tobytes()
     for steps in ((True, False), (False, True)):  # the ablations: detour order only, IP rule only
-        ablated = _prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales), *steps)
+        ablated = prune_candidates(knn_ids, knn_sims, self_ip, 32, 8, *row_operands(vectors, nodes, scales), *steps)
         for left, right in zip(ablated, batched.prune(on_device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, 32, 8, *steps), strict=True):
             assert left.tobytes() == right.tobytes(), steps
         assert ablated[0].tobytes() != numba[0].tobytes()
-    assert (_prune(knn_ids, knn_sims, self_ip, 32, 8, *_operands(vectors, nodes, scales), True, False)[1] == 32).all()  # no IP rule: lists fill up
+    assert (prune_candidates(knn_ids, knn_sims, self_ip, 32, 8, *row_operands(vectors, nodes, scales), True, False)[1] == 32).all()  # no IP rule: lists fill up
     assert (numba[2] >= 0).sum() > 0 and (numba[0] != knn_ids[:, :32]).any()  # keyword edges recycled, lists reordered and cut
     whole, whole_batched = build(vectors, nodes, BuildConfig()), build(vectors, nodes, BuildConfig(device=device))
     for name in ("semantic", "keyword", "entry"):

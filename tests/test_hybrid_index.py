@@ -11,8 +11,8 @@ import pytest
 from conftest import synthetic, with_near_copies
 from typer.testing import CliRunner
 
-from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, _operands, _pair_ip, _prune, build, exact_knn, self_inner_products
-from graphlake.kernels.hybrid_vectors import Queries
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, row_operands, pair_inner_product, prune_candidates, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import load_methods, parse_methods
@@ -28,10 +28,10 @@ def test_the_fused_metric_is_the_weighted_sum_of_the_paths():
         weights = rng.uniform(0, 2, size=3)
         expected = sum(w * path for w, path in zip(weights, reference, strict=True))
         np.testing.assert_allclose(vectors.fused(nodes, weights), expected, rtol=1e-5, atol=1e-5)
-    operands = _operands(vectors, nodes, scales)
+    operands = row_operands(vectors, nodes, scales)
     fused = sum(s * path for s, path in zip(scales, reference, strict=True))
     pairs = rng.integers(0, 300, size=(10_000, 2))
-    kernel = np.array([_pair_ip(w, v, *operands[:-1]) for w, v in pairs])
+    kernel = np.array([pair_inner_product(w, v, *operands[:-1]) for w, v in pairs])
     np.testing.assert_allclose(kernel, fused[pairs[:, 0], pairs[:, 1]], rtol=1e-5, atol=1e-6)
     # after calibration a node's nearest other node scores about 1 on every path (the median is exactly 1)
     for path, scale in zip(reference, scales, strict=True):
@@ -69,10 +69,10 @@ def test_pruning_and_keyword_edges_follow_algorithm_one():
     scales = vectors.calibration(nodes)
     knn_ids, knn_sims, _ = exact_knn(vectors, nodes, scales, 64, 16)
     self_ip = self_inner_products(vectors, nodes, scales)
-    operands = _operands(vectors, nodes, scales)
-    pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, 32, 8, *operands)
+    operands = row_operands(vectors, nodes, scales)
+    pruned, kept, keyword = prune_candidates(knn_ids, knn_sims, self_ip, 32, 8, *operands)
     tokens = [set(vectors.lexical[i].indices.tolist()) for i in range(200)]
-    expected_pruned, expected_keyword, excluded = algorithm_one(knn_ids, knn_sims, self_ip, lambda w, v: _pair_ip(w, v, *operands[:-1]), tokens, 32, 8)
+    expected_pruned, expected_keyword, excluded = algorithm_one(knn_ids, knn_sims, self_ip, lambda w, v: pair_inner_product(w, v, *operands[:-1]), tokens, 32, 8)
     assert [pruned[a, : kept[a]].tolist() for a in range(200)] == expected_pruned
     assert [[v for v in row if v >= 0] for row in keyword.tolist()] == expected_keyword
     assert sum(map(len, expected_keyword)) > 0 and excluded > 0  # both rules did something here

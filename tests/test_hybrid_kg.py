@@ -10,10 +10,10 @@ from conftest import noisy_queries, synthetic
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
-from graphlake.kernels.entities import spacy_entities, title_aliases
-from graphlake.kernels.hybrid_graph import BuildConfig, HybridGraph, KGQuery, Searcher, build
-from graphlake.kernels.hybrid_kg import KnowledgeGraph, reward
-from graphlake.kernels.triples import evidence_triples, logical_edges
+from graphlake.kernels.text.entities import spacy_entities, title_aliases
+from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
+from graphlake.kernels.text.triples import evidence_triples, logical_edges
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.hybrid_weights import KG_GRID
 from graphlake.retrieval.indexes import LakeIndexes

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 from conftest import noisy_queries, synthetic
 
-from graphlake.kernels.hybrid_graph import BuildConfig, Searcher, build
-from graphlake.kernels.hybrid_update import insert, splice, update
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build
+from graphlake.kernels.hybrid.update import insert, splice, update
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 N = 2000
 

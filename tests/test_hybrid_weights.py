@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphlake.kernels.metrics import ndcg_at_k
+from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.evaluation import gold_by_query
 from graphlake.retrieval.hybrid_weights import GRID, TunedWeights, rule_of_thumb
 from graphlake.retrieval.indexes import LakeIndexes

@@ -12,7 +12,7 @@ from conftest import materialize_committed
 from dagster import DagsterInstance, build_asset_context
 
 from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, semantic_edges
-from graphlake.kernels.citations import CitationIndex, find_citations, find_links
+from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
@@ -225,7 +225,7 @@ def test_schema_structural_edges_cover_every_declared_key(datasets_dir, tmp_path
 
 def test_llm_citations_resolve_like_regex_findings():
     """The resolution step alone; the model answer is scripted here (tests/test_llm.py runs a real server)."""
-    from graphlake.kernels.citations import CitedWork, CitedWorks, llm_citations
+    from graphlake.kernels.text.citations import CitedWork, CitedWorks, llm_citations
 
     class Scripted:
         def structured(self, prompt, schema):

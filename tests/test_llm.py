@@ -17,8 +17,8 @@ from dagster import AssetSelection, DagsterInstance
 
 from graphlake.assets.entities import llm_entity_assets
 from graphlake.assets.knowledge_graph import triples_llm
-from graphlake.kernels.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable, parse_json
-from graphlake.kernels.triples import Entities, Triple, llm_entities, llm_triples
+from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable, parse_json
+from graphlake.kernels.text.triples import Entities, Triple, llm_entities, llm_triples
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake

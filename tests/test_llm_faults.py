@@ -13,8 +13,8 @@ import time
 import pytest
 from fake_llm import MODEL, FakeServer
 
-from graphlake.kernels.llm import ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
-from graphlake.kernels.triples import llm_entities
+from graphlake.common.llm import ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
+from graphlake.kernels.text.triples import llm_entities
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake

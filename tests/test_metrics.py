@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import pytrec_eval
 
-from graphlake.kernels.metrics import evaluate, mean, ndcg_at_k, parse_metric, random_ndcg_at_k, rank_by_score
+from graphlake.kernels.eval.metrics import evaluate, mean, ndcg_at_k, parse_metric, random_ndcg_at_k, rank_by_score
 
 CUTOFFS = (1, 2, 5, 10)
 
@@ -84,7 +84,7 @@ def test_mean_and_errors():
 
 
 def test_paired_bootstrap_interval_and_p_value():
-    from graphlake.kernels.metrics import paired_bootstrap
+    from graphlake.kernels.eval.metrics import paired_bootstrap
 
     same = paired_bootstrap([0.2, 0.5, 0.9], [0.2, 0.5, 0.9])
     assert (same["difference"], same["low"], same["high"], same["p_value"]) == (0.0, 0.0, 0.0, 1.0)
@@ -100,7 +100,7 @@ def test_paired_bootstrap_interval_and_p_value():
 
 
 def test_bootstrap_interval_brackets_the_mean_and_narrows_with_more_queries():
-    from graphlake.kernels.metrics import bootstrap_interval
+    from graphlake.kernels.eval.metrics import bootstrap_interval
 
     rng = np.random.default_rng(3)
     few, many = rng.uniform(0, 1, 30), rng.uniform(0, 1, 3000)

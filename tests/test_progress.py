@@ -7,7 +7,7 @@ import json
 
 from typer.testing import CliRunner
 
-from graphlake.kernels.progress import PREFIX, StepProgress
+from graphlake.common.progress import PREFIX, StepProgress
 from graphlake.pipelines.cli import app
 
 

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
-from graphlake.kernels.seeds import entity_seed_weights, mix_seeds, passage_seed_weights
+from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
+from graphlake.kernels.graph.seeds import entity_seed_weights, mix_seeds, passage_seed_weights
 
 
 def random_graph(n: int, seed: int, dangling: bool) -> sp.csr_matrix:

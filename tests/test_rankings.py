@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-from graphlake.kernels.cross_encoder import CrossEncoder
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder
 from graphlake.retrieval.grasp_reranker import TunedReranker
 from graphlake.retrieval.methods import load_methods, run_method, uses_llm
 from graphlake.warehouse.storage import Lake

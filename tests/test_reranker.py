@@ -12,7 +12,7 @@ from conftest import copy_lake, use_lake
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.kernels.cross_encoder import TRAINING_FILE
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG

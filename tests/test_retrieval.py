@@ -12,7 +12,7 @@ from conftest import materialize_committed
 from dagster import AssetSelection, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.kernels.bm25 import BM25Index
+from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.retrieval.freshness import plan_refresh

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from graphlake.kernels.topological_recall import CorpusGraph, DocumentGraph, miss_topological_recall, topological_recall, topological_values
+from graphlake.kernels.eval.topological_recall import CorpusGraph, DocumentGraph, miss_topological_recall, topological_recall, topological_values
 
 
 def graph_of(edges: list[tuple[int, int]], n: int) -> CorpusGraph:

@@ -71,7 +71,7 @@ FORMAT_CORPUS_GRAPH: dict[str, tuple[str, ...]] = {
 }
 
 
-# GRASP's knowledge bases (kernels/skb_builders.py): the schema graph of SQL benchmarks, the 2Wiki KB
+# GRASP's knowledge bases (kernels/plan/skb_builders.py): the schema graph of SQL benchmarks, the 2Wiki KB
 # extracted from passages and its oracle built from gold evidence, and the entity graph of any other corpus
 FORMAT_SKB: dict[str, tuple[str, ...]] = {
     "spider": ("sql_schema",),

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from graphlake.kernels.settings import number_from_env
+from graphlake.common.settings import number_from_env
 
 LOCKS = "locks"
 WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graphlake.kernels.settings import number_from_env
+from graphlake.common.settings import number_from_env
 from graphlake.warehouse.locks import LockedError, wait_seconds
 from graphlake.warehouse.snapshots import LAKE_SCOPE
 

@@ -108,7 +108,7 @@ TABLES: dict[str, TableSpec] = {
             ("corpus", "model"),
             ("node_id",),
         ),
-        # GRASP's semi-structured knowledge bases (kernels/skb_builders.py); ``source`` names the builder
+        # GRASP's semi-structured knowledge bases (kernels/plan/skb_builders.py); ``source`` names the builder
         _spec(
             "skb_nodes",
             [("corpus", S), ("source", S), ("skb_id", S), ("label", S), ("name", S), ("text", S), ("node_id", S), ("metadata", S)],

@@ -15,8 +15,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, model_validator
 
-from graphlake.kernels.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
-from graphlake.kernels.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
+from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
+from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Candidates, Input, MethodError, Op, ranked, register, run_inputs
 
@@ -107,7 +107,7 @@ Ranker = Literal["ppr", "gcs", "gat", "mlp"]
 def candidate_graph(indexes: LakeIndexes, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
     """Adjacency among the candidate rows: GraphER A.3's weights for ``conceptual``, 1 per linked pair otherwise."""
     if proximity == "conceptual":
-        from graphlake.kernels.entities import conceptual_weights
+        from graphlake.kernels.text.entities import conceptual_weights
 
         mentions = indexes.get(f"mentions_{extractor}")[rows].tocoo()
         src, dst, weight = conceptual_weights(mentions.row, mentions.col, len(rows), mentions.shape[1])
@@ -160,7 +160,7 @@ class GraphRerank(Op):
         smoothed, _ = gcs(adjacency, seeds, alpha, tol=1e-9)
         if self.ranker == "gcs":
             return smoothed
-        from graphlake.kernels.graph_rankers import score
+        from graphlake.kernels.graph.grapher_networks import score
         from graphlake.retrieval.graph_rankers import ranking_graph
         from graphlake.retrieval.training import Untrained
 

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphlake.kernels import encoders
-from graphlake.kernels.plan_fusion import BUCKETS, fuse_stage2
-from graphlake.kernels.plan_sql import Emit
+from graphlake.kernels.text import encoders
+from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
+from graphlake.kernels.plan.sql import Emit
 from graphlake.retrieval.indexes import LakeIndexes
 from graphlake.retrieval.methods import Candidates, Input, Op, register, run_inputs
 

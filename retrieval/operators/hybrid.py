@@ -13,7 +13,7 @@ the paper's simulated users named).
 ``weights: tuned_two`` / ``tuned_three`` read the weights the ``hybrid_weights`` index tuned on the
 training queries (§5.7): dense + SPLADE, or all three paths.
 
-``kg: true`` adds the knowledge-graph part (§4.2.3) over the index's KG (``kernels/hybrid_kg.py``):
+``kg: true`` adds the knowledge-graph part (§4.2.3) over the index's KG (``kernels/hybrid/kg.py``):
 the query's entities (spaCy NER, matched to the KG's entity names, a title's short form read as the
 title) are hop 0; every node within ``kg_hops`` of them on the relation graph earns
 ``kg_weight / max(hop, 1)``, and the walk also enters at the nodes holding a query entity and follows
@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphlake.kernels.hybrid_vectors import Queries
+from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import Candidates, Op, from_dict, ranked, register
 from graphlake.retrieval.operators.core import BM25, DenseHNSW, Splade
@@ -92,8 +92,8 @@ class Hybrid(Op):
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
-        from graphlake.kernels.entities import title_aliases
-        from graphlake.kernels.hybrid_graph import KGQuery
+        from graphlake.kernels.text.entities import title_aliases
+        from graphlake.kernels.hybrid.graph import KGQuery
 
         graph = indexes.get("hybrid_graph").graph.kg
         if graph is None:
@@ -121,7 +121,7 @@ class Hybrid(Op):
         """The KG reward of ``rows`` (0 without a KG query)."""
         if kg is None:
             return np.zeros(len(rows))
-        from graphlake.kernels.hybrid_kg import reward
+        from graphlake.kernels.hybrid.kg import reward
 
         return reward(indexes.get("hybrid_graph").graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 

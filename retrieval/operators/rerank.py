@@ -18,7 +18,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.kernels.adaptive_rerank import PairScorer, fastinsight, gar
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.indexes import CORPUS_GRAPH, LakeIndexes, corpus_graph, graph_indexes
 from graphlake.retrieval.methods import Candidates, Input, Op, ranked, register, run_inputs
 from graphlake.retrieval.training import Untrained

@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from graphlake.kernels.settings import number_from_env
+from graphlake.common.settings import number_from_env
 from graphlake.warehouse.tables import row_schema
 
 MAX_LINE_ENV = "GRAPHLAKE_MAX_LINE_BYTES"

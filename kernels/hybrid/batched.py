@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 VISITED_BYTES = 2 * 2**30  # the batched search's per-query visited bitmaps, together
 BLOCK_BYTES = 512 * 2**20  # a block's largest score or pair array
@@ -241,7 +241,7 @@ def _gram(xp: Any, left: Any, right: Any, k: int, dtype: Any, c: int | None = No
     return out
 
 
-def _pair_part(xp: Any, left: Rows, right: Rows, neighbours: Any, k: int, others: Any = None) -> Any:
+def pair_part(xp: Any, left: Rows, right: Rows, neighbours: Any, k: int, others: Any = None) -> Any:
     """One sparse path's float64 scores of each node's neighbours used as queries (``left``) on each other
     (``right``), ``(A, k, k)``; or on each node's ``others`` (``(A, c)``) instead, ``(A, k, c)``."""
     if left.width != right.width:
@@ -264,7 +264,7 @@ def prune(
     rng: bool = True,
     ip: bool = True,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``hybrid_graph._prune`` vectorised over blocks of nodes: detour counts, the IP walk over the
+    """``hybrid_graph.prune_candidates`` vectorised over blocks of nodes: detour counts, the IP walk over the
     nodes' pair scores, keyword recycling; ``counts`` are the nodes' token counts (the lexical query side).
     ``rng``/``ip`` off: the §5.6 ablations, as there."""
     xp, (n, k) = vectors.xp, knn_ids.shape
@@ -286,8 +286,8 @@ def prune(
         order = _detour_order(xp, ids, sims, neighbours, nodes, n) if rng else xp.broadcast_to(xp.arange(k), neighbours.shape)
         dense = vectors.dense[neighbours].astype(xp.float64)
         pair = xp.matmul(dense, dense.transpose(0, 2, 1)) * scale[0]
-        pair += scale[1] * _pair_part(xp, vectors.sparse, vectors.sparse, neighbours, k)
-        pair += scale[2] * _pair_part(xp, query_counts, vectors.lexical, neighbours, k)
+        pair += scale[1] * pair_part(xp, vectors.sparse, vectors.sparse, neighbours, k)
+        pair += scale[2] * pair_part(xp, query_counts, vectors.lexical, neighbours, k)
         shared = _shared_keywords(xp, binary, neighbours, nodes, k)
         result = _walk(xp, neighbours, order, pair if ip else xp.full_like(pair, -xp.inf), own, shared, degree, keyword_degree)
         pruned[start:stop], kept[start:stop], keyword[start:stop] = (host(part) for part in result)

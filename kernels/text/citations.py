@@ -34,7 +34,7 @@ from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, Field
 
-from graphlake.kernels.llm import LLMClient
+from graphlake.common.llm import LLMClient
 
 MIN_TITLE_WORDS = 5
 KEY_WORDS = 3  # unquoted titles are looked up by their first words, so a text is scanned once

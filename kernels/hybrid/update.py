@@ -25,22 +25,22 @@ from dataclasses import asdict
 import numpy as np
 from numba import njit
 
-from graphlake.kernels import hybrid_batched as batched
-from graphlake.kernels.hybrid_graph import (
+from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.graph import (
     BuildConfig,
     HybridGraph,
     Searcher,
-    _layout_rows,
-    _operands,
-    _pair_ip,
-    _prune_rows,
     build,
     entry_points,
     exact_neighbours,
+    layout_rows,
+    pair_inner_product,
+    prune_rows,
     reverse_neighbours,
+    row_operands,
     self_inner_products,
 )
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 SEARCH_POOL = 128  # the pool of the search that finds an inserted node's neighbours
 
@@ -108,18 +108,18 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     else:
         before = HybridGraph(graph.semantic, graph.keyword, entry_points(self_ip, ~new & ~graph.deleted, config), graph.scales, graph.deleted | new)
         knn_ids[rows], knn_sims[rows] = _searched(Searcher(before, vectors), vectors, nodes, rows, k)
-    operands = _operands(vectors, nodes, graph.scales)
+    operands = row_operands(vectors, nodes, graph.scales)
     involved = np.unique(knn_ids[rows])
     involved = involved[(involved >= 0) & ~new[np.maximum(involved, 0)]]
     width = min(k, degree)
     knn_ids[involved, :width] = graph.semantic[involved, :width]  # a neighbour's own list: its edges, scored
     knn_sims[involved, :width] = _edge_scores(involved, graph.semantic[:, :width], *operands[:-1])
-    pruned, kept, keyword = _prune_rows(rows, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *operands, *config.pruning_steps())
+    pruned, kept, keyword = prune_rows(rows, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *operands, *config.pruning_steps())
     kept[~new] = 0
     rev_indptr, rev_ids = reverse_neighbours(pruned, kept, knn_ids, knn_sims)
     semantic = graph.semantic.copy()
     single = np.full((3, n, 1), -1, np.int32)  # the paper layout's single-path share is filled from the lists
-    _layout_rows(semantic, rows, pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, config.layout == "code")
+    layout_rows(semantic, rows, pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, config.layout == "code")
     _link_back(semantic, involved, rev_indptr, rev_ids, max(1, degree // 4))
     keywords = graph.keyword.copy()
     keywords[rows] = keyword[rows]
@@ -152,7 +152,7 @@ def _edge_scores(rows, lists, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_pt
         for j in range(lists.shape[1]):
             v = lists[rows[i], j]
             if v >= 0:
-                out[i, j] = _pair_ip(rows[i], v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f)
+                out[i, j] = pair_inner_product(rows[i], v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f)
     return out
 
 

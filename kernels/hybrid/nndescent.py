@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.kernels.hybrid_batched import BLOCK_BYTES, DeviceVectors, QueryBatch, Rows, _pair_part, host, order_keys, score
-from graphlake.kernels.hybrid_vectors import Queries
+from graphlake.kernels.hybrid.batched import BLOCK_BYTES, DeviceVectors, QueryBatch, Rows, pair_part, host, order_keys, score
+from graphlake.kernels.hybrid.vectors import Queries
 
 
 def nn_descent(
@@ -142,10 +142,10 @@ def _local_join(vectors: DeviceVectors, counts: Rows, scales: np.ndarray, new: A
     a = new.shape[1]
     safe_new, safe_every = xp.maximum(new, 0), xp.maximum(every, 0)
     dense = xp.matmul(vectors.dense[safe_new].astype(xp.float64), vectors.dense[safe_every].astype(xp.float64).transpose(0, 2, 1))
-    shared = float(np.float32(scales[0])) * dense + float(np.float32(scales[1])) * _pair_part(xp, vectors.sparse, vectors.sparse, new, a, every)
+    shared = float(np.float32(scales[0])) * dense + float(np.float32(scales[1])) * pair_part(xp, vectors.sparse, vectors.sparse, new, a, every)
     lexical = float(np.float32(scales[2]))
-    forward = shared + lexical * _pair_part(xp, counts, vectors.lexical, new, a, every)  # p asks, q answers
-    backward = shared + lexical * _pair_part(xp, vectors.lexical, counts, new, a, every)  # q asks (its counts), p answers
+    forward = shared + lexical * pair_part(xp, counts, vectors.lexical, new, a, every)  # p asks, q answers
+    backward = shared + lexical * pair_part(xp, vectors.lexical, counts, new, a, every)  # q asks (its counts), p answers
     valid = (new[:, :, None] >= 0) & (every[:, None, :] >= 0) & (new[:, :, None] != every[:, None, :])
     p = xp.broadcast_to(new[:, :, None], valid.shape)[valid]
     q = xp.broadcast_to(every[:, None, :], valid.shape)[valid]

@@ -1,19 +1,19 @@
 """Allan-Poe's hybrid graph index (§4, Algorithms 1 and 2), CPU path: one fixed-degree proximity graph
-over the fused vectors (``kernels/hybrid_vectors.py``) that serves any path weights at query time.
+over the fused vectors (``kernels/hybrid/vectors.py``) that serves any path weights at query time.
 
 Build: the k-NN graph under the calibrated fused inner product (exact, blocked; NN-Descent above
-``EXACT_KNN_UP_TO`` nodes or with ``knn="nndescent"``, ``kernels/hybrid_nndescent.py``), then per node the
+``EXACT_KNN_UP_TO`` nodes or with ``knn="nndescent"``, ``kernels/hybrid/nndescent.py``), then per node the
 rank-based RNG detour counts (CAGRA) and the IP pruning of Algorithm 1, recycling pruned neighbours
 that carry a keyword no kept neighbour shares (§3.3) as keyword edges, then the edge layout: d/2
 pruned + d/2 reverse (the authors' code, the default: on SciFact it has the higher recall for every
 weighting, single paths included) or d/4 pruned + d/4 reverse + d/2 single-path neighbours (the
 paper's, §4.1 Step 2, ``layout="paper"``). Entry points are the nodes with the largest fused
 self inner product (the paper; the code takes the smallest, ``entry="smallest_norm"``). The k-NN and
-pruning steps also run as batched array code on numpy or cupy (``device``; ``kernels/hybrid_batched.py``).
+pruning steps also run as batched array code on numpy or cupy (``device``; ``kernels/hybrid/batched.py``).
 
 Search: best-first over the semantic edges with a candidate pool of ``L`` (Algorithm 2), deterministic
 (ties go to the lower row); with a KG query (``KGQuery``), also from the nodes holding the query's
-entities, along logical edges, and with the KG reward (``kernels/hybrid_kg.py``). Mark-deleted nodes, and with required
+entities, along logical edges, and with the KG reward (``kernels/hybrid/kg.py``). Mark-deleted nodes, and with required
 keywords the nodes lacking one, are walked through but never returned: the top ``k`` of the others
 seen are kept apart from the pool (which makes the paper's twin pool unnecessary).
 """
@@ -29,10 +29,10 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from graphlake.kernels import hybrid_batched as batched
-from graphlake.kernels.hybrid_kg import KnowledgeGraph
-from graphlake.kernels.hybrid_nndescent import nn_descent
-from graphlake.kernels.hybrid_vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.kg import KnowledgeGraph
+from graphlake.kernels.hybrid.nndescent import nn_descent
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
@@ -48,8 +48,8 @@ class BuildConfig:
     layout: str = "code"  # code: d/2 pruned + d/2 reverse; paper: d/4 pruned + d/4 reverse + d/2 single-path
     entry: str = "largest_norm"  # or smallest_norm (the authors' code)
     entry_points: int = 32
-    device: str = "cpu"  # cpu: the numba kernels; numpy or cuda: the batched array code (kernels/hybrid_batched.py)
-    knn: str = "auto"  # exact, nndescent (kernels/hybrid_nndescent.py), or auto: exact up to EXACT_KNN_UP_TO nodes
+    device: str = "cpu"  # cpu: the numba kernels; numpy or cuda: the batched array code (kernels/hybrid/batched.py)
+    knn: str = "auto"  # exact, nndescent (kernels/hybrid/nndescent.py), or auto: exact up to EXACT_KNN_UP_TO nodes
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # new and old neighbours sampled per node, each with as many reverse ones: 64 joined
     seed: int = 0
@@ -71,7 +71,7 @@ class BuildConfig:
 class HybridGraph:
     """The index arrays: ``semantic (N, d)`` and ``keyword (N, kd)`` int32 (−1 pads), entry rows, the
     per-path calibration, the mark-deleted bitmap, what the build measured, and the knowledge graph
-    the search can walk and reward along (``kernels/hybrid_kg.py``; ``None`` when built without one)."""
+    the search can walk and reward along (``kernels/hybrid/kg.py``; ``None`` when built without one)."""
 
     semantic: np.ndarray
     keyword: np.ndarray
@@ -129,7 +129,7 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     started = time.perf_counter()
     self_ip = self_inner_products(vectors, nodes, scales)
     if device is None:
-        pruned, kept, keyword = _prune(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *_operands(vectors, nodes, scales), *config.pruning_steps())
+        pruned, kept, keyword = prune_candidates(knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *row_operands(vectors, nodes, scales), *config.pruning_steps())
     else:
         pruned, kept, keyword = batched.prune(device, nodes.lexical, scales, knn_ids, knn_sims, self_ip, degree, config.keyword_degree, *config.pruning_steps())
     seconds["prune"] = time.perf_counter() - started
@@ -213,7 +213,7 @@ def self_inner_products(vectors: HybridVectors, nodes: Queries, scales: np.ndarr
     return (scales[0] * dense + scales[1] * sparse + scales[2] * lexical).astype(np.float32)
 
 
-def _operands(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> tuple:
+def row_operands(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> tuple:
     """What the pruning kernel needs to score any (query node, node) pair, and the vocabulary size."""
     return (
         vectors.dense,
@@ -274,7 +274,7 @@ def _row_norms(ptr, val):
 
 
 @njit(cache=True)
-def _pair_ip(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
+def pair_inner_product(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
     """Calibrated fused score of node ``v`` for node ``w`` used as the query."""
     return _pair_sparse(w, v, scale_d * _dot64(dense[w], dense[v]), s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f)
 
@@ -303,14 +303,14 @@ def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
 
 
 @njit(cache=True)
-def _prune(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
+def prune_candidates(knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
     """Algorithm 1 lines 5–15 for every node."""
     targets = np.arange(len(knn_ids))
-    return _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng, ip)
+    return prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng, ip)
 
 
 @njit(cache=True)
-def _prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
+def prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f, vocab, rng=True, ip=True):
     """Algorithm 1 lines 5–15 for the ``targets`` rows: detour counts, then IP pruning with keyword
     recycling. Lists may end in −1 (an inserted node's shorter list); rows not targeted stay empty.
     The §5.6 ablations: ``rng=False`` walks the list in distance order, ``ip=False`` keeps the first ``degree``."""
@@ -404,12 +404,12 @@ def _take(out, count, limit, candidates, seen, a):
 def _layout(pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
     """The fixed-degree edge lists (§4.1 Step 2) of every node."""
     semantic = np.full((len(pruned), degree), -1, np.int32)
-    _layout_rows(semantic, np.arange(len(pruned)), pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout)
+    layout_rows(semantic, np.arange(len(pruned)), pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout)
     return semantic
 
 
 @njit(cache=True)
-def _layout_rows(semantic, targets, pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
+def layout_rows(semantic, targets, pruned, kept, rev_indptr, rev_ids, single, knn_ids, degree, code_layout):
     """The ``targets`` rows' edge lists, written into ``semantic``; a list that runs short is filled
     from the rest of its lists."""
     seen = np.full(len(semantic), -1, np.int64)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 
-from graphlake.kernels.plan import Plan, Schema
+from graphlake.kernels.plan.plans import Plan, Schema
 
 ROLE = (
     "## Role\n"

@@ -26,7 +26,7 @@ from typing import Literal
 import duckdb
 import numpy as np
 
-from graphlake.kernels.plan import Plan, components, variable_labels
+from graphlake.kernels.plan.plans import Plan, components, variable_labels
 
 Emit = Literal["target", "path"]
 

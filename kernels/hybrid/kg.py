@@ -1,7 +1,7 @@
 """Allan-Poe's knowledge-graph part (§3.4, §4.2.3): entities, their relations and the nodes holding
 them, kept beside the hybrid graph so a query that names entities walks and rewards along the KG.
 
-Built from a ``triples`` table the same way as the ``logical_edges`` asset (``kernels/triples.py``):
+Built from a ``triples`` table the same way as the ``logical_edges`` asset (``kernels/text/triples.py``):
 a node holds the entities its own triples name (subjects and objects, ``normalize_entity``), and the
 relation graph links subject to object. The node-level logical edges of §3.4 (node X to every node
 holding an entity that one of X's entities points at) are not stored: the search derives them from
@@ -26,8 +26,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.entities import normalise, spacy_entities
-from graphlake.kernels.triples import normalize_entity
+from graphlake.kernels.text.entities import normalise, spacy_entities
+from graphlake.kernels.text.triples import normalize_entity
 
 ENTITIES_FILE, HOLDERS_FILE, RELATIONS_FILE = "kg_entities.json", "entity_nodes.npz", "entity_graph.npz"
 HOPS = 3  # the hop limit of the authors' code (``kg_hop < 3``), the operators' default

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from graphlake.kernels.entities import normalise, title_aliases
+from graphlake.kernels.text.entities import normalise, title_aliases
 
 SOURCES = ("sql_schema", "wiki_rules", "wiki_evidence", "entities")
 ORACLE_SOURCES = frozenset({"wiki_evidence"})

