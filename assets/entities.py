@@ -15,9 +15,9 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
 from graphlake.assets.failure_budget import FailureBudget
-from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.common.llm import LLMOutputError, lake_client
 from graphlake.common.progress import StepProgress
+from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.text.triples import llm_entities
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions

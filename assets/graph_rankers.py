@@ -1,11 +1,11 @@
 """GraphER's learned part as an asset: alpha tuned and the GAT / MLP trained on a training corpus's
-queries, for use on this corpus (``retrieval/graph_rankers.py`` has the method)."""
+queries, for use on this corpus (``retrieval/training/grapher.py`` has the method)."""
 
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.retrieval.graph_rankers import DEFAULT_BASE, learn, reads
-from graphlake.retrieval.indexes import index_assets
+from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.training.grapher import DEFAULT_BASE, learn, reads
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 

@@ -1,13 +1,13 @@
 """GRASP's learned stages as assets: the fusion of every tuned ``plan_rrf`` chosen by the paper's grids on
-the training corpus's validation queries (``retrieval/grasp_fusion.py``), and the Stage-3 reranker
-fine-tuned on its training queries (``retrieval/grasp_reranker.py``)."""
+the training corpus's validation queries (``retrieval/training/grasp_fusion.py``), and the Stage-3 reranker
+fine-tuned on its training queries (``retrieval/training/grasp_reranker.py``)."""
 
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.retrieval import grasp_reranker as stage3
-from graphlake.retrieval.grasp_fusion import learn, reads
-from graphlake.retrieval.indexes import index_assets
+from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.training import grasp_reranker as stage3
+from graphlake.retrieval.training.grasp_fusion import learn, reads
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -30,7 +30,7 @@ def grasp_fusion(context: AssetExecutionContext, config: GraspFusionConfig, lake
 
 
 class GraspRerankerConfig(Config):
-    recipe: str = "auto"  # cpu | gpu | auto (gpu when torch sees CUDA): retrieval/grasp_reranker.RECIPES
+    recipe: str = "auto"  # cpu | gpu | auto (gpu when torch sees CUDA): retrieval/training/grasp_reranker.RECIPES
     validation_share: float = 0.2  # the same draw as grasp_fusion's: these validate, the rest train
     depth: int = 100  # Stage 2's top this many form the pool
     stored_negatives: int = 30  # hardest non-gold of the pool kept per query

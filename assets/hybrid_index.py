@@ -16,9 +16,10 @@ from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.update import update
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
-from graphlake.retrieval.hybrid_weights import tune
-from graphlake.retrieval.indexes import NODE_IDS_FILE, LakeIndexes, hybrid_vectors, index_assets
-from graphlake.retrieval.training import Untrained
+from graphlake.retrieval.index.kinds import index_assets, write_index
+from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.training.hybrid_weights import tune
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -64,10 +65,9 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
 
     def fill(folder: Path) -> None:
         graph.save(folder)
-        (folder / NODE_IDS_FILE).write_text(json.dumps(indexes.node_ids), encoding="utf-8")
         (folder / KEYS_FILE).write_text(json.dumps(keys), encoding="utf-8")
 
-    lake.lake.write_artifact("hybrid_graph", {"corpus": context.partition_key}, fill)
+    write_index(lake.lake, "hybrid_graph", context.partition_key, indexes.node_ids, fill)
     keyword = (graph.keyword >= 0).sum(axis=1)
     context.add_output_metadata(
         {

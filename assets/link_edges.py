@@ -23,10 +23,10 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
 from graphlake.assets.failure_budget import FailureBudget
+from graphlake.common.llm import LLMClient, LLMOutputError, lake_client
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.kernels.text.encoders import DENSE_MODEL
-from graphlake.common.llm import LLMClient, LLMOutputError, lake_client
-from graphlake.retrieval.indexes import dense_matrix
+from graphlake.retrieval.index.lake import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table

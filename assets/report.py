@@ -5,10 +5,10 @@ import io
 from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetKey, MetadataValue, asset
-from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
 
+from graphlake.retrieval.core import method_asset_names
 from graphlake.retrieval.evaluation import CUTOFFS
-from graphlake.retrieval.methods import load_methods, method_asset_names
+from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -78,6 +78,8 @@ def line_styles(names: list[str]) -> dict[str, dict]:
 
 
 def render_plot(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> bytes:
+    from matplotlib.figure import Figure  # no pyplot: no global state, no display backend
+
     splits = sorted(results) or ["-"]
     styles = line_styles(list(dict.fromkeys(name for by_method in results.values() for name in by_method)))
     figure = Figure(figsize=(5 * len(splits) + 1.6, 4.5))

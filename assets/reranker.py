@@ -1,12 +1,12 @@
 """The lake's cross-encoder as an asset, fine-tuned on the training queries of the lake's corpora
-(``retrieval/reranker.py`` has the method). The defaults fit a 45-minute budget on a 2-core CPU (a
+(``retrieval/training/reranker.py`` has the method). The defaults fit a 45-minute budget on a 2-core CPU (a
 few thousand groups, about one epoch); a GPU gets through more epochs in the same budget."""
 
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.retrieval.indexes import index_assets
+from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.reranker import MINERS, learn, reads
+from graphlake.retrieval.training.reranker import MINERS, learn, reads
 from graphlake.warehouse.io_manager import LakeResource
 
 
@@ -14,7 +14,7 @@ class RerankerConfig(Config):
     corpora: list[str] = []  # whose train-split queries teach; empty: every declared corpus that has some
     negatives: int = 7  # hard negatives per group
     mine_depth: int = 30  # negatives come from each miner's top this many
-    miners: list[str] = list(MINERS)  # methods (pipelines/methods.yaml) that mine them
+    miners: list[str] = list(MINERS)  # methods (retrieval/methods.yaml) that mine them
     max_queries_per_corpus: int = 0  # a seeded sample of each corpus's train queries; 0: all
     validation_share: float = 0.05
     validation_depth: int = 30  # reranking depth of the held-out queries' dense ranking

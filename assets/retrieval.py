@@ -1,8 +1,8 @@
 """Stage 4, retrieval and evaluation: one run asset and one evaluation asset per declared method.
 
-Methods come from ``pipelines/methods.yaml`` (plus ``$GRAPHLAKE_HOME/methods.yaml``); adding a
+Methods come from ``retrieval/methods.yaml`` (plus ``$GRAPHLAKE_HOME/methods.yaml``); adding a
 method there adds its assets, no code needed. What a run reads follows from its operators' indexes
-(``retrieval/indexes.py``), so rebuilding an index makes the runs that read it stale.
+(``retrieval/index/kinds.py``), so rebuilding an index makes the runs that read it stale.
 """
 
 import json
@@ -11,9 +11,11 @@ from pathlib import Path
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition, Config, Output, asset, multi_asset
 
+from graphlake.retrieval.core import Methods, method_asset_names, needs, uses_llm
 from graphlake.retrieval.evaluation import evaluate_stored
-from graphlake.retrieval.indexes import index_assets
-from graphlake.retrieval.methods import Methods, load_methods, method_asset_names, needs, run_method, uses_llm
+from graphlake.retrieval.index.kinds import index_assets
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.runs import run_method
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -44,7 +46,9 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(name, method, params, lake.lake, context.partition_key, config.split, config.reuse_pairs, config.sample, context.log.info)
+        table, summary = run_method(
+            name, method, params, lake.lake, context.partition_key, split=config.split, sample=config.sample, reuse_pairs=config.reuse_pairs, report=context.log.info
+        )
         context.add_output_metadata(summary)
         return table
 

@@ -1,6 +1,6 @@
 """GRASP's knowledge bases as assets: the SKBs a corpus gets (``skb``), their node vectors (``skb_vectors``)
 and the rules planner's plan for every query (``skb_plans``), so plans can be read with ``graphlake sql``.
-``retrieval/skb.py`` has the method; ``wiki_evidence`` is an oracle (built from gold evidence)."""
+``retrieval/index/skb.py`` has the method; ``wiki_evidence`` is an oracle (built from gold evidence)."""
 
 import json
 import time
@@ -9,11 +9,12 @@ from collections import Counter
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.kernels.text import encoders
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, Settings, build, coverage, planned, save_vectors, stage_one, vectors_for
+from graphlake.kernels.text import encoders
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, planned, save_vectors, stage_one, vectors_for
+from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import row_schema

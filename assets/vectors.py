@@ -4,19 +4,17 @@ Every index is built over the nodes in the order of the ``nodes`` table and keep
 node ids beside it, so a row number means the same node in every index of a corpus.
 """
 
-import json
 import time
 from collections.abc import Callable
 from pathlib import Path
 
-import faiss
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, asset
 
-from graphlake.kernels.text import encoders
-from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.common.progress import StepProgress
-from graphlake.retrieval.indexes import NODE_IDS_FILE, dense_matrix, retrieval_texts
+from graphlake.kernels.text import encoders
+from graphlake.retrieval.index.kinds import write_index
+from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -111,15 +109,13 @@ class BM25Config(Config):
 @asset(partitions_def=corpus_partitions, group_name="indexes")
 def bm25_index(context: AssetExecutionContext, config: BM25Config, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> None:
     """BM25 (Lucene formula, Porter stemming, English stopwords) over the nodes, as an artefact folder."""
+    from graphlake.kernels.text.bm25 import BM25Index
+
     started = time.perf_counter()
     index = BM25Index.build(retrieval_texts(nodes, documents), k1=config.k1, b=config.b)
     node_ids = nodes.column("node_id").to_pylist()
 
-    def fill(folder: Path) -> None:
-        index.save(folder)
-        (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
-
-    folder = lake.lake.write_artifact("bm25", {"corpus": context.partition_key}, fill)
+    folder = write_index(lake.lake, "bm25", context.partition_key, node_ids, index.save)
     context.add_output_metadata(
         {"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )
@@ -133,6 +129,8 @@ class HNSWConfig(Config):
 @asset(partitions_def=corpus_partitions, group_name="indexes")
 def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: LakeResource, dense_vectors: pa.Table) -> None:
     """faiss HNSW (inner product) over the dense vectors."""
+    import faiss
+
     started = time.perf_counter()
     matrix = dense_matrix(dense_vectors)
     index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
@@ -140,11 +138,7 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
     index.add(matrix)
     node_ids = dense_vectors.column("node_id").to_pylist()
 
-    def fill(folder: Path) -> None:
-        faiss.write_index(index, str(folder / "hnsw.faiss"))
-        (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
-
-    folder = lake.lake.write_artifact("dense_hnsw", {"corpus": context.partition_key}, fill)
+    folder = write_index(lake.lake, "dense_hnsw", context.partition_key, node_ids, lambda folder: faiss.write_index(index, str(folder / "hnsw.faiss")))
     context.add_output_metadata(
         {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )

@@ -36,9 +36,9 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 from rank_bm25 import BM25Okapi
 
-from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
 from graphlake.kernels.eval.metrics import evaluate, mean, rank_by_score
-from graphlake.retrieval.indexes import retrieval_texts
+from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
+from graphlake.retrieval.index.lake import retrieval_texts
 from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.readers.base import ReadRequest
 from graphlake.warehouse.readers.beir import read

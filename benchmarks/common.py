@@ -106,7 +106,7 @@ def timing_sample(corpus: str, split: str):
     ``split`` queries shared by the CPU and GPU timings, and the corpus's indexes."""
     import numpy as np
 
-    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake

@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from common import EVALUATED, ROOT, header, table
 from gpu_fastinsight import EvaluatedSet
 
-from graphlake.kernels.rerank import cross_encoder
+from common import EVALUATED, ROOT, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
+from graphlake.kernels.rerank import cross_encoder
 
 RATIOS = (math.inf, 1.5, 1.25, 1.1)
 

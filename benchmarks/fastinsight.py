@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import yaml
+
 from common import (
     ALPHAS,
     BETAS,
@@ -40,9 +41,8 @@ from common import (
     table,
     timing_sample,
 )
-
-from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 

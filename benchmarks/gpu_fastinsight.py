@@ -34,13 +34,13 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import scipy.sparse as sp
 import torch
-from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table, timing_sample
 
-from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
-from graphlake.kernels.rerank.cross_encoder import CrossEncoder
+from common import ALPHAS, BETAS, BUDGETED, BUDGETS, CURVE_SET, EVALUATED, QPT_QUERIES, export_and_run, header, prepare_lake, table, timing_sample
 from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate, paired_bootstrap
 from graphlake.kernels.eval.topological_recall import DocumentGraph, topological_values
-from graphlake.retrieval.indexes import corpus_graph
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder
+from graphlake.retrieval.index.lake import corpus_graph
 
 DEPTH = 100
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")
@@ -159,7 +159,7 @@ Method = Callable[[dict], np.ndarray]  # a query row -> node rows, best first
 
 
 def methods(data: EvaluatedSet, pairs: Pairs, budget: int = DEPTH, alpha: float = 0.2, beta: float = 1.0) -> dict[str, Method]:
-    """The five methods as the lake declares them (pipelines/methods.yaml and benchmarks/fastinsight.py's
+    """The five methods as the lake declares them (retrieval/methods.yaml and benchmarks/fastinsight.py's
     variants: a budgeted method keeps its b_max best), at one budget."""
 
     def re2(q: dict) -> np.ndarray:

@@ -34,10 +34,10 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
-from common import EVALUATED, export_and_run, header, table
 
+from common import EVALUATED, export_and_run, header, table
 from graphlake.kernels.hybrid import batched
-from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, row_operands, prune_candidates, build, self_inner_products
+from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, row_operands, self_inner_products
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 SETS = ("scifact",)
@@ -55,7 +55,7 @@ def export(folder: Path) -> None:
     from hybrid_index import encoded
 
     from graphlake.kernels.hybrid.graph import exact_knn
-    from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
+    from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
 

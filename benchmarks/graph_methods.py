@@ -12,8 +12,7 @@ from __future__ import annotations
 import json
 
 from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
-
-from graphlake.retrieval.graph_rankers import TunedRankers
+from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 

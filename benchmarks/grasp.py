@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from common import WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 
+from common import WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
@@ -101,8 +101,8 @@ def method_rows(lake: Lake, corpus: str, split: str, methods: list[str], latency
 
 def current(lake: Lake, corpus: str, method: str, split: str) -> bool:
     """Whether the method's stored run and metrics are up to date with what they read, on the sample it ran."""
-    from graphlake.retrieval.freshness import plan_refresh
-    from graphlake.retrieval.methods import SAMPLE_PARAM
+    from graphlake.pipelines.freshness import plan_refresh
+    from graphlake.retrieval.queries import SAMPLE_PARAM
 
     if not lake.has("runs", {"corpus": corpus, "method": method}):
         return False
@@ -177,8 +177,8 @@ def artifact_json(lake: Lake, name: str, corpus: str, file: str) -> dict:
 
 def fusion_lines(lake: Lake, corpus: str, heatmaps) -> list[str]:
     """Chosen settings, Table 2 analogue, (bucket, risk) cells and the flatness of the static surface, per tuned fusion."""
-    from graphlake.retrieval.grasp_fusion import key as fusion_key
     from graphlake.retrieval.methods import load_methods
+    from graphlake.retrieval.models.grasp_fusion import key as fusion_key
 
     saved = artifact_json(lake, "grasp_fusion", corpus, "fusion.json")
     report = saved["report"]
@@ -215,7 +215,7 @@ def plan_lines(lake: Lake, corpus: str) -> list[str]:
 def grid_timing(lake: Lake) -> str:
     """G4: the whole grid over 500 validation-style queries (BIRD questions through grasp_graph and rrf)."""
     from graphlake.kernels.plan.fusion import ValidationQuery, search_grid
-    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
 
     methods = load_methods(lake.home)

@@ -27,12 +27,12 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
-from common import export_and_run, graphlake, header
 
-from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE, CrossEncoder, Pool, train
+from common import export_and_run, graphlake, header
 from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate
 from graphlake.kernels.plan.fusion import fuse_stage2
-from graphlake.retrieval.grasp_reranker import RECIPES, final_fusion, validation_hit_at_1
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE, CrossEncoder, Pool, train
+from graphlake.retrieval.training.grasp_reranker import RECIPES, final_fusion, validation_hit_at_1
 
 MODELS = ("base", "cpu", "gpu")  # the zero-shot base, grasp_reranker as the lake trained it, this script's
 METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
@@ -41,10 +41,12 @@ METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 def export(folder: Path, corpus: str, sample: int | None) -> None:
     """The corpus's Stage-3 data from the lake (GRAPHLAKE_HOME), its missing pieces built first."""
     from graphlake.assets.grasp import GraspRerankerConfig
-    from graphlake.retrieval.evaluation import gold_by_query, held_out_split
-    from graphlake.retrieval.grasp_reranker import MODEL_FOLDER, candidate_texts, training_data
-    from graphlake.retrieval.indexes import LakeIndexes
-    from graphlake.retrieval.methods import load_methods, select_queries
+    from graphlake.retrieval.evaluation import held_out_split
+    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.methods import load_methods
+    from graphlake.retrieval.models.grasp_reranker import MODEL_FOLDER, candidate_texts
+    from graphlake.retrieval.queries import gold_by_query, select_queries
+    from graphlake.retrieval.training.grasp_reranker import training_data
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
 

@@ -33,17 +33,17 @@ from pathlib import Path
 import faiss
 import numpy as np
 import scipy.sparse as sp
-from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
 from threadpoolctl import threadpool_limits
 
+from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
+from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
 from graphlake.kernels.hybrid.graph import BuildConfig, KGQuery, Searcher, build
 from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import parse_methods
+from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake

@@ -33,18 +33,18 @@ import faiss
 import matplotlib
 import numpy as np
 import scipy.sparse as sp
-from common import EVALUATED, arguments, header, table
 from hybrid_index import DEPTHS, POOLS, insert_splits, recall, timed, top10
 from threadpoolctl import threadpool_limits
 
-from graphlake.kernels.text import encoders
-from graphlake.kernels.text.bm25 import BM25Index
+from common import EVALUATED, arguments, header, table
 from graphlake.kernels.hybrid.batched import DeviceVectors
 from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.kernels.text import encoders
+from graphlake.kernels.text.bm25 import BM25Index
+from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake, StorageError
 

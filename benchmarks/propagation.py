@@ -49,11 +49,11 @@ import igraph
 import networkx as nx
 import numpy as np
 import scipy.sparse as sp
-from common import machine
 
+from common import machine
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.graph import candidate_graph
 from graphlake.warehouse.storage import Lake

@@ -40,7 +40,7 @@ RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphla
 CHECK = """
 import json, sys
 from pathlib import Path
-from graphlake.retrieval.methods import search
+from graphlake.retrieval.runs import search
 from graphlake.warehouse.catalog import Catalog
 home, corpus, methods = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
 found = {"tables": {}, "dangling": 0, "answers": {}}

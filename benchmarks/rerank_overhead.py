@@ -23,11 +23,11 @@ import time
 from pathlib import Path
 
 import numpy as np
-from common import EVALUATED, ROOT, header, table
 from gpu_fastinsight import EvaluatedSet
 
-from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
+from common import EVALUATED, ROOT, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
+from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 
 KERNEL = "kernels/rerank/adaptive.py"
 OLD_KERNEL = "kernels/adaptive_rerank.py"  # where it lived before the kernels were grouped by family

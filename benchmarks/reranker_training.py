@@ -25,8 +25,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
-from common import TRAINING, export_and_run, header, prepare_lake
 
+from common import TRAINING, export_and_run, header, prepare_lake
 from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, reranked_ndcg, train
 
 DEPTH = 100  # the held-out queries are scored on their dense top 100, as Re2 reranks
@@ -39,7 +39,7 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
 
     from graphlake.assets.reranker import RerankerConfig
     from graphlake.kernels.text.encoders import dense_model_path
-    from graphlake.retrieval.reranker import mine, training_queries
+    from graphlake.retrieval.training.reranker import mine, training_queries
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import Lake
 

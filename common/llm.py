@@ -35,7 +35,6 @@ from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TypeVar
 
-import openai
 from pydantic import BaseModel, ValidationError
 
 from graphlake.common.settings import number_from_env
@@ -48,7 +47,6 @@ ENV_TIMEOUT = "GRAPHLAKE_LLM_TIMEOUT"  # seconds one attempt may take
 ENV_RETRIES = "GRAPHLAKE_LLM_RETRIES"  # attempts after the first
 
 T = TypeVar("T", bound=BaseModel)
-_RETRYABLE = (openai.InternalServerError, openai.RateLimitError)  # 5xx, 429; connection errors are retried too
 _SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
@@ -141,6 +139,8 @@ class LLMClient:
         self.cache_dir = Path(cache_dir) / model_slug(config.model)
         self.stats = LLMStats(price_per_1k_tokens=config.price_per_1k_tokens)
         self._format = 0  # index of the response format this server accepts, see _complete
+        import openai  # here, not at import: the Definitions load this module and openai takes most of a second
+
         # retries are ours (with backoff and a message naming the server), not the SDK's
         self._client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key, timeout=config.timeout_s, max_retries=0)
 
@@ -201,6 +201,9 @@ class LLMClient:
     def _with_retries(self, messages: list[dict[str, str]], response_format: dict | None):
         """Retry timeouts, lost connections, 429 and 5xx with exponential backoff, or after the server's
         ``Retry-After``, within ``timeout × (retries + 1)`` seconds in all; other errors at once."""
+        import openai
+
+        retryable = (openai.InternalServerError, openai.RateLimitError)  # 5xx, 429; connection errors are retried too
         extra = {"response_format": response_format} if response_format else {}
         config = self.config
         attempts = config.max_retries + 1
@@ -214,7 +217,7 @@ class LLMClient:
             except openai.APIStatusError as error:
                 if response_format is not None and "response_format" in str(error):
                     raise _FormatRefused from error
-                if not isinstance(error, _RETRYABLE):
+                if not isinstance(error, retryable):
                     raise LLMError(f"{said}: refused the request ({error.status_code}): {error}") from error
                 failure, wait = f"{error.status_code}: {error}", _retry_after(error.response.headers.get("retry-after"))
             except openai.APIConnectionError as error:  # includes timeouts

@@ -19,13 +19,13 @@ import yaml
 from rich.console import Console
 from rich.table import Table
 
-from graphlake.retrieval.methods import MethodError
+from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.catalog import Catalog, ReadOnlyError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.locks import LockedError
 from graphlake.warehouse.readers import FORMATS
+from graphlake.warehouse.scopes import LockedError
 from graphlake.warehouse.storage import Lake, StorageError
 
 console = Console()
@@ -104,8 +104,9 @@ def demo() -> None:
     from dagster import AssetSelection
 
     from graphlake.pipelines.definitions import DEFAULT_SELECTION
-    from graphlake.retrieval.indexes import index_assets, index_kind
-    from graphlake.retrieval.methods import load_methods, method_asset_names, needs, uses_llm
+    from graphlake.retrieval.core import method_asset_names, needs, uses_llm
+    from graphlake.retrieval.index.kinds import index_assets, index_kind
+    from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.reports import evaluation_report, random_floor
 
     home = lake_home()
@@ -119,7 +120,7 @@ def demo() -> None:
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
     # and the learned indexes only those methods read (GRASP's reranker), but the cross-encoder, which the summary reports
     kinds = lambda names: {index.partition("/")[0] for name in names for index in needs(methods[name])}  # noqa: E731
-    learned_only = {kind for kind in kinds(left_out) - kinds(shown) - {"reranker"} if index_kind(kind).sources is not None}
+    learned_only = {kind for kind in kinds(left_out) - kinds(shown) - {"reranker"} if index_kind(kind).fitting is not None}
     skipped |= AssetSelection.assets(*index_assets(learned_only))
     _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config, "demo")
     _print_summary(DEMO_CORPUS)
@@ -279,7 +280,7 @@ def sql(
 @app.command(name="eval")
 def evaluate(
     corpus: Annotated[str, typer.Option(help="Corpus to evaluate on.")],
-    methods: Annotated[str, typer.Option(help="Comma-separated method names (pipelines/methods.yaml).")] = "bm25,dense",
+    methods: Annotated[str, typer.Option(help="Comma-separated method names (retrieval/methods.yaml).")] = "bm25,dense",
     split: Annotated[str | None, typer.Option(help="Query split to report (default: the held-out one, test, else dev).")] = None,
     k: Annotated[str, typer.Option(help="Comma-separated cutoffs to report.")] = "1,2,5,10",
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
@@ -291,9 +292,9 @@ def evaluate(
 ) -> None:
     """Materialize what is missing for these methods on the corpus (and on the corpora their learned
     indexes learn from), then print their metrics."""
+    from graphlake.pipelines.freshness import plan_refresh
+    from graphlake.retrieval.core import method_asset_names
     from graphlake.retrieval.evaluation import held_out_split
-    from graphlake.retrieval.freshness import plan_refresh
-    from graphlake.retrieval.methods import method_asset_names
     from graphlake.retrieval.reports import evaluation_report
 
     home = lake_home()
@@ -372,13 +373,13 @@ def trec(
 def query(
     text: Annotated[str, typer.Argument(help="The query.")],
     corpus: Annotated[str, typer.Option(help="Corpus to search.")],
-    method: Annotated[str, typer.Option(help="Method name (pipelines/methods.yaml).")] = "rrf",
+    method: Annotated[str, typer.Option(help="Method name (retrieval/methods.yaml).")] = "rrf",
     top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
     as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}], notes}.")] = False,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
-    from graphlake.retrieval.freshness import plan_refresh
-    from graphlake.retrieval.methods import search
+    from graphlake.pipelines.freshness import plan_refresh
+    from graphlake.retrieval.runs import search
 
     home = lake_home()
     try:
@@ -497,7 +498,7 @@ def _print_methods(report: list[dict], floor: dict[str, float]) -> None:
 
 
 def _print_reranker(lake: Lake, left_out: list[str]) -> None:
-    from graphlake.retrieval.reranker import reranker_report
+    from graphlake.retrieval.training.reranker import reranker_report
 
     report = reranker_report(lake)
     if report is None:

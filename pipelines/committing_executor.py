@@ -31,10 +31,9 @@ from dagster import (
 from dagster._core.errors import raise_execution_interrupts
 from dagster._core.execution.retries import RetryMode
 from dagster._utils import iterate_with_context
-from dagster_dask.executor import get_dask_resource_requirements, query_on_dask_worker
 
 from graphlake.pipelines.reindex import PARTITION_TAG
-from graphlake.warehouse.snapshots import LAKE_SCOPE
+from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
 
 _DEFAULT = multi_or_in_process_executor.config_schema.as_field()
@@ -106,6 +105,7 @@ class CommittingDaskExecutor(Executor):
 
     def _steps(self, plan_context, execution_plan) -> Iterator:
         import dask.distributed
+        from dagster_dask.executor import get_dask_resource_requirements
 
         ((kind, settings),) = self.cluster.items()
         # one thread a worker: Dagster's step execution is not thread-safe
@@ -144,6 +144,8 @@ class _StepEvents:
 
 def _step(after: list, **arguments) -> _StepEvents:
     """One step on a Dask worker, once the steps it reads (``after``) are done."""
+    from dagster_dask.executor import query_on_dask_worker
+
     return _StepEvents(list(query_on_dask_worker(after, **arguments)))
 
 

@@ -36,9 +36,9 @@ from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, ING
 from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR
-from graphlake.warehouse.locks import LockedError, writer_lock
+from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.snapshots import LAKE_SCOPE
+from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError
 from graphlake.warehouse.storage import Lake
 
 PROGRESS_TAG = "graphlake/progress"

@@ -14,8 +14,8 @@ import pyarrow.compute as pc
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
-from graphlake.retrieval.indexes import LakeIndexes, corpus_graph
-from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, select_queries
+from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
+from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake, StorageError
 from graphlake.warehouse.tables import row_schema
@@ -34,15 +34,6 @@ def held_out_split(lake: Lake, corpus: str) -> str:
     if found is None:
         raise StorageError(f"corpus {corpus!r} has no test or dev queries (its splits: {', '.join(sorted(map(str, splits)))}); name one with --split")
     return found
-
-
-def gold_by_query(qrels: pa.Table, positive: bool = True) -> dict[str, dict[str, int]]:
-    """Relevance per query and document; only relevant pairs unless ``positive`` is False."""
-    gold: dict[str, dict[str, int]] = {}
-    for row in qrels.select(["query_id", "doc_id", "relevance"]).to_pylist():
-        if row["relevance"] > 0 or not positive:
-            gold.setdefault(row["query_id"], {})[row["doc_id"]] = row["relevance"]
-    return gold
 
 
 def document_rankings(runs: pa.Table) -> dict[str, list[tuple[str, float]]]:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, paired_bootstrap, parse_metric, random_ndcg_at_k
-from graphlake.retrieval.evaluation import document_rankings, gold_by_query, metrics_from_run
+from graphlake.retrieval.evaluation import document_rankings, metrics_from_run
+from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.storage import Lake
 

@@ -18,10 +18,11 @@ from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.retrieval.graph_rankers import TunedRankers
-from graphlake.retrieval.methods import load_methods, uses_llm
+from graphlake.retrieval.core import uses_llm
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.reports import evaluation_report, random_floor
-from graphlake.retrieval.reranker import reranker_report
+from graphlake.retrieval.training.reranker import reranker_report
 from graphlake.warehouse.storage import Lake
 
 

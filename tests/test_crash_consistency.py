@@ -12,7 +12,7 @@ from pathlib import Path
 
 from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus
 
-from graphlake.retrieval.methods import search
+from graphlake.retrieval.runs import search
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
 

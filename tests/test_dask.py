@@ -13,7 +13,7 @@ import pytest
 from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
 from lake_checks import rows, same
 
-from graphlake.retrieval.methods import search
+from graphlake.retrieval.runs import search
 from graphlake.warehouse.snapshots import Snapshots
 
 distributed = pytest.importorskip("distributed")

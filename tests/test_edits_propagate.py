@@ -17,8 +17,10 @@ from rich.console import Console
 from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import DEFAULT_SELECTION
 from graphlake.pipelines.runner import materialize_corpus
-from graphlake.retrieval.indexes import retrieval_texts
-from graphlake.retrieval.methods import load_methods, method_asset_names, needs, search, uses_llm
+from graphlake.retrieval.core import method_asset_names, needs, uses_llm
+from graphlake.retrieval.index.lake import retrieval_texts
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.runs import search
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake

@@ -12,12 +12,14 @@ import scipy.sparse as sp
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.kernels.graph.entity_graph import EntityGraph
+from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.pipelines.cli import app
-from graphlake.retrieval.graph_rankers import TunedRankers
-from graphlake.retrieval.methods import MethodError, parse_methods
-from graphlake.retrieval.training import alpha_queries, training_queries
+from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.methods import parse_methods
+from graphlake.retrieval.models.grapher import TunedRankers
+from graphlake.retrieval.queries import alpha_source as alpha_queries
+from graphlake.retrieval.queries import training_source as training_queries
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 

@@ -6,7 +6,6 @@ import itertools
 import numpy as np
 import pytest
 
-from graphlake.kernels.plan.plans import RISK_LEVELS
 from graphlake.kernels.plan.fusion import (
     BUCKET_WEIGHTS,
     DYNAMIC_CONSTANTS,
@@ -20,6 +19,7 @@ from graphlake.kernels.plan.fusion import (
     graph_weight,
     search_grid,
 )
+from graphlake.kernels.plan.plans import RISK_LEVELS
 
 GRAPH = np.array([7, 3, 9])
 PARTNER = np.array([3, 5, 7, 1])

@@ -15,11 +15,11 @@ from dagster import AssetSelection, DagsterInstance
 from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.assets.vectors import dense_vectors
 from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE
-from graphlake.kernels.plan.plans import Schema, check, parse_plan
 from graphlake.kernels.plan.fusion import fuse_stage2
+from graphlake.kernels.plan.plans import Schema, check, parse_plan
 from graphlake.kernels.plan.prompt import FUSION_CONTROL, PLAN_STRUCTURE, RISK_ADDENDUM, ROLE, system_prompt, user_prompt
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake

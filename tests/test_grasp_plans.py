@@ -10,10 +10,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
 from graphlake.kernels.plan.fusion import fuse, graph_weight
-from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference, run_sql
+from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
 from graphlake.kernels.plan.skb_builders import SKB, sql_schema, wiki_rules
+from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference, run_sql
 
 # a toy SKB: films, people, dates; director / spouse / date of birth
 TOY_NODES = [
@@ -241,7 +241,7 @@ def test_wiki_rules_types_passages_and_links_relations_from_text_alone():
 
 def test_the_skb_builders_read_no_question(tmp_path):
     """Built through the lake with no queries table at all: nothing but passages and schemas is read."""
-    from graphlake.retrieval.skb import build
+    from graphlake.retrieval.index.skb import build
     from graphlake.warehouse.storage import Lake
 
     lake = Lake(tmp_path)

@@ -9,16 +9,18 @@ import numpy as np
 import pytest
 import torch
 
-from graphlake.kernels.text import encoders
-from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
 from graphlake.kernels.plan.fusion import fuse_stage2
 from graphlake.kernels.plan.skb_serialise import serialise
-from graphlake.retrieval.freshness import plan_refresh
-from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, validation_queries
-from graphlake.retrieval.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
+from graphlake.kernels.text import encoders
+from graphlake.pipelines.freshness import plan_refresh
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.skb import StageOneSettings as Settings
+from graphlake.retrieval.index.skb import stage_one
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.skb import Settings, stage_one
+from graphlake.retrieval.models.grasp_fusion import TunedFusion
+from graphlake.retrieval.training.grasp_fusion import check_disjoint, validation_queries
+from graphlake.retrieval.training.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two
 from graphlake.warehouse.storage import Lake, StorageError
 
 GOLDEN = """[Type] film
@@ -94,7 +96,7 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
     """An oracle method declared beside the others (as benchmarks/grasp.py declares them) must not stop
     the corpus's other fusions from being tuned; running it names what is missing."""
     from graphlake.assets.grasp import GraspFusionConfig
-    from graphlake.retrieval.grasp_fusion import learn, tuned_fusions
+    from graphlake.retrieval.training.grasp_fusion import learn, tuned_fusions
 
     (demo_copy / "methods.yaml").write_text(
         "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
@@ -199,7 +201,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(demo_copy
     from typer.testing import CliRunner
 
     from graphlake.pipelines.cli import app
-    from graphlake.retrieval.grasp_reranker import TunedReranker
+    from graphlake.retrieval.models.grasp_reranker import TunedReranker
 
     config = tmp_path / "run.yaml"
     config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.3, validate_every: 2, validation_depth: 10, depth: 20}}}\n")

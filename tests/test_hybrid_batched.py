@@ -9,7 +9,7 @@ import pytest
 from conftest import noisy_queries, synthetic, with_near_copies
 
 from graphlake.kernels.hybrid import batched
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, row_operands, prune_candidates, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn, prune_candidates, row_operands, self_inner_products
 from graphlake.kernels.hybrid.nndescent import nn_descent
 
 

@@ -11,10 +11,10 @@ import pytest
 from conftest import synthetic, with_near_copies
 from typer.testing import CliRunner
 
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, row_operands, pair_inner_product, prune_candidates, build, exact_knn, self_inner_products
+from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn, pair_inner_product, prune_candidates, row_operands, self_inner_products
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.pipelines.cli import app
-from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import Lake
 

@@ -10,14 +10,14 @@ from conftest import noisy_queries, synthetic
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
-from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, KGQuery, Searcher, build
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
+from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import evidence_triples, logical_edges
 from graphlake.pipelines.cli import app
-from graphlake.retrieval.hybrid_weights import KG_GRID
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
+from graphlake.retrieval.training.hybrid_weights import KG_GRID
 from graphlake.warehouse.storage import Lake
 
 N = 600

@@ -97,7 +97,7 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     from typer.testing import CliRunner
 
     from graphlake.pipelines.cli import app
-    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.storage import Lake
 

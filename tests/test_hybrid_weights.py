@@ -6,10 +6,11 @@ from __future__ import annotations
 import numpy as np
 
 from graphlake.kernels.eval.metrics import ndcg_at_k
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.hybrid_weights import GRID, TunedWeights, rule_of_thumb
-from graphlake.retrieval.indexes import LakeIndexes
+from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
+from graphlake.retrieval.models.hybrid_weights import TunedWeights
+from graphlake.retrieval.queries import gold_by_query
+from graphlake.retrieval.training.hybrid_weights import GRID, rule_of_thumb
 from graphlake.warehouse.storage import Lake
 
 

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-
 from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP
-from graphlake.kernels.text.triples import logical_edges as link_nodes, normalize_entity, spacy_triples
+from graphlake.kernels.text.triples import logical_edges as link_nodes
+from graphlake.kernels.text.triples import normalize_entity, spacy_triples
 from graphlake.warehouse.catalog import Catalog
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from graphlake.warehouse.locks import LockedError
+from graphlake.warehouse.scopes import LockedError
 
 
 @pytest.fixture

@@ -89,7 +89,8 @@ def write_notes(folder: Path) -> Path:
 
 
 def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake, tmp_path):
-    from graphlake.retrieval.methods import load_methods, uses_llm
+    from graphlake.retrieval.core import uses_llm
+    from graphlake.retrieval.methods import load_methods
 
     docs = tmp_path / "docs.jsonl"
     lines = [json.dumps({"id": f"d{i}", "title": t, "text": f"{t} were seen off the coast by the survey team."}) for i, t in enumerate(["Whales", "Seals", "Crabs"])]
@@ -141,8 +142,8 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
 
 
 def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(demo_copy, tmp_path):
-    from graphlake.retrieval.graph_rankers import TunedRankers
-    from graphlake.retrieval.training import Untrained
+    from graphlake.retrieval.models.grapher import TunedRankers
+    from graphlake.retrieval.models.untrained import Untrained
     from graphlake.warehouse.storage import Lake
 
     notes = write_notes(tmp_path / "notes")

@@ -18,8 +18,10 @@ import pyarrow.compute as pc
 import pytest
 
 from graphlake.kernels.rerank.cross_encoder import CrossEncoder
-from graphlake.retrieval.grasp_reranker import TunedReranker
-from graphlake.retrieval.methods import load_methods, run_method, uses_llm
+from graphlake.retrieval.core import uses_llm
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.grasp_reranker import TunedReranker
+from graphlake.retrieval.runs import run_method
 from graphlake.warehouse.storage import Lake
 
 RECORDED = Path(__file__).parent / "data" / "demo_rankings.json"

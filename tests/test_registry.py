@@ -17,10 +17,12 @@ from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.retrieval.freshness import plan_refresh
-from graphlake.retrieval.graph_rankers import TunedRankers
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Candidates, MethodError, Op, parse_methods, register, select_queries
+from graphlake.pipelines.freshness import plan_refresh
+from graphlake.retrieval.core import Candidates, MethodError, Op, register
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import parse_methods
+from graphlake.retrieval.models.grapher import TunedRankers
+from graphlake.retrieval.queries import select_queries
 from graphlake.warehouse.corpora import DEMO_PATH
 from graphlake.warehouse.storage import Lake
 

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.pipelines.cli import app
-from graphlake.retrieval.reranker import training_queries
+from graphlake.retrieval.training.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
 from graphlake.warehouse.storage import Lake
 

@@ -15,8 +15,9 @@ from typer.testing import CliRunner
 from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.retrieval.freshness import plan_refresh
-from graphlake.retrieval.methods import MethodError, parse_methods
+from graphlake.pipelines.freshness import plan_refresh
+from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 

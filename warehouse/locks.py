@@ -19,22 +19,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
-from graphlake.common.settings import number_from_env
+from graphlake.warehouse.object_store import remote_of
+from graphlake.warehouse.scopes import WAIT_ENV, LockedError, wait_seconds
 
 LOCKS = "locks"
-WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
-DEFAULT_WAIT_S = 1800.0
 POLL_S = 0.5
 
 _held: dict[Path, list] = {}  # lock path -> [open handle, depth], for this process
-
-
-class LockedError(RuntimeError):
-    """Another writer holds the corpus; the message names it."""
-
-
-def wait_seconds() -> float:
-    return number_from_env(WAIT_ENV, DEFAULT_WAIT_S, least=0, error=LockedError)
 
 
 @contextmanager
@@ -71,8 +62,6 @@ def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], 
 
 def _lease(home: Path, scope: str, purpose: str, announce: Callable[[str], None] | None):
     """On a lake kept on object storage, the scope's lease there too: writers on other machines."""
-    from graphlake.warehouse.object_store import remote_of
-
     remote = remote_of(home)
     return remote.lease(scope, purpose, announce) if remote else nullcontext()
 

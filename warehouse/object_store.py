@@ -25,8 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from graphlake.common.settings import number_from_env
-from graphlake.warehouse.locks import LockedError, wait_seconds
-from graphlake.warehouse.snapshots import LAKE_SCOPE
+from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError, wait_seconds
 
 LEASE_ENV = "GRAPHLAKE_LEASE_S"
 REMOTE_FILE = "remote.json"  # in a cache: the lake it caches

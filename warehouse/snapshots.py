@@ -20,21 +20,18 @@ import re
 import shutil
 import time
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphlake.warehouse.object_store import remote_of
+from graphlake.warehouse.scopes import LAKE_SCOPE
+
 SNAPSHOTS = "snapshots"
-LAKE_SCOPE = "_lake"
 KEEP = 2  # snapshots whose files stay: the current one, and the previous one for readers still on it
 LEGACY_FILE = "data.parquet"  # lakes written before snapshots: one file per partition, swapped in place
 _NUMBERED = re.compile(r"^(\d{8})\.json$")
 PULL_S = 1.0  # on object storage: how stale a reader's view of another machine's commits may be
 _pulled: dict[tuple[Path, str], float] = {}  # (home, scope) -> when this process last asked the store
-
-
-def scope_of(partition: Mapping[str, str]) -> str:
-    return partition.get("corpus", LAKE_SCOPE)
 
 
 def data_file(version: str) -> str:
@@ -87,8 +84,6 @@ class Snapshots:
     """The snapshots of one lake: read the current one, commit the next, collect what none refers to."""
 
     def __init__(self, home: Path) -> None:
-        from graphlake.warehouse.object_store import remote_of
-
         self.home = Path(home)
         self.root = self.home / SNAPSHOTS
         self.remote = remote_of(self.home)

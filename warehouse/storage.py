@@ -26,7 +26,8 @@ import pyarrow.parquet as pq
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.object_store import ObjectStoreError
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
-from graphlake.warehouse.snapshots import LAKE_SCOPE, Entry, Snapshots, artifact_folder, data_file, fsync_directory, new_version, scope_of
+from graphlake.warehouse.scopes import LAKE_SCOPE, scope_of
+from graphlake.warehouse.snapshots import Entry, Snapshots, artifact_folder, data_file, fsync_directory, new_version
 from graphlake.warehouse.tables import TableSpec, table_spec
 
 ROW_GROUP_ROWS = 64_000

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.text.entities import prune_hubs
 from graphlake.kernels.graph.propagation import Walk
+from graphlake.kernels.text.entities import prune_hubs
 
 
 @dataclass(frozen=True)

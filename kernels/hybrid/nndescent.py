@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.kernels.hybrid.batched import BLOCK_BYTES, DeviceVectors, QueryBatch, Rows, pair_part, host, order_keys, score
+from graphlake.kernels.hybrid.batched import BLOCK_BYTES, DeviceVectors, QueryBatch, Rows, host, order_keys, pair_part, score
 from graphlake.kernels.hybrid.vectors import Queries
 
 

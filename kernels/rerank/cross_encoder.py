@@ -28,8 +28,8 @@ import torch
 import transformers
 from transformers import AutoTokenizer, BertForSequenceClassification
 
-from graphlake.kernels.text.encoders import dense_model_path
 from graphlake.kernels.eval.metrics import ndcg_at_k
+from graphlake.kernels.text.encoders import dense_model_path
 
 transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
 

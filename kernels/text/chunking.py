@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import spacy
-from spacy.language import Language
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,8 @@ class _Span:
 @lru_cache(maxsize=1)
 def _sentencizer() -> Language:
     """Rule-based sentence boundaries: fast and deterministic, no statistical model needed."""
+    import spacy  # here, not at import: the Definitions load this module and spaCy takes a second
+
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
     nlp.max_length = 50_000_000

@@ -17,11 +17,13 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
-import spacy
-from spacy.language import Language
+
+if TYPE_CHECKING:
+    from spacy.language import Language
 
 Mention = tuple[str, str]  # (surface name, type)
 
@@ -40,6 +42,8 @@ _PARENTHETICAL = re.compile(r"\([^)]*\)")
 @lru_cache(maxsize=1)
 def _ner() -> Language:
     """The NER pipe alone: tagger, parser and lemmatizer would triple the cost for nothing used here."""
+    import spacy  # here, not at import: the Definitions load this module and spaCy takes a second
+
     for name in SPACY_MODELS:
         if spacy.util.is_package(name):
             nlp = spacy.load(name, enable=["ner"])

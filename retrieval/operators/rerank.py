@@ -19,9 +19,10 @@ import numpy as np
 from pydantic import Field
 
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
-from graphlake.retrieval.indexes import CORPUS_GRAPH, LakeIndexes, corpus_graph, graph_indexes
-from graphlake.retrieval.methods import Candidates, Input, Op, ranked, register, run_inputs
-from graphlake.retrieval.training import Untrained
+from graphlake.retrieval.core import Candidates, Input, Op, ranked, register, run_inputs
+from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
+from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
+from graphlake.retrieval.models.untrained import Untrained
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 

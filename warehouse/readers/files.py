@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import PurePosixPath
 
-from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, Location, ReadRequest, read_text
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, read_text
 
 SUFFIXES = (".txt", ".md", ".txt.gz", ".md.gz")
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)

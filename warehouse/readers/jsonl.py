@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, ReadRequest, iter_jsonl, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, iter_jsonl, require
 
 
 def read(request: ReadRequest) -> Ingested:

@@ -21,8 +21,8 @@ from typing import Any
 
 from graphlake.warehouse.readers.base import (
     CorpusBuilder,
-    IngestError,
     Ingested,
+    IngestError,
     Location,
     ReadRequest,
     iter_jsonl,

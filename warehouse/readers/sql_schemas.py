@@ -15,8 +15,8 @@ from sqlglot import exp
 
 from graphlake.warehouse.readers.base import (
     CorpusBuilder,
-    IngestError,
     Ingested,
+    IngestError,
     Location,
     ReadRequest,
     find_file,

@@ -10,52 +10,30 @@ learning refuses to go on if one of them is a query of the evaluated corpus outs
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Methods, Op, load_methods, needs
-from graphlake.retrieval.training import TRAIN_SPLIT, held_out, training_queries
-from graphlake.warehouse.digest import fingerprint
+from graphlake.retrieval.core import Methods, Op, needs, walk
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TUNED_MODES, TunedFusion, key
+from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, held_out, training_corpora, training_source
 from graphlake.warehouse.storage import Lake, StorageError
-
-FUSION_FILE = "fusion.json"
-# where nothing could be tuned: equal weights and RRF's usual constant; dynamic opts out on no_trade only
-DEFAULT_CHOICE = {
-    "mode": "static",
-    "static": {"weight": 0.5, "constant": 60.0},
-    "dynamic": {"constant": 60.0, "w_bucket": [1.0] * 5, "m_risk": [0.0, 1.0, 1.0, 1.0]},
-}
-TUNED_MODES = ("tuned", "tuned_static", "tuned_dynamic")
-
-
-def key(op: Op) -> str:
-    """What identifies a tuned fusion: its two inputs, as declared."""
-    graph, partner = op.inputs
-    return fingerprint({"graph": graph.model_dump(mode="json"), "partner": partner.model_dump(mode="json")})
 
 
 def tuned_fusions(methods: Methods) -> dict[str, Op]:
     """Every ``plan_rrf`` with a tuned mode in the declared methods (inputs included), by :func:`key`."""
     found: dict[str, Op] = {}
-
-    def visit(op: Op) -> None:
-        if op.op == "plan_rrf" and getattr(op, "mode", None) in TUNED_MODES:
-            found.setdefault(key(op), op)
-        for child in op.children():
-            visit(child)
-
     for method in methods.values():
-        visit(method)
+        for op in walk(method):
+            if op.op == "plan_rrf" and getattr(op, "mode", None) in TUNED_MODES:
+                found.setdefault(key(op), op)
     return found
 
 
@@ -64,42 +42,9 @@ def reads(methods: Methods) -> frozenset[str]:
     return frozenset(name for op in tuned_fusions(methods).values() for child in op.children() for name in needs(child))
 
 
-@dataclass
-class TunedFusion:
-    """The chosen setting per tuned fusion, and the report (grids, cells, Table 2 analogue)."""
-
-    choices: dict[str, dict]
-    report: dict = field(default_factory=dict)
-
-    def choice(self, op: Op) -> tuple[str, dict]:
-        """(mode, setting) for a tuned ``plan_rrf``: the winner for ``tuned``, the best of one mode for ``tuned_<mode>``."""
-        if self.choices:
-            try:
-                chosen = self.choices[key(op)]
-            except KeyError:
-                why = self.report.get("untuned", {}).get(key(op))
-                raise StorageError(f"grasp_fusion could not tune this plan_rrf {why}" if why else "grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again") from None
-        else:
-            chosen = DEFAULT_CHOICE
-        mode = chosen["mode"] if op.mode == "tuned" else op.mode.removeprefix("tuned_")
-        return mode, chosen[mode]
-
-    def save(self, folder: Path) -> None:
-        (folder / FUSION_FILE).write_text(json.dumps({"choices": self.choices, "report": self.report}, indent=1), encoding="utf-8")
-
-    def held(self) -> set[str]:
-        """The fusions (keys) this artefact answers for: tuned, or left untuned with a reason."""
-        return set(self.choices) | set(self.report.get("untuned", {}))
-
-    @classmethod
-    def load(cls, folder: Path) -> TunedFusion:
-        saved = json.loads((folder / FUSION_FILE).read_text(encoding="utf-8"))
-        return cls(saved["choices"], saved["report"])
-
-
 def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
     """(training corpus, validation queries, reranker-training queries) for ``corpus``; each query a row of ``queries``."""
-    source, split = training_queries(lake.home, corpus)
+    source, split = training_source(lake.home, corpus)
     rows = lake.read("queries", {"corpus": source}).to_pylist()
     rows = [row for row in rows if split is None or row["split"] == split]
     if not rows:
@@ -183,3 +128,22 @@ def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs
             recalls.append(recall_at_k(ranking, gold_docs.get(query["query_id"], {}), 20))
         out[mode] = {"hit@1": setting["hits"] / len(items), "recall@20": float(np.mean(recalls))}
     return out
+
+
+def _parts(lake: Lake, corpus: str) -> set[str]:
+    """The fusions (keys) the corpus's stored tuning answers for."""
+    try:
+        return TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus})).held()
+    except (StorageError, FileNotFoundError):
+        return set()
+
+
+declare(
+    IndexKind(
+        "grasp_fusion",
+        ("grasp_fusion",),
+        Stored(artifact="grasp_fusion"),
+        lambda indexes: TunedFusion.load(indexes.lake.artifact("grasp_fusion", {"corpus": indexes.corpus})),
+        Fitting(training_corpora, reads, _parts),
+    )
+)

@@ -8,8 +8,8 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs
+from graphlake.retrieval.index.lake import LakeIndexes
 
 
 class TopK(Op):

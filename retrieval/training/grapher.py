@@ -20,67 +20,25 @@ import json
 import shutil
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import scipy.sparse as sp
 
 from graphlake.kernels.graph.propagation import gcs
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.indexes import LakeIndexes, asset_written_at, index_kind
-from graphlake.retrieval.methods import Methods, load_methods, needs
+from graphlake.retrieval.core import Methods, needs
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, asset_written_at, declare, index_kind
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, DEFAULT_BASE, NETWORKS, TunedRankers, ranking_graph
+from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.graph import GraphRerank
-from graphlake.retrieval.training import Untrained, alpha_queries, held_out, training_queries
+from graphlake.retrieval.queries import alpha_source, gold_by_query, graph_ranker_sources, held_out, training_source
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
-# GraphER gives no default alpha: it grid-searches it once on BIRD's training queries and fixes it for
-# every corpus (A.3). These are the values that search picks here (benchmarks/results/graph_methods.md),
-# the default for a corpus with nothing to tune on.
-DEFAULT_ALPHA = {"ppr": 0.8, "gcs": 0.1}
-NETWORKS = ("gat", "mlp")  # the GAT, and its message-passing-free MLP ablation
-DEFAULT_BASE = "grapher_base"
-
-
-@dataclass
-class TunedRankers:
-    """What GraphER learns on a training corpus: alpha per propagation ranker, and the trained networks."""
-
-    alpha: dict[str, float]
-    models: dict[str, Any] = field(default_factory=dict)  # "gat" / "mlp" -> kernels.graph_rankers.GraphRanker, or Untrained
-    report: dict = field(default_factory=dict)
-    alpha_default: str | None = None  # why alpha is DEFAULT_ALPHA rather than tuned
-
-    def save(self, folder: Path) -> None:
-        from graphlake.kernels.graph.grapher_networks import save_ranker
-
-        saved = {"alpha": self.alpha, "alpha_default": self.alpha_default, "report": self.report}
-        (folder / "rankers.json").write_text(json.dumps(saved, indent=2), encoding="utf-8")
-        for name, model in self.models.items():
-            if isinstance(model, Untrained):
-                (folder / name).mkdir()
-                model.save(folder / name)
-            else:
-                save_ranker(model, folder / name)
-
-    @classmethod
-    def load(cls, folder: Path) -> TunedRankers:
-        from graphlake.kernels.graph.grapher_networks import load_ranker
-
-        saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
-        models = {name: Untrained.load(folder / name) or load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
-        return cls(saved["alpha"], models, saved["report"], saved.get("alpha_default"))
-
-
-def ranking_graph(seed_scores: np.ndarray, query: np.ndarray, nodes: np.ndarray, adjacency: sp.spmatrix, labels: np.ndarray | None = None):
-    """The GAT's input for one query: GCS scores, embeddings and the candidate edges."""
-    from graphlake.kernels.graph.grapher_networks import RankingGraph
-
-    edges = sp.coo_matrix(adjacency)
-    return RankingGraph(seed_scores, query, nodes, edges.row.astype(np.int64), edges.col.astype(np.int64), labels)
 
 
 def reads(methods: Methods, base: str = DEFAULT_BASE) -> frozenset[str]:
@@ -98,8 +56,8 @@ def networks_used(methods: Methods) -> list[str]:
 def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> dict:
     """Tune alpha and train the asked-for networks for ``corpus`` (or copy equal rankers); the summary to show."""
     started = time.perf_counter()
-    train_corpus, split = training_queries(lake.home, corpus)
-    alpha_corpus, alpha_split = alpha_queries(lake.home, corpus)
+    train_corpus, split = training_source(lake.home, corpus)
+    alpha_corpus, alpha_split = alpha_source(lake.home, corpus)
     methods = load_methods(lake.home)
     if config.base not in methods:
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
@@ -224,8 +182,8 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 
 def train_networks(examples: list[dict], alpha: float, config: Any, networks: list[str]) -> tuple[dict, dict]:
     """The asked-for networks on GCS scores at the tuned alpha; a seeded share of queries validates."""
-    from graphlake.kernels.text import encoders
     from graphlake.kernels.graph.grapher_networks import train_ranker
+    from graphlake.kernels.text import encoders
 
     indexes = examples[0]["indexes"]
     vectors = encoders.encode_dense([e["query"] for e in examples])
@@ -252,3 +210,23 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
         )
         models[name], reports[name] = model, asdict(report)
     return models, reports
+
+
+def _parts(lake: Lake, corpus: str) -> set[str]:
+    """The networks the corpus's stored rankers hold."""
+    try:
+        folder = lake.artifact("graph_rankers", {"corpus": corpus})
+    except StorageError:
+        return set()
+    return {name for name in NETWORKS if (folder / name).is_dir()}
+
+
+declare(
+    IndexKind(
+        "graph_rankers",
+        ("graph_rankers",),
+        Stored(artifact="graph_rankers"),
+        lambda indexes: TunedRankers.load(indexes.lake.artifact("graph_rankers", {"corpus": indexes.corpus})),
+        Fitting(graph_ranker_sources, reads, _parts, lambda parts: {"networks": sorted(parts)}),
+    )
+)

@@ -17,24 +17,24 @@ cosine decay from 3e-5 over 2 epochs or the time budget.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
-from graphlake.retrieval.grasp_fusion import TunedFusion, check_disjoint, gold_rows, validation_queries
-from graphlake.retrieval.indexes import LakeIndexes
-from graphlake.retrieval.methods import Methods, Op, load_methods, needs
-from graphlake.warehouse.digest import fingerprint
+from graphlake.retrieval.core import Methods, Op, needs, walk
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.grasp_fusion import TunedFusion
+from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts, stage_key
+from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.queries import training_corpora
+from graphlake.retrieval.training.grasp_fusion import check_disjoint, gold_rows, validation_queries
 from graphlake.warehouse.storage import Lake
-
-MODEL_FOLDER = "model"
-REPORT_FILE = "grasp_reranker.json"
 
 
 @dataclass(frozen=True)
@@ -55,50 +55,16 @@ RECIPES = {"cpu": Recipe(group_size=8, max_tokens=256, groups_per_step=4, batche
 def rerankers(methods: Methods) -> dict[str, Op]:
     """The Stage-2 operators that a declared ``grasp_rerank`` with ``model: grasp`` reranks, by fingerprint."""
     found: dict[str, Op] = {}
-
-    def visit(op: Op) -> None:
-        if op.op == "grasp_rerank":
-            found.setdefault(stage_key(op.inputs[0]), op.inputs[0])
-        for child in op.children():
-            visit(child)
-
     for method in methods.values():
-        visit(method)
+        for op in walk(method):
+            if op.op == "grasp_rerank":
+                found.setdefault(stage_key(op.inputs[0]), op.inputs[0])
     return found
-
-
-def stage_key(op: Op) -> str:
-    return fingerprint(op.model_dump(mode="json"))
 
 
 def reads(methods: Methods) -> frozenset[str]:
     """What mining reads on the training corpus: the Stage-2 inputs' indexes (the fusion's choice is the evaluated corpus's)."""
     return frozenset(name for op in rerankers(methods).values() for child in op.children() for name in needs(child) if not name.startswith("grasp_fusion"))
-
-
-@dataclass
-class TunedReranker:
-    """The fine-tuned cross-encoder (None when nothing could be trained) and the final fusion per model."""
-
-    model: Any
-    fusion: dict[str, dict[str, dict]]  # stage key -> "base" | "grasp" -> {weight, constant}
-    report: dict = field(default_factory=dict)
-
-    def setting(self, stage: Op, model: str) -> dict:
-        return self.fusion.get(stage_key(stage), {}).get(model, {"weight": 0.5, "constant": 60.0})
-
-    def save(self, folder: Path) -> None:
-        if self.model is not None:
-            self.model.save(folder / MODEL_FOLDER, {k: v for k, v in self.report.items() if k == "training"})
-        (folder / REPORT_FILE).write_text(json.dumps({"fusion": self.fusion, "report": self.report}, indent=1), encoding="utf-8")
-
-    @classmethod
-    def load(cls, folder: Path) -> TunedReranker:
-        from graphlake.kernels.rerank.cross_encoder import CrossEncoder
-
-        saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-        model = CrossEncoder.load(folder / MODEL_FOLDER) if (folder / MODEL_FOLDER).is_dir() else None
-        return cls(model, saved["fusion"], saved["report"])
 
 
 def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexes, depth: int) -> np.ndarray:
@@ -110,16 +76,6 @@ def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexes, 
     mode, setting = fusion.choice(stage)
     rows, _ = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
     return rows[:depth]
-
-
-def candidate_texts(indexes: LakeIndexes, rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int) -> list[str]:
-    """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB, or ``title + text``."""
-    texts = indexes.texts()
-    if serialize == "text":
-        return [texts[r] for r in rows.tolist()]
-    skb = indexes.get("skb")("auto")
-    nodes = indexes.nodes().column("text")
-    return [skb.serialised(r, nodes[r].as_py(), max_neighbours, max_field_tokens) for r in rows.tolist()]
 
 
 @dataclass
@@ -172,7 +128,6 @@ def validation_hit_at_1(validation: list[dict], depth: int) -> Callable[[Any], f
 def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedReranker, dict]:
     """Mine, train and tune Stage 3 for ``corpus``; the artefact and the metadata to show."""
     from graphlake.kernels.rerank.cross_encoder import CrossEncoder, default_device, train
-    from graphlake.retrieval.training import Untrained
 
     started = time.perf_counter()
     recipe = RECIPES[config.recipe if config.recipe != "auto" else ("gpu" if default_device().type == "cuda" else "cpu")]
@@ -239,3 +194,14 @@ def final_fusion(encoder, validation: list[dict]) -> dict:
         queries.append(ValidationQuery(rows[order], rows, frozenset(item["gold"]), True, len(rows), "normal"))
     best, hits = search_static(queries)
     return best | {"grid": hits.tolist(), "queries": len(queries)}
+
+
+declare(
+    IndexKind(
+        "grasp_reranker",
+        ("grasp_reranker",),
+        Stored(artifact="grasp_reranker"),
+        lambda indexes: TunedReranker.load(indexes.lake.artifact("grasp_reranker", {"corpus": indexes.corpus})),
+        Fitting(training_corpora, reads),
+    )
+)

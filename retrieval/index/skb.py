@@ -19,15 +19,15 @@ import numpy as np
 import pyarrow as pa
 
 from graphlake.kernels.plan import skb_builders
-from graphlake.kernels.text.entities import normalise
 from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
 from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wiki_plan
 from graphlake.kernels.plan.sql import Emit, Linked, compile_sql, link, run_sql
-from graphlake.retrieval.methods import Candidates, ranked
+from graphlake.kernels.text.entities import normalise
+from graphlake.retrieval.core import Candidates, MethodError, ranked
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.indexes import LakeIndexes
+    from graphlake.retrieval.index.lake import LakeIndexes
 
 SKB_ARTIFACT = "skb"
 VECTORS_ARTIFACT = "skb_vectors"
@@ -181,7 +181,7 @@ class LoadedSKB:
 
 
 @dataclass(frozen=True)
-class Settings:
+class StageOneSettings:
     """Stage 1's parameters (App. A's linking defaults)."""
 
     emit: Emit = "path"
@@ -219,7 +219,6 @@ class LLMPlanner:
     def __init__(self, indexes: LakeIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
         from graphlake.common.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
         from graphlake.kernels.plan.prompt import system_prompt
-        from graphlake.retrieval.methods import MethodError
 
         try:
             self.client = LLMClient(LLMConfig.from_env(max_tokens=PLAN_TOKENS), indexes.lake.home / LAKE_CACHE)
@@ -244,11 +243,10 @@ class LLMPlanner:
 def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
     """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
     from graphlake.kernels.text import encoders
-    from graphlake.retrieval.evaluation import gold_by_query
-    from graphlake.retrieval.indexes import LakeIndexes
-    from graphlake.retrieval.training import training_queries
+    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.queries import gold_by_query, training_source
 
-    train_corpus, split = training_queries(indexes.lake.home, indexes.corpus)
+    train_corpus, split = training_source(indexes.lake.home, indexes.corpus)
     if not indexes.lake.has("queries", {"corpus": train_corpus}):
         return []
     queries = [q for q in indexes.lake.read("queries", {"corpus": train_corpus}).to_pylist() if split is None or q["split"] == split]
@@ -264,7 +262,7 @@ def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) 
     found = []
     for position in np.random.default_rng(0).permutation(len(queries))[:scan].tolist():
         query = queries[position]
-        result = stage_one(query["text"], skb, None, Settings(k=10), encoders.encode_dense)
+        result = stage_one(query["text"], skb, None, StageOneSettings(k=10), encoders.encode_dense)
         if result.valid and any(doc_ids[r] in gold.get(query["query_id"], {}) for r in result.candidates.rows.tolist()):
             found.append((query["text"], result.plan))
             if len(found) == limit:
@@ -279,7 +277,7 @@ def planned(question: str, skb: LoadedSKB, planner: str, indexes: LakeIndexes) -
     return indexes.memo(("llm_planner", skb.source), lambda: LLMPlanner(indexes, skb))(question)
 
 
-def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: Settings, encode, failure: str | None = None) -> Stage1:
+def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None) -> Stage1:
     """Validate, link, execute and rescore one plan; an invalid plan (or a planner's ``failure``) gives no
     candidates and ``no_trade``. ``plan`` None: the rules planner's, whose ``risk_level`` is then set
     from what execution found."""

@@ -12,9 +12,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS
+from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds whose fitting this plans)
+from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
-from graphlake.retrieval.indexes import asset_written_at, corpus_needs, index_kind
-from graphlake.retrieval.methods import SAMPLE_PARAM, SPLIT_PARAM, MethodError, Methods, load_methods, method_asset_names, needs
+from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, index_kind
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
 
@@ -94,19 +97,20 @@ def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts:
     kind = index_kind(index)
     last = kind.assets[-1]
     written = None if rebuilding or last in refresh.assets else asset_written_at(lake, corpus, last)
-    if kind.sources is not None:
-        for source in kind.sources(lake.home, corpus):
-            read = _bring_up(refresh, lake, source, kind.reads(methods), rebuilding and source == corpus)
+    fitting = kind.fitting
+    if fitting is not None:
+        for source in fitting.sources(lake.home, corpus):
+            read = _bring_up(refresh, lake, source, fitting.reads(methods), rebuilding and source == corpus)
             if written is not None and (read is None or read > written):
                 written = None
-    held = kind.parts(lake, corpus) if kind.parts is not None and written is not None else set()
+    held = fitting.parts(lake, corpus) if fitting is not None and fitting.parts is not None and written is not None else set()
     if parts - held:
         written = None
     if written is None:
-        if kind.part_config is not None:  # only the parts asked for, and those it has: nothing trained for nothing
+        if fitting is not None and fitting.part_config is not None:  # only the parts asked for, and those it has: nothing trained for nothing
             asked = refresh.parts.setdefault(last, set())
             asked |= parts | held
-            refresh.ops[last] = {"config": kind.part_config(asked)}
+            refresh.ops[last] = {"config": fitting.part_config(asked)}
         refresh.add(corpus, kind.assets)
     return written
 

@@ -22,19 +22,24 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE, CrossEncoder, Group, reranked_ndcg, train
 from graphlake.kernels.eval.metrics import ndcg_at_k
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.indexes import LakeIndexes, index_assets, index_kind
-from graphlake.retrieval.methods import Methods, load_methods, needs
-from graphlake.retrieval.training import TRAIN_SPLIT, Untrained, has_train_queries, held_out
+from graphlake.retrieval.core import Methods, needs
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare, index_assets, index_kind
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.reranker import load_reranker
+from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out, reranker_sources
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
+
+if TYPE_CHECKING:
+    from graphlake.kernels.rerank.cross_encoder import Group
 
 MINERS = ("bm25", "dense")  # the methods that mine hard negatives by default
 
@@ -67,6 +72,8 @@ def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
     if current and current.get("fingerprint") == digest:
         log("reranker: training data and config unchanged; keeping the current model")
         return {"retrained": False, **headline(current)}
+    from graphlake.kernels.rerank.cross_encoder import CrossEncoder, reranked_ndcg, train
+
     data = mine(store, corpora, queries, config)
     encoder = CrossEncoder.initial(config.max_tokens, config.seed)
     report = train(
@@ -157,6 +164,8 @@ def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> La
 def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, config: Any) -> list[Group]:
     """One group per gold document in the corpus: its best node against the miners' best non-gold nodes
     (round-robin, no repeats; the same negatives for every gold document of the query)."""
+    from graphlake.kernels.rerank.cross_encoder import Group
+
     texts, docs = indexes.texts(), indexes.doc_ids()
     dense = indexes.get("dense") @ indexes.encode_dense(query.text)
     positives = []
@@ -208,9 +217,22 @@ def _fingerprint(lake: Lake, queries: list[TrainingQuery], config: Any) -> str:
 
 def reranker_report(lake: Lake) -> dict | None:
     """The current model's training report (``training.json``), None before the first training."""
+    from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
+
     try:
         folder = lake.artifact("reranker", {})
     except StorageError:
         return None
     path = folder / TRAINING_FILE
     return json.loads(path.read_text()) if path.is_file() else None
+
+
+declare(
+    IndexKind(
+        "reranker",
+        ("reranker",),
+        Stored(artifact="reranker", lake_wide=True),
+        lambda indexes: load_reranker(indexes.lake.artifact("reranker", {})),
+        Fitting(lambda home, corpus: reranker_sources(home), reads),
+    )
+)

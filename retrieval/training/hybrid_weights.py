@@ -1,7 +1,7 @@
 """Allan-Poe's weight study (§5.7) as a learned index: the path weights that maximise nDCG@10 on the
 training queries, for the ``hybrid_graph`` methods with ``weights: tuned_two`` / ``tuned_three``.
 
-The training queries are those GraphER's rankers learn from (``training_queries``: the corpus's
+The training queries are those GraphER's rankers learn from (``training_source``: the corpus's
 ``train_corpus``, else its own ``train`` split), never the evaluated ones. Scores are exact fusion
 over the training corpus's vectors under its own calibration, so the weights are in calibrated units
 and carry over to another corpus. Two paths: ``α·dense + (1−α)·SPLADE`` over α ∈ {0, 0.1, …, 1}.
@@ -17,48 +17,24 @@ the operators' query-entity matching; ``None`` when that corpus's index has no K
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass
-from pathlib import Path
-
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.text import encoders
+from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.eval.metrics import ndcg_at_k
-from graphlake.retrieval.evaluation import gold_by_query
-from graphlake.retrieval.indexes import LakeIndexes, hybrid_vectors
-from graphlake.retrieval.training import Untrained, training_queries
+from graphlake.kernels.text import encoders
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.models.hybrid_weights import TunedWeights
+from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.queries import gold_by_query, training_corpora, training_source
 from graphlake.warehouse.storage import Lake, StorageError
 
 GRID = tuple(round(0.1 * step, 1) for step in range(11))
 KG_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)  # the spec's 0.05–2, and 0: the KG may not help
-WEIGHTS_FILE = "hybrid_weights.json"
 DEPTH = 100  # nodes ranked per query before documents are deduplicated
 CHUNK_BYTES = 256 * 2**20  # the (3, queries, nodes) float32 path scores held at once
-
-
-@dataclass(frozen=True)
-class TunedWeights:
-    """The tuned calibrated weights (dense, sparse, lexical) and how they were found."""
-
-    two: tuple[float, float, float]
-    three: tuple[float, float, float]
-    report: dict
-    kg: float | None = None
-
-    def save(self, folder: Path) -> None:
-        (folder / WEIGHTS_FILE).write_text(json.dumps(asdict(self), indent=2), encoding="utf-8")
-
-    @classmethod
-    def load(cls, folder: Path) -> TunedWeights | Untrained:
-        untrained = Untrained.load(folder)
-        if untrained is not None:
-            return untrained
-        content = json.loads((folder / WEIGHTS_FILE).read_text(encoding="utf-8"))
-        return cls(tuple(content["two"]), tuple(content["three"]), content["report"], content.get("kg"))
 
 
 def rule_of_thumb(better: float, worse: float) -> tuple[float, float]:
@@ -68,7 +44,7 @@ def rule_of_thumb(better: float, worse: float) -> tuple[float, float]:
 
 
 def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
-    source, split = training_queries(lake.home, corpus)
+    source, split = training_source(lake.home, corpus)
     gold = gold_by_query(lake.read("qrels", {"corpus": source}))
     rows = [q for q in lake.read("queries", {"corpus": source}).to_pylist() if (split is None or q["split"] == split) and q["query_id"] in gold]
     if not rows:
@@ -106,8 +82,8 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
 
 def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
     """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
-    from graphlake.kernels.text.entities import title_aliases
     from graphlake.kernels.hybrid.kg import HOPS, reward
+    from graphlake.kernels.text.entities import title_aliases
 
     try:
         kg = indexes.get("hybrid_graph").graph.kg
@@ -148,3 +124,14 @@ class _Scorer:
             for i, ordered in enumerate(top):
                 values.append(ndcg_at_k(list(dict.fromkeys(self.doc_ids[ordered].tolist())), self.gold[start + i], 10))
         return round(float(np.mean(values)), 6)
+
+
+declare(
+    IndexKind(
+        "hybrid_weights",
+        ("hybrid_weights",),
+        Stored(artifact="hybrid_weights"),
+        lambda indexes: TunedWeights.load(indexes.lake.artifact("hybrid_weights", {"corpus": indexes.corpus})),
+        Fitting(training_corpora, lambda methods: frozenset({"dense", "splade", "bm25"})),
+    )
+)

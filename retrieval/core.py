@@ -1,0 +1,178 @@
+"""The bottom of retrieval: operators, their candidates and errors, the operator registry, and one walk
+of an operator tree. Everything above builds on these names; this module imports no other layer of
+retrieval.
+
+An operator is a pydantic model (its fields are its parameters, unknown ones refused) registered under
+its ``op`` name with ``@register``; what it reads is its ``INDEXES`` (index kinds,
+``retrieval/index/kinds.py``), from which the runs' inputs, staleness and asset lineage follow.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
+
+if TYPE_CHECKING:
+    from graphlake.retrieval.index.lake import LakeIndexes
+
+METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+
+def method_asset_names(name: str) -> tuple[str, str, str]:
+    """The assets a declared method gets: its run, its metrics, its per-query metrics."""
+    return f"run_{name}", f"metrics_{name}", f"query_metrics_{name}"
+
+
+class MethodError(ValueError):
+    """A method declaration that cannot run: unknown operator, bad parameter, unknown reference;
+    ``method`` names the declared method at fault, when one is."""
+
+    def __init__(self, message: str, method: str | None = None) -> None:
+        super().__init__(message)
+        self.method = method
+
+
+@dataclass(frozen=True)
+class Candidates:
+    """One query's candidates: node rows (indexes into the corpus's node list) and scores, best first;
+    ``meta`` carries what an operator tells the ones above it about this query (GRASP's plan metadata)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    meta: Mapping[str, Any] = field(default_factory=dict)
+
+    def top(self, k: int) -> Candidates:
+        return Candidates(self.rows[:k], self.scores[:k], self.meta)
+
+
+def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
+    """Top-k of a score vector, ties broken by row for determinism."""
+    k = min(k, len(scores))
+    if k == 0:
+        return Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
+    part = np.argpartition(-scores, k - 1)[:k]
+    order = part[np.lexsort((rows[part], -scores[part]))]
+    return Candidates(rows[order], scores[order])
+
+
+def from_dict(scores: dict[int, float], k: int) -> Candidates:
+    rows = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
+    values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
+    return ranked(rows, values, k)
+
+
+class _Nested(Exception):
+    """Carries a MethodError out of a pydantic validator unwrapped (pydantic wraps ValueErrors)."""
+
+    def __init__(self, error: MethodError) -> None:
+        self.error = error
+
+
+def _resolve(value: Any, info: ValidationInfo) -> Any:
+    """An input as an operator: a declared method's by name, or an inline one parsed in place."""
+    if isinstance(value, Op) or not isinstance(value, str | Mapping):
+        return value
+    context = info.context or {}
+    try:
+        if isinstance(value, str):
+            if "resolve" not in context:
+                raise MethodError(f"input {value!r} names a method, but no methods were given to resolve it")
+            return context["resolve"](value)
+        return parse_operator(value, context.get("method", "?"), context.get("resolve"))
+    except MethodError as error:
+        raise _Nested(error) from None
+
+
+class Op(BaseModel):
+    """An operator: its parameters are its fields; ``INDEXES`` names what it reads (see ``needs``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    INDEXES: ClassVar[frozenset[str]] = frozenset()
+
+    def indexes(self) -> frozenset[str]:
+        """Index kinds it reads itself; ``kind/part`` where it needs one part of a kind (a trained network)."""
+        return self.INDEXES
+
+    def children(self) -> list[Op]:
+        """The operators this one runs."""
+        return list(getattr(self, "inputs", ()))
+
+    def uses_llm(self) -> bool:
+        """Whether it calls the lake's LLM server itself."""
+        return False
+
+    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        raise NotImplementedError
+
+
+Input = Annotated[Op, BeforeValidator(_resolve)]  # a method's name or an inline operator, resolved when parsed
+OPERATORS: dict[str, type[Op]] = {}
+OpClass = TypeVar("OpClass", bound=type[Op])
+
+
+def register(cls: OpClass) -> OpClass:
+    """Make an operator class usable in methods under the name its ``op: Literal[...]`` field carries."""
+    (name,) = get_args(cls.model_fields["op"].annotation)
+    known = OPERATORS.get(name)
+    if known is not None and (known.__module__, known.__qualname__) != (cls.__module__, cls.__qualname__):
+        raise MethodError(f"operator {name!r} is registered twice: {known.__module__}.{known.__qualname__} and {cls.__module__}.{cls.__qualname__}")
+    OPERATORS[name] = cls
+    return cls
+
+
+def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:
+    return [item.run(query, indexes) for item in op.inputs]
+
+
+def parse_operator(spec: Mapping[str, Any], method: str, resolve: Callable[[str], Op] | None = None) -> Op:
+    """One operator from its declaration; errors name the method, the operator and the parameter. The
+    operator modules register themselves when imported (``retrieval/methods.py`` imports them)."""
+    if not isinstance(spec, Mapping) or "op" not in spec:
+        raise MethodError(f"method {method!r}: expected a mapping with 'op', got {spec!r}", method)
+    cls = OPERATORS.get(spec["op"])
+    if cls is None:
+        raise MethodError(f"method {method!r}: unknown operator {spec['op']!r}; known: {', '.join(OPERATORS)}", method)
+    try:
+        return cls.model_validate(dict(spec), context={"method": method, "resolve": resolve})
+    except _Nested as nested:
+        raise nested.error from None
+    except ValidationError as error:
+        problems = "; ".join(f"{'.'.join(map(str, (spec['op'], *e['loc'])))}: {e['msg']}" for e in error.errors())
+        raise MethodError(f"method {method!r}: {problems}", method) from None
+
+
+class Methods(dict[str, Op]):
+    """Parsed methods by name, and the declarations they came from."""
+
+    def __init__(self, parsed: dict[str, Op], declared: Mapping[str, Any]) -> None:
+        super().__init__(parsed)
+        self.declared = dict(declared)
+
+    def params(self, name: str) -> dict:
+        """The declaration with named inputs expanded, so a run records everything that produced it."""
+        spec = dict(self.declared[name])
+        if "inputs" in spec:
+            spec["inputs"] = [self.params(item) if isinstance(item, str) else item for item in spec["inputs"]]
+        return spec
+
+
+def walk(op: Op) -> Iterator[Op]:
+    """The operator and every operator it runs, depth first, each occurrence once."""
+    yield op
+    for child in op.children():
+        yield from walk(child)
+
+
+def needs(op: Op) -> set[str]:
+    """The index kinds (``kind`` or ``kind/part``) a method reads, through its inputs."""
+    return {name for node in walk(op) for name in node.indexes()}
+
+
+def uses_llm(op: Op) -> bool:
+    """Whether a method calls the LLM server: its assets are opt-in, as the LLM assets are (group ``llm``)."""
+    return any(node.uses_llm() for node in walk(op))

@@ -1,0 +1,134 @@
+"""Index kinds: what an operator may read, each declared once.
+
+A declaration (:class:`IndexKind`) names the kind, the assets that build it, where it is stored, how
+it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
+reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
+``LakeIndexes.get`` all follow from the declarations. The stored kinds are declared in
+``index/stored.py``, the learned ones beside their fitting in ``retrieval/training/``.
+
+Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's node
+ids beside it (:func:`write_node_order`), or is a table keyed by node id, so a row number means the
+same node in every index.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from graphlake.retrieval.core import MethodError, Methods
+from graphlake.warehouse.corpora import CorpusSpec
+from graphlake.warehouse.storage import Lake
+
+if TYPE_CHECKING:
+    from graphlake.retrieval.index.lake import LakeIndexes
+
+NODE_IDS_FILE = "node_ids.json"
+EDGE_KINDS = ("cooccurrence", "structural", "contextual", "citation", "semantic", "conceptual")
+CORPUS_GRAPH = "corpus_graph"  # what ``graph: auto`` reads: the corpus's own edge kinds, known only per corpus
+
+
+@dataclass(frozen=True)
+class Stored:
+    """Where an index lives: a partition of a lake table, or an artefact folder (per corpus or lake-wide)."""
+
+    table: str | None = None
+    artifact: str | None = None
+    partition: tuple[tuple[str, str], ...] = ()
+    lake_wide: bool = False
+
+    def written_at(self, lake: Lake, corpus: str) -> float | None:
+        partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
+        if self.artifact is not None:
+            return lake.artifact_written_at(self.artifact, partition)
+        return lake.written_at(self.table, partition)
+
+
+@dataclass(frozen=True)
+class Fitting:
+    """How a learned kind learns: ``sources(home, corpus)``, the corpora it learns from, on which the
+    kinds ``reads(methods)`` names must be built first; ``parts(lake, corpus)``, the optional parts a
+    stored one holds (trained networks), built on request through ``part_config(parts)``, its asset's
+    run config."""
+
+    sources: Callable[[Path, str], list[str]]
+    reads: Callable[[Methods], frozenset[str]]
+    parts: Callable[[Lake, str], set[str]] | None = None
+    part_config: Callable[[set[str]], dict] | None = None
+
+
+@dataclass(frozen=True)
+class IndexKind:
+    """An index operators may read, declared once (see the module's docstring)."""
+
+    name: str
+    assets: tuple[str, ...]  # what builds it; the last is written last
+    stored: Stored | None  # None: a name resolved per corpus (``corpus_graph``)
+    load: Callable[[LakeIndexes], Any] | None
+    fitting: Fitting | None = None
+
+
+INDEX_KINDS: dict[str, IndexKind] = {}
+
+
+def declare(*kinds: IndexKind) -> None:
+    """Add kinds to the registry; a name declared twice is a programming error."""
+    for kind in kinds:
+        if kind.name in INDEX_KINDS and INDEX_KINDS[kind.name] != kind:
+            raise MethodError(f"index kind {kind.name!r} is declared twice")
+        INDEX_KINDS[kind.name] = kind
+
+
+def index_kind(name: str) -> IndexKind:
+    """The kind of ``name`` (``kind`` or ``kind/part``); an unknown one is a declaration error."""
+    kind = INDEX_KINDS.get(name.partition("/")[0])
+    if kind is None:
+        raise MethodError(f"unknown index {name!r}; declared: {', '.join(INDEX_KINDS)}")
+    return kind
+
+
+def graph_indexes(kinds) -> frozenset[str]:
+    """The indexes a corpus graph of these edge kinds is read from (conceptual edges come from spaCy mentions)."""
+    return frozenset(kinds) | ({"mentions_spacy"} if "conceptual" in kinds else frozenset())
+
+
+def corpus_needs(found: set[str], spec: CorpusSpec) -> dict[str, set[str]]:
+    """Index kinds (with the parts asked of each) read on this corpus: ``corpus_graph`` resolved to its edge kinds."""
+    needed: dict[str, set[str]] = {}
+    for name in found:
+        kind, _, part = name.partition("/")
+        for resolved in graph_indexes(spec.corpus_graph) if kind == CORPUS_GRAPH else (index_kind(kind).name,):
+            needed.setdefault(resolved, set()).update({part} if part else set())
+    return needed
+
+
+def asset_written_at(lake: Lake, corpus: str, asset: str) -> float | None:
+    """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
+    for kind in INDEX_KINDS.values():
+        if kind.stored is not None and kind.assets[-1] == asset:
+            return kind.stored.written_at(lake, corpus)
+    return lake.written_at(asset, {"corpus": corpus})
+
+
+def index_assets(names) -> list[str]:
+    """The assets that build these index kinds, in the registry's order of each kind's assets."""
+    return list(dict.fromkeys(asset for name in sorted(names) for asset in index_kind(name).assets))
+
+
+def write_index(lake: Lake, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None]) -> Path:
+    """Write the corpus's index artefact ``name`` with ``fill``, and beside it the node order its rows
+    follow, which ``LakeIndexes`` checks against the nodes table when it loads the index."""
+
+    def filled(folder: Path) -> None:
+        fill(folder)
+        (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
+
+    return lake.write_artifact(name, {"corpus": corpus}, filled)
+
+
+def read_node_order(folder: Path) -> list[str]:
+    """The node order written beside an index artefact by :func:`write_index`."""
+    return json.loads((folder / NODE_IDS_FILE).read_text(encoding="utf-8"))

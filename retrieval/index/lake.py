@@ -1,0 +1,202 @@
+"""One corpus's indexes, loaded through the declared index kinds on first use and checked to share the
+nodes table's order, and what operators derive from them (the corpus graph, the hybrid vectors, the
+entity graph). Kernels are imported where an index is loaded, so a command loads only what its
+method reads."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+
+from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.index.kinds import index_kind, read_node_order
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.storage import Lake, StorageError
+
+if TYPE_CHECKING:
+    from graphlake.warehouse.pair_cache import PairCache
+
+
+def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
+    """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
+    titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
+    return [
+        f"{titles[doc_id]} {text}".strip() if titles[doc_id] else text
+        for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
+    ]
+
+
+def dense_matrix(vectors: pa.Table) -> np.ndarray:
+    column = vectors.column("dense").combine_chunks()
+    if len(column) == 0:
+        return np.zeros((0, 384), dtype=np.float32)
+    return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
+
+
+class LakeIndexes:
+    """One corpus's indexes, each loaded through the registry on first use and checked to share the
+    nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions)."""
+
+    def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
+        self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
+        self._loaded: dict[Any, Any] = {}
+        self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
+        self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
+
+    def get(self, name: str) -> Any:
+        """The loaded index ``name``, loaded once."""
+        if name not in self._loaded:
+            kind = index_kind(name)
+            if kind.load is None:
+                raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
+            self._loaded[name] = kind.load(self)
+        return self._loaded[name]
+
+    def note(self, text: str) -> None:
+        self.notes.setdefault(text)
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """A structure derived from the indexes, computed once per key."""
+        if key not in self._loaded:
+            self._loaded[key] = compute()
+        return self._loaded[key]
+
+    @cached_property
+    def spec(self) -> CorpusSpec:
+        return CorpusRegistry(self.lake.home).get(self.corpus)
+
+    def check_order(self, name: str, node_ids: list[str]) -> None:
+        if node_ids != self.node_ids:
+            raise StorageError(f"{name} of corpus {self.corpus!r} was built from other nodes; materialize it again")
+
+    def artifact(self, name: str) -> Path:
+        folder = self.lake.artifact(name, {"corpus": self.corpus})
+        self.check_order(name, read_node_order(folder))
+        return folder
+
+    def vectors(self, model: str) -> pa.Table:
+        table = self.lake.read("vectors", {"corpus": self.corpus, "model": model})
+        self.check_order(f"{model} vectors", table.column("node_id").to_pylist())
+        return table
+
+    def node_rows(self, node_ids: list[str], table: str) -> np.ndarray:
+        """Rows of ``node_ids`` in the nodes table; an id it lacks means ``table`` is stale."""
+        position = self._positions
+        missing = next((n for n in node_ids if n not in position), None)
+        if missing is not None:
+            raise StorageError(f"{table} of corpus {self.corpus!r} names node {missing!r}, which is not in nodes; materialize it again")
+        return np.fromiter((position[n] for n in node_ids), dtype=np.int64, count=len(node_ids))
+
+    @cached_property
+    def _positions(self) -> dict[str, int]:
+        return {node_id: row for row, node_id in enumerate(self.node_ids)}
+
+    def nodes(self) -> pa.Table:
+        return self.memo(("nodes",), lambda: self.lake.read("nodes", {"corpus": self.corpus}))
+
+    def documents(self) -> pa.Table:
+        return self.memo(("documents",), lambda: self.lake.read("documents", {"corpus": self.corpus}))
+
+    def titles(self) -> dict[str, str]:
+        """Title by document id."""
+        columns = ("doc_id", "title")
+        return self.memo(("titles",), lambda: dict(zip(*(self.documents().column(c).to_pylist() for c in columns), strict=True)))
+
+    def texts(self) -> list[str]:
+        """``title + text`` of every node row, what the encoders and the cross-encoder read."""
+        return self.memo(("texts",), lambda: retrieval_texts(self.nodes(), self.documents()))
+
+    def doc_ids(self) -> np.ndarray:
+        return self.memo(("doc_ids",), lambda: np.asarray(self.nodes().column("doc_id").to_pylist(), dtype=object))
+
+    def encode_dense(self, text: str) -> np.ndarray:
+        from graphlake.kernels.text import encoders
+
+        return encoders.encode_dense([text])[0]
+
+    def encode_splade(self, text: str) -> sp.csr_matrix:
+        from graphlake.kernels.text import encoders
+
+        return encoders.encode_splade([text])
+
+    def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
+        """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's
+        pair cache when this index set reuses pairs (``graphlake eval --reuse-pairs``)."""
+        encoder, texts = self.get("reranker"), self.texts()
+
+        def compute(missing: np.ndarray) -> np.ndarray:
+            return encoder.features(query, [texts[r] for r in missing])
+
+        return self.pair_cache.features(query, rows, compute) if self.pair_cache else compute(rows)
+
+    @cached_property
+    def pair_cache(self) -> PairCache | None:
+        if not self.reuse_pairs:
+            return None
+        from graphlake.warehouse.pair_cache import PairCache
+
+        stamp = f"{self.lake.artifact_written_at('reranker', {}):.6f}-{self.lake.written_at('nodes', {'corpus': self.corpus}):.6f}"
+        return PairCache(self.lake.home, self.corpus, stamp)
+
+
+def corpus_graph(indexes: LakeIndexes, kinds: tuple[str, ...]) -> tuple[sp.csr_matrix, np.ndarray]:
+    """The union of the ``kinds`` edge sets, undirected 0/1, and its node degrees (FastInsight's, GAR's graph)."""
+
+    def union() -> tuple[sp.csr_matrix, np.ndarray]:
+        graph = sum((indexes.get(kind) for kind in kinds), sp.csr_matrix((len(indexes.node_ids),) * 2)).tocsr()
+        graph.data[:] = 1.0  # an edge present in several kinds is still one edge
+        return graph, np.diff(graph.indptr)
+
+    return indexes.memo(("corpus_graph", *sorted(kinds)), union)
+
+
+class EntityEdges:
+    """The cooccurrence edges as SPRIG reads them: the entity-passage graph (per pruning) and the
+    query's entities, linked to the corpus's entities as the graph's were."""
+
+    def __init__(self, indexes: LakeIndexes) -> None:
+        self.indexes = indexes
+        self.edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"})
+
+    def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0):
+        from graphlake.kernels.graph.entity_graph import EntityGraph
+
+        def build() -> EntityGraph:
+            entity_ids = self.edges.column("src").combine_chunks().dictionary_encode()
+            norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
+            return EntityGraph.build(
+                len(self.indexes.node_ids),
+                norms,
+                entity_ids.indices.to_numpy(),
+                self.indexes.node_rows(self.edges.column("dst").to_pylist(), "cooccurrence edges"),
+                self.edges.column("weight").to_numpy(),
+                hub_prune_percent,
+                degree_cap,
+            )
+
+        return self.indexes.memo(("entity_graph", hub_prune_percent, degree_cap), build)
+
+    def query_entities(self, text: str, extractor: str) -> list[str]:
+        """The query's entity norms, found by the extractor the graph was built with and alias-linked like it."""
+        from graphlake.kernels.text.entities import normalise, regex_entities, spacy_entities, title_aliases
+
+        built_with = self.edges.column("source")[0].as_py() if self.edges.num_rows else extractor
+        if built_with != extractor:
+            raise StorageError(f"cooccurrence edges of corpus {self.indexes.corpus!r} come from {built_with!r} mentions, not {extractor!r}")
+        extract = {"spacy": spacy_entities, "regex": regex_entities}[extractor]
+        aliases = self.indexes.memo(("aliases",), lambda: title_aliases(list(self.indexes.titles().values())))
+        norms = [normalise(name) for name, _ in extract([text])[0]]
+        return [aliases.get(norm, norm) for norm in norms if norm]
+
+
+def hybrid_vectors(indexes: LakeIndexes):
+    """Allan-Poe's stored side: the corpus's dense, SPLADE and BM25-weight rows, in node order."""
+    from graphlake.kernels.hybrid.vectors import HybridVectors
+
+    return indexes.memo(("hybrid_vectors",), lambda: HybridVectors.of(indexes.get("dense"), indexes.get("splade"), indexes.get("bm25").weights()))

@@ -1,0 +1,103 @@
+"""The stored index kinds, declared: BM25, dense (exact and HNSW), SPLADE, each edge kind, the entity
+mentions, Allan-Poe's hybrid graph and GRASP's SKBs. The learned kinds are declared with their fitting
+in ``retrieval/training/``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import scipy.sparse as sp
+
+from graphlake.kernels.text.encoders import DENSE_MODEL, SPLADE_MODEL
+from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored, declare
+from graphlake.retrieval.index.lake import EntityEdges, LakeIndexes, dense_matrix, hybrid_vectors
+
+
+def _bm25(indexes: LakeIndexes):
+    from graphlake.kernels.text.bm25 import BM25Index
+
+    return BM25Index.load(indexes.artifact("bm25"))
+
+
+def _hnsw(indexes: LakeIndexes):
+    import faiss
+
+    return faiss.read_index(str(indexes.artifact("dense_hnsw") / "hnsw.faiss"))
+
+
+def _splade(indexes: LakeIndexes) -> sp.csc_matrix:
+    from graphlake.kernels.text.encoders import splade_vocab_size
+
+    table = indexes.vectors(SPLADE_MODEL)
+    values, positions = table.column("values").combine_chunks(), table.column("indices").combine_chunks()
+    indptr = np.asarray(positions.offsets, dtype=np.int64)
+    matrix = sp.csr_matrix((values.flatten().to_numpy(), positions.flatten().to_numpy(), indptr), shape=(len(table), splade_vocab_size()))
+    return matrix.tocsc()
+
+
+def _linked(kind: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
+    """The corpus's ``kind`` edges as an undirected 0/1 adjacency over node rows, no loops."""
+
+    def load(indexes: LakeIndexes) -> sp.csr_matrix:
+        edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": kind})
+        src = indexes.node_rows(edges.column("src").to_pylist(), f"{kind} edges")
+        dst = indexes.node_rows(edges.column("dst").to_pylist(), f"{kind} edges")
+        n = len(indexes.node_ids)
+        linked = sp.csr_matrix((np.ones(2 * len(src)), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
+        linked.data[:] = 1.0  # weight 1 between linked objects, however many links
+        linked.setdiag(0)
+        linked.eliminate_zeros()
+        return linked
+
+    return load
+
+
+def _mentions(extractor: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
+    """Node rows x entities, 1 where the node mentions the entity."""
+
+    def load(indexes: LakeIndexes) -> sp.csr_matrix:
+        mentions = indexes.lake.read("mentions", {"corpus": indexes.corpus, "extractor": extractor})
+        entity = mentions.column("entity_id").combine_chunks().dictionary_encode()
+        node = indexes.node_rows(mentions.column("node_id").to_pylist(), f"{extractor} mentions")
+        shape = (len(indexes.node_ids), len(entity.dictionary))
+        matrix = sp.csr_matrix((np.ones(len(node)), (node, entity.indices.to_numpy())), shape=shape)
+        matrix.data[:] = 1.0
+        return matrix
+
+    return load
+
+
+def _hybrid_graph(indexes: LakeIndexes):
+    from graphlake.kernels.hybrid.graph import HybridGraph, Searcher
+
+    return Searcher(HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes))
+
+
+def _skb(indexes: LakeIndexes):
+    """SKBs of the corpus by source (``auto``: the corpus's first), each loaded on first use."""
+    from graphlake.retrieval.index.skb import LoadedSKB
+
+    def load(source: str) -> LoadedSKB:
+        source = indexes.spec.skb_sources[0] if source == "auto" else source
+        return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source))
+
+    return load
+
+
+declare(
+    IndexKind("bm25", ("bm25_index",), Stored(artifact="bm25"), _bm25),
+    IndexKind("dense", ("dense_vectors",), Stored("vectors", partition=(("model", DENSE_MODEL),)), lambda ix: dense_matrix(ix.vectors(DENSE_MODEL))),
+    IndexKind("dense_hnsw", ("dense_hnsw_index",), Stored(artifact="dense_hnsw"), _hnsw),
+    IndexKind("splade", ("splade_vectors",), Stored("vectors", partition=(("model", SPLADE_MODEL),)), _splade),
+    IndexKind("cooccurrence", ("cooccurrence_edges",), Stored("edges", partition=(("kind", "cooccurrence"),)), EntityEdges),
+    *(IndexKind(k, (f"{k}_edges",), Stored("edges", partition=(("kind", k),)), _linked(k)) for k in EDGE_KINDS[1:]),
+    # one multi-asset each: entities and mentions are built together
+    *(IndexKind(f"mentions_{x}", (f"entities_{x}", f"mentions_{x}"), Stored("mentions", partition=(("extractor", x),)), _mentions(x)) for x in ("spacy", "regex")),
+    IndexKind("hybrid_graph", ("hybrid_graph_index",), Stored(artifact="hybrid_graph"), _hybrid_graph),
+    # GRASP: the SKBs (the entity source reads spaCy mentions and citations) and their node vectors
+    IndexKind("skb", ("entities_spacy", "mentions_spacy", "citation_edges", "skb"), Stored(artifact="skb"), _skb),
+    IndexKind("skb_vectors", ("skb_vectors",), Stored(artifact="skb_vectors"), None),
+    # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
+    IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),
+)

@@ -1,0 +1,90 @@
+"""Running methods: a corpus's queries through a declared method, one at a time and timed (a run), or one
+ad-hoc query (``graphlake query``)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from graphlake.common.progress import StepProgress
+from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
+from graphlake.retrieval.core import Op
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
+from graphlake.warehouse.storage import Lake, StorageError
+
+
+def run_method(
+    name: str,
+    method: Op,
+    params: dict,
+    lake: Lake,
+    corpus: str,
+    split: str | None = None,
+    *,
+    reuse_pairs: bool = False,
+    sample: int | None = None,
+    report: Callable[[str], None] | None = None,
+) -> tuple[pa.Table, dict]:
+    """Run the corpus's queries (one split's, if given; a seeded ``sample`` of them, if given) through
+    the method, one at a time, timing each; ``report`` hears the progress."""
+    queries = select_queries(lake.read("queries", {"corpus": corpus}).select(["query_id", "text", "split"]), split, sample)
+    if split is not None:
+        if not queries.num_rows:
+            raise StorageError(f"corpus {corpus!r} has no queries in split {split!r}")
+        params = {**params, SPLIT_PARAM: split}
+    if sample is not None:
+        params = {**params, SAMPLE_PARAM: sample}
+    indexes = LakeIndexes(lake, corpus, reuse_pairs)
+    node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
+    method.run("warm up", indexes)  # load indexes and models outside the timed loop
+    columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
+    latencies = []
+    progress = StepProgress(f"{name} on {corpus}", queries.num_rows, report, unit="queries")
+    for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
+        started = time.perf_counter()
+        candidates = method.run(text, indexes)
+        latency = (time.perf_counter() - started) * 1000
+        latencies.append(latency)
+        for rank, (row, score) in enumerate(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True), start=1):
+            columns["query_id"].append(query_id)
+            columns["rank"].append(rank)
+            columns["node_id"].append(node_ids[row])
+            columns["doc_id"].append(doc_ids[row])
+            columns["score"].append(float(score))
+            columns["latency_ms"].append(latency)
+        progress.advance()
+    n = len(columns["rank"])
+    table = pa.table(
+        {"run_id": [uuid.uuid4().hex] * n, "method": [name] * n, "params": [json.dumps(params, sort_keys=True)] * n, **columns}
+    )
+    summary = {f"latency_{p}_ms": round(float(np.percentile(latencies, int(p[1:]))), 3) if latencies else 0.0 for p in ("p50", "p95", "p99")}
+    summary = {"queries": len(latencies), **summary}
+    if indexes.pair_cache:
+        summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
+    notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(indexes.notes)
+    return table, summary | ({"note": "\n".join(notes)} if notes else {})
+
+
+def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float, list[str]]:
+    """One ad-hoc query: hits with node id, score, title and text, the search time in ms, and the
+    notes of operators that ranked by a default (an untrained model)."""
+    method = load_methods(home)[name]
+    indexes = LakeIndexes(Lake(home), corpus)
+    method.run("warm up", indexes)
+    started = time.perf_counter()
+    candidates = method.run(text, indexes).top(top)
+    latency = (time.perf_counter() - started) * 1000
+    titles, texts = indexes.titles(), indexes.nodes().column("text")
+    hits = [
+        {"node_id": indexes.node_ids[row], "score": float(score), "title": titles[indexes.doc_ids()[row]], "text": texts[row].as_py()}
+        for row, score in zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True)
+    ]
+    return hits, latency, list(indexes.notes)

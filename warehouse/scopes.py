@@ -1,0 +1,26 @@
+"""What the lake's writers share: the scopes a snapshot and a writer lock are taken on (a corpus, or the
+lake-wide scope of artefacts that belong to no corpus), the error a writer that cannot wait gets, and
+how long it waits. The bottom of ``locks``, ``object_store`` and ``snapshots``, which import it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from graphlake.common.settings import number_from_env
+
+LAKE_SCOPE = "_lake"
+WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
+DEFAULT_WAIT_S = 1800.0
+
+
+class LockedError(RuntimeError):
+    """Another writer holds the corpus; the message names it."""
+
+
+def wait_seconds() -> float:
+    return number_from_env(WAIT_ENV, DEFAULT_WAIT_S, least=0, error=LockedError)
+
+
+def scope_of(partition: Mapping[str, str]) -> str:
+    """The scope a table partition or artefact belongs to: its corpus, else the lake's."""
+    return partition.get("corpus", LAKE_SCOPE)
