@@ -2,44 +2,20 @@
 
 from pathlib import Path
 
-from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job
+from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job, load_assets_from_package_module
 
-from graphlake.assets import chunks, entities, entity_edges, ingest, knowledge_graph, link_edges, vectors
+from graphlake import assets
+from graphlake.assets import chunks, entity_edges, knowledge_graph, link_edges
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
-from graphlake.assets.graph_rankers import graph_rankers
-from graphlake.assets.grasp import grasp_fusion, grasp_reranker
-from graphlake.assets.hybrid_index import hybrid_graph_index, hybrid_weights
 from graphlake.assets.report import report_asset
-from graphlake.assets.reranker import reranker
 from graphlake.assets.retrieval import method_assets
-from graphlake.assets.skb import skb, skb_plans, skb_vectors
 from graphlake.pipelines.committing_executor import committing_executor
 from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
-STATIC_ASSETS = [
-    ingest.raw_corpus,
-    chunks.nodes,
-    chunks.contextual_edges,
-    vectors.dense_vectors,
-    vectors.splade_vectors,
-    vectors.bm25_index,
-    vectors.dense_hnsw_index,
-    hybrid_graph_index,
-    hybrid_weights,
-    *entities.ASSETS,
-    *entity_edges.ASSETS,
-    *link_edges.ASSETS,
-    *knowledge_graph.ASSETS,
-    graph_rankers,
-    reranker,
-    skb,
-    skb_vectors,
-    skb_plans,
-    grasp_fusion,
-    grasp_reranker,
-]
+# every asset a module of assets/ defines; per lake, the methods' run and evaluation assets and the report
+STATIC_ASSETS = load_assets_from_package_module(assets)
 EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
 CHECKS = [
     chunks.nodes_cover_documents,
