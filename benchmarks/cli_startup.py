@@ -11,16 +11,13 @@ and dependencies.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, header, revision_on_path
+from common import ROOT, child_usage, header, revision_on_path, revisions_options
 
 COMMANDS = {"--help": ["--help"], "sql": ["sql", "select 1"], "corpora": ["corpora"]}
 RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
@@ -29,20 +26,12 @@ def measure(args: list[str], pythonpath: Path | None, home: Path) -> tuple[float
     env = {**os.environ, "GRAPHLAKE_HOME": str(home)}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", RUN, *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(child.pid, 0)  # this child's own rusage
-    seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"graphlake {' '.join(args)} failed:\n{child.stderr.read().decode()}")
-    return seconds, usage.ru_maxrss / 1024  # KiB on Linux
+    seconds, _, peak, _ = child_usage([sys.executable, "-c", RUN, *args], env)
+    return seconds, peak
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
-    parser.add_argument("--repeat", type=int, default=5)
-    options = parser.parse_args()
+    options = revisions_options(__doc__)
     with tempfile.TemporaryDirectory() as scratch, revision_on_path(options.before) as before:
         sides = {"before": before, "after": None}
         results: dict[tuple[str, str], list[tuple[float, float]]] = {}

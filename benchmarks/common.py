@@ -8,6 +8,7 @@ import platform
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,6 +43,28 @@ def revision_on_path(revision: str) -> Iterator[Path]:
             yield shim
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
+
+
+def revisions_options(description: str):
+    """``--before REV`` (the revision the working tree is compared against) and ``--repeat``, parsed."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
+    parser.add_argument("--repeat", type=int, default=5)
+    return parser.parse_args()
+
+
+def child_usage(command: list[str], env: dict[str, str]) -> tuple[float, float, float, str]:
+    """Wall seconds, CPU seconds (user + system), peak resident MiB and stdout of one child process,
+    measured with its own rusage; exits naming the command when it fails."""
+    started = time.perf_counter()
+    child = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(child.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{' '.join(command[:3])} ... failed:\n{child.stderr.read()}")
+    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, child.stdout.read()  # KiB on Linux
 
 
 def machine() -> str:

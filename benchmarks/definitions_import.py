@@ -11,16 +11,13 @@ and dependencies.
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from common import ROOT, header, revision_on_path
+from common import ROOT, child_usage, header, revision_on_path, revisions_options
 
 HEAVY = ("torch", "spacy", "transformers", "sentence_transformers", "openai", "dask", "matplotlib", "faiss", "bm25s", "numba")
 PROBE = f"import sys, graphlake.pipelines.definitions; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}} & {set(HEAVY)!r})))"
@@ -31,20 +28,12 @@ def measure(pythonpath: Path | None, home: Path) -> tuple[float, float, float, s
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
     if pythonpath is not None:
         env["PYTHONPATH"] = str(pythonpath)
-    started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-c", PROBE], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(child.pid, 0)
-    seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"importing the Definitions failed:\n{child.stderr.read()}")
-    return seconds, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024, child.stdout.read().strip()
+    seconds, cpu, peak, out = child_usage([sys.executable, "-c", PROBE], env)
+    return seconds, cpu, peak, out.strip()
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
-    parser.add_argument("--repeat", type=int, default=5)
-    options = parser.parse_args()
+    options = revisions_options(__doc__)
     with tempfile.TemporaryDirectory() as scratch, revision_on_path(options.before) as before:
         sides = {"before": before, "after": None}
         runs: dict[str, list[tuple[float, float, float, str]]] = {side: [] for side in sides}

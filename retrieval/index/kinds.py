@@ -71,6 +71,16 @@ class IndexKind:
     fitting: Fitting | None = None
 
 
+def learned_kind(name: str, model: Any, fitting: Fitting) -> IndexKind:
+    """A learned kind as most are: built by the asset of its name into the corpus's artefact of its name,
+    loaded by ``model.load(folder)``."""
+
+    def load(indexes: LakeIndexes) -> Any:
+        return model.load(indexes.lake.artifact(name, {"corpus": indexes.corpus}))
+
+    return IndexKind(name, (name,), Stored(artifact=name), load, fitting)
+
+
 INDEX_KINDS: dict[str, IndexKind] = {}
 
 

@@ -28,13 +28,14 @@ import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, asset_written_at, declare, index_kind
+from graphlake.retrieval.index.kinds import Fitting, asset_written_at, declare, index_kind, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, DEFAULT_BASE, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.graph import GraphRerank
 from graphlake.retrieval.queries import alpha_source, gold_by_query, graph_ranker_sources, held_out, training_source
+from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -66,9 +67,8 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> d
     content = {"config": {**config.model_dump(), "networks": networks}, "sources": [(train_corpus, split), (alpha_corpus, alpha_split)]}
     content["written"] = {source: {name: asset_written_at(lake, source, name) for name in inputs} for source in (train_corpus, alpha_corpus)}
     digest = fingerprint(content)
-    same = _artefact_with(lake, digest, prefer=corpus)
+    source, same = _rankers_with(lake, digest, prefer=corpus)
     if same is not None:
-        source = same.parent.name.removeprefix("corpus=")
         if source != corpus:
             lake.write_artifact("graph_rankers", {"corpus": corpus}, lambda folder: shutil.copytree(same, folder, dirs_exist_ok=True))
         log(f"graph_rankers: training data and config as for {source!r}; reusing its rankers")
@@ -136,19 +136,18 @@ def _examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base
     return examples
 
 
-def _artefact_with(lake: Lake, digest: str, prefer: str) -> Path | None:
-    """The current graph_rankers folder (this corpus's first) whose report carries the fingerprint ``digest``."""
-    root = lake.home / "artifacts" / "graph_rankers"
-    partitions = sorted(root.glob("corpus=*"), key=lambda p: p.name != f"corpus={prefer}")
-    for partition in partitions:
+def _rankers_with(lake: Lake, digest: str, prefer: str) -> tuple[str | None, Path | None]:
+    """(corpus, folder) of the current graph_rankers (this corpus's first) whose report carries the
+    fingerprint ``digest``; (None, None) when no declared corpus has them."""
+    for corpus in sorted(CorpusRegistry(lake.home).all(), key=lambda name: name != prefer):
         try:
-            folder = lake.artifact("graph_rankers", {"corpus": partition.name.removeprefix("corpus=")})
+            folder = lake.artifact("graph_rankers", {"corpus": corpus})
             saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
         except (StorageError, OSError, ValueError):
             continue
         if saved.get("report", {}).get("fingerprint") == digest:
-            return folder
-    return None
+            return corpus, folder
+    return None, None
 
 
 def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
@@ -221,12 +220,4 @@ def _parts(lake: Lake, corpus: str) -> set[str]:
     return {name for name in NETWORKS if (folder / name).is_dir()}
 
 
-declare(
-    IndexKind(
-        "graph_rankers",
-        ("graph_rankers",),
-        Stored(artifact="graph_rankers"),
-        lambda indexes: TunedRankers.load(indexes.lake.artifact("graph_rankers", {"corpus": indexes.corpus})),
-        Fitting(graph_ranker_sources, reads, _parts, lambda parts: {"networks": sorted(parts)}),
-    )
-)
+declare(learned_kind("graph_rankers", TunedRankers, Fitting(graph_ranker_sources, reads, _parts, lambda parts: {"networks": sorted(parts)})))

@@ -19,7 +19,7 @@ import numpy as np
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TUNED_MODES, TunedFusion, key
@@ -138,12 +138,4 @@ def _parts(lake: Lake, corpus: str) -> set[str]:
         return set()
 
 
-declare(
-    IndexKind(
-        "grasp_fusion",
-        ("grasp_fusion",),
-        Stored(artifact="grasp_fusion"),
-        lambda indexes: TunedFusion.load(indexes.lake.artifact("grasp_fusion", {"corpus": indexes.corpus})),
-        Fitting(training_corpora, reads, _parts),
-    )
-)
+declare(learned_kind("grasp_fusion", TunedFusion, Fitting(training_corpora, reads, _parts)))

@@ -26,7 +26,7 @@ import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
 from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
@@ -196,12 +196,4 @@ def final_fusion(encoder, validation: list[dict]) -> dict:
     return best | {"grid": hits.tolist(), "queries": len(queries)}
 
 
-declare(
-    IndexKind(
-        "grasp_reranker",
-        ("grasp_reranker",),
-        Stored(artifact="grasp_reranker"),
-        lambda indexes: TunedReranker.load(indexes.lake.artifact("grasp_reranker", {"corpus": indexes.corpus})),
-        Fitting(training_corpora, reads),
-    )
-)
+declare(learned_kind("grasp_reranker", TunedReranker, Fitting(training_corpora, reads)))

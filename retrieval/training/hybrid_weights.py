@@ -24,7 +24,7 @@ from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text import encoders
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare
+from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.untrained import Untrained
@@ -126,12 +126,4 @@ class _Scorer:
         return round(float(np.mean(values)), 6)
 
 
-declare(
-    IndexKind(
-        "hybrid_weights",
-        ("hybrid_weights",),
-        Stored(artifact="hybrid_weights"),
-        lambda indexes: TunedWeights.load(indexes.lake.artifact("hybrid_weights", {"corpus": indexes.corpus})),
-        Fitting(training_corpora, lambda methods: frozenset({"dense", "splade", "bm25"})),
-    )
-)
+declare(learned_kind("hybrid_weights", TunedWeights, Fitting(training_corpora, lambda methods: frozenset({"dense", "splade", "bm25"}))))
