@@ -55,9 +55,13 @@ def unresolved(definitions: Definitions) -> set[tuple[str, str]]:
 
 def test_every_asset_dependency_is_a_defined_asset(tmp_path, monkeypatch):
     from graphlake.pipelines.definitions import build_definitions
+    from graphlake.retrieval.index.kinds import INDEX_KINDS
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    assert unresolved(build_definitions(tmp_path / "lake")) == set()
+    definitions = build_definitions(tmp_path / "lake")
+    assert unresolved(definitions) == set()
+    defined = {key.to_user_string() for definition in definitions.assets for key in definition.keys}
+    assert {asset for kind in INDEX_KINDS.values() for asset in kind.assets} <= defined  # what each declared kind names
 
     @asset(deps=[AssetKey("nodse")])
     def misspelt() -> None: ...
