@@ -13,7 +13,7 @@ from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
 from graphlake.kernels.text import encoders
 from graphlake.retrieval.index.lake import LakeIndexes
-from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, planned, save_vectors, stage_one, vectors_for
+from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, load_vectors, planned, save_vectors, stage_one, vectors_for
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -61,12 +61,22 @@ def _counts(column: pa.ChunkedArray) -> dict[str, int]:
 @asset(partitions_def=corpus_partitions, group_name="vectors", deps=[AssetKey("skb")])
 def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     """MiniLM vectors of every SKB node's name, and of the text of nodes with no ``nodes`` row (passages and
-    tables reuse dense_vectors): what anchors are linked against."""
+    tables reuse dense_vectors): what anchors are linked against. Each distinct text is encoded once, and
+    only if the previous build did not encode it."""
     corpus = context.partition_key
     sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
-    vectors = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encoders.encode_dense)
+    previous = _previous_vectors(lake, corpus)
+    vectors, encoded = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encoders.encode_dense, previous)
     lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, lambda folder: save_vectors(folder, vectors))
-    context.add_output_metadata({"nodes": len(vectors["ids"])})
+    context.add_output_metadata({"nodes": len(vectors["ids"]), "texts": len(vectors["hash"]), "encoded": encoded, "reused": len(vectors["hash"]) - encoded})
+
+
+def _previous_vectors(lake: LakeResource, corpus: str) -> dict | None:
+    """The last build's vectors, if they are in the layout that caches by content hash."""
+    if lake.lake.artifact_written_at(VECTORS_ARTIFACT, {"corpus": corpus}) is None:
+        return None
+    stored = load_vectors(lake.lake.artifact(VECTORS_ARTIFACT, {"corpus": corpus}))
+    return stored if "hash" in stored else None
 
 
 class PlansConfig(Config):

@@ -24,6 +24,7 @@ from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wi
 from graphlake.kernels.plan.sql import Emit, Linked, compile_sql, link, run_sql
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -125,13 +126,17 @@ class LoadedSKB:
 
     def _vectors(self, indexes: LakeIndexes) -> tuple[np.ndarray, np.ndarray]:
         folder = indexes.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
-        stored = np.load(folder / VECTORS_FILE, allow_pickle=False)
+        stored = load_vectors(folder)
+        if "vector" not in stored:
+            raise StorageError(f"skb_vectors of corpus {self.corpus!r} are in an older layout; materialize skb_vectors again")
         row_of = {skb_id: i for i, skb_id in enumerate(stored["ids"].tolist())}
         missing = next((skb_id for skb_id in self.ids if skb_id not in row_of), None)
         if missing is not None:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} lack SKB node {missing!r}; materialize skb_vectors again")
         order = np.fromiter((row_of[skb_id] for skb_id in self.ids), np.int64, len(self.ids))
-        names, docs = stored["name"][order], stored["doc"][order]
+        vectors, doc_row = stored["vector"], stored["doc_row"][order]
+        names = vectors[stored["name_row"][order]]
+        docs = np.where((doc_row >= 0)[:, None], vectors[np.maximum(doc_row, 0)], 0.0).astype(np.float32)
         backed = self.node_row >= 0
         if backed.any():
             docs[backed] = indexes.get("dense")[self.node_row[backed]]
@@ -324,19 +329,40 @@ def _ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def vectors_for(nodes: list[pa.Table], encode) -> dict[str, np.ndarray]:
-    """Name vectors of every SKB node of these tables, and document vectors of those with no ``nodes`` row."""
-    seen: dict[str, tuple[str, str, bool]] = {}
+def vectors_for(nodes: list[pa.Table], encode, previous: dict[str, np.ndarray] | None = None) -> tuple[dict[str, np.ndarray], int]:
+    """Name vectors of every SKB node of these tables, and document vectors of those with no ``nodes``
+    row (the others reuse ``dense_vectors``), as one row per distinct text: an entity whose name is its
+    text, or a title many passages share, is encoded once, and a text the ``previous`` build encoded
+    (matched by content hash) not at all. Also returns how many texts were encoded."""
+    seen: dict[str, tuple[str, str | None]] = {}
     for table in nodes:
         for skb_id, name, text, node_id in zip(*(table.column(c).to_pylist() for c in ("skb_id", "name", "text", "node_id")), strict=True):
-            seen.setdefault(skb_id, (name, text, node_id is not None))
+            seen.setdefault(skb_id, (name, text if node_id is None else None))
     ids = sorted(seen)
-    names = encode([seen[i][0] for i in ids])
-    docs = np.zeros_like(names)
-    own = [n for n, i in enumerate(ids) if not seen[i][2]]
-    if own:
-        docs[own] = encode([seen[ids[n]][1] for n in own])
-    return {"ids": np.asarray(ids), "name": names, "doc": docs}
+    row_of: dict[str, int] = {}
+    for name, text in (seen[skb_id] for skb_id in ids):
+        row_of.setdefault(name, len(row_of))
+        if text is not None:
+            row_of.setdefault(text, len(row_of))
+    texts = list(row_of)
+    hashes = [content_hash(text) for text in texts]
+    cached = dict(zip(previous["hash"].tolist(), previous["vector"], strict=True)) if previous is not None else {}
+    missing = [row for row, digest in enumerate(hashes) if digest not in cached]
+    encoded = dict(zip(missing, encode([texts[row] for row in missing]), strict=True))
+    vectors = np.stack([encoded[row] if row in encoded else cached[digest] for row, digest in enumerate(hashes)]) if texts else np.zeros((0, 0), np.float32)
+    found = {
+        "ids": np.asarray(ids),
+        "hash": np.asarray(hashes),
+        "vector": vectors.astype(np.float32, copy=False),
+        "name_row": np.array([row_of[seen[skb_id][0]] for skb_id in ids], dtype=np.int64),
+        "doc_row": np.array([row_of[text] if (text := seen[skb_id][1]) is not None else -1 for skb_id in ids], dtype=np.int64),
+    }
+    return found, len(missing)
+
+
+def load_vectors(folder: Path) -> dict[str, np.ndarray]:
+    with np.load(folder / VECTORS_FILE, allow_pickle=False) as stored:
+        return {key: stored[key] for key in stored.files}
 
 
 def save_vectors(folder: Path, vectors: dict[str, np.ndarray]) -> None:

@@ -1,0 +1,266 @@
+"""The default build at three sizes of real text: what each step costs per passage, and how it grows.
+
+Corpora (written as JSON lines outside the repository, ingested with ``graphlake ingest jsonl`` as a
+user would, no queries):
+
+- ``pooled``: every distinct passage of the staged sets under the datasets folder (SciFact, HotpotQA
+  dev and train, 2Wiki dev and train, HippoRAG's 2Wiki corpus, MIGRES' HotpotQA), about 22.6k;
+- a number (``10000``): a seeded sample of that many of those passages;
+- ``windows``: the pooled passages cut into windows of two sentences, sliding by one (a passage of one
+  sentence is one window), about 100k: real text whose neighbours are the text around it.
+
+Each size is ingested and then built by ``materialize`` with the default selection in a child process
+of its own, on a fresh lake. A thread of that child samples the process's CPU time and its peak
+resident memory (VmHWM, reset after each reading through ``/proc/self/clear_refs``) every 0.1 s; the
+samples are assigned to the step the Dagster event log says was running. Reported per size: the whole
+build's CPU-seconds, wall seconds and peak RSS, and CPU-seconds per passage; per step the same, and
+the growth exponent ``log(cost_b / cost_a) / log(n_b / n_a)`` between sizes.
+
+Run from the repo root::
+
+    .venv/bin/python benchmarks/scale.py --sizes 10000,pooled,windows [--before REV] [--work DIR]
+
+``--before REV`` builds a 2,000-passage sample with that revision and with the working tree, one
+after the other in the same run. Writes ``benchmarks/results/scale.md`` and ``scale.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from common import DATASETS, INGEST, ROOT, child_usage, header, revision_on_path, table
+
+SOURCES = {  # corpus label: (format, path under the datasets folder): INGEST's sets and two more corpus files
+    **INGEST,
+    "2wiki-hipporag": ("hipporag", "2wikimultihopqa/hipporag_corpus_only/reproduce/dataset"),
+    "hotpotqa-migres": ("hotpotqa", "hotpotqa/migres/data/hotpot.json.gz"),
+}
+BEFORE_SAMPLE = "2000"
+SAMPLE_SECONDS = 0.1
+RESULTS = ROOT / "benchmarks" / "results"
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+
+
+def pooled_passages(datasets: Path) -> list[tuple[str, str]]:
+    """(title, text) of every distinct passage text of the staged sets, in a fixed order."""
+    from graphlake.warehouse.readers import FORMATS, ReadRequest
+
+    seen: dict[str, str] = {}
+    for fmt, relative in SOURCES.values():
+        documents = FORMATS[fmt](ReadRequest(datasets / relative)).documents
+        for title, text in zip(documents.column("title").to_pylist(), documents.column("text").to_pylist(), strict=True):
+            if text.strip():
+                seen.setdefault(text, title)
+    return [(title, text) for text, title in seen.items()]
+
+
+def windows(text: str) -> list[str]:
+    """Two-sentence windows sliding by one sentence; one window for a text of one sentence."""
+    sentences = [s for s in _SENTENCE_END.split(text) if s.strip()]
+    return [" ".join(sentences[i : i + 2]) for i in range(max(1, len(sentences) - 1))]
+
+
+def corpus(size: str, datasets: Path) -> list[dict]:
+    passages = pooled_passages(datasets)
+    if size.isdigit():
+        keep = np.sort(np.random.default_rng(0).choice(len(passages), min(int(size), len(passages)), replace=False))
+        passages = [passages[i] for i in keep]
+    elif size == "windows":
+        passages = [(f"{title} ({n + 1})", window) for title, text in passages for n, window in enumerate(windows(text))]
+    elif size != "pooled":
+        raise SystemExit(f"unknown size {size!r}: a number of passages, pooled or windows")
+    return [{"id": f"p{i}", "title": title, "text": text} for i, (title, text) in enumerate(passages)]
+
+
+# ---------------------------------------------------------------- the child: one measured build
+
+
+class Sampler:
+    """Process CPU time and peak RSS every ``SAMPLE_SECONDS``: (epoch, cpu seconds, peak MiB since the last sample)."""
+
+    def __init__(self) -> None:
+        self.samples: list[tuple[float, float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.wait(SAMPLE_SECONDS):
+            self.sample()
+
+    def sample(self) -> None:
+        times = os.times()
+        status = Path("/proc/self/status").read_text()
+        peak = int(re.search(r"VmHWM:\s+(\d+)", status).group(1)) / 1024
+        Path("/proc/self/clear_refs").write_text("5")  # resets VmHWM to the current RSS
+        self.samples.append((time.time(), times.user + times.system, peak))
+
+    def __enter__(self) -> Sampler:
+        self.sample()
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self.sample()
+
+
+def build(home: Path, corpus_name: str, out: Path) -> None:
+    """Materialize the corpus's default selection in this process; per-step figures to ``out``."""
+    from dagster import DagsterEventType, DagsterInstance
+    from rich.console import Console
+
+    from graphlake.pipelines.runner import materialize_corpus
+
+    with Sampler() as sampler:
+        materialize_corpus(home, corpus_name, None, Console(file=sys.stderr))
+    with DagsterInstance.get() as instance:  # materialize_corpus pointed DAGSTER_HOME at the lake's
+        run = instance.get_runs(limit=1)[0]
+        starts = {r.dagster_event.step_key: r.timestamp for r in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_START)}
+        ends = {r.dagster_event.step_key: r.timestamp for r in instance.all_logs(run.run_id, of_type=DagsterEventType.STEP_SUCCESS)}
+    steps = {key: {"wall": ends[key] - start, "cpu": 0.0, "peak_mib": 0.0} for key, start in starts.items()}
+    windows_ = sorted((start, ends[key], key) for key, start in starts.items())
+    for (t0, cpu0, _), (t1, cpu1, peak) in zip(sampler.samples, sampler.samples[1:], strict=False):
+        middle = (t0 + t1) / 2
+        step = next((key for start, end, key in windows_ if start <= middle <= end), None)
+        if step is not None:
+            steps[step]["cpu"] += cpu1 - cpu0
+            steps[step]["peak_mib"] = max(steps[step]["peak_mib"], peak)
+    out.write_text(json.dumps(steps, indent=1))
+
+
+# ---------------------------------------------------------------- the parent: sizes, revisions, report
+
+
+def measure(size: str, rows: list[dict], work: Path, shim: Path | None = None) -> dict:
+    """Ingest and build one corpus on a fresh lake; totals and per-step figures."""
+    home = Path(tempfile.mkdtemp(prefix=f"lake-{size}-", dir=work))
+    source = work / f"{size}.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), **({"PYTHONPATH": str(shim)} if shim else {})}
+    name = f"scale-{size}"
+    cli = [str(Path(sys.executable).with_name("graphlake"))]
+    ingest = child_usage([*cli, "ingest", "jsonl", str(source), "--corpus", name], env)
+    steps_file = home / "steps.json"
+    built = child_usage([sys.executable, __file__, "child", "--home", str(home), "--corpus", name, "--out", str(steps_file)], env)
+    nodes = _count(home, name, env)
+    return {
+        "size": size,
+        "passages": len(rows),
+        "nodes": nodes,
+        "ingest": {"wall": ingest[0], "cpu": ingest[1], "peak_mib": ingest[2]},
+        "build": {"wall": built[0], "cpu": built[1], "peak_mib": built[2]},
+        "steps": json.loads(steps_file.read_text()),
+        "home": str(home),
+    }
+
+
+def _count(home: Path, name: str, env: dict) -> int:
+    command = [str(Path(sys.executable).with_name("graphlake")), "sql", "--json", f"SELECT count(*) AS n FROM nodes WHERE corpus = '{name}'"]
+    return json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)[0]["n"]
+
+
+def exponent(a: float, b: float, n_a: int, n_b: int) -> float | None:
+    return round(float(np.log(b / a) / np.log(n_b / n_a)), 2) if a > 0.5 and b > 0 else None  # below half a CPU-second: noise
+
+
+def per_passage(result: dict) -> float:
+    return (result["ingest"]["cpu"] + result["build"]["cpu"]) / result["passages"]
+
+
+def report(results: list[dict], before: list[tuple[str, dict]], command: str, output: Path) -> None:
+    lines = header("Scale: the default build at three sizes of real text", command)
+    lines += [
+        "",
+        "Fresh lake per size; `graphlake ingest jsonl`, then `materialize` of the default selection (no queries).",
+        "CPU-seconds are user + system of the build's process (all threads); peak RSS is the process's high-water mark.",
+    ]
+    lines += table("Whole build", ["size", "passages", "nodes", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
+    for r in results:
+        cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
+        peak = max(r["ingest"]["peak_mib"], r["build"]["peak_mib"])
+        lines.append(f"| {r['size']} | {r['passages']:,} | {r['nodes']:,} | {cpu:,.0f} | {wall:,.0f} | {peak:,.0f} | {per_passage(r):.4f} |")
+    if before:
+        lines += table(f"Before and after, same machine, same run ({BEFORE_SAMPLE}-passage sample)", ["revision", "passages", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
+        for revision, r in before:
+            cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
+            lines.append(f"| {revision} | {r['passages']:,} | {cpu:,.0f} | {wall:,.0f} | {max(r['ingest']['peak_mib'], r['build']['peak_mib']):,.0f} | {per_passage(r):.4f} |")
+    steps = sorted({key for r in results for key in r["steps"]}, key=lambda key: -max(r["steps"].get(key, {}).get("cpu", 0) for r in results))
+    columns = ["step"] + [f"{r['size']} CPU-s" for r in results] + [f"{r['size']} wall s" for r in results] + [f"{r['size']} peak MiB" for r in results]
+    columns += [f"exp {a['size']}→{b['size']}" for a, b in zip(results, results[1:], strict=False)]
+    lines += table("Per step (by CPU-seconds at the largest size)", ["step", *columns[1:]])
+    for key in steps:
+        got = [r["steps"].get(key) or {"cpu": 0.0, "wall": 0.0, "peak_mib": 0.0} for r in results]
+        cells = [f"{g['cpu']:,.1f}" for g in got] + [f"{g['wall']:,.1f}" for g in got] + [f"{g['peak_mib']:,.0f}" for g in got]
+        for (ra, ga), (rb, gb) in zip(zip(results, got, strict=True), list(zip(results, got, strict=True))[1:], strict=False):
+            found = exponent(ga["cpu"], gb["cpu"], ra["nodes"], rb["nodes"])
+            cells.append("" if found is None else f"{found:.2f}")
+        lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
+    output.write_text("\n".join(lines) + "\n")
+    _plot(results, steps[:8], output.with_suffix(".png"))
+
+
+def _plot(results: list[dict], steps: list[str], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    nodes = [r["nodes"] for r in results]
+    for key in steps:
+        axis.plot(nodes, [max(r["steps"].get(key, {}).get("cpu", 0.0), 0.01) for r in results], marker="o", label=key)
+    axis.plot(nodes, [r["build"]["cpu"] for r in results], marker="s", color="black", label="whole build")
+    axis.set(xscale="log", yscale="log", xlabel="nodes", ylabel="CPU-seconds", title="Default build: CPU-seconds per step")
+    axis.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command")
+    child = commands.add_parser("child")
+    child.add_argument("--home", type=Path, required=True)
+    child.add_argument("--corpus", required=True)
+    child.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sizes", default="10000,pooled,windows")
+    parser.add_argument("--before", help="git revision whose 2k build is measured beside the working tree's")
+    parser.add_argument("--datasets", type=Path, default=DATASETS)
+    parser.add_argument("--work", type=Path, help="where the corpora and lakes go (default: a temporary folder, removed)")
+    parser.add_argument("--output", type=Path, default=RESULTS / "scale.md")
+    args = parser.parse_args()
+    if args.command == "child":
+        build(args.home, args.corpus, args.out)
+        return
+    work = args.work or Path(tempfile.mkdtemp(prefix="graphlake-scale-"))
+    work.mkdir(parents=True, exist_ok=True)
+    before = []
+    if args.before:
+        rows = corpus(BEFORE_SAMPLE, args.datasets)
+        with revision_on_path(args.before) as shim:
+            before.append((args.before, measure(BEFORE_SAMPLE, rows, work, shim)))
+        before.append(("working tree", measure(BEFORE_SAMPLE, rows, work)))
+    results = []
+    for size in args.sizes.split(","):
+        results.append(measure(size, corpus(size, args.datasets), work))
+        (work / "results.json").write_text(json.dumps({"results": results, "before": before}, indent=1))
+        print(f"{size}: {per_passage(results[-1]):.4f} CPU-s per passage", file=sys.stderr, flush=True)
+    command = "python benchmarks/scale.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    report(results, before, command, args.output)
+
+
+if __name__ == "__main__":
+    main()
