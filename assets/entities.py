@@ -9,6 +9,7 @@ An entity's id is ``<extractor>:<norm>``, its norm taken after SPRIG-EL title-al
 import time
 from collections import Counter
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pyarrow as pa
@@ -17,6 +18,7 @@ from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataVa
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMOutputError, lake_client
 from graphlake.common.progress import StepProgress
+from graphlake.common.shards import Sharded, map_shards
 from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
 from graphlake.kernels.text.triples import llm_entities
 from graphlake.warehouse.io_manager import LakeResource
@@ -54,9 +56,17 @@ _INS = {"nodes": AssetIn("nodes"), "documents": AssetIn("documents")}
 
 @multi_asset(name="spacy_entities", outs=_outs("spacy"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
 def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, nodes: pa.Table, documents: pa.Table):
-    """spaCy ``en_core_web_sm`` NER over every node (quantities skipped, see the kernel)."""
-    yield from _extract(context, "spacy", config.link_titles, nodes, documents,
-                        lambda texts: spacy_entities(texts, n_process=config.n_process, batch_size=config.batch_size))
+    """spaCy ``en_core_web_sm`` NER over every node (quantities skipped, see the kernel), in shards of
+    nodes (``common/shards.py``: tasks of their own on a Dask cluster)."""
+    sharded: list[Sharded] = []
+
+    def extract(texts: list[str]) -> list[list[Mention]]:
+        progress = StepProgress(f"entities_spacy on {context.partition_key}", len(texts), context.log.info, unit="nodes")
+        found, where = map_shards(partial(spacy_entities, n_process=config.n_process, batch_size=config.batch_size), texts, progress.advance, name=f"ner-{context.partition_key}")
+        sharded.append(where)
+        return found
+
+    yield from _extract(context, "spacy", config.link_titles, nodes, documents, extract, lambda: sharded[0].as_metadata())
 
 
 @multi_asset(name="regex_entities", outs=_outs("regex"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)

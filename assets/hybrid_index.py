@@ -36,7 +36,7 @@ class HybridIndexConfig(Config):
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
-    knn: Literal["auto", "exact", "nndescent"] = "auto"  # auto: exact up to 50,000 nodes, NN-Descent above
+    knn: Literal["auto", "exact", "candidates", "nndescent"] = "auto"  # auto: exact up to EXACT_KNN_UP_TO nodes, candidates above
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # neighbours sampled per node and kind (new, old), with as many reverse ones
     seed: int = 0
@@ -78,7 +78,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
             "keyword_degree_mean": round(float(keyword.mean()), 2) if len(keyword) else 0.0,
             "keyword_degree_max": int(keyword.max()) if len(keyword) else 0,
             **{f"scale_{path}": round(float(scale), 6) for path, scale in zip(PATHS, graph.scales, strict=True)},
-            **({"knn_recall": graph.build["nndescent"]["knn_recall"]} if "nndescent" in graph.build and report["mode"] != "incremental" else {}),
+            **({"knn_recall": graph.build["knn"]["knn_recall"]} if "knn_recall" in graph.build.get("knn", {}) and report["mode"] != "incremental" else {}),
             **(_kg_metadata(graph.kg) if graph.kg is not None else {"kg": "none"}),
         }
     )

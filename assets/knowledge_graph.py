@@ -14,6 +14,7 @@ from dagster import AssetExecutionContext, asset
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMOutputError, lake_client
 from graphlake.common.progress import StepProgress
+from graphlake.common.shards import map_shards
 from graphlake.kernels.text.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
 from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
@@ -29,11 +30,13 @@ LLM_GROUP = "llm"
     metadata={"table": "triples", "partition": {"extractor": "spacy"}},
 )
 def triples_spacy(context: AssetExecutionContext, nodes: pa.Table) -> pa.Table:
-    """Subject-verb-object triples from spaCy dependency parses: a knowledge graph with no LLM."""
+    """Subject-verb-object triples from spaCy dependency parses: a knowledge graph with no LLM. In shards
+    of nodes (``common/shards.py``: tasks of their own on a Dask cluster)."""
     started = time.perf_counter()
     node_ids = nodes.column("node_id").to_pylist()
-    found = spacy_triples(nodes.column("text").to_pylist())
-    context.add_output_metadata(_summary(found) | {"seconds": round(time.perf_counter() - started, 3)})
+    progress = StepProgress(f"triples_spacy on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
+    found, sharded = map_shards(spacy_triples, nodes.column("text").to_pylist(), progress.advance, name=f"triples-{context.partition_key}")
+    context.add_output_metadata(_summary(found) | {"seconds": round(time.perf_counter() - started, 3)} | sharded.as_metadata())
     return _triples_table(node_ids, found, spacy_source())
 
 

@@ -6,12 +6,15 @@ node ids beside it, so a row number means the same node in every index of a corp
 
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, Config, asset
 
 from graphlake.common.progress import StepProgress
+from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
@@ -19,7 +22,7 @@ from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
-ENCODE_BATCH = 512  # nodes handed to the encoder at a time, between progress reports
+VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
 
 
 class EncoderConfig(Config):
@@ -28,48 +31,49 @@ class EncoderConfig(Config):
 
 
 def _encode_with_cache(
-    context: AssetExecutionContext, lake: LakeResource, model: str, nodes: pa.Table, documents: pa.Table, encode
+    context: AssetExecutionContext, lake: LakeResource, model: str, nodes: pa.Table, documents: pa.Table, encode: Callable[[list[str]], list[dict]]
 ) -> tuple[pa.Table, dict]:
-    """Reuse the previous vectors of unchanged inputs; encode only new or changed nodes."""
+    """Reuse the previous vectors of unchanged inputs; encode only new or changed nodes, in shards
+    (``common/shards.py``: tasks of their own on a Dask cluster). Reused rows are taken from the
+    previous table as Arrow columns: no vector becomes Python objects."""
     texts = retrieval_texts(nodes, documents)
     hashes = [content_hash(t) for t in texts]
     partition = {"corpus": context.partition_key, "model": model}
-    cached: dict[str, dict] = {}
-    if lake.lake.has("vectors", partition):
-        previous = lake.lake.read("vectors", partition)
-        cached = {row["content_hash"]: row for row in previous.select(["content_hash", "dense", "indices", "values"]).to_pylist()}
-    missing = [i for i, h in enumerate(hashes) if h not in cached]
+    previous = lake.lake.read("vectors", partition).select(VECTOR_COLUMNS) if lake.lake.has("vectors", partition) else None
+    row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
+    # by length, so that a shard's texts pad alike and the batches do not depend on where shards run
+    missing = sorted((i for i, h in enumerate(hashes) if h not in row_of), key=lambda i: len(texts[i]))
     started = time.perf_counter()
     progress = StepProgress(f"{model} encoding", len(missing), context.log.info, unit="nodes")
-    for start in range(0, len(missing), ENCODE_BATCH):
-        part = missing[start : start + ENCODE_BATCH]
-        for i, row in zip(part, encode([texts[i] for i in part]), strict=True):
-            cached[hashes[i]] = row
-        progress.advance(len(part))
+    encoded, sharded = map_shards(encode, [texts[i] for i in missing], progress.advance, name=f"{model}-{context.partition_key}")
     seconds = time.perf_counter() - started
-    rows = [cached[h] for h in hashes]
-    table = pa.table(
+    fresh = pa.table(
         {
-            "model": [model] * len(rows),
-            "node_id": nodes.column("node_id"),
-            "content_hash": hashes,
-            "dense": pa.array([r["dense"] for r in rows], pa.list_(pa.float32())),
-            "indices": pa.array([r["indices"] for r in rows], pa.list_(pa.int32())),
-            "values": pa.array([r["values"] for r in rows], pa.list_(pa.float32())),
+            "content_hash": pa.array([hashes[i] for i in missing], pa.string()),
+            "dense": pa.array([r["dense"] for r in encoded], pa.list_(pa.float32())),
+            "indices": pa.array([r["indices"] for r in encoded], pa.list_(pa.int32())),
+            "values": pa.array([r["values"] for r in encoded], pa.list_(pa.float32())),
         }
     )
+    reused = [i for i, h in enumerate(hashes) if h in row_of]
+    parts = [fresh, *([previous.take([row_of[hashes[i]] for i in reused]).cast(fresh.schema)] if reused else [])]
+    position = np.empty(len(hashes), np.int64)  # each node's row in the concatenation
+    position[missing], position[reused] = np.arange(len(missing)), len(missing) + np.arange(len(reused))
+    vectors = pa.concat_tables(parts).take(position)
+    table = pa.table({"model": [model] * len(hashes), "node_id": nodes.column("node_id"), **{name: vectors.column(name) for name in VECTOR_COLUMNS}})
     metadata = {
         "model": model,
         "encoded": len(missing),
-        "reused": len(rows) - len(missing),
+        "reused": len(reused),
         "encode_seconds": round(seconds, 2),
         "passages_per_second": round(len(missing) / seconds, 1) if missing and seconds > 0 else 0.0,
+        **sharded.as_metadata(),
     }
-    context.log.info(f"{model}: encoded {len(missing)} nodes, reused {len(rows) - len(missing)}")
+    context.log.info(f"{model}: encoded {len(missing)} nodes, reused {len(reused)}")
     return table, metadata
 
 
-def _vector_asset(name: str, model: str, encode_rows: Callable[[list[str], EncoderConfig], list[dict]], description: str):
+def _vector_asset(name: str, model: str, encode_rows: Callable[..., list[dict]], description: str):
     """An asset writing ``model``'s partition of ``vectors``, encoding only new or changed nodes."""
     metadata = {"table": "vectors", "partition": {"model": model}}
 
@@ -79,20 +83,20 @@ def _vector_asset(name: str, model: str, encode_rows: Callable[[list[str], Encod
             import torch
 
             torch.set_num_threads(config.threads)
-        table, metadata = _encode_with_cache(context, lake, model, nodes, documents, lambda texts: encode_rows(texts, config))
+        table, metadata = _encode_with_cache(context, lake, model, nodes, documents, partial(encode_rows, batch_size=config.batch_size))
         context.add_output_metadata(metadata)
         return table
 
     return vectors
 
 
-def _dense_rows(texts: list[str], config: EncoderConfig) -> list[dict]:
-    vectors = encoders.encode_dense(texts, batch_size=config.batch_size)
+def _dense_rows(texts: list[str], batch_size: int) -> list[dict]:
+    vectors = encoders.encode_dense(texts, batch_size=batch_size)
     return [{"dense": v, "indices": None, "values": None} for v in vectors]
 
 
-def _splade_rows(texts: list[str], config: EncoderConfig) -> list[dict]:
-    matrix = encoders.encode_splade(texts, batch_size=max(1, config.batch_size // 2))
+def _splade_rows(texts: list[str], batch_size: int) -> list[dict]:
+    matrix = encoders.encode_splade(texts, batch_size=max(1, batch_size // 2))
     return [
         {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
         for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)

@@ -37,7 +37,8 @@ import scipy.sparse as sp
 
 from common import EVALUATED, export_and_run, header, table
 from graphlake.kernels.hybrid import batched
-from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, row_operands, self_inner_products
+from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
+from graphlake.kernels.hybrid.pairs import row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 SETS = ("scifact",)

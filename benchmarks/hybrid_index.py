@@ -200,7 +200,7 @@ def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
     steps = ", ".join(f"{step} {value:.1f} s" for step, value in graph.build["seconds"].items())
     lines.append(f"| hybrid graph ({steps}) | {hybrid_seconds:.1f} | {sum(graph.edge_bytes().values()):,} | {sum(graph.edge_bytes().values()) / n:.0f} |")
     lines += [f"| · {kind} edges | | {size:,} | {size / n:.0f} |" for kind, size in graph.edge_bytes().items()]
-    report = nndescent["nndescent"]
+    report = nndescent["knn"]
     lines.append(
         f"| hybrid graph, `knn: nndescent` ({report['iterations']} iterations; k-NN recall vs exact on 200 seeded nodes: "
         f"**{report['knn_recall']:.4f}**) | {nndescent_seconds:.1f} | | |"

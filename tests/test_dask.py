@@ -1,6 +1,7 @@
 """The same Definitions on Dask: two corpora materialized by ``graphlake`` processes whose every step is a
-task on a real ``distributed.LocalCluster`` of two worker processes (``GRAPHLAKE_DASK``), table for
-table the same rows as an in-process build, and committed as snapshots like any run."""
+task on a real ``distributed.LocalCluster`` of two worker processes (``GRAPHLAKE_DASK``), one corpus's
+encoding cut into shards that both workers run (``common/shards.py``), table for table the same rows
+as an in-process build, and committed as snapshots like any run."""
 
 from __future__ import annotations
 
@@ -13,6 +14,8 @@ import pytest
 from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
 from lake_checks import rows, same
 
+from graphlake.common.shards import SHARD_ENV
+from graphlake.kernels.text.encoders import DENSE_MODEL
 from graphlake.retrieval.runs import search
 from graphlake.warehouse.snapshots import Snapshots
 
@@ -43,6 +46,9 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
     for corpus, texts in CORPORA.items():
         write_corpus(sources / corpus, texts)
     local, on_dask = tmp_path / "local", tmp_path / "dask"
+    # six nodes a corpus: three shards of its encoding, here one after the other, on Dask spread over the
+    # workers; the same shards, so the same batches: equal vectors even in reduced precision
+    monkeypatch.setenv(SHARD_ENV, "2")
     build(local, sources, dask=None)
 
     # the workers rebuild the Definitions from their own environment: they must name the same lake
@@ -54,14 +60,20 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
         tasks = stream.data
         workers = set(client.scheduler_info()["workers"])
 
-    steps = {}  # run id -> its steps
+    steps, shards = {}, {}  # run id -> its steps; corpus -> the workers that encoded its shards
     for task in tasks:
+        if task["key"].startswith(f"{DENSE_MODEL}-"):
+            corpus = next(c for c in sorted(CORPORA, key=len, reverse=True) if task["key"].startswith(f"{DENSE_MODEL}-{c}-"))
+            shards.setdefault(corpus, []).append(task["worker"])
+            continue
         run, step = task["key"].split("/", 1)
         steps.setdefault(run, set()).add(step)
     assert len(steps) == 4, steps  # each corpus's ingest and materialize
     built = [run for run in steps.values() if {"raw_corpus", "nodes", "dense_vectors", "bm25_index", "dense_hnsw_index", "run_rrf"} <= run]
     assert len(built) == 2, steps  # one whole run a corpus, each step its own task
     assert {task["worker"] for task in tasks} == workers and len(workers) == 2  # both workers took steps
+    assert sorted(shards) == sorted(CORPORA) and all(len(found) == 3 for found in shards.values()), shards
+    assert any(set(found) == workers for found in shards.values()), shards  # one corpus encoded on both workers
 
     expected, got = rows(local, CORPORA), rows(on_dask, CORPORA)
     assert [key for key in expected if not same(expected[key], got[key])] == []

@@ -26,9 +26,9 @@ def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.
     return float(np.mean([len(set(f.tolist()) & set(t.tolist())) / 10 for f, t in zip(found, truth, strict=True)]))
 
 
-@pytest.mark.parametrize("share, knn", [(0.8, "auto"), (0.9, "auto"), (0.8, "nndescent")])
+@pytest.mark.parametrize("share, knn", [(0.8, "auto"), (0.9, "auto"), (0.8, "candidates")])
 def test_inserted_nodes_are_found_as_a_full_build_finds_them(share, knn):
-    """``auto`` takes the new rows' exact k-NN (a corpus this small); ``nndescent`` takes the search
+    """``auto`` takes the new rows' exact k-NN (a corpus this small); ``candidates`` takes the search
     path that corpora past ``EXACT_KNN_UP_TO`` nodes take."""
     vectors, nodes = synthetic(N, seed=11)
     order = np.random.default_rng(12).permutation(N)

@@ -1,8 +1,9 @@
 """Allan-Poe's hybrid graph index (§4, Algorithms 1 and 2), CPU path: one fixed-degree proximity graph
 over the fused vectors (``kernels/hybrid/vectors.py``) that serves any path weights at query time.
 
-Build: the k-NN graph under the calibrated fused inner product (exact, blocked; NN-Descent above
-``EXACT_KNN_UP_TO`` nodes or with ``knn="nndescent"``, ``kernels/hybrid/nndescent.py``), then per node the
+Build: the k-NN graph under the calibrated fused inner product (exact, blocked, up to ``EXACT_KNN_UP_TO``
+nodes; above, per-path candidates re-scored, ``kernels/hybrid/candidates.py``; NN-Descent with
+``knn="nndescent"``, ``kernels/hybrid/nndescent.py``), then per node the
 rank-based RNG detour counts (CAGRA) and the IP pruning of Algorithm 1, recycling pruned neighbours
 that carry a keyword no kept neighbour shares (§3.3) as keyword edges, then the edge layout: d/2
 pruned + d/2 reverse (the authors' code, the default: on SciFact it has the higher recall for every
@@ -30,13 +31,15 @@ import scipy.sparse as sp
 from numba import njit
 
 from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.candidates import candidate_knn
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
+from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
-EXACT_KNN_UP_TO = 50_000  # knn: auto takes the exact k-NN up to this many nodes, NN-Descent above
+EXACT_KNN_UP_TO = 10_000  # knn: auto takes the exact k-NN up to this many nodes (~30 s), candidates above
 RECALL_SAMPLE = 200  # nodes whose NN-Descent lists are checked against the exact ones at build time
 
 
@@ -49,16 +52,22 @@ class BuildConfig:
     entry: str = "largest_norm"  # or smallest_norm (the authors' code)
     entry_points: int = 32
     device: str = "cpu"  # cpu: the numba kernels; numpy or cuda: the batched array code (kernels/hybrid/batched.py)
-    knn: str = "auto"  # exact, nndescent (kernels/hybrid/nndescent.py), or auto: exact up to EXACT_KNN_UP_TO nodes
+    knn: str = "auto"  # exact, candidates (kernels/hybrid/candidates.py), nndescent (kernels/hybrid/nndescent.py), or auto
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # new and old neighbours sampled per node, each with as many reverse ones: 64 joined
     seed: int = 0
     pruning: str = "rng_ip"  # rng_ip (Algorithm 1), or the §5.6 ablations rng (detour order only) and ip (IP rule only)
 
 
+    def knn_method(self, n: int) -> str:
+        """How a corpus of ``n`` nodes gets its k-NN lists: ``auto`` is exact up to ``EXACT_KNN_UP_TO`` nodes, candidates above."""
+        if self.knn not in ("auto", "exact", "candidates", "nndescent"):
+            raise ValueError(f"knn must be auto, exact, candidates or nndescent, not {self.knn!r}")
+        return ("exact" if n <= EXACT_KNN_UP_TO else "candidates") if self.knn == "auto" else self.knn
+
     def exact_knn(self, n: int) -> bool:
-        """Whether a corpus of ``n`` nodes gets exact k-NN lists (else NN-Descent); inserts follow the same rule."""
-        return self.knn == "exact" or (self.knn == "auto" and n <= EXACT_KNN_UP_TO)
+        """Whether a corpus of ``n`` nodes gets exact k-NN lists; inserts follow the same rule."""
+        return self.knn_method(n) == "exact"
 
     def pruning_steps(self) -> tuple[bool, bool]:
         """Whether the detour (RNG) order and the IP rule run."""
@@ -114,11 +123,15 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
     device = None if config.device == "cpu" else batched.DeviceVectors.of(batched.array_module(config.device), vectors)
     started = time.perf_counter()
     measured: dict = {}
+    method = "given" if knn is not None else config.knn_method(n)
     if knn is not None:
         knn_ids, knn_sims, single = knn
-    elif not config.exact_knn(n):
-        arrays = device if device is not None else batched.DeviceVectors.of(np, vectors)
-        knn_ids, knn_sims, measured = nn_descent(arrays, nodes, scales, knn_k, config.nndescent_iterations, config.nndescent_samples, config.seed)
+    elif method in ("candidates", "nndescent"):
+        if method == "candidates":
+            knn_ids, knn_sims, measured = candidate_knn(vectors, nodes, scales, knn_k, row_operands(vectors, nodes, scales))
+        else:
+            arrays = device if device is not None else batched.DeviceVectors.of(np, vectors)
+            knn_ids, knn_sims, measured = nn_descent(arrays, nodes, scales, knn_k, config.nndescent_iterations, config.nndescent_samples, config.seed)
         single = np.full((3, n, single_k), -1, np.int32)  # no per-path lists: the paper layout fills its share from the others
         measured["knn_recall"] = knn_recall(vectors, nodes, scales, knn_ids, config.seed)
     elif device is None:
@@ -145,7 +158,7 @@ def build(vectors: HybridVectors, nodes: Queries, config: BuildConfig, scales: n
         "seconds": {step: round(value, 3) for step, value in seconds.items()},
         "bytes": graph.edge_bytes(),
         "keyword_degree_mean": float((keyword >= 0).sum(axis=1).mean()) if n else 0.0,
-        **({"nndescent": measured} if measured else {}),
+        "knn": {"method": method, **measured},
     }
     return graph
 
@@ -213,80 +226,6 @@ def self_inner_products(vectors: HybridVectors, nodes: Queries, scales: np.ndarr
     return (scales[0] * dense + scales[1] * sparse + scales[2] * lexical).astype(np.float32)
 
 
-def row_operands(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> tuple:
-    """What the pruning kernel needs to score any (query node, node) pair, and the vocabulary size."""
-    return (
-        vectors.dense,
-        np.float32(scales[0]),
-        vectors.sparse.indptr,
-        vectors.sparse.indices,
-        vectors.sparse.data,
-        np.float32(scales[1]),
-        _sorted(nodes.lexical).indptr,
-        _sorted(nodes.lexical).indices,
-        _sorted(nodes.lexical).data,
-        vectors.lexical.indptr,
-        vectors.lexical.indices,
-        vectors.lexical.data,
-        np.float32(scales[2]),
-        vectors.lexical.shape[1],
-    )
-
-
-def _sorted(matrix):
-    if not matrix.has_sorted_indices:
-        matrix.sort_indices()
-    return matrix
-
-
-@njit(cache=True)
-def _sparse_dot(a_idx, a_val, b_idx, b_val) -> float:
-    total, i, j = 0.0, 0, 0
-    while i < len(a_idx) and j < len(b_idx):
-        if a_idx[i] == b_idx[j]:
-            total += np.float64(a_val[i]) * b_val[j]  # exact products: the batched path's float64 pair scores
-            i += 1
-            j += 1
-        elif a_idx[i] < b_idx[j]:
-            i += 1
-        else:
-            j += 1
-    return total
-
-
-@njit(cache=True, fastmath=True)
-def _dot64(a, b) -> float:
-    """A dense dot product of exact float64 products (float32 inputs), summed in SIMD lanes."""
-    total = 0.0
-    for t in range(len(a)):
-        total += np.float64(a[t]) * b[t]
-    return total
-
-
-@njit(cache=True)
-def _row_norms(ptr, val):
-    """The Euclidean norm of each CSR row, for the pruning's Cauchy–Schwarz bound."""
-    out = np.zeros(len(ptr) - 1)
-    for i in range(len(out)):
-        for j in range(ptr[i], ptr[i + 1]):
-            out[i] += np.float64(val[j]) * val[j]
-    return np.sqrt(out)
-
-
-@njit(cache=True)
-def pair_inner_product(w, v, dense, scale_d, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
-    """Calibrated fused score of node ``v`` for node ``w`` used as the query."""
-    return _pair_sparse(w, v, scale_d * _dot64(dense[w], dense[v]), s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f)
-
-
-@njit(cache=True)
-def _pair_sparse(w, v, total, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) -> float:
-    """``total`` (the pair's dense part) plus its SPLADE and BM25 parts."""
-    total += scale_s * _sparse_dot(s_idx[s_ptr[w] : s_ptr[w + 1]], s_val[s_ptr[w] : s_ptr[w + 1]], s_idx[s_ptr[v] : s_ptr[v + 1]], s_val[s_ptr[v] : s_ptr[v + 1]])
-    total += scale_f * _sparse_dot(c_idx[c_ptr[w] : c_ptr[w + 1]], c_val[c_ptr[w] : c_ptr[w + 1]], b_idx[b_ptr[v] : b_ptr[v + 1]], b_val[b_ptr[v] : b_ptr[v + 1]])
-    return total
-
-
 @njit(cache=True)
 def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
     """§3.3: ``v`` shares with ``a`` a keyword set that no kept neighbour holds entirely (``ones``: as
@@ -297,7 +236,7 @@ def _keyword_flag(a, v, kept, n_kept, b_ptr, b_idx, mark, ones) -> bool:
         return False
     for i in range(n_kept):
         w = kept[i]
-        if _sparse_dot(shared, ones, b_idx[b_ptr[w] : b_ptr[w + 1]], ones) == len(shared):  # K(a) ∩ K(v) ⊆ K(w)
+        if sparse_dot(shared, ones, b_idx[b_ptr[w] : b_ptr[w + 1]], ones) == len(shared):  # K(a) ∩ K(v) ⊆ K(w)
             return False
     return True
 
@@ -321,7 +260,7 @@ def prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dens
     position = np.full(n, -1, np.int32)
     mark = np.zeros(vocab, np.bool_)
     ones = np.ones(max(1, int(np.max(np.diff(b_ptr))) if len(b_ptr) > 1 else 1))
-    s_norm, c_norm, b_norm = _row_norms(s_ptr, s_val), _row_norms(c_ptr, c_val), _row_norms(b_ptr, b_val)
+    s_norm, c_norm, b_norm = row_norms(s_ptr, s_val), row_norms(c_ptr, c_val), row_norms(b_ptr, b_val)
     for a in targets:
         neighbours = knn_ids[a]
         for r in range(k):
@@ -353,11 +292,11 @@ def prune_rows(targets, knn_ids, knn_sims, self_ip, degree, keyword_degree, dens
             if keep and ip:
                 for i in range(n_kept):
                     w = pruned[a, i]
-                    part = scale_d * _dot64(dense[w], dense[v])
+                    part = scale_d * dot64(dense[w], dense[v])
                     bound = part + scale_s * s_norm[w] * s_norm[v] + scale_f * c_norm[w] * b_norm[v]  # Cauchy–Schwarz
                     if bound + 1e-9 * (1.0 + abs(bound)) < self_ip[v]:
                         continue  # the exact score cannot reach IP(v, v): skip the sparse merges
-                    if _pair_sparse(w, v, part, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
+                    if pair_sparse(w, v, part, s_ptr, s_idx, s_val, scale_s, c_ptr, c_idx, c_val, b_ptr, b_idx, b_val, scale_f) >= self_ip[v]:
                         keep = False
                         break
             if keep:

@@ -34,12 +34,11 @@ from graphlake.kernels.hybrid.graph import (
     entry_points,
     exact_neighbours,
     layout_rows,
-    pair_inner_product,
     prune_rows,
     reverse_neighbours,
-    row_operands,
     self_inner_products,
 )
+from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 SEARCH_POOL = 128  # the pool of the search that finds an inserted node's neighbours
