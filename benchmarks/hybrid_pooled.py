@@ -105,7 +105,7 @@ def knn_step(vectors: HybridVectors, nodes: Queries, scales: np.ndarray) -> tupl
     return exact, nnd_seconds, lines
 
 
-def curves(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, knn: tuple) -> tuple[list[str], dict, list[str]]:
+def curves(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, knn: tuple, ablations: dict = ABLATIONS, name: str = "pooled") -> tuple[list[str], dict, list[str]]:
     """Every ablation's recall–QPS curve at 1/1/1 and dense only, beside fused_exact, multipath and faiss."""
     one = [queries.take([i]) for i in range(len(queries))]
     started = time.perf_counter()
@@ -114,18 +114,18 @@ def curves(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.
     hnsw.add(vectors.dense)
     graphs, lines = {}, table("Builds from the same k-NN graph (1 thread)", ["configuration", "prune + layout seconds", "mean keyword edges"])
     lines.append(f"| faiss HNSW (M 32, efC 200, dense only, whole build) | {time.perf_counter() - started:.1f} | — |")
-    for name, change in ABLATIONS.items():
+    for ablation, change in ablations.items():
         started = time.perf_counter()
-        graphs[name] = build(vectors, nodes, BuildConfig(**change), scales, knn)
-        lines.append(f"| {name} | {time.perf_counter() - started:.1f} | {graphs[name].build['keyword_degree_mean']:.2f} |")
+        graphs[ablation] = build(vectors, nodes, BuildConfig(**change), scales, knn)
+        lines.append(f"| {ablation} | {time.perf_counter() - started:.1f} | {graphs[ablation].build['keyword_degree_mean']:.2f} |")
     points: dict = {}
     for label, weights in (("1/1/1", (1.0, 1.0, 1.0)), ("dense only", (1.0, 0.0, 0.0))):
         scaled = np.asarray(weights) * scales
         truth = [top10(vectors.fused(q, scaled)[0]) for q in one]
         runs = {}
-        for name, graph in graphs.items():
+        for ablation, graph in graphs.items():
             searcher = Searcher(graph, vectors)
-            runs |= {(name, pool): (lambda i, s=searcher, pool=pool, w=scaled: s.search(one[i], w, pool, 10)[0]) for pool in POOLS}
+            runs |= {(ablation, pool): (lambda i, s=searcher, pool=pool, w=scaled: s.search(one[i], w, pool, 10)[0]) for pool in POOLS}
         runs[("fused_exact", 0)] = lambda i, w=scaled: top10(vectors.fused(one[i], w)[0])
         if label == "dense only":
 
@@ -136,12 +136,12 @@ def curves(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.
             runs |= {("faiss HNSW (M 32, efC 200)", ef): (lambda i, ef=ef: faiss_search(i, ef)) for ef in EF_SEARCH}
         else:
             runs |= {("multipath", depth): (lambda i, d=depth, w=scaled: multipath(vectors, hnsw, one[i], w, d)) for depth in DEPTHS}
-        lines += table(f"pooled, {label}: recall@10 against exact fusion, QPS (1 thread)", ["system", "L / efSearch / depth", "recall@10", "QPS"])
-        for (name, parameter), (qps, found) in timed(runs, len(one)).items():
+        lines += table(f"{name}, {label}: recall@10 against exact fusion, QPS (1 thread)", ["system", "L / efSearch / depth", "recall@10", "QPS"])
+        for (system, parameter), (qps, found) in timed(runs, len(one)).items():
             value = float(np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]))
-            points.setdefault(label, {}).setdefault(name, []).append((parameter, value, qps))
-            lines.append(f"| {name} | {parameter or '—'} | {value:.4f} | {qps:,.0f} |")
-    return lines, points, [f"| {name} | {sum(g.edge_bytes().values()) / len(vectors):.0f} |" for name, g in graphs.items()]
+            points.setdefault(label, {}).setdefault(system, []).append((parameter, value, qps))
+            lines.append(f"| {system} | {parameter or '—'} | {value:.4f} | {qps:,.0f} |")
+    return lines, points, [f"| {ablation} | {sum(g.edge_bytes().values()) / len(vectors):.0f} |" for ablation, g in graphs.items()]
 
 
 def multipath(vectors: HybridVectors, hnsw, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
@@ -162,11 +162,11 @@ def multipath(vectors: HybridVectors, hnsw, query: Queries, scaled: np.ndarray, 
     return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
 
 
-def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, nndescent_seconds: float) -> list[str]:
-    """G7: build on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways ``insert`` finds a
-    new node's candidates: exact (what ``knn: auto`` does at this size) and by search (what it does
-    past ``BuildConfig.exact_knn``, with NN-Descent builds). Time against a full build with exact k-NN and
-    against one with NN-Descent (its k-NN seconds from the k-NN table plus the same prune and layout);
+def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, approximate: tuple[str, str, float], full: BuildConfig = BuildConfig()) -> list[str]:
+    """G7: build (``full``'s k-NN) on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways
+    ``insert`` finds a new node's candidates: exact (what ``knn: auto`` does below ``EXACT_KNN_UP_TO``)
+    and by search (what it does past it). Time against a full build and against one with the
+    ``approximate`` k-NN (label, ``knn`` setting, its k-NN seconds, plus the same prune and layout);
     recall@10 at L 128 (1/1/1) against exact fusion."""
     n = len(vectors)
     one = [queries.take([i]) for i in range(len(queries))]
@@ -176,28 +176,29 @@ def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np
         searcher = Searcher(graph, vectors)
         return float(np.mean([recall(searcher.search(q, scales, 128, 10)[0], t) for q, t in zip(one, truth, strict=True)]))
 
+    label, setting, knn_seconds = approximate
     started = time.perf_counter()
-    full = build(vectors, nodes, BuildConfig(), scales)
+    whole = build(vectors, nodes, full, scales)
     full_seconds = time.perf_counter() - started
-    nndescent_build = full_seconds - full.build["seconds"]["knn"] + nndescent_seconds
+    approximate_build = full_seconds - whole.build["seconds"]["knn"] + knn_seconds
     lines = table(
-        f"Inserts against a full build ({n:,} nodes, 1 thread; full build {full_seconds:.1f} s with exact k-NN, {nndescent_build:.1f} s with NN-Descent)",
-        ["built on", "inserted", "candidates", "insert seconds", "vs exact-k-NN build", "vs NN-Descent build", "recall@10 after insert", "full build's"],
+        f"Inserts against a full build ({n:,} nodes, 1 thread; full build {full_seconds:.1f} s with {whole.build['knn']['method']} k-NN, {approximate_build:.1f} s with {label})",
+        ["built on", "inserted", "candidates", "insert seconds", "vs full build", f"vs {label} build", "recall@10 after insert", "full build's"],
     )
-    reference = quality(full)
+    reference = quality(whole)
     for share, first, rest in insert_splits(n):
-        base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales)
-        for knn, label in (("exact", "exact"), ("nndescent", "searched")):
+        base = build(vectors.take(first), nodes.take(first), full, scales)
+        for knn, found_by in (("exact", "exact"), (setting, "searched")):
             started = time.perf_counter()
             grown = insert(splice(base, first, n), vectors, nodes, rest, BuildConfig(knn=knn))
             seconds = time.perf_counter() - started
             lines.append(
-                f"| {share:.0%} | {len(rest):,} | {label} | {seconds:.1f} | {seconds / full_seconds:.3f} | {seconds / nndescent_build:.3f} | {quality(grown):.4f} | {reference:.4f} |"
+                f"| {share:.0%} | {len(rest):,} | {found_by} | {seconds:.1f} | {seconds / full_seconds:.3f} | {seconds / approximate_build:.3f} | {quality(grown):.4f} | {reference:.4f} |"
             )
     return lines
 
 
-def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, knn: tuple) -> list[str]:
+def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, knn: tuple, name: str = "pooled") -> list[str]:
     """G8 on the pooled set: each query requires its rarest token held by at least 5 % of the nodes
     (queries with none are left out); the walk (forced, whatever the posting size) against the
     keyword-filtered exact top 10, at 1/1/1. The operator's exact fallback scores the holders exactly,
@@ -221,7 +222,7 @@ def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: n
     runs = {f"walk L={pool}": (lambda i, pool=pool: searcher.search(asked[i], scales, pool, 10, required[i])[0]) for pool in POOLS}
     runs["exact fallback"] = lambda i: holders[i][top10(vectors.fused(asked[i], scales, holders[i])[0])]
     lines = table(
-        f"Required keywords, pooled, 1/1/1 ({len(asked)} of {len(queries)} queries hold a token of ≥ 5 % of the nodes; "
+        f"Required keywords, {name}, 1/1/1 ({len(asked)} of {len(queries)} queries hold a token of ≥ 5 % of the nodes; "
         f"holders per query: median {int(np.median([len(h) for h in holders])):,})",
         ["system", "recall@10 vs filtered exact", "results holding the keyword", "QPS"],
     )
@@ -232,15 +233,15 @@ def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: n
     return lines
 
 
-def summary(points: dict) -> list[str]:
-    """G6 on the pooled set: the QPS at the smallest L reaching recall 0.95, as ratios."""
+def summary(points: dict, name: str = "the pooled set") -> list[str]:
+    """G6: the QPS at the smallest L reaching recall 0.95, as ratios."""
     def first(curve: list, bar: float = 0.95):
         return next(((p, r, q) for p, r, q in sorted(curve, key=lambda x: x[0]) if r >= bar), None)
 
     default = next(iter(ABLATIONS))
     three, exact = first(points["1/1/1"][default]), points["1/1/1"]["fused_exact"][0]
     dense, hnsw = first(points["dense only"][default]), first(points["dense only"]["faiss HNSW (M 32, efC 200)"])
-    lines = table("G6 on the pooled set (smallest L / efSearch reaching recall@10 0.95)", ["comparison", "ours", "theirs", "QPS ratio"])
+    lines = table(f"G6 on {name} (smallest L / efSearch reaching recall@10 0.95)", ["comparison", "ours", "theirs", "QPS ratio"])
     if three:
         lines.append(f"| ap_three vs fused_exact | L {three[0]}: {three[1]:.4f}, {three[2]:,.0f} QPS | {exact[2]:,.0f} QPS | {three[2] / exact[2]:.2f}× |")
     if dense and hnsw:
@@ -294,7 +295,7 @@ def main() -> None:
     with threadpool_limits(1):
         knn, nndescent_seconds, knn_lines = knn_step(vectors, nodes, scales)
         curve_lines, points, per_graph = curves(vectors, nodes, queries, scales, knn)
-        insert_lines = inserts(vectors, nodes, queries, scales, nndescent_seconds)
+        insert_lines = inserts(vectors, nodes, queries, scales, ("NN-Descent", "nndescent", nndescent_seconds), BuildConfig(knn="exact"))
         keyword_lines = keywords(vectors, nodes, queries, scales, knn)
     lines += knn_lines + curve_lines + summary(points) + insert_lines + keyword_lines + sizes(vectors, bm25, per_graph)
     picture = args.output.with_suffix(".png")

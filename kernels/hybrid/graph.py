@@ -40,7 +40,7 @@ from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
 EXACT_KNN_UP_TO = 10_000  # knn: auto takes the exact k-NN up to this many nodes (~30 s), candidates above
-RECALL_SAMPLE = 200  # nodes whose NN-Descent lists are checked against the exact ones at build time
+RECALL_SAMPLE = 200  # nodes whose approximate k-NN lists are checked against the exact ones at build time
 
 
 @dataclass(frozen=True)
