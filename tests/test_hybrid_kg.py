@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, KGQuery, Searcher, build
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
-from graphlake.kernels.text.triples import evidence_triples, logical_edges
+from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
 from graphlake.pipelines.cli import app
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
@@ -39,13 +39,15 @@ def indexed():
 
 
 def implied_pairs(kg: KnowledgeGraph) -> dict[tuple[int, int], int]:
-    """Node X -> node Y for each relation s -> t with s held by X, t held by Y and not by X, counted per relation."""
+    """Node X -> node Y for each relation s -> t with s held by X, t held by Y and not by X, counted per
+    relation; neither end a hub (held by more than ``HUB_NODES`` nodes)."""
     held = kg.node_entities
+    holders = np.diff(kg.holders.indptr)
     pairs: dict[tuple[int, int], int] = {}
     for x in range(held.shape[0]):
         mine = set(held.indices[held.indptr[x] : held.indptr[x + 1]].tolist())
         for s, t in zip(kg.source.tolist(), kg.target.tolist(), strict=True):
-            if s in mine and t not in mine:
+            if s in mine and t not in mine and max(holders[s], holders[t]) <= HUB_NODES:
                 for y in kg.holders[t].indices.tolist():
                     pairs[(x, y)] = pairs.get((x, y), 0) + 1
     return pairs
@@ -53,9 +55,11 @@ def implied_pairs(kg: KnowledgeGraph) -> dict[tuple[int, int], int]:
 
 def test_the_index_holds_the_knowledge_graph_logical_edges_are_built_from(tmp_path):
     rows = random_triples(2, 80, 40, 150)
+    rows += [(node, "harbour", "near", f"pier {node}") for node in range(HUB_NODES + 1)]  # a hub: it links nothing
     kg = KnowledgeGraph.from_triples("test", rows, 80)
     asset = {(int(src), int(dst)): weight for src, dst, weight in logical_edges((str(r), s, rel, o) for r, s, rel, o in rows)}
     assert implied_pairs(kg) == asset and len(asset) > 50
+    assert np.diff(kg.holders.indptr)[kg.entities.index("harbour")] == HUB_NODES + 1
     kg.save(tmp_path)
     again = KnowledgeGraph.load(tmp_path)
     assert again.entities == kg.entities and (again.holders != kg.holders).nnz == 0

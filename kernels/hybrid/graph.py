@@ -36,6 +36,7 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.text.triples import HUB_NODES
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
@@ -469,14 +470,18 @@ def _holders_of(entities, en_ptr, en_idx):
 
 @njit(cache=True)
 def _logical(u, kg, ent_hop, kg_hops):
-    """The nodes ``u``'s logical edges reach (§3.4), from its entities within ``kg_hops − 1`` hops only."""
+    """The nodes ``u``'s logical edges reach (§3.4), from its entities within ``kg_hops − 1`` hops only;
+    a hub (held by more than ``HUB_NODES`` nodes) opens none and is reached by none, as in the
+    ``logical_edges`` asset."""
     ne_ptr, ne_idx, en_ptr, en_idx, ee_ptr, ee_idx = kg
     targets = [np.int64(x) for x in range(0)]
     for j in range(ne_ptr[u], ne_ptr[u + 1]):
         e = ne_idx[j]
-        if 0 <= ent_hop[e] < kg_hops:
+        if 0 <= ent_hop[e] < kg_hops and en_ptr[e + 1] - en_ptr[e] <= HUB_NODES:
             for i in range(ee_ptr[e], ee_ptr[e + 1]):
-                targets.append(np.int64(ee_idx[i]))
+                t = ee_idx[i]
+                if en_ptr[t + 1] - en_ptr[t] <= HUB_NODES:
+                    targets.append(np.int64(t))
     return _holders_of(np.array(targets, dtype=np.int64), en_ptr, en_idx)
 
 
