@@ -200,6 +200,11 @@ def exponent(a: float, b: float, n_a: int, n_b: int) -> float | None:
     return round(float(np.log(b / a) / np.log(n_b / n_a)), 2) if a > 0.5 and b > 0 else None  # below half a CPU-second: noise
 
 
+def peak_mib(result: dict) -> float:
+    """The build's peak: the ingest child's, or the highest any step's sampler read."""
+    return max(result["ingest"]["peak_mib"], *(step["peak_mib"] for step in result["steps"].values()))
+
+
 def per_passage(result: dict) -> float:
     return (result["ingest"]["cpu"] + result["build"]["cpu"]) / result["passages"]
 
@@ -209,18 +214,20 @@ def report(results: list[dict], before: list[tuple[str, dict]], workers: dict, c
     lines += [
         "",
         "Fresh lake per size; `graphlake ingest jsonl`, then `materialize` of the default selection (no queries).",
-        "CPU-seconds are user + system of the build's process (all threads); peak RSS is the process's high-water mark.",
+        "CPU-seconds are user + system of the build's process (all threads). Peak RSS is the highest the sampler read (VmHWM);",
+        "a step's includes what earlier steps left resident (CPython keeps freed memory). The child's own ru_maxrss is not used:",
+        "resetting VmHWM resets what it is computed from.",
     ]
     lines += table("Whole build", ["size", "passages", "nodes", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
     for r in results:
         cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
-        peak = max(r["ingest"]["peak_mib"], r["build"]["peak_mib"])
+        peak = peak_mib(r)
         lines.append(f"| {r['size']} | {r['passages']:,} | {r['nodes']:,} | {cpu:,.0f} | {wall:,.0f} | {peak:,.0f} | {per_passage(r):.4f} |")
     if before:
         lines += table(f"Before and after, same machine, same run ({BEFORE_SAMPLE}-passage sample)", ["revision", "passages", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
         for revision, r in before:
             cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
-            lines.append(f"| {revision} | {r['passages']:,} | {cpu:,.0f} | {wall:,.0f} | {max(r['ingest']['peak_mib'], r['build']['peak_mib']):,.0f} | {per_passage(r):.4f} |")
+            lines.append(f"| {revision} | {r['passages']:,} | {cpu:,.0f} | {wall:,.0f} | {peak_mib(r):,.0f} | {per_passage(r):.4f} |")
     if workers:
         lines += table(f"One corpus on a Dask cluster: the per-node steps of `{workers['size']}` on 1 and 2 workers (one thread each)", ["workers", "", "wall s", "speed-up"])
         for count, seconds in sorted(workers["seconds"].items()):
