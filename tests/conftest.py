@@ -25,6 +25,11 @@ import pytest
 import scipy.sparse as sp
 
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.text.encoders import PRECISION_ENV
+
+# float32 encoders in every test (and every process a test starts): bfloat16 is used only where the CPU
+# has it, so recorded rankings (test_rankings.py) must not depend on which machine runs the suite
+os.environ.setdefault(PRECISION_ENV, "float32")
 
 
 def materialize_committed(home: Path, assets, **kwargs):

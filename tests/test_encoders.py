@@ -1,0 +1,32 @@
+"""The encoders' reduced precision (bfloat16 where the CPU does it natively): vectors agree with
+float32's, and SPLADE's weights of a text do not depend on the batch it was encoded in."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from graphlake.kernels.text import encoders
+
+TEXTS = [
+    "The lighthouse keeper logged every storm on the northern cape.",
+    "Tidal charts for the harbour were redrawn after the survey of 1911.",
+    "A brass telescope was found in the keeper's cottage, beside charts of reefs south of the harbour and a log of the gales of that winter.",
+    "Storm warnings were raised with flags on the pier.",
+]
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+
+
+def test_reduced_precision_vectors_agree_with_float32(monkeypatch):
+    monkeypatch.setenv(encoders.PRECISION_ENV, "float32")
+    dense, splade = encoders.encode_dense(TEXTS), encoders.encode_splade(TEXTS).toarray()
+    one_by_one = np.vstack([encoders.encode_splade([text]).toarray() for text in TEXTS])
+    np.testing.assert_allclose(one_by_one, splade, rtol=1e-3, atol=1e-5)  # a text's weights do not depend on its batch
+    monkeypatch.setenv(encoders.PRECISION_ENV, "auto")
+    if encoders.precision() == "float32":
+        pytest.skip("this CPU has no native bfloat16: auto is float32 here")
+    assert _cosines(encoders.encode_dense(TEXTS), dense).min() > 0.999
+    assert _cosines(encoders.encode_splade(TEXTS).toarray(), splade).min() > 0.999
