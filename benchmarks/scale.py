@@ -150,11 +150,16 @@ def build(home: Path, corpus_name: str, out: Path) -> None:
 # ---------------------------------------------------------------- the parent: sizes, revisions, report
 
 
+def fresh_lake(label: str, rows: list[dict], work: Path) -> tuple[Path, Path]:
+    """An empty lake folder under ``work`` and the corpus written beside it as JSON lines."""
+    source = work / f"{label}.jsonl"
+    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return Path(tempfile.mkdtemp(prefix=f"lake-{label}-", dir=work)), source
+
+
 def measure(size: str, rows: list[dict], work: Path, shim: Path | None = None) -> dict:
     """Ingest and build one corpus on a fresh lake; totals and per-step figures."""
-    home = Path(tempfile.mkdtemp(prefix=f"lake-{size}-", dir=work))
-    source = work / f"{size}.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    home, source = fresh_lake(size, rows, work)
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), **({"PYTHONPATH": str(shim)} if shim else {})}
     name = f"scale-{size}"
     cli = [str(Path(sys.executable).with_name("graphlake"))]
@@ -178,9 +183,7 @@ def on_workers(size: str, rows: list[dict], work: Path, workers: int) -> float:
     one-thread workers."""
     import distributed
 
-    home = Path(tempfile.mkdtemp(prefix=f"lake-{size}-{workers}w-", dir=work))
-    source = work / f"{size}.jsonl"
-    source.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    home, source = fresh_lake(f"{size}-{workers}w", rows, work)
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
     cli, name = str(Path(sys.executable).with_name("graphlake")), f"scale-{size}"
     child_usage([cli, "ingest", "jsonl", str(source), "--corpus", name], env)
