@@ -174,13 +174,13 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> As
     """All but the LLM-backed assets by default; those run only when a selection names them. A
     selection that takes one output of a multi-asset (``+key:conceptual_edges`` reaches
     ``mentions_spacy``, built together with ``entities_spacy``) takes its siblings too: Dagster
-    cannot run part of one. A list names the assets exactly."""
+    cannot run part of one. A list names the assets exactly, with those siblings."""
     if selection is None:
         return DEFAULT_SELECTION
     if isinstance(selection, AssetSelection):
         return selection
     if isinstance(selection, list):
-        return AssetSelection.assets(*selection)
+        return AssetSelection.assets(*selection).required_multi_asset_neighbors()
     try:
         chosen = AssetSelection.from_string(selection)
     except DagsterError as error:
