@@ -25,7 +25,8 @@ Run from the repo root::
 
     .venv/bin/python benchmarks/scale.py --sizes 10000,pooled,windows [--before REV] [--workers pooled] [--work DIR]
 
-``--before REV`` builds a 2,000-passage sample with that revision and with the working tree, one
+``--resume`` keeps the sizes an earlier run into the same ``--work`` measured (each result carries
+its date) and measures the rest. ``--before REV`` builds a 2,000-passage sample with that revision and with the working tree, one
 after the other in the same run. Writes ``benchmarks/results/scale.md`` and ``scale.png``.
 """
 
@@ -169,6 +170,7 @@ def measure(size: str, rows: list[dict], work: Path, shim: Path | None = None) -
     nodes = _count(home, name, env)
     return {
         "size": size,
+        "measured": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "passages": len(rows),
         "nodes": nodes,
         "ingest": {"wall": ingest[0], "cpu": ingest[1], "peak_mib": ingest[2]},
@@ -221,11 +223,11 @@ def report(results: list[dict], before: list[tuple[str, dict]], workers: dict, c
         "a step's includes what earlier steps left resident (CPython keeps freed memory). The child's own ru_maxrss is not used:",
         "resetting VmHWM resets what it is computed from.",
     ]
-    lines += table("Whole build", ["size", "passages", "nodes", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
+    lines += table("Whole build", ["size", "measured", "passages", "nodes", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
     for r in results:
         cpu, wall = r["ingest"]["cpu"] + r["build"]["cpu"], r["ingest"]["wall"] + r["build"]["wall"]
         peak = peak_mib(r)
-        lines.append(f"| {r['size']} | {r['passages']:,} | {r['nodes']:,} | {cpu:,.0f} | {wall:,.0f} | {peak:,.0f} | {per_passage(r):.4f} |")
+        lines.append(f"| {r['size']} | {r.get('measured', '')} | {r['passages']:,} | {r['nodes']:,} | {cpu:,.0f} | {wall:,.0f} | {peak:,.0f} | {per_passage(r):.4f} |")
     if before:
         lines += table(f"Before and after, same machine, same run ({BEFORE_SAMPLE}-passage sample)", ["revision", "passages", "CPU-s", "wall s", "peak RSS MiB", "CPU-s / passage"])
         for revision, r in before:
@@ -281,28 +283,35 @@ def main() -> None:
     parser.add_argument("--datasets", type=Path, default=DATASETS)
     parser.add_argument("--work", type=Path, help="where the corpora and lakes go (default: a temporary folder, removed)")
     parser.add_argument("--output", type=Path, default=RESULTS / "scale.md")
+    parser.add_argument("--resume", action="store_true", help="keep what --work's results.json holds; measure only the sizes it lacks")
     args = parser.parse_args()
     if args.command == "child":
         build(args.home, args.corpus, args.out)
         return
     work = args.work or Path(tempfile.mkdtemp(prefix="graphlake-scale-"))
     work.mkdir(parents=True, exist_ok=True)
-    before = []
-    if args.before:
+    kept = json.loads((work / "results.json").read_text()) if args.resume and (work / "results.json").exists() else {}
+    before = [tuple(pair) for pair in kept.get("before", [])]
+    if args.before and not before:
         rows = corpus(BEFORE_SAMPLE, args.datasets)
         with revision_on_path(args.before) as shim:
             before.append((args.before, measure(BEFORE_SAMPLE, rows, work, shim)))
         before.append(("working tree", measure(BEFORE_SAMPLE, rows, work)))
-    results = []
+    results = kept.get("results", [])
     for size in filter(None, args.sizes.split(",")):
+        if any(result["size"] == size for result in results):
+            continue
         results.append(measure(size, corpus(size, args.datasets), work))
         (work / "results.json").write_text(json.dumps({"results": results, "before": before}, indent=1))
         print(f"{size}: {per_passage(results[-1]):.4f} CPU-s per passage", file=sys.stderr, flush=True)
-    workers = {}
-    if args.workers:
+    workers = kept.get("workers", {})
+    if workers:  # JSON made the worker counts strings
+        workers["seconds"] = {int(count): seconds for count, seconds in workers["seconds"].items()}
+    if args.workers and workers.get("size") != args.workers:
         rows = corpus(args.workers, args.datasets)
         workers = {"size": args.workers, "seconds": {count: on_workers(args.workers, rows, work, count) for count in (1, 2)}}
         (work / "results.json").write_text(json.dumps({"results": results, "before": before, "workers": workers}, indent=1))
+    results.sort(key=lambda result: result["nodes"])  # the exponents read them in order of size
     command = "python benchmarks/scale.py " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     report(results, before, workers, command, args.output)
 
