@@ -1,8 +1,7 @@
-"""The executor of every run that is not a CLI in-process one (the Dagster UI, a schedule, the sensor,
-a run on Dask): Dagster's multiprocess or in-process executor, or ``dagster-dask``'s, inside the
-corpus's writer lock, committing the corpus's next snapshot once every step has succeeded, so such a
-run is as consistent as a CLI run (``pipelines/runner.py``, whose in-process runs do the same around
-the job).
+"""The executor of every run (the CLI's, the Dagster UI's, a schedule's, the sensor's, a run on Dask):
+Dagster's multiprocess or in-process executor, or ``dagster-dask``'s, inside the corpus's writer lock,
+committing the corpus's next snapshot once every step has succeeded (``pipelines/runner.py`` runs the
+CLI's in-process).
 
 Run config picks the engine, as in the launchpad::
 

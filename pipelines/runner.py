@@ -21,10 +21,8 @@ from dagster import (
     DagsterEventType,
     DagsterInstance,
     DagsterInvalidConfigError,
-    Definitions,
     RunsFilter,
     build_reconstructable_job,
-    define_asset_job,
     execute_job,
 )
 from rich.console import Console
@@ -108,22 +106,18 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
                 tags = {"graphlake/launched_by": "cli", "graphlake/command": command, "graphlake/corpus": corpus, **progress.tags, **built_from}
                 run_config = {**(run_config or {}), **console_logs(verbose)}
                 cluster = dask_cluster()
-                if cluster is not None:  # the executor commits (pipelines/committing_executor.py)
-                    os.environ[ENV_VAR] = str(home)  # the lake the job is rebuilt for, here and in local workers
-                    result = execute_job(
-                        build_reconstructable_job(DEFINITIONS_MODULE, "job_of_every_asset", reconstructable_kwargs={"name": JOBS[command]}),
-                        instance,
-                        run_config={**run_config, "execution": {"config": {"dask": {"cluster": cluster}}}},
-                        tags={**tags, PARTITION_TAG: corpus} if partitioned else tags,
-                        asset_selection=list(keys),
-                    )
-                else:
-                    job = Definitions(
-                        assets=[*assets, *defs.asset_checks], resources=defs.resources, jobs=[define_asset_job(JOBS[command], selection=selected)]
-                    ).resolve_job_def(JOBS[command])
-                    result = job.execute_in_process(run_config=run_config, instance=instance, partition_key=corpus if partitioned else None, raise_on_error=False, tags=tags)
-                    if result.success:
-                        Lake(home, result.run_id).commit(corpus)
+                engine = {"dask": {"cluster": cluster}} if cluster is not None else {"in_process": {}}
+                # execute_job, not execute_in_process: the latter keeps every step's output in memory
+                # until the run ends, so the build's memory grew with its step count. The executor commits
+                # (pipelines/committing_executor.py); the job is rebuilt for the lake, here and in Dask workers.
+                os.environ[ENV_VAR] = str(home)
+                result = execute_job(
+                    build_reconstructable_job(DEFINITIONS_MODULE, "job_of_every_asset", reconstructable_kwargs={"name": JOBS[command]}),
+                    instance,
+                    run_config={**run_config, "execution": {"config": engine}},
+                    tags={**tags, PARTITION_TAG: corpus} if partitioned else tags,
+                    asset_selection=list(keys),
+                )
             except DagsterInvalidConfigError as error:
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
     if not result.success:
