@@ -16,11 +16,10 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
-from graphlake.assets.failure_budget import FailureBudget
-from graphlake.common.llm import LLMOutputError, lake_client
+from graphlake.assets.knowledge_graph import triples_summary, triples_table
+from graphlake.assets.llm_nodes import ask_every_node
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
-from graphlake.assets.knowledge_graph import triples_summary, triples_table
 from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, title_aliases
 from graphlake.kernels.text.triples import llm_entities, spacy_mentions_and_triples, spacy_source
 from graphlake.warehouse.io_manager import LakeResource
@@ -89,26 +88,16 @@ def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfi
 
 @multi_asset(name="llm_entities", outs=_outs("llm"), ins=_INS, partitions_def=corpus_partitions, group_name="llm")
 def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
-    """NER by an LLM (GraphER's prompt, answers cached in the lake); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
-    client = lake_client(lake.home)
-    node_ids = nodes.column("node_id").to_pylist()
-    budget = FailureBudget(f"LLM answers for entities_llm (corpus {context.partition_key!r})", len(node_ids))
+    """NER by an LLM (GraphER's prompt, answers cached in the lake), node shards at once on a Dask
+    cluster (``assets/llm_nodes.py``); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
+    spent: dict = {}
 
     def extract(texts: list[str]) -> list[list[Mention]]:
-        found = []
-        progress = StepProgress(f"entities_llm on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
-        for node_id, text in zip(node_ids, texts, strict=True):
-            try:
-                found.append([(name, "LLM") for name in llm_entities(client, text)])
-            except LLMOutputError as error:  # one unreadable answer should not cost the other calls
-                context.log.warning(f"{node_id}: {error}")
-                budget.failed(node_id, error)
-                found.append([])
-            progress.advance()
-        budget.check()
-        return found
+        found, metadata = ask_every_node(context, lake.home, nodes.column("node_id").to_pylist(), texts, llm_entities, "entities_llm")
+        spent.update(metadata)
+        return [[(name, "LLM") for name in names] for names in found]
 
-    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, lambda: client.stats.as_metadata() | budget.check())
+    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, lambda: spent)
 
 
 Extractor = Callable[[list[str]], list[list[Mention]]]

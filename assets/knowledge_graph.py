@@ -11,9 +11,7 @@ import json
 import pyarrow as pa
 from dagster import AssetExecutionContext, asset
 
-from graphlake.assets.failure_budget import FailureBudget
-from graphlake.common.llm import LLMOutputError, lake_client
-from graphlake.common.progress import StepProgress
+from graphlake.assets.llm_nodes import ask_every_node
 from graphlake.kernels.text.triples import Triple, evidence_triples, llm_triples
 from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.warehouse.io_manager import LakeResource
@@ -29,22 +27,12 @@ LLM_GROUP = "llm"
     metadata={"table": "triples", "partition": {"extractor": "llm"}},
 )
 def triples_llm(context: AssetExecutionContext, lake: LakeResource, nodes: pa.Table) -> pa.Table:
-    """LLM NER then triple extraction per node; answers are cached in the lake, so a re-run is free."""
-    client = lake_client(lake.home)
+    """LLM NER then triple extraction per node, node shards at once on a Dask cluster
+    (``assets/llm_nodes.py``); answers are cached in the lake, so a re-run is free."""
     node_ids = nodes.column("node_id").to_pylist()
-    found: list[list[Triple]] = []
-    budget = FailureBudget(f"LLM answers for triples_llm (corpus {context.partition_key!r})", len(node_ids))
-    progress = StepProgress(f"triples_llm on {context.partition_key}", len(node_ids), context.log.info, unit="nodes")
-    for node_id, text in zip(node_ids, nodes.column("text").to_pylist(), strict=True):
-        try:
-            found.append(llm_triples(client, text))
-        except LLMOutputError as error:  # one bad answer should not cost the corpus's other calls
-            context.log.warning(f"{node_id}: {error}")
-            budget.failed(node_id, error)
-            found.append([])
-        progress.advance()
-    context.add_output_metadata(triples_summary(found) | client.stats.as_metadata() | {"model": client.config.model} | budget.check())
-    return triples_table(node_ids, found, f"llm:{client.config.model}")
+    found, metadata = ask_every_node(context, lake.home, node_ids, nodes.column("text").to_pylist(), llm_triples, "triples_llm")
+    context.add_output_metadata(triples_summary(found) | metadata)
+    return triples_table(node_ids, found, f"llm:{metadata['model']}")
 
 
 @asset(

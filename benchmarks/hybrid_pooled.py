@@ -162,10 +162,12 @@ def multipath(vectors: HybridVectors, hnsw, query: Queries, scaled: np.ndarray, 
     return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
 
 
-def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, approximate: tuple[str, str, float], full: BuildConfig = BuildConfig()) -> list[str]:
+def inserts(
+    vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, approximate: tuple[str, str, float], full: BuildConfig = BuildConfig(), exact: bool = True
+) -> list[str]:
     """G7: build (``full``'s k-NN) on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways
-    ``insert`` finds a new node's candidates: exact (what ``knn: auto`` does below ``EXACT_KNN_UP_TO``)
-    and by search (what it does past it). Time against a full build and against one with the
+    ``insert`` finds a new node's candidates: exact (what ``knn: auto`` does below ``EXACT_KNN_UP_TO``;
+    left out with ``exact=False``, for sizes where auto never does it) and by search (what it does past it). Time against a full build and against one with the
     ``approximate`` k-NN (label, ``knn`` setting, its k-NN seconds, plus the same prune and layout);
     recall@10 at L 128 (1/1/1) against exact fusion."""
     n = len(vectors)
@@ -188,7 +190,7 @@ def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np
     reference = quality(whole)
     for share, first, rest in insert_splits(n):
         base = build(vectors.take(first), nodes.take(first), full, scales)
-        for knn, found_by in (("exact", "exact"), (setting, "searched")):
+        for knn, found_by in ((("exact", "exact"),) if exact else ()) + ((setting, "searched"),):
             started = time.perf_counter()
             grown = insert(splice(base, first, n), vectors, nodes, rest, BuildConfig(knn=knn))
             seconds = time.perf_counter() - started
