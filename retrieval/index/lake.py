@@ -5,6 +5,7 @@ method reads."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
@@ -161,8 +162,12 @@ class EntityEdges:
     query's entities, linked to the corpus's entities as the graph's were."""
 
     def __init__(self, indexes: LakeIndexes) -> None:
-        self.indexes = indexes
+        self._owner = weakref.ref(indexes)  # they cache this object: a strong reference would be a cycle
         self.edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"})
+
+    @property
+    def indexes(self) -> LakeIndexes:
+        return self._owner()
 
     def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0):
         from graphlake.kernels.graph.entity_graph import EntityGraph

@@ -118,13 +118,15 @@ class LoadedSKB:
         self.node_row = np.array([position.get(n, -1) if n is not None else -1 for n in backed], dtype=np.int64)
         self.by_id = {skb_id: i for i, skb_id in enumerate(self.ids)}
         self.by_label = {label: np.flatnonzero(self.labels == label) for label in set(self.labels.tolist())}
-        self.name_vectors, self.doc_vectors = self._vectors(indexes)
+        self._load_vectors(indexes)
         rows = self.con.execute(
             "SELECT s.label, e.relation, d.label FROM skb_edges e JOIN skb_nodes s ON s.skb_id = e.src JOIN skb_nodes d ON d.skb_id = e.dst GROUP BY ALL"
         ).fetchall()
         self.schema = Schema.of(rows, set(self.labels.tolist()))
 
-    def _vectors(self, indexes: LakeIndexes) -> tuple[np.ndarray, np.ndarray]:
+    def _load_vectors(self, indexes: LakeIndexes) -> None:
+        """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
+        node and kind: two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros."""
         folder = indexes.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
         stored = load_vectors(folder)
         if "vector" not in stored:
@@ -134,13 +136,24 @@ class LoadedSKB:
         if missing is not None:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} lack SKB node {missing!r}; materialize skb_vectors again")
         order = np.fromiter((row_of[skb_id] for skb_id in self.ids), np.int64, len(self.ids))
-        vectors, doc_row = stored["vector"], stored["doc_row"][order]
-        names = vectors[stored["name_row"][order]]
-        docs = np.where((doc_row >= 0)[:, None], vectors[np.maximum(doc_row, 0)], 0.0).astype(np.float32)
-        backed = self.node_row >= 0
+        self._texts, self._name_row, self._doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
+        self._dense = indexes.get("dense") if (self.node_row >= 0).any() else None
+
+    def name_vectors(self, positions: np.ndarray) -> np.ndarray:
+        """The name vectors of these SKB nodes."""
+        return self._texts[self._name_row[positions]]
+
+    def doc_vectors(self, positions: np.ndarray) -> np.ndarray:
+        """The document vectors of these SKB nodes: a passage or table node's row of the ``dense`` index,
+        else its own text's vector, else zeros (an entity has no document)."""
+        found = np.zeros((len(positions), self._texts.shape[1]), np.float32)
+        nodes, docs = self.node_row[positions], self._doc_row[positions]
+        backed = nodes >= 0
         if backed.any():
-            docs[backed] = indexes.get("dense")[self.node_row[backed]]
-        return names, docs
+            found[backed] = self._dense[nodes[backed]]
+        own = ~backed & (docs >= 0)
+        found[own] = self._texts[docs[own]]
+        return found
 
     @cached_property
     def label_of_name(self) -> dict[str, str]:
@@ -180,7 +193,7 @@ class LoadedSKB:
 
     def link(self, text_vector: np.ndarray, label: str, mode: str, k: int, tau: float) -> Linked:
         rows = self.by_label.get(label, np.zeros(0, np.int64))
-        matrix = (self.name_vectors if mode == "name" else self.doc_vectors)[rows]
+        matrix = (self.name_vectors if mode == "name" else self.doc_vectors)(rows)
         linked = link(text_vector, matrix, [str(i) for i in range(len(rows))], k, tau)
         return Linked([self.ids[rows[int(i)]] for i in linked.ids], linked.scores)
 
@@ -317,7 +330,7 @@ def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, set
     keep = rows >= 0  # only passage / table nodes are retrievable
     rows, scores, positions = rows[keep], scores[keep], positions[keep]
     if len(texts) > len(plan.anchors) and len(rows):
-        scores = scores + skb.doc_vectors[positions] @ vectors[-1]
+        scores = scores + skb.doc_vectors(positions) @ vectors[-1]
     best = max((max(b.scores) for b in bindings.values() if b.scores), default=0.0)
     risk = risk_level(best, len(rows)) if from_rules else plan.risk_level
     if from_rules:

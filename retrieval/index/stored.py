@@ -4,6 +4,7 @@ in ``retrieval/training/``."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import numpy as np
@@ -78,7 +79,11 @@ def _skb(indexes: LakeIndexes):
     """SKBs of the corpus by source (``auto``: the corpus's first), each loaded on first use."""
     from graphlake.retrieval.index.skb import LoadedSKB
 
+    owner = weakref.ref(indexes)  # the loader sits in the indexes' own cache: a strong reference would be a
+    # cycle, and every index they loaded would outlive them until the cyclic garbage collector ran
+
     def load(source: str) -> LoadedSKB:
+        indexes = owner()
         source = indexes.spec.skb_sources[0] if source == "auto" else source
         return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source))
 
