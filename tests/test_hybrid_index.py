@@ -94,7 +94,7 @@ def test_candidate_lists_find_the_exact_neighbours():
     """The k-NN of corpora past the exact threshold: per-path candidates (far fewer than the nodes)
     re-scored with the fused metric give lists of distinct other nodes, best first, each score the
     pair's fused score, and 95 % of the exact lists; a build with them records that recall."""
-    vectors, nodes = synthetic(1500, seed=3)
+    vectors, nodes = synthetic(3000, seed=3)
     assert DENSE + 2 * SPARSE < len(vectors) / 6  # candidates, not the corpus
     scales = vectors.calibration(nodes)
     found, sims, _ = candidate_knn(vectors, nodes, scales, 64, row_operands(vectors, nodes, scales))
