@@ -26,7 +26,7 @@ VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
 
 
 class EncoderConfig(Config):
-    batch_size: int = 64
+    batch_size: int = 0  # texts per batch; 0 = the encoder's fastest measured on its device (kernels/text/encoders.py)
     threads: int = 0  # 0 = torch's default (all cores)
 
 
@@ -96,7 +96,7 @@ def _dense_rows(texts: list[str], batch_size: int) -> list[dict]:
 
 
 def _splade_rows(texts: list[str], batch_size: int) -> list[dict]:
-    matrix = encoders.encode_splade(texts, batch_size=max(1, batch_size // 2))
+    matrix = encoders.encode_splade(texts, batch_size=batch_size)
     return [
         {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
         for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)

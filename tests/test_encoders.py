@@ -25,6 +25,9 @@ def test_reduced_precision_vectors_agree_with_float32(monkeypatch):
     dense, splade = encoders.encode_dense(TEXTS), encoders.encode_splade(TEXTS).toarray()
     one_by_one = np.vstack([encoders.encode_splade([text]).toarray() for text in TEXTS])
     np.testing.assert_allclose(one_by_one, splade, rtol=1e-3, atol=1e-5)  # a text's weights do not depend on its batch
+    monkeypatch.setenv(encoders.PRECISION_ENV, "half")
+    with pytest.raises(ValueError, match="GRAPHLAKE_ENCODER_PRECISION='half': write one of auto, float32, bfloat16, float16"):
+        encoders.precision()
     monkeypatch.setenv(encoders.PRECISION_ENV, "auto")
     if encoders.precision() == "float32":
         pytest.skip("this CPU has no native bfloat16: auto is float32 here")

