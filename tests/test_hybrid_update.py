@@ -28,15 +28,21 @@ def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.
 
 @pytest.mark.parametrize("share, knn", [(0.8, "auto"), (0.9, "auto"), (0.8, "candidates")])
 def test_inserted_nodes_are_found_as_a_full_build_finds_them(share, knn):
-    """``auto`` takes the new rows' exact k-NN (a corpus this small); ``candidates`` takes the search
-    path that corpora past ``EXACT_KNN_UP_TO`` nodes take."""
+    """``auto`` takes the new rows' exact k-NN (a corpus this small); ``candidates`` takes the
+    candidate k-NN of the new rows that corpora past ``EXACT_KNN_UP_TO`` nodes take. Mark-deleted
+    nodes are never a new node's neighbour."""
     vectors, nodes = synthetic(N, seed=11)
     order = np.random.default_rng(12).permutation(N)
     first, rest = np.sort(order[: int(share * N)]), np.sort(order[int(share * N) :])
     full = build(vectors, nodes, BuildConfig())
     base = build(vectors.take(first), nodes.take(first), BuildConfig(), scales=full.scales)
     old_to_new = first  # the part's row i is the corpus's row first[i]
-    grown = insert(splice(base, old_to_new, N), vectors, nodes, rest, BuildConfig(knn=knn))
+    spliced = splice(base, old_to_new, N)
+    deleted = first[:: len(first) // 20]
+    spliced.deleted[deleted] = True
+    grown = insert(spliced, vectors, nodes, rest, BuildConfig(knn=knn))
+    assert not np.isin(grown.semantic[rest], deleted).any()
+    grown.deleted[deleted] = False  # the recall below is against a full build over every node
     assert grown.semantic.shape == (N, 32) and not (grown.semantic == np.arange(N)[:, None]).any()
     assert all(len(set(r[r >= 0].tolist())) == (r >= 0).sum() for r in grown.semantic)  # no duplicate edges
     linked = np.zeros(N, dtype=bool)

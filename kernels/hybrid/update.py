@@ -3,8 +3,9 @@ without a rebuild.
 
 Inserting: each new node's k-NN list is exact while the build's would be (``BuildConfig.exact_knn``):
 blocked products of the new rows against every live row, a share of a full build's k-NN step. Past
-that (NN-Descent builds) it merges a search of the graph, the node's own vectors used as the query,
-with exact k-NN among the new nodes. The build's pruning and layout then run on it (a neighbour
+that (candidate and NN-Descent builds) it comes from the candidate k-NN of ``candidates.py`` asked for
+the new rows only, against every live node (old and new), its refine round joining the old nodes'
+graph edges: its cost is the batch's share of a build's. The build's pruning and layout then run on it (a neighbour
 already in the graph contributes its edge list, scored, as its list). Each existing node
 a new node kept takes it into the tail of its own list; at most a quarter of that list turns over.
 
@@ -25,11 +26,10 @@ from dataclasses import asdict
 import numpy as np
 from numba import njit
 
-from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.candidates import candidate_knn
 from graphlake.kernels.hybrid.graph import (
     BuildConfig,
     HybridGraph,
-    Searcher,
     build,
     entry_points,
     exact_neighbours,
@@ -40,9 +40,6 @@ from graphlake.kernels.hybrid.graph import (
 )
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-
-SEARCH_POOL = 128  # the pool of the search that finds an inserted node's neighbours
-
 
 def splice(graph: HybridGraph, old_to_new: np.ndarray, n_new: int) -> HybridGraph:
     """The graph renumbered onto a changed corpus: old row ``i`` becomes ``old_to_new[i]`` (−1: removed,
@@ -100,14 +97,13 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     new = np.zeros(n, dtype=bool)
     new[rows] = True
     self_ip = self_inner_products(vectors, nodes, graph.scales)
+    operands = row_operands(vectors, nodes, graph.scales)
     knn_ids = np.full((n, k), -1, np.int32)
     knn_sims = np.full((n, k), -np.inf, np.float32)
     if config.exact_knn(n):
         knn_ids[rows], knn_sims[rows] = exact_neighbours(vectors, nodes, graph.scales, k, rows, graph.deleted)
     else:
-        before = HybridGraph(graph.semantic, graph.keyword, entry_points(self_ip, ~new & ~graph.deleted, config), graph.scales, graph.deleted | new)
-        knn_ids[rows], knn_sims[rows] = _searched(Searcher(before, vectors), vectors, nodes, rows, k)
-    operands = row_operands(vectors, nodes, graph.scales)
+        knn_ids[rows], knn_sims[rows], _ = candidate_knn(vectors, nodes, graph.scales, k, operands, rows, graph.deleted, graph.semantic)
     involved = np.unique(knn_ids[rows])
     involved = involved[(involved >= 0) & ~new[np.maximum(involved, 0)]]
     width = min(k, degree)
@@ -124,23 +120,6 @@ def insert(graph: HybridGraph, vectors: HybridVectors, nodes: Queries, rows: np.
     keywords[rows] = keyword[rows]
     live = ~graph.deleted
     return HybridGraph(semantic, keywords, entry_points(self_ip, live, config), graph.scales, graph.deleted.copy(), dict(graph.build))
-
-
-def _searched(searcher: Searcher, vectors: HybridVectors, nodes: Queries, rows: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per new row, its ``k`` best by fused score among the graph's live rows (searched) and the other new rows (exact)."""
-    scales = searcher.graph.scales
-    asked = nodes.take(rows)
-    among = vectors.fused(asked, scales, rows)  # the new rows among themselves only
-    np.fill_diagonal(among, -np.inf)
-    near, near_scores = batched.top_rows(np, among, min(k, len(rows)))
-    ids = np.full((len(rows), k + near.shape[1]), -1, np.int64)
-    values = np.full(ids.shape, -np.inf, np.float32)
-    ids[:, k:], values[:, k:] = rows[near], near_scores
-    for i in range(len(rows)):  # contiguous row slices: far cheaper than fancy indexing per query
-        found, scores = searcher.search(Queries(asked.dense[i : i + 1], asked.sparse[i : i + 1], asked.lexical[i : i + 1]), scales, max(SEARCH_POOL, k), k)
-        ids[i, : len(found)], values[i, : len(found)] = found, scores
-    best, top = batched.top_rows(np, values, k)
-    return np.where(np.isfinite(top), np.take_along_axis(ids, best, axis=1), -1), top
 
 
 @njit(cache=True)
