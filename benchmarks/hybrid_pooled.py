@@ -167,7 +167,8 @@ def inserts(
 ) -> list[str]:
     """G7: build (``full``'s k-NN) on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways
     ``insert`` finds a new node's candidates: exact (what ``knn: auto`` does below ``EXACT_KNN_UP_TO``;
-    left out with ``exact=False``, for sizes where auto never does it) and by search (what it does past it). Time against a full build and against one with the
+    left out with ``exact=False``, for sizes where auto never does it) and the candidate k-NN of the new
+    rows (what it does past it). Time against a full build and against one with the
     ``approximate`` k-NN (label, ``knn`` setting, its k-NN seconds, plus the same prune and layout);
     recall@10 at L 128 (1/1/1) against exact fusion."""
     n = len(vectors)
@@ -190,7 +191,7 @@ def inserts(
     reference = quality(whole)
     for share, first, rest in insert_splits(n):
         base = build(vectors.take(first), nodes.take(first), full, scales)
-        for knn, found_by in ((("exact", "exact"),) if exact else ()) + ((setting, "searched"),):
+        for knn, found_by in ((("exact", "exact"),) if exact else ()) + ((setting, "candidate k-NN"),):
             started = time.perf_counter()
             grown = insert(splice(base, first, n), vectors, nodes, rest, BuildConfig(knn=knn))
             seconds = time.perf_counter() - started
