@@ -218,3 +218,10 @@ def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt
     selected = set(plan_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path).assets)
     assert built <= selected and not (not_built & selected)
     assert {"run_gar", "run_fastinsight", "reranker"} <= selected
+
+
+def test_a_hybrid_graph_method_plans_the_triples_its_kg_is_built_from(tmp_path):
+    """The hybrid graph index's default ``kg: spacy`` reads spaCy's triples: an eval on a fresh corpus builds them."""
+    CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format="beir", path=str(tmp_path)))
+    selected = plan_refresh(Lake(tmp_path), "c", ["ap_three"], tmp_path).assets
+    assert "triples_spacy" in selected and "hybrid_graph_index" in selected

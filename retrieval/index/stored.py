@@ -99,7 +99,8 @@ declare(
     *(IndexKind(k, (f"{k}_edges",), Stored("edges", partition=(("kind", k),)), _linked(k)) for k in EDGE_KINDS[1:]),
     # one multi-asset each: entities and mentions are built together
     *(IndexKind(f"mentions_{x}", (f"entities_{x}", f"mentions_{x}"), Stored("mentions", partition=(("extractor", x),)), _mentions(x)) for x in ("spacy", "regex")),
-    IndexKind("hybrid_graph", ("hybrid_graph_index",), Stored(artifact="hybrid_graph"), _hybrid_graph),
+    # the graph's KG part reads spaCy's triples (the asset's default kg)
+    IndexKind("hybrid_graph", ("triples_spacy", "hybrid_graph_index"), Stored(artifact="hybrid_graph"), _hybrid_graph),
     # GRASP: the SKBs (the entity source reads spaCy mentions and citations) and their node vectors
     IndexKind("skb", ("entities_spacy", "mentions_spacy", "citation_edges", "skb"), Stored(artifact="skb"), _skb),
     IndexKind("skb_vectors", ("skb_vectors",), Stored(artifact="skb_vectors"), None),
