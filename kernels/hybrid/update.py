@@ -41,6 +41,7 @@ from graphlake.kernels.hybrid.graph import (
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
+
 def splice(graph: HybridGraph, old_to_new: np.ndarray, n_new: int) -> HybridGraph:
     """The graph renumbered onto a changed corpus: old row ``i`` becomes ``old_to_new[i]`` (−1: removed,
     spliced out); new rows get empty lists, for ``insert``."""
