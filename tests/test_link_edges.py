@@ -11,7 +11,7 @@ import pytest
 from conftest import materialize_committed
 from dagster import DagsterInstance, build_asset_context
 
-from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, semantic_edges
+from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, neighbour_recall, semantic_edges
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
@@ -118,6 +118,19 @@ def test_nearest_neighbours_are_exact_and_exclude_self():
     np.fill_diagonal(cosine, -np.inf)
     assert indices.tolist() == np.argsort(-cosine, axis=1)[:, :2].tolist() == [[1, 3], [0, 3], [3, 1], [2, 1], [2, 3]]
     np.testing.assert_allclose(scores, np.take_along_axis(cosine, indices, axis=1), rtol=1e-6)
+
+
+def test_nearest_neighbours_above_the_exact_limit_come_from_hnsw_with_their_recall():
+    vectors = np.random.default_rng(0).normal(size=(1500, 24)).astype(np.float32)
+    exact, _ = nearest_neighbours(vectors, k=5)
+    found, scores = nearest_neighbours(vectors, k=5, exact_up_to=1000)
+    unit = vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+    assert (found >= 0).all() and (found != np.arange(1500)[:, None]).all()
+    np.testing.assert_allclose(scores, np.einsum("ij,ikj->ik", unit, unit[found]), rtol=1e-5)  # the true cosines
+    assert (np.diff(scores, axis=1) <= 1e-6).all()  # best first
+    recall = np.mean([len(set(e) & set(f)) / 5 for e, f in zip(exact.tolist(), found.tolist(), strict=True)])
+    assert recall >= 0.95 and neighbour_recall(vectors, exact) == 1.0
+    assert abs(neighbour_recall(vectors, found) - recall) < 0.05  # the seeded sample estimates the whole
 
 
 def test_semantic_edges_asset_on_a_tiny_vector_table():
