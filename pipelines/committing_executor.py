@@ -29,6 +29,8 @@ from dagster import (
 )
 from dagster._core.errors import raise_execution_interrupts
 from dagster._core.execution.retries import RetryMode
+from dagster._core.instance.ref import InstanceRef
+from dagster._serdes import ConfigurableClassData
 from dagster._utils import iterate_with_context
 
 from graphlake.pipelines.reindex import PARTITION_TAG
@@ -89,7 +91,9 @@ class CommittingDaskExecutor(Executor):
     reads. Its own executor cannot submit a run of partitioned assets (dask's task parser walks the
     run's named tuples into Dagster records, which refuse iteration), so the arguments travel in a
     ``partial`` that dask leaves whole. Workers rebuild the Definitions from their own
-    ``GRAPHLAKE_HOME``: they must see the same lake."""
+    ``GRAPHLAKE_HOME``: they must see the same lake. Steps on workers capture no compute logs: the
+    capture swaps the whole process's stdout and stderr, and a worker runs a sharded step's shards,
+    or another step, in its process while that step waits (their output stays in the worker's log)."""
 
     def __init__(self, cluster: dict, home: Path) -> None:
         self.cluster = cluster
@@ -109,6 +113,7 @@ class CommittingDaskExecutor(Executor):
         ((kind, settings),) = self.cluster.items()
         # one thread a worker: Dagster's step execution is not thread-safe
         local = dask.distributed.LocalCluster(**{"threads_per_worker": 1, **(settings or {})}) if kind == "local" else nullcontext(settings["address"])
+        instance_ref = _without_log_capture(plan_context.instance.get_ref())
         with local as cluster, dask.distributed.Client(cluster) as client:
             futures = {}
             for level in execution_plan.get_steps_to_execute_by_level():
@@ -119,7 +124,7 @@ class CommittingDaskExecutor(Executor):
                         dagster_run=plan_context.dagster_run,
                         run_config=plan_context.run_config,
                         step_keys=[step.key],
-                        instance_ref=plan_context.instance.get_ref(),
+                        instance_ref=instance_ref,
                         known_state=execution_plan.known_state,
                     )
                     after = [futures[key] for step_input in step.step_inputs for key in step_input.dependency_keys]
@@ -139,6 +144,10 @@ class _StepEvents:
 
     def __sizeof__(self) -> int:
         return 64 * 1024
+
+
+def _without_log_capture(ref: InstanceRef) -> InstanceRef:
+    return ref._replace(compute_logs_data=ConfigurableClassData("dagster._core.storage.noop_compute_log_manager", "NoOpComputeLogManager", "{}"))
 
 
 def _step(after: list, **arguments) -> _StepEvents:

@@ -5,6 +5,7 @@ as an in-process build, and committed as snapshots like any run."""
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import subprocess
 import sys
@@ -23,6 +24,7 @@ distributed = pytest.importorskip("distributed")
 
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
 CORPORA = {"harbour": TEXTS, "harbour_edited": EDITED}
+RUN_S = 300  # a run takes about 40 s here; past this it is stuck
 
 
 def build(home: Path, sources: Path, dask: str | None) -> None:
@@ -33,11 +35,11 @@ def build(home: Path, sources: Path, dask: str | None) -> None:
         env["GRAPHLAKE_DASK"] = dask
     for corpus in CORPORA:  # declaring corpora writes the one corpora.yaml: one after the other
         ingest = [GRAPHLAKE, "ingest", "jsonl", str(sources / corpus / "docs.jsonl"), "--queries", str(sources / corpus / "queries.jsonl"), "--corpus", corpus]
-        done = subprocess.run(ingest, env=env, capture_output=True, text=True, timeout=600)
+        done = subprocess.run(ingest, env=env, capture_output=True, text=True, timeout=RUN_S)
         assert done.returncode == 0, done.stderr
     runs = [subprocess.Popen([GRAPHLAKE, "materialize", "--corpus", corpus, "--select", SELECTION], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for corpus in CORPORA]
     for run in runs:
-        _, stderr = run.communicate(timeout=600)
+        _, stderr = run.communicate(timeout=RUN_S)
         assert run.returncode == 0, stderr
 
 
@@ -55,10 +57,12 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
     monkeypatch.setenv("GRAPHLAKE_HOME", str(on_dask))
     monkeypatch.setenv("DAGSTER_HOME", str(on_dask / "dagster"))
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, distributed.Client(cluster) as client:
+        client.run(faulthandler.dump_traceback_later, RUN_S - 60)  # a stuck worker prints its threads' stacks
         with distributed.get_task_stream(client) as stream:
             build(on_dask, sources, dask=cluster.scheduler_address)
         tasks = stream.data
         workers = set(client.scheduler_info()["workers"])
+        client.run(faulthandler.cancel_dump_traceback_later)
 
     steps, shards = {}, {}  # run id -> its steps; corpus -> the workers that encoded its shards
     for task in tasks:
@@ -77,6 +81,8 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
 
     expected, got = rows(local, CORPORA), rows(on_dask, CORPORA)
     assert [key for key in expected if not same(expected[key], got[key])] == []
+    # steps on workers capture no compute logs (the capture swaps a shared process's stdout and stderr)
+    assert list((local / "dagster" / "storage").glob("*/compute_logs/*")) and not list((on_dask / "dagster" / "storage").glob("*/compute_logs/*"))
     assert sum(map(len, got.values())) > 0 and all(got[table, corpus] for table in ("documents", "nodes", "vectors", "runs") for corpus in CORPORA)
     for corpus in CORPORA:
         assert Snapshots(on_dask).current(corpus).number == Snapshots(local).current(corpus).number  # committed like any run
