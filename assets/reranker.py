@@ -33,7 +33,8 @@ class RerankerConfig(Config):
 )
 def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeResource) -> None:
     """A cross-encoder fine-tuned on the lake's training queries, stored with its curve and validation."""
-    summary = learn(lake.lake, config, context.log.info)
+    explicit = "reranker" in (context.run.run_config.get("ops") or {})  # a run that sets this config asks for it
+    summary = learn(lake.lake, config, context.log.info, explicit)
     if "curve" in summary:
         summary["curve"] = MetadataValue.json(summary["curve"])
     context.add_output_metadata(summary)

@@ -14,6 +14,7 @@ from typer.testing import CliRunner
 
 from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.pipelines.cli import app
+from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.training.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
 from graphlake.warehouse.storage import Lake
@@ -22,9 +23,9 @@ METHODS = "vector,re2,gar,fastinsight"
 
 
 @pytest.fixture(scope="module")
-def evaluated(demo_lake, tmp_path_factory):
-    """A copy of the session's demo lake (its reranker trained by ``graphlake demo``), evaluated with the four methods."""
-    home = copy_lake(demo_lake.home, tmp_path_factory.mktemp("reranker") / "lake")
+def evaluated(demo_reranked, tmp_path_factory):
+    """A copy of the demo lake with its reranker trained (``demo_reranked``), evaluated with the four methods."""
+    home = copy_lake(demo_reranked, tmp_path_factory.mktemp("reranker") / "lake")
     with pytest.MonkeyPatch.context() as patch:
         use_lake(patch, home)
         result = CliRunner().invoke(app, ["eval", "--corpus", "demo", "--methods", METHODS, "--json"], catch_exceptions=False)
@@ -130,3 +131,44 @@ def test_reusing_pairs_gives_the_cold_runs_and_encodes_each_pair_once(evaluated)
         for query_id, hits in before.items():
             assert [n for n, _ in after[query_id]] == [n for n, _ in hits], (method, query_id)
             np.testing.assert_allclose([s for _, s in after[query_id]], [s for _, s in hits], atol=1e-4)
+
+
+def _reranker_metadata() -> dict:
+    with DagsterInstance.get() as instance:
+        event = instance.get_latest_materialization_event(AssetKey("reranker"))
+    return {name: value.value for name, value in event.asset_materialization.metadata.items()}
+
+
+def test_another_corpus_keeps_the_lakes_cross_encoder_and_a_weak_one_says_so(evaluated, tmp_path):
+    home, _, _ = evaluated
+    lake = Lake(home)
+    before = lake.artifact("reranker", {})
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text("".join(json.dumps({"id": f"w{i}", "title": f"Whale {i}", "text": f"Humpback whale {i} sings in the bay."}) + "\n" for i in range(3)))
+    assert CliRunner().invoke(app, ["ingest", "jsonl", str(docs), "--corpus", "mine"], catch_exceptions=False).exit_code == 0
+    # the reranker as a full build of `mine` runs it: the asset's default config, which the demo's model was not trained with
+    built = CliRunner().invoke(app, ["materialize", "--corpus", "mine", "--select", "key:reranker"], catch_exceptions=False)
+    assert built.exit_code == 0, built.output
+    assert _reranker_metadata()["retrained"] is False and lake.artifact("reranker", {}) == before  # the demo's model, same version
+
+    trained, dense = held_out_quality(before)
+    queried = CliRunner().invoke(app, ["query", "--corpus", "mine", "--method", "re2", "whale song", "--json"], catch_exceptions=False)
+    assert queried.exit_code == 0, queried.output
+    weak = [note for note in json.loads(queried.stdout)["notes"] if "no better than dense retrieval" in note]
+    assert bool(weak) == (trained <= dense), (trained, dense, weak)
+
+
+def test_a_worse_new_cross_encoder_does_not_replace_the_current_one(evaluated):
+    home, _, _ = evaluated
+    lake = Lake(home)
+    current = json.loads((lake.artifact("reranker", {}) / TRAINING_FILE).read_text())["training"]["best_validation"]
+    config = home.parent / "one_step.yaml"  # set explicitly, so it trains: one step cannot match the demo's training
+    demo = yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]["config"]
+    config.write_text(yaml.safe_dump({"ops": {"reranker": {"config": {**demo, "epochs": 1, "budget_minutes": 0.01, "validate_every": 1000}}}}))
+    result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    metadata = _reranker_metadata()
+    report = json.loads((lake.artifact("reranker", {}) / TRAINING_FILE).read_text())
+    assert report["kept"]["model"] == "previous" and report["kept"]["previous_ndcg@10"] == pytest.approx(current)
+    assert report["kept"]["new_ndcg@10"] < report["kept"]["previous_ndcg@10"] and metadata["retrained"] is False
+    assert "kept the previous cross-encoder" in " ".join(result.stderr.split())

@@ -22,6 +22,7 @@ from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.core import Candidates, Input, Op, ranked, register, run_inputs
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
+from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
@@ -33,11 +34,19 @@ def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
 
 
 def _untrained(indexes: LakeIndexes, instead: str) -> bool:
-    """Whether the lake holds no trained cross-encoder (no training queries anywhere); noted, with what ranks ``instead``."""
+    """Whether the lake holds no trained cross-encoder (no training queries anywhere); noted, with what ranks
+    ``instead``. A trained one that reranked its held-out queries no better than dense retrieval is noted too."""
     model = indexes.get("reranker")
     if isinstance(model, Untrained):
         indexes.note(f"no trained cross-encoder: {model.reason}; {instead}")
-    return isinstance(model, Untrained)
+        return True
+    quality = held_out_quality(indexes.lake.artifact("reranker", {}))
+    if quality is not None and quality[0] <= quality[1]:
+        indexes.note(
+            f"the lake's cross-encoder reranks its held-out training queries no better than dense retrieval (nDCG@10 {quality[0]:.3f} "
+            f"against {quality[1]:.3f}): this ranking may be worse than its first stage"
+        )
+    return False
 
 
 @register

@@ -10,8 +10,9 @@ share of the training queries is held out: the model kept is the one with the be
 reranking their dense top ``validation_depth``, and the report sets that against dense retrieval on
 the same queries.
 
-Training is skipped when the training queries, their corpora's nodes and the config are those the
-current model was trained on, so reindexing a corpus does not retrain for nothing. A lake with fewer
+Training is skipped when the training queries and their corpora's nodes are those the current model
+was trained on (and the config too, when a run sets it), so reindexing a corpus or declaring another
+does not retrain for nothing; a new model never replaces a better one (:func:`learn`). A lake with fewer
 than two training queries stores an ``Untrained`` marker instead: the methods that rerank with the
 model then return their first-stage ranking, and say so.
 """
@@ -57,8 +58,14 @@ class TrainingQuery:
     gold: frozenset[str]  # relevant doc ids
 
 
-def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
-    """Train the lake's cross-encoder (or keep the current one); the summary to show."""
+def learn(store: Lake, config: Any, log: Callable[[str], None], explicit: bool = True) -> dict:
+    """Train the lake's cross-encoder (or keep the current one); the summary to show.
+
+    The current model is kept, untouched, while its training data (the training queries and their
+    corpora's nodes) is unchanged, and also when only the config differs unless this run sets the
+    config (``explicit``): materializing another corpus with the asset's defaults must not retrain
+    the demo's model. A new model replaces the current one only if it ranks the same held-out
+    queries at least as well; otherwise the current one is kept, re-recorded for the new data."""
     corpora = config.corpora or [name for name in CorpusRegistry(store.home).all() if has_train_queries(store, name)]
     queries = training_queries(store, corpora, config.max_queries_per_corpus, config.seed)
     if len(queries) < 2:
@@ -67,10 +74,10 @@ def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
         )
         store.write_artifact("reranker", {}, untrained.save)
         return {"retrained": False, "note": f"not trained: {untrained.reason}; the methods that rerank with it return their first-stage ranking"}
-    digest = _fingerprint(store, queries, config)
+    data_digest, config_digest = _fingerprint(store, queries), fingerprint(config.model_dump())
     current = reranker_report(store)
-    if current and current.get("fingerprint") == digest:
-        log("reranker: training data and config unchanged; keeping the current model")
+    if current and current.get("data_fingerprint") == data_digest and (current.get("config_fingerprint") == config_digest or not explicit):
+        log("reranker: training data unchanged; keeping the current model")
         return {"retrained": False, **headline(current)}
     from graphlake.kernels.rerank.cross_encoder import CrossEncoder, reranked_ndcg, train
 
@@ -87,9 +94,38 @@ def learn(store: Lake, config: Any, log: Callable[[str], None]) -> dict:
         validate_every=config.validate_every,
         seed=config.seed,
     )
-    summary = {"fingerprint": digest, "corpora": corpora, **data.summary(corpora), "config": config.model_dump(), "training": asdict(report)}
+    summary = {
+        "data_fingerprint": data_digest,
+        "config_fingerprint": config_digest,
+        "corpora": corpora,
+        **data.summary(corpora),
+        "config": config.model_dump(),
+        "training": asdict(report),
+    }
+    previous = _previous_model(store, current)
+    if previous is not None:
+        kept = reranked_ndcg(previous, data.validation)
+        if kept > report.best_validation:  # the same held-out queries: the better model stays
+            note = (
+                f"kept the previous cross-encoder: it reranks the {len(data.validation)} held-out training queries at nDCG@10 "
+                f"{kept:.3f}, the newly trained one at {report.best_validation:.3f}"
+            )
+            log(f"reranker: {note}")
+            summary["kept"] = {"model": "previous", "previous_ndcg@10": kept, "new_ndcg@10": report.best_validation}
+            summary["training"] = {**current["training"], "best_validation": kept}
+            store.write_artifact("reranker", {}, lambda folder: previous.save(folder, summary))
+            return {"retrained": False, "note": note, **headline(summary)}
+        summary["kept"] = {"model": "new", "previous_ndcg@10": kept, "new_ndcg@10": report.best_validation}
     store.write_artifact("reranker", {}, lambda folder: encoder.save(folder, summary))
-    return {"retrained": True, **headline(summary), "curve": report.curve}
+    return {"retrained": True, **headline(summary), **({"kept": "new"} if previous is not None else {}), "curve": report.curve}
+
+
+def _previous_model(store: Lake, current: dict | None):
+    """The lake's current trained cross-encoder, None when there is none (or an ``Untrained`` marker)."""
+    if not current or "training" not in current:
+        return None
+    model = load_reranker(store.artifact("reranker", {}))
+    return None if isinstance(model, Untrained) else model
 
 
 @dataclass(frozen=True)
@@ -191,7 +227,7 @@ def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods
 
 def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, depth: int) -> dict:
     """A held-out query's dense top ``depth`` (node texts and doc ids) and dense's own nDCG@10 on it."""
-    rows = methods["dense"].run(query.text, indexes).rows[:depth] if "dense" in methods else np.zeros(0, int)
+    rows = methods["dense"].run(query.text, indexes).rows[:depth] if "dense" in methods.available else np.zeros(0, int)
     docs = [indexes.doc_ids()[r] for r in rows]
     gold = {doc: 1 for doc in query.gold}
     return {
@@ -203,12 +239,11 @@ def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: Methods
     }
 
 
-def _fingerprint(lake: Lake, queries: list[TrainingQuery], config: Any) -> str:
-    """What a model was trained from: config, query ids and texts, and when each corpus's nodes were written."""
+def _fingerprint(lake: Lake, queries: list[TrainingQuery]) -> str:
+    """What a model was trained from: the query ids, texts and gold, and when each corpus's nodes were written."""
     corpora = sorted({q.corpus for q in queries})
     return fingerprint(
         {
-            "config": config.model_dump(),
             "queries": sorted((q.corpus, q.query_id, q.text, sorted(q.gold)) for q in queries),
             "nodes": {c: lake.written_at("nodes", {"corpus": c}) for c in corpora},
         }
