@@ -5,6 +5,7 @@ The screenshots it takes are the README's (``docs/ui/``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -13,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 from conftest import free_port
 
@@ -27,9 +29,6 @@ pytestmark = pytest.mark.skipif(
 
 @pytest.fixture
 def ui(demo_copy):
-    seen = Path(os.environ["DAGSTER_HOME"]) / ".nux" / "nux.yaml"  # as after a user dismissed Dagster's newsletter prompt
-    seen.parent.mkdir(parents=True, exist_ok=True)
-    seen.write_text("seen: 1\n")
     port = free_port()
     graphlake = Path(sys.executable).with_name("graphlake")
     process = subprocess.Popen([str(graphlake), "ui", "--port", str(port)], env=os.environ.copy(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -44,14 +43,15 @@ def ui(demo_copy):
                 time.sleep(1)
         else:
             raise AssertionError("the UI did not answer within 300 s")
-        yield url
-    finally:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=30)
+        yield url, process
+    finally:  # whatever the test left running (nothing, when it passed)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait(timeout=30)
 
 
 @pytest.fixture
@@ -85,13 +85,15 @@ def page_text(driver, *expected: str, timeout: float = 120) -> str:
         time.sleep(1)
 
 
-def test_the_ui_shows_lineage_assets_the_report_plot_and_the_reindex_automation(ui, browser):
+def test_the_ui_shows_lineage_assets_the_report_plot_and_the_reindex_automation_and_stops_whole(ui, browser):
     from selenium.webdriver.common.by import By
 
+    ui, process = ui
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     browser.get(f"{ui}/asset-groups")
     page_text(browser, "Global asset lineage", *STAGES)
-    time.sleep(2)  # the lineage graph settles its layout
+    time.sleep(2)  # the lineage graph settles its layout (and a community pop-up would have opened)
+    assert "Join the Dagster community" not in browser.execute_script("return document.body.innerText")  # marked seen for the lake
     browser.save_screenshot(str(SCREENSHOTS / "lineage.png"))
 
     browser.get(f"{ui}/assets/nodes")
@@ -114,3 +116,10 @@ def test_the_ui_shows_lineage_assets_the_report_plot_and_the_reindex_automation(
 
     browser.get(f"{ui}/automation")
     page_text(browser, "reindex_schedule", "corpus_change_sensor", "02:00")
+
+    started = psutil.Process(process.pid).children(recursive=True)  # dagster dev, its webserver, daemon, code servers
+    assert len(started) >= 3, started
+    process.send_signal(signal.SIGTERM)  # to `graphlake ui` alone, as a service manager stops it
+    assert process.wait(timeout=60) == 0
+    _, alive = psutil.wait_procs(started, timeout=30)
+    assert alive == [], [(p.pid, p.cmdline()) for p in alive]
