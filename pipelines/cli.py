@@ -17,6 +17,7 @@ from typing import Annotated
 import typer
 import yaml
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from graphlake.retrieval.core import MethodError
@@ -49,6 +50,7 @@ class _App(typer.Typer):
 app = _App(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 
 INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
+RERANKER = "reranker"  # the lake-wide cross-encoder: its asset and its index kind
 
 
 VERBOSE = {"on": False}  # --verbose, set by the app's callback
@@ -99,11 +101,11 @@ def _print_notes(notes: dict[str, str]) -> None:
 
 @app.command()
 def demo() -> None:
-    """Set up the lake and materialize every asset on the bundled demo corpus (but the runs of the methods
-    its few training queries cannot serve), then summarise it."""
+    """Set up the lake and build the bundled demo corpus with the default methods (but those that rerank
+    with the cross-encoder, which its few training queries cannot train), then summarise it."""
     from dagster import AssetSelection
 
-    from graphlake.pipelines.definitions import DEFAULT_SELECTION
+    from graphlake.pipelines.definitions import default_selection
     from graphlake.retrieval.core import method_asset_names, needs, uses_llm
     from graphlake.retrieval.index.kinds import index_assets, index_kind
     from graphlake.retrieval.methods import load_methods
@@ -112,23 +114,30 @@ def demo() -> None:
     home = lake_home()
     methods = load_methods(home)
     # the demo's 11 training queries teach the cross-encoder to tell a relevant passage from its hard
-    # negatives, not to rerank a whole corpus: the methods that rerank with it are left out
-    left_out = [name for name, method in methods.items() if "reranker" in needs(method)]
+    # negatives, not to rerank a whole corpus: it is not trained here, and the methods that rerank with it are left out
+    left_out = [name for name, method in methods.items() if RERANKER in {index.partition("/")[0] for index in needs(method)}]
     shown = [name for name, method in methods.items() if name not in left_out and not uses_llm(method)]  # LLM methods need a server
     config = _run_config(DEMO_CONFIG)
     config["ops"] |= {method_asset_names(name)[0]: {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
-    # and the learned indexes only those methods read (GRASP's reranker), but the cross-encoder, which the summary reports
+    # and what only they read that is learned: the cross-encoder, GRASP's reranker fine-tuned from it
     kinds = lambda names: {index.partition("/")[0] for name in names for index in needs(methods[name])}  # noqa: E731
-    learned_only = {kind for kind in kinds(left_out) - kinds(shown) - {"reranker"} if index_kind(kind).fitting is not None}
-    skipped |= AssetSelection.assets(*index_assets(learned_only))
-    _run(DEMO_CORPUS, DEFAULT_SELECTION - skipped, config, "demo")
+    skipped |= AssetSelection.assets(*index_assets(kind for kind in kinds(left_out) - kinds(shown) if index_kind(kind).fitting is not None))
+    _run(DEMO_CORPUS, default_selection(home) - skipped, config, "demo")
     _print_summary(DEMO_CORPUS)
-    _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT))
-    _print_reranker(Lake(home), left_out)
+    _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT), home, left_out)
+    if left_out:
+        console.print(
+            f"Not run here: {', '.join(left_out)}, which rerank with a cross-encoder the lake trains on its training queries; "
+            "the demo's 11 teach it to learn, not to rerank a corpus. To train it and run them (minutes on a CPU): "
+            f"graphlake eval --corpus demo --methods {','.join(left_out)}. Trained on thousands of queries they are "
+            "measured in benchmarks/results/fastinsight_gpu.md.",
+            highlight=False,
+        )
     console.print(
-        f"\nThe lake is {home}. Next: [bold]graphlake sql[/] \"select * from top_hubs('demo', 'citation', 3)\", "
+        f"\nThe lake is {home}. Next: [bold]graphlake methods[/] lists every method (--use switches more on), "
         "[bold]graphlake query --corpus demo --method rrf[/] \"Which vessel carried the BenthoCam sled?\", "
+        "[bold]graphlake sql[/] \"select * from top_hubs('demo', 'citation', 3)\", "
         "[bold]graphlake ui[/] for the asset graph; README.md has the rest. "
         f"The demo's training budgets are its run config, {DEMO_CONFIG}.",
         highlight=False,
@@ -396,12 +405,53 @@ def query(
         ranked = [{"rank": r, **h} for r, h in enumerate(hits, start=1)]
         print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": ranked, "notes": notes}))
         return
-    table = Table("rank", "score", "node", "title", "text", title=f"{method} on {corpus}: {latency:.1f} ms")
-    for rank, hit in enumerate(hits, start=1):
-        table.add_row(str(rank), f"{hit['score']:.4f}", hit["node_id"], hit["title"], hit["text"][:120])
-    console.print(table)
+    console.print(f"[bold]{method} on {corpus}[/]: {latency:.1f} ms", highlight=False)
+    for rank, hit in enumerate(hits, start=1):  # two lines a hit at any width: the node id whole, the text cut
+        console.print(f"{rank:>3}  {hit['score']:.4f}  [bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
+        snippet = " ".join(hit["text"].split())
+        room = max(20, console.width - 5)
+        console.print(f"     {snippet if len(snippet) <= room else snippet[: room - 1] + '…'}", highlight=False, markup=False, soft_wrap=True)
     for note in notes:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+
+
+@app.command(name="methods")
+def list_methods(
+    use: Annotated[list[str] | None, typer.Option("--use", help="Switch on a method, a pattern (ap_*_kg) or a catalogue (grapher/*) in the lake's methods.yaml.")] = None,
+) -> None:
+    """List every method, switched on (*) or available, by paper: what it does, the trained models or
+    server it needs, its median query time on this lake; --use switches more on."""
+    from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds)
+    from graphlake.retrieval.core import needs, uses_llm
+    from graphlake.retrieval.index.kinds import index_kind
+    from graphlake.retrieval.methods import available_methods, load_methods, switch_on
+    from graphlake.retrieval.reports import typical_latency
+
+    home = lake_home()
+    for entry in use or []:
+        try:
+            added = switch_on(home, entry)
+        except MethodError as error:
+            _fail(f"cannot switch on {error}")
+        errors.print(f"{entry}: switched on {', '.join(added) if added else 'nothing new'} ({home / 'methods.yaml'})", highlight=False, soft_wrap=True)
+    declared, _ = available_methods(home)
+    methods = load_methods(home)
+    latency = typical_latency(home) if (home / "catalog.duckdb").exists() else {}
+    rows = {}  # paper -> (mark, name, needs, ms, about) of each method
+    for name, item in declared.items():
+        op = methods[name]
+        trained = sorted({kind.partition("/")[0] for kind in needs(op) if index_kind(kind).fitting is not None})
+        ms = f"{latency[name][0]:.0f} ms" if name in latency else ""
+        rows.setdefault(item.paper, []).append(("*" if name in methods else " ", name, ", ".join([*trained, *(["LLM server"] if uses_llm(op) else [])]), ms, item.about))
+    every = [row for paper in rows.values() for row in paper]
+    name_width, ms_width = max(len(row[1]) for row in every), max(len(row[3]) for row in every)
+    console.print(f"Methods of {home}: * switched on; ms: median per query here; [the trained models (assets) or the server it needs]", highlight=False, markup=False)
+    for paper, methods_of in rows.items():
+        console.print(f"[bold]{paper}[/]", highlight=False)
+        for mark, name, needed, ms, about in methods_of:  # one line a method: the description gives way
+            head, tail = f"{mark} {name.ljust(name_width)} {ms.rjust(ms_width)} ", f"  [{needed}]" if needed else ""
+            room = max(1, console.width - len(head) - len(tail))
+            console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -432,13 +482,67 @@ def ui(
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "GRAPHLAKE_HOME": str(home)}
     command = [dagster_command(), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(port)]
     # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
-    raise typer.Exit(subprocess.call(command, env=env, cwd=dagster_home))
+    raise typer.Exit(_serve(command, env, dagster_home))
+
+
+def _serve(command: list[str], env: dict, cwd: Path) -> int:
+    """Run ``dagster dev`` until it ends or this process is asked to stop (SIGTERM, SIGINT); then stop it
+    and every process it started (webserver, daemon, code servers), so none outlives ``graphlake ui``."""
+    import signal
+    import time
+
+    import psutil
+
+    process = subprocess.Popen(command, env=env, cwd=cwd, start_new_session=True)  # our signal handlers decide
+    asked: list[int] = []
+    handlers = {number: signal.signal(number, lambda received, _frame: asked.append(received)) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        while process.poll() is None and not asked:
+            time.sleep(0.2)
+    finally:
+        try:
+            tree = [psutil.Process(process.pid), *psutil.Process(process.pid).children(recursive=True)]
+        except psutil.NoSuchProcess:
+            tree = []
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)  # dagster dev stops its own children first
+        _, alive = psutil.wait_procs(tree, timeout=20)
+        for survivor in alive:
+            survivor.kill()
+        psutil.wait_procs(alive, timeout=5)
+        for number, handler in handlers.items():
+            signal.signal(number, handler)
+    return 0 if asked else process.returncode
 
 
 class Switch(str, Enum):
     on = "on"
     off = "off"
     status = "status"
+
+
+export = typer.Typer(help="Take data out of the lake in other tools' formats.", no_args_is_help=True, rich_markup_mode=None)
+app.add_typer(export, name="export")
+
+
+@export.command(name="graph")
+def export_graph(
+    corpus: Annotated[str, typer.Option(help="The corpus whose graph to export.")],
+    kind: Annotated[str | None, typer.Option(help="Edge kind (citation, semantic, ...); every kind when left out.")] = None,
+    format: Annotated[str, typer.Option("--format", help="graphml (one file), csv or parquet (a folder of nodes and edges files).")] = "graphml",
+    out: Annotated[Path | None, typer.Option(help="Where to write it (default: CORPUS-KIND.graphml, or a CORPUS-KIND-FORMAT folder, here).")] = None,
+) -> None:
+    """Export a corpus graph: every node with its document's title, the edges with kind and weight."""
+    from graphlake.warehouse.graph_export import ExportError
+    from graphlake.warehouse.graph_export import export_graph as write
+
+    name = f"{corpus}-{kind or 'all'}"
+    target = out or Path(f"{name}.graphml" if format == "graphml" else f"{name}-{format}")
+    try:
+        written = write(lake_home(), corpus, kind, format, target)
+    except (ExportError, StorageError) as error:
+        _fail(str(error))
+    errors.print(f"wrote {written}", highlight=False, soft_wrap=True)
 
 
 @app.command()
@@ -487,35 +591,26 @@ def _print_report(report: list[dict], title: str) -> None:
     console.print(table)
 
 
-def _print_methods(report: list[dict], floor: dict[str, float]) -> None:
-    """Methods as rows and a few metrics as columns, so the table fits an 80-column terminal."""
-    table = Table("method", "nDCG@10", "R@10", "MRR", "p50 ms", title=f"{DEMO_CORPUS} / {DEMO_SPLIT}: every method")
+def _print_methods(report: list[dict], floor: dict[str, float], home: Path, left_out: list[str]) -> None:
+    """Methods as rows grouped by paper (those ``left_out`` marked so), a few metrics as columns, so the
+    table fits an 80-column terminal."""
+    from graphlake.retrieval.methods import available_methods
+
+    declared, _ = available_methods(home)
+    scored = {row["method"]: row for row in report}
+    table = Table("method", "nDCG@10", "R@10", "MRR", "p50 ms", title=f"{DEMO_CORPUS} / {DEMO_SPLIT}: the switched-on methods by paper")
     table.add_row("(random)", f"{floor['ndcg@10']:.3f}", f"{floor['recall@10']:.3f}", "", "", style="dim")
-    for row in report:
-        metrics = row["metrics"]
-        table.add_row(row["method"], *(f"{metrics[m]:.3f}" for m in ("ndcg@10", "recall@10", "mrr")), f"{row['latency_ms']['p50']:.1f}")
+    paper = None
+    for name in sorted([*scored, *left_out], key=list(declared).index):
+        if declared[name].paper != paper:
+            paper = declared[name].paper
+            table.add_row(f"[bold]{paper}[/]")
+        if name in scored:
+            metrics = scored[name]["metrics"]
+            table.add_row(f"  {name}", *(f"{metrics[m]:.3f}" for m in ("ndcg@10", "recall@10", "mrr")), f"{scored[name]['latency_ms']['p50']:.1f}")
+        else:
+            table.add_row(f"  {name} (below)", style="dim")
     console.print(table)
-
-
-def _print_reranker(lake: Lake, left_out: list[str]) -> None:
-    from graphlake.retrieval.training.reranker import reranker_report
-
-    report = reranker_report(lake)
-    if report is None:
-        return
-    training = report["training"]
-    console.print(
-        f"reranker: validation nDCG@10 {training['best_validation']:.3f} at step {training['best_step']} of {training['steps']} "
-        f"(untrained {training['initial_validation']:.3f}, dense {report['validation_dense_ndcg@10']:.3f}) on "
-        f"{sum(report['validation_queries'].values())} held-out training queries. Left out of the table: {', '.join(left_out)}, "
-        f"which rerank with it: {sum(report['training_queries'].values())} training queries teach it to learn, not to "
-        "rerank a corpus (with it they score barely above the random ranking). With a reranker trained on "
-        "thousands of queries they are measured in "
-        "benchmarks/results/fastinsight_gpu.md; to run them here: graphlake eval --corpus demo --methods "
-        f"{','.join(left_out)} (minutes on a CPU). Methods that call an LLM server (grasp_llm) are opt-in: "
-        "set GRAPHLAKE_LLM_BASE_URL and GRAPHLAKE_LLM_MODEL.",
-        highlight=False,
-    )
 
 
 def _print_summary(corpus: str) -> None:

@@ -11,6 +11,8 @@ from graphlake.assets.report import report_asset
 from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.committing_executor import committing_executor
 from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
+from graphlake.retrieval.index.kinds import unread_index_assets
+from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
@@ -23,13 +25,19 @@ CHECKS = [
     *(mentions_match_df(f"mentions_{extractor}") for extractor in ("spacy", "regex", "llm")),
 ]
 
-# The LLM-backed assets need a server (GRAPHLAKE_LLM_BASE_URL): opt-in, never part of the default build.
-DEFAULT_SELECTION = AssetSelection.all() - AssetSelection.groups("llm")
-
 INGEST_JOB, EVALUATE_JOB = "ingest_corpus", "evaluate"
-index_corpus = define_asset_job(
-    INDEX_JOB, selection=DEFAULT_SELECTION, description="Everything graphlake builds for one corpus, from raw files to evaluated runs."
-)
+
+
+def default_selection(home: Path) -> AssetSelection:
+    """What a corpus build runs: every asset but the LLM-backed ones (they need a server,
+    GRAPHLAKE_LLM_BASE_URL: opt-in) and the indexes and trained models that only methods the lake
+    has not switched on read."""
+    return AssetSelection.all() - AssetSelection.groups("llm") - AssetSelection.assets(*unread_index_assets(load_methods(home)))
+
+
+def index_corpus(home: Path):
+    return define_asset_job(INDEX_JOB, selection=default_selection(home), description="Everything graphlake builds for one corpus, from raw files to evaluated runs.")
+
 ingest_corpus = define_asset_job(
     INGEST_JOB, selection=AssetSelection.groups("ingest", "chunking"), description="Read a corpus's raw files and chunk them (graphlake ingest)."
 )
@@ -50,7 +58,7 @@ def build_definitions(home: Path) -> Definitions:
         assets=[*STATIC_ASSETS, *method_assets(home), report_asset(home)],
         asset_checks=CHECKS,
         resources=resources(home),
-        jobs=[index_corpus, ingest_corpus, evaluate],
+        jobs=[index_corpus(home), ingest_corpus, evaluate],
         sensors=[corpus_change_sensor],
         schedules=[reindex_schedule()],
         executor=committing_executor(home),

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS
 from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds whose fitting this plans)
-from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
+from graphlake.retrieval.core import Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, index_kind
-from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.methods import load_methods, unknown_method
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import Lake
@@ -64,9 +64,9 @@ def plan_refresh(
     BM25 run evaluated before FastInsight built the graph gets its TR then).
     """
     methods = load_methods(home)
-    unknown = [name for name in names if name not in methods]
-    if unknown:
-        raise MethodError(f"unknown method(s) {', '.join(unknown)}; declared: {', '.join(methods)}")
+    for name in names:
+        if name not in methods:
+            raise unknown_method(name, methods)
     spec = CorpusRegistry(home).get(corpus)
     refresh = Refresh(corpus)
     partition = {"corpus": corpus}

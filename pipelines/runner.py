@@ -8,15 +8,18 @@ left, and commits its versions as the corpus's next snapshot only if every step 
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 from dagster import (
     AssetSelection,
+    BetaWarning,
     DagsterError,
     DagsterEventType,
     DagsterInstance,
@@ -29,8 +32,9 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.common.progress import PREFIX
+from graphlake.common.suggest import did_you_mean
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
-from graphlake.pipelines.definitions import DEFAULT_SELECTION, EVALUATE_JOB, INGEST_JOB, build_definitions
+from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
 from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR
@@ -95,8 +99,13 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
     with DagsterInstance.get() as instance:
         if not instance.has_dynamic_partition(corpus_partitions.name, corpus):
             instance.add_dynamic_partitions(corpus_partitions.name, [corpus])
-        selected = _resolve_selection(selection)
-        keys = selected.resolve(assets)
+        selected = _resolve_selection(selection, home)
+        try:
+            keys = selected.resolve(assets)
+        except DagsterError:
+            keys = set()
+        if not keys or (isinstance(selection, str) and _unknown_words(selection, assets)):
+            raise MaterializeError(_unknown_assets(selection, assets))
         by_key = {key: definition for definition in assets for key in definition.keys}
         # lake-wide assets (the reranker) take no partition; a run of only those must not name one
         partitioned = any(by_key[key].partitions_def is not None for key in keys)
@@ -164,22 +173,39 @@ def forget_partition(home: Path, corpus: str) -> None:
             instance.delete_dynamic_partition(corpus_partitions.name, corpus)
 
 
-def _resolve_selection(selection: AssetSelection | str | list[str] | None) -> AssetSelection:
-    """All but the LLM-backed assets by default; those run only when a selection names them. A
+def _resolve_selection(selection: AssetSelection | str | list[str] | None, home: Path) -> AssetSelection:
+    """The lake's default build (``default_selection``) by default; LLM-backed assets run only when a selection names them. A
     selection that takes one output of a multi-asset (``+key:conceptual_edges`` reaches
     ``mentions_spacy``, built together with ``entities_spacy``) takes its siblings too: Dagster
     cannot run part of one. A list names the assets exactly, with those siblings."""
     if selection is None:
-        return DEFAULT_SELECTION
+        return default_selection(home)
     if isinstance(selection, AssetSelection):
         return selection
     if isinstance(selection, list):
         return AssetSelection.assets(*selection).required_multi_asset_neighbors()
     try:
-        chosen = AssetSelection.from_string(selection)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", BetaWarning)  # raised by Dagster's own parser for `group:`, not the user's doing
+            chosen = AssetSelection.from_string(selection)
     except DagsterError as error:
         raise MaterializeError(f"invalid asset selection {selection!r}: write e.g. 'nodes+' or 'key:bm25_index or key:dense_vectors'") from error
-    return (chosen if "llm" in selection else chosen & DEFAULT_SELECTION).required_multi_asset_neighbors()
+    return (chosen if "llm" in selection else chosen - AssetSelection.groups("llm")).required_multi_asset_neighbors()
+
+
+def _unknown_words(text: str, assets) -> list[str]:
+    """The asset names (bare or ``key:``, not a group's or a wildcard) a selection string names that the lake lacks."""
+    names = {key.to_user_string() for definition in assets for key in definition.keys}
+    words = re.findall(r"(?:^|[\s(+])(?:key:)?([A-Za-z_]\w*)(?=[\s)+]|$)", text)
+    return [word for word in dict.fromkeys(words) if word not in names and word not in ("or", "and", "not")]
+
+
+def _unknown_assets(selection, assets) -> str:
+    """One line for a selection that names assets the lake does not have (with the closest names), or matches none."""
+    names = {key.to_user_string() for definition in assets for key in definition.keys}
+    text = " ".join(selection) if isinstance(selection, list) else str(selection)
+    found = "; ".join(f"no asset {word!r}{did_you_mean(word, names)}" for word in _unknown_words(text, assets))
+    return f"invalid asset selection {text!r}: {found or 'it matches no asset of this lake'}"
 
 
 def _root_cause(event, corpus: str) -> MaterializeError:

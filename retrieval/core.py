@@ -147,11 +147,22 @@ def parse_operator(spec: Mapping[str, Any], method: str, resolve: Callable[[str]
 
 
 class Methods(dict[str, Op]):
-    """Parsed methods by name, and the declarations they came from."""
+    """The lake's switched-on methods by name (what gets run assets), and every method it may use.
 
-    def __init__(self, parsed: dict[str, Op], declared: Mapping[str, Any]) -> None:
+    Iterating gives the switched-on methods; ``methods[name]`` reaches any available one too, since a
+    method or a training step may read one that is not switched on (GraphER's ``grapher_base``, the
+    reranker's miners). ``declared`` holds every available method's declaration."""
+
+    def __init__(self, parsed: dict[str, Op], declared: Mapping[str, Any], available: Mapping[str, Op] | None = None) -> None:
         super().__init__(parsed)
         self.declared = dict(declared)
+        self.available = {**(available or {}), **parsed}
+
+    def __missing__(self, name: str) -> Op:
+        try:
+            return self.available[name]
+        except KeyError:
+            raise KeyError(name) from None
 
     def params(self, name: str) -> dict:
         """The declaration with named inputs expanded, so a run records everything that produced it."""

@@ -53,6 +53,16 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
     return report
 
 
+def typical_latency(home: Path) -> dict[str, tuple[float, str]]:
+    """Per method that has a run in the lake: the median query latency (ms) of its largest corpus's run, and that corpus."""
+    with Catalog(home).reader() as con:
+        rows = con.execute(
+            """SELECT method, corpus, median(latency_ms), count(*) AS n FROM runs WHERE rank = 1 GROUP BY ALL
+               QUALIFY row_number() OVER (PARTITION BY method ORDER BY n DESC, corpus) = 1"""
+        ).fetchall()
+    return {method: (float(ms), corpus) for method, corpus, ms, _ in rows}
+
+
 def random_floor(home: Path, corpus: str, split: str, k: int = 10) -> dict[str, float]:
     """Expected ``ndcg@k`` and ``recall@k`` of a random document ranking over the split's judged queries."""
     with Catalog(home).reader() as con:

@@ -1,7 +1,8 @@
 """Shared fixtures: where the staged benchmark data lives, fresh lakes, and the demo lake built once.
 
-``graphlake demo`` (every asset of the bundled corpus, the reranker and graph rankers trained) is
-the most expensive thing the suite does, so it runs once per session: tests that only read share
+``graphlake demo`` (every packaged method switched on, the graph rankers trained; the cross-encoder,
+which the demo leaves untrained, is trained by ``demo_reranked``) is the most expensive thing the
+suite does, so it runs once per session: tests that only read share
 ``demo_lake``; tests that write get ``demo_copy``, a private copy (Parquet files, artefacts and the
 Dagster instance are small, and copying keeps their modification times, which freshness reads).
 """
@@ -9,6 +10,7 @@ Dagster instance are small, and copying keeps their modification times, which fr
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
 import shutil
 import socket
@@ -23,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import yaml
 
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text.encoders import PRECISION_ENV
@@ -30,6 +33,7 @@ from graphlake.kernels.text.encoders import PRECISION_ENV
 # float32 encoders in every test (and every process a test starts): bfloat16 is used only where the CPU
 # has it, so recorded rankings (test_rankings.py) must not depend on which machine runs the suite
 os.environ.setdefault(PRECISION_ENV, "float32")
+EVERY_METHOD = ["*"]  # a lake's methods.yaml `use` entry switching on every packaged method
 
 
 def materialize_committed(home: Path, assets, **kwargs):
@@ -95,6 +99,10 @@ def demo_lake(tmp_path_factory) -> DemoLake:
     from graphlake.pipelines.cli import app
 
     home = tmp_path_factory.mktemp("demo") / "lake"
+    home.mkdir(parents=True)
+    # every packaged method switched on: the suite checks each variant through its catalogue (a newcomer's
+    # lake runs the dozen defaults; tests/test_catalogue.py checks those)
+    (home / "methods.yaml").write_text(f"use: {json.dumps(EVERY_METHOD)}\n")
     with pytest.MonkeyPatch.context() as patch:
         use_lake(patch, home)
         result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
@@ -117,6 +125,25 @@ def copy_lake(source: Path, target: Path) -> Path:
     shutil.copytree(source, target, symlinks=True)
     Catalog(target).refresh()
     return target
+
+
+@pytest.fixture(scope="session")
+def demo_reranked(demo_lake, tmp_path_factory) -> Path:
+    """A copy of the demo lake with the cross-encoder trained as the demo's run config sizes it (what
+    ``graphlake eval --methods re2,...`` would do on the demo); read it, never write to it."""
+    from typer.testing import CliRunner
+
+    from graphlake.pipelines.cli import app
+    from graphlake.warehouse.corpora import DEMO_CONFIG
+
+    home = copy_lake(demo_lake.home, tmp_path_factory.mktemp("reranked") / "lake")
+    config = home.parent / "reranker.yaml"
+    config.write_text(json.dumps({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
+    with pytest.MonkeyPatch.context() as patch:
+        use_lake(patch, home)
+        result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return home
 
 
 @pytest.fixture

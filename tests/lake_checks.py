@@ -25,6 +25,16 @@ def rows(home: Path, corpora) -> dict[tuple[str, str], list[tuple]]:
     return found
 
 
+def of_methods(found: dict[tuple[str, str], list[tuple]], methods) -> dict[tuple[str, str], list[tuple]]:
+    """``rows`` with the method-partitioned tables (runs, metrics) kept to these methods' rows."""
+    kept = {}
+    for (table, corpus), values in found.items():
+        columns = [f.name for f in TABLES[table].schema if f.name not in PER_RUN]
+        at = columns.index("method") if "method" in columns else None
+        kept[table, corpus] = values if at is None else [row for row in values if row[at] in set(methods)]
+    return kept
+
+
 def same(a, b) -> bool:
     """Equal values; floats within float32 noise (a query encoded with another thread count scores
     ~1e-7 apart: tests/test_rankings.py)."""

@@ -15,7 +15,7 @@ from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterInstanc
 from rich.console import Console
 
 from graphlake.kernels.text import encoders
-from graphlake.pipelines.definitions import DEFAULT_SELECTION
+from graphlake.pipelines.definitions import default_selection
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
 from graphlake.retrieval.index.lake import retrieval_texts
@@ -39,7 +39,7 @@ def built_methods(home) -> tuple[list[str], AssetSelection]:
     methods = load_methods(home)
     left_out = [n for n, m in methods.items() if uses_llm(m) or LAKE_WIDE & {index.partition("/")[0] for index in needs(m)}]
     skipped = AssetSelection.assets(*LAKE_WIDE, *(asset for name in left_out for asset in method_asset_names(name)))
-    return [name for name in methods if name not in left_out], DEFAULT_SELECTION - skipped
+    return [name for name in methods if name not in left_out], default_selection(home) - skipped
 
 
 def rows_naming(home, nodes: set[str], docs: set[str]) -> dict[str, int]:
@@ -65,6 +65,7 @@ def last_changes(home, asset: str) -> dict[str, int]:
 
 def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_copy, tmp_path, monkeypatch):
     home = demo_copy
+    (home / "methods.yaml").unlink()  # the default methods: a newcomer's lake (every variant is checked on the demo)
     source = tmp_path / "edited"
     shutil.copytree(DEMO_PATH, source)
     CorpusRegistry(home).add(CorpusSpec(name=CORPUS, format="demo", path=str(source)))

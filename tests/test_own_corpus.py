@@ -95,6 +95,8 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
     docs = tmp_path / "docs.jsonl"
     lines = [json.dumps({"id": f"d{i}", "title": t, "text": f"{t} were seen off the coast by the survey team."}) for i, t in enumerate(["Whales", "Seals", "Crabs"])]
     docs.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    lake.mkdir(parents=True)
+    (lake / "methods.yaml").write_text("use: ['*']\n")  # every packaged method: each stand-in is checked
     assert invoke("ingest", "files", str(write_notes(tmp_path / "notes")), "--corpus", "mine").exit_code == 0
     assert invoke("ingest", "jsonl", str(docs), "--corpus", "plain").exit_code == 0
     for corpus in ("mine", "plain"):

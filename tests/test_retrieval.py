@@ -175,7 +175,7 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     assert len(first) == 6 and first[1] == "Q0" and first[3] == "1" and first[5] == "graphlake-rrf"
     assert len({(line.split()[0], line.split()[2]) for line in trec}) == len(trec)  # one line per (query, document)
     unknown = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "nope"])
-    assert unknown.exit_code == 1 and "unknown method(s) nope" in unknown.stderr
+    assert unknown.exit_code == 1 and "unknown method 'nope'" in unknown.stderr
 
 
 def test_eval_runs_only_the_queries_of_the_split_it_reports(lake):

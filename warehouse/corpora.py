@@ -15,6 +15,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
@@ -192,7 +193,7 @@ class CorpusRegistry:
     def get(self, name: str) -> CorpusSpec:
         corpora = self.all()
         if name not in corpora:
-            raise UnknownCorpus(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}")
+            raise UnknownCorpus(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}{did_you_mean(name, corpora)}")
         return corpora[name]
 
     def add(self, spec: CorpusSpec) -> None:

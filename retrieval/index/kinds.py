@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from graphlake.retrieval.core import MethodError, Methods
+from graphlake.retrieval.core import MethodError, Methods, needs
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.storage import Lake
 
@@ -113,6 +113,30 @@ def corpus_needs(found: set[str], spec: CorpusSpec) -> dict[str, set[str]]:
         for resolved in graph_indexes(spec.corpus_graph) if kind == CORPUS_GRAPH else (index_kind(kind).name,):
             needed.setdefault(resolved, set()).update({part} if part else set())
     return needed
+
+
+def kinds_read(methods: Methods) -> set[str]:
+    """Every index kind the switched-on methods read, with what the learned ones among them learn from
+    (on a training corpus of the same lake)."""
+    found: set[str] = set()
+    todo = {name.partition("/")[0] for op in methods.values() for name in needs(op)}
+    while todo:
+        name = todo.pop()
+        if name in found:
+            continue
+        found.add(name)
+        fitting = index_kind(name).fitting if name != CORPUS_GRAPH else None
+        if fitting is not None:
+            todo |= {read.partition("/")[0] for read in fitting.reads(methods)}
+    return found
+
+
+def unread_index_assets(methods: Methods) -> list[str]:
+    """The assets that build an index artefact or trained model no switched-on method reads: a lake's
+    default build leaves them out. Tables (vectors, edges, mentions) are built whatever reads them."""
+    read = kinds_read(methods)
+    kept = set(index_assets(name for name in read if name != CORPUS_GRAPH))
+    return [kind.assets[-1] for kind in INDEX_KINDS.values() if kind.name not in read and kind.stored is not None and kind.stored.artifact and kind.assets[-1] not in kept]
 
 
 def asset_written_at(lake: Lake, corpus: str, asset: str) -> float | None:

@@ -60,7 +60,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> d
     train_corpus, split = training_source(lake.home, corpus)
     alpha_corpus, alpha_split = alpha_source(lake.home, corpus)
     methods = load_methods(lake.home)
-    if config.base not in methods:
+    if config.base not in methods.available:
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
     networks = networks_used(methods) if config.networks is None else [n for n in NETWORKS if n in config.networks]
     inputs = ["nodes", "queries", "qrels", *(index_kind(name).assets[-1] for name in sorted(reads(methods, config.base)))]
