@@ -147,6 +147,12 @@ def demo_reranked(demo_lake, tmp_path_factory) -> Path:
 
 
 @pytest.fixture
+def reranked_copy(demo_reranked, tmp_path, monkeypatch) -> Path:
+    """A private copy of the demo lake with its cross-encoder trained, as the CLI's lake, for a test that writes."""
+    return use_lake(monkeypatch, copy_lake(demo_reranked, tmp_path / "lake"))
+
+
+@pytest.fixture
 def demo_copy(demo_lake, tmp_path, monkeypatch) -> Path:
     """A private copy of the demo lake as the CLI's lake, for a test that writes."""
     return use_lake(monkeypatch, copy_lake(demo_lake.home, tmp_path / "lake"))

@@ -195,9 +195,10 @@ def test_fusion_report_is_json(demo_lake):
     assert json.loads(json.dumps(fusion.report))["train_corpus"] == "demo"
 
 
-def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(demo_copy, tmp_path):
-    """The asset end to end on the demo's few training queries: records, a curve, a kept checkpoint, both
-    final fusions; then ``grasp`` (and ``grasp_zs``) answer a query with it."""
+def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_copy, tmp_path):
+    """The asset end to end on the demo's few training queries (from the demo's trained cross-encoder):
+    records, a curve, a kept checkpoint, both final fusions; then ``grasp`` (and ``grasp_zs``) answer a
+    query with it."""
     from typer.testing import CliRunner
 
     from graphlake.pipelines.cli import app
@@ -207,7 +208,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(demo_copy
     config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.3, validate_every: 2, validation_depth: 10, depth: 20}}}\n")
     built = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:grasp_reranker", "--config", str(config)], catch_exceptions=False)
     assert built.exit_code == 0, built.stderr
-    tuned = TunedReranker.load(Lake(demo_copy).artifact("grasp_reranker", {"corpus": "demo"}))
+    tuned = TunedReranker.load(Lake(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
     training = tuned.report["training"]
     assert training["records"] > 0 and training["steps"] > 0 and len(training["curve"]) >= 2
     assert set(tuned.report["training_queries"]).isdisjoint(tuned.report["validation_queries"])

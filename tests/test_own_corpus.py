@@ -143,8 +143,9 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
     assert refused.exit_code == 1 and "corpus 'plain' has no queries with gold to tune graph rankers on" in refused.stderr, refused.stderr
 
 
-def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(demo_copy, tmp_path):
+def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(reranked_copy, tmp_path):
     from graphlake.retrieval.models.grapher import TunedRankers
+    from graphlake.retrieval.models.reranker import held_out_quality
     from graphlake.retrieval.models.untrained import Untrained
     from graphlake.warehouse.storage import Lake
 
@@ -152,9 +153,11 @@ def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(demo_copy, 
     assert invoke("ingest", "files", str(notes), "--corpus", "mine", "--alpha-corpus", "demo").exit_code == 0
     tuned = invoke("materialize", "--corpus", "mine", "--select", "key:graph_rankers")
     assert tuned.exit_code == 0 and NOTES["networks"] in tuned.stderr and "alpha untuned" not in tuned.stderr, tuned.stderr
-    rankers = TunedRankers.load(Lake(demo_copy).artifact("graph_rankers", {"corpus": "mine"}))
+    rankers = TunedRankers.load(Lake(reranked_copy).artifact("graph_rankers", {"corpus": "mine"}))
     assert rankers.alpha_default is None and rankers.report["alpha_corpus"] == "demo" and rankers.report["alpha_queries"] > 0
     assert all(isinstance(rankers.models[name], Untrained) for name in ("gat", "mlp"))
-    # the lake's cross-encoder, trained on the demo's train split, serves the new corpus as it is
+    # the lake's cross-encoder, trained on the demo's train split, serves the new corpus as it is; the
+    # demo's 11 queries train it to no better than dense, and the answer says so, nothing else
     answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--json", "Who filmed the seabed?").stdout)
-    assert answer["hits"] and answer["notes"] == []
+    trained, dense = held_out_quality(Lake(reranked_copy).artifact("reranker", {}))
+    assert answer["hits"] and len(answer["notes"]) == (trained <= dense) and all("no better than dense retrieval" in note for note in answer["notes"])

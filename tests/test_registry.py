@@ -122,6 +122,7 @@ def test_eval_brings_up_what_a_learned_index_reads_on_its_training_corpus(two_co
 
 def test_propagation_rankers_train_no_network_and_a_network_ranker_trains_its_own(two_corpora, monkeypatch):
     use_lake(monkeypatch, two_corpora)
+    (two_corpora / "methods.yaml").write_text("use: [grapher_ppr, grapher_gat]\n")  # grapher_gcs is a default
     rankers = Lake(two_corpora).artifact("graph_rankers", {"corpus": "target"})
     assert TunedRankers.load(rankers).models == {} and "networks" not in TunedRankers.load(rankers).report
     result = invoke("eval", "--corpus", "target", "--methods", "grapher_ppr,grapher_gcs", "--json")
