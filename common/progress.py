@@ -48,5 +48,5 @@ class StepProgress:
         return f"{head} ({rate:.1f}/s, about {duration((self.total - self.done) / rate)} left)"
 
     def _say(self) -> None:
-        if self.report is not None:
+        if self.report is not None and self.total:  # nothing to do (a corpus without queries): nothing to say
             self.report(self.line())

@@ -69,7 +69,9 @@ def _fail(message: str, trace: str = "") -> None:
     raise typer.Exit(1)
 
 
-def _run(corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, quiet: bool = False) -> None:
+def _run(
+    corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, quiet: bool = False, incremental: bool = False
+) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
     ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``;
     ``declare``: the corpus's new declaration, kept only if the run succeeds; ``quiet`` (``--json``):
@@ -79,7 +81,7 @@ def _run(corpus: str, selection, config: Path | dict | None, command: str, decla
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
         shown = Console(stderr=True, quiet=True) if quiet else errors  # progress on stderr, never on stdout
-        notes = materialize_corpus(lake_home(), corpus, selection, shown, run_config, VERBOSE["on"], command, declare)
+        notes = materialize_corpus(lake_home(), corpus, selection, shown, run_config, VERBOSE["on"], command, declare, incremental)
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
@@ -245,7 +247,7 @@ def materialize(
     ] = None,
 ) -> None:
     """Materialize assets (all by default) for one declared corpus."""
-    _run(corpus, select, config, "materialize")
+    _run(corpus, select, config, "materialize", incremental=select is None)  # a build: only what changed reaches
     _print_summary(corpus)
 
 

@@ -36,6 +36,7 @@ from graphlake.common.suggest import did_you_mean
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
 from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
 from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
+from graphlake.pipelines.staleness import plan_build
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR
 from graphlake.warehouse.locks import writer_lock
@@ -78,21 +79,24 @@ def materialize_corpus(
     verbose: bool = False,
     command: str = "materialize",
     declare: CorpusSpec | None = None,
+    incremental: bool = False,
 ) -> dict[str, str]:
     """Materialize the selection on the corpus in one run of the job named for the CLI command
     (``JOBS``), so the UI's run history shows what launched it; the notes assets left in their
     metadata (what they skipped, what default stood in), by asset. ``declare``: (re)declare the
-    corpus as this spec for the run, keeping the declaration only if the run succeeds."""
+    corpus as this spec for the run, keeping the declaration only if the run succeeds.
+    ``incremental`` (a build, a reindex): of the selection, run only what the changes since the
+    last incremental build reach (``pipelines/staleness.py``), and record this build's source."""
     with _writing(home, corpus, command, console), CorpusRegistry(home).declaring(declare) if declare else nullcontext():
-        return _materialize(home, corpus, selection, console, run_config, verbose, command)
+        return _materialize(home, corpus, selection, console, run_config, verbose, command, incremental)
 
 
-def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str) -> dict[str, str]:
+def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str, incremental: bool) -> dict[str, str]:
     try:
         spec = CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
         raise MaterializeError(str(error)) from None
-    built_from = {SOURCE_TAG: source_fingerprint(spec)} if selection is None else {}  # a full build: the reindexing's record
+    built_from = {SOURCE_TAG: source_fingerprint(spec)} if incremental else {}  # the reindexing's record
     os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
     defs = build_definitions(home)
     assets = list(defs.assets)
@@ -106,6 +110,14 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
             keys = set()
         if not keys or (isinstance(selection, str) and _unknown_words(selection, assets)):
             raise MaterializeError(_unknown_assets(selection, assets))
+        if incremental:
+            every = len(keys)
+            keys = plan_build(home, spec, defs.resolve_asset_graph(), set(keys), instance)
+            if not keys:
+                console.print(f"{corpus}: up to date: nothing changed since its last build", highlight=False)
+                return {}
+            if len(keys) < every:
+                console.print(f"{corpus}: {len(keys)} of {every} steps to run; the rest is current", highlight=False)
         by_key = {key: definition for definition in assets for key in definition.keys}
         # lake-wide assets (the reranker) take no partition; a run of only those must not name one
         partitioned = any(by_key[key].partitions_def is not None for key in keys)
@@ -135,11 +147,36 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
             raise MaterializeError(f"run {result.run_id} failed on corpus {corpus!r}")
         raise _root_cause(failures[0], corpus)
     notes = {}
+    metadata = {}
     for event in result.get_asset_materialization_events():
-        note = event.step_materialization_data.materialization.metadata.get(NOTE)
-        if note is not None:
-            notes[event.asset_key.to_user_string()] = note.value
+        values = {name: value.value for name, value in event.step_materialization_data.materialization.metadata.items()}
+        metadata[event.asset_key.to_user_string()] = values
+        if NOTE in values:
+            notes[event.asset_key.to_user_string()] = values[NOTE]
+    for line in build_summary(metadata):
+        console.print(f"{corpus}: {line}", highlight=False, soft_wrap=True)
     return notes
+
+
+def build_summary(metadata: dict[str, dict]) -> list[str]:
+    """What a build changed, from its assets' metadata, in a few lines: documents and nodes added,
+    changed and removed; nodes encoded; indexes updated in place or rebuilt; methods re-run."""
+    lines = []
+    for table in ("documents", "nodes"):
+        if "rows_added" in metadata.get(table, {}):
+            found = metadata[table]
+            lines.append(f"{table}: {found['rows_added']} added, {found['rows_changed']} changed, {found['rows_removed']} removed")
+    encoded = {asset: found for asset, found in metadata.items() if "encoded" in found and "reused" in found}
+    if encoded:
+        lines.append("nodes encoded: " + ", ".join(f"{found['encoded']} by {asset} ({found['reused']} reused)" for asset, found in encoded.items()))
+    words = {"incremental": "updated in place", "unchanged": "unchanged", "build": "built", "rebuild": "rebuilt"}
+    indexes = {asset: found["mode"] for asset, found in metadata.items() if found.get("mode") in words}
+    if indexes:
+        lines.append("indexes: " + ", ".join(f"{asset} {words[mode]}" for asset, mode in indexes.items()))
+    runs = sorted(asset.removeprefix("run_") for asset, found in metadata.items() if asset.startswith("run_") and found.get("queries"))
+    if runs:
+        lines.append(f"methods re-run ({len(runs)}): {', '.join(runs)}")
+    return lines
 
 
 def dask_cluster() -> dict | None:

@@ -7,11 +7,12 @@ training them would only make the test slower."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 
 import yaml
-from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterInstance
+from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterInstance, RunsFilter
 from rich.console import Console
 
 from graphlake.kernels.text import encoders
@@ -72,8 +73,8 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
     methods, selection = built_methods(home)
     config = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
     config["ops"] = {op: settings for op, settings in config["ops"].items() if op not in LAKE_WIDE}
-    console = Console(file=open("/dev/null", "w"))
-    materialize_corpus(home, CORPUS, selection, console, config)
+    materialize_corpus(home, CORPUS, selection, Console(file=io.StringIO()), config, incremental=True)
+    ran_before = steps_of_last_run()
 
     docs = [json.loads(line) for line in (source / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
     gold = {doc for line in (source / "queries.jsonl").read_text(encoding="utf-8").splitlines() for doc in json.loads(line).get("qrels", {})}
@@ -97,7 +98,15 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
         return real(texts, *args, **kwargs)
 
     monkeypatch.setattr(encoders, "encode_dense", spy)
-    materialize_corpus(home, CORPUS, selection, console, config)  # the reindex
+    shown = io.StringIO()
+    materialize_corpus(home, CORPUS, selection, Console(file=shown, width=200), config, incremental=True)  # the reindex
+    assert steps_of_last_run() == ran_before  # the files changed: everything downstream of them runs again
+    said = {line.split(": ", 2)[1]: line.split(": ", 2)[2] for line in shown.getvalue().splitlines() if line.startswith(f"{CORPUS}: ") and line.count(": ") >= 2}
+    nodes_changed = last_changes(home, "nodes")
+    assert said["documents"] == "2 added, 3 changed, 2 removed"  # the reindex's closing summary
+    assert said["nodes"] == f"{nodes_changed['added']} added, {nodes_changed['changed']} changed, {nodes_changed['removed']} removed"
+    assert "by dense_vectors" in said["nodes encoded"] and "hybrid_graph_index" in said["indexes"]
+    assert said[f"methods re-run ({len(methods)})"] == ", ".join(sorted(methods))
 
     # no table of the corpus names a removed document or its nodes
     assert rows_naming(home, removed_nodes, {r["id"] for r in removed}) == dict.fromkeys(("nodes", "edges", "mentions", "triples", "vectors", "runs", "documents", "qrels"), 0)
@@ -122,3 +131,21 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
         for i, doc in enumerate(edited):
             hits, _, _ = search(home, CORPUS, method, f"marram{i} dunes nesting terns wardens", 3)
             assert doc["id"] in {doc_of[h["node_id"]] for h in hits}, (method, doc["id"])
+
+    # nothing changed: nothing runs; one method switched on: its run, its evaluation and the report, nothing else
+    unchanged = io.StringIO()
+    last = steps_of_last_run(run_id=True)
+    materialize_corpus(home, CORPUS, built_methods(home)[1], Console(file=unchanged), config, incremental=True)
+    assert f"{CORPUS}: up to date" in unchanged.getvalue() and steps_of_last_run(run_id=True) == last
+    (home / "methods.yaml").write_text("use: [graph]\n")
+    materialize_corpus(home, CORPUS, built_methods(home)[1], Console(file=io.StringIO()), config, incremental=True)
+    assert steps_of_last_run() == {"run_graph", "evaluate_graph", "report"}
+
+
+def steps_of_last_run(run_id: bool = False):
+    """The steps of the corpus's latest Dagster run (or its id)."""
+    with DagsterInstance.get() as instance:
+        [record] = instance.get_run_records(RunsFilter(tags={"graphlake/corpus": CORPUS}), limit=1)
+        if run_id:
+            return record.dagster_run.run_id
+        return {stat.step_key for stat in instance.get_run_step_stats(record.dagster_run.run_id)}

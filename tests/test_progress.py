@@ -22,6 +22,8 @@ def test_a_step_reports_at_start_every_interval_and_at_the_end():
     assert lines[0] == f"{PREFIX}run_dense on demo 0/300 queries"
     assert lines[1] == f"{PREFIX}run_dense on demo 80/300 queries (8.0/s, about 28 s left)"  # 10 s in
     assert len(lines) == 5 and lines[-1] == f"{PREFIX}run_dense on demo 300/300 queries in 37 s (8.0/s)"
+    StepProgress("run_dense on mine", 0, lines.append, unit="queries").advance(0)  # a corpus without queries
+    assert len(lines) == 5  # says nothing
 
 
 def test_eval_shows_each_methods_query_progress_and_json_stays_quiet(demo_copy):
