@@ -47,6 +47,7 @@ def test_the_defaults_are_a_dozen_and_every_variant_is_listed_and_switchable(tmp
     one_line_error(cli(tmp_path, "query", "--corpus", "demo", "--method", "grapher_gsc", "sled"), "unknown method 'grapher_gsc'", "did you mean grapher_gcs")
     one_line_error(cli(tmp_path, "query", "--corpus", "demo", "--method", "grasp_static", "sled"), "not switched on", "graphlake methods --use grasp_static")
     one_line_error(cli(tmp_path, "query", "--corpus", "dmeo", "--method", "bm25", "sled"), "corpus 'dmeo' is not declared", "did you mean demo")
+    one_line_error(cli(tmp_path, "materialize", "--corpus", "demo", "--select", "key:nodez+"), "no asset 'nodez'; did you mean nodes?")
 
     (tmp_path / "methods.yaml").write_text("use: [grasp/nope*]\n")
     one_line_error(cli(tmp_path, "eval", "--corpus", "demo"), f"{tmp_path / 'methods.yaml'}:1: `use` names 'grasp/nope*'")

@@ -69,6 +69,17 @@ def test_demo_shows_every_method_working_in_80_columns_grouped_by_paper(reads_de
     assert reranker_report(Lake(reads_demo.home)) is None  # the demo trains no cross-encoder on its 11 training queries
 
 
+def test_query_prints_each_hit_on_two_lines_of_80_columns_with_its_whole_node_id(reads_demo):
+    env = {**os.environ, "GRAPHLAKE_HOME": str(reads_demo.home), "DAGSTER_HOME": str(reads_demo.home / "dagster"), "COLUMNS": "80"}
+    graphlake = str(Path(sys.executable).with_name("graphlake"))
+    asked = ["query", "--corpus", "demo", "--method", "bm25", "--top", "5", "Which vessel carried the BenthoCam sled?"]
+    shown = subprocess.run([graphlake, *asked], env=env, capture_output=True, text=True, timeout=300)
+    hits = json.loads(subprocess.run([graphlake, *asked, "--json"], env=env, capture_output=True, text=True, timeout=300).stdout)["hits"]
+    lines = shown.stdout.splitlines()
+    assert shown.returncode == 0 and len(lines) == 1 + 2 * len(hits) == 11 and max(map(len, lines)) <= 80, shown.stdout
+    assert [line.split()[2] for line in lines[1::2]] == [hit["node_id"] for hit in hits]  # rank, score, the node id whole
+
+
 def test_ingest_jsonl_then_query_it_with_sql(lake, tmp_path):
     docs = tmp_path / "docs.jsonl"
     docs.write_text(
