@@ -230,16 +230,20 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None, home:
     return (chosen if "llm" in selection else chosen - AssetSelection.groups("llm")).required_multi_asset_neighbors()
 
 
+def _asset_names(assets) -> set[str]:
+    return {key.to_user_string() for definition in assets for key in definition.keys}
+
+
 def _unknown_words(text: str, assets) -> list[str]:
     """The asset names (bare or ``key:``, not a group's or a wildcard) a selection string names that the lake lacks."""
-    names = {key.to_user_string() for definition in assets for key in definition.keys}
+    names = _asset_names(assets)
     words = re.findall(r"(?:^|[\s(+])(?:key:)?([A-Za-z_]\w*)(?=[\s)+]|$)", text)
     return [word for word in dict.fromkeys(words) if word not in names and word not in ("or", "and", "not")]
 
 
 def _unknown_assets(selection, assets) -> str:
     """One line for a selection that names assets the lake does not have (with the closest names), or matches none."""
-    names = {key.to_user_string() for definition in assets for key in definition.keys}
+    names = _asset_names(assets)
     text = " ".join(selection) if isinstance(selection, list) else str(selection)
     found = "; ".join(f"no asset {word!r}{did_you_mean(word, names)}" for word in _unknown_words(text, assets))
     return f"invalid asset selection {text!r}: {found or 'it matches no asset of this lake'}"

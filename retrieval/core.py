@@ -159,10 +159,7 @@ class Methods(dict[str, Op]):
         self.available = {**(available or {}), **parsed}
 
     def __missing__(self, name: str) -> Op:
-        try:
-            return self.available[name]
-        except KeyError:
-            raise KeyError(name) from None
+        return self.available[name]
 
     def params(self, name: str) -> dict:
         """The declaration with named inputs expanded, so a run records everything that produced it."""

@@ -78,7 +78,7 @@ def available_methods(home: Path | None = None, override: Path | None = None) ->
     """Every method a lake may use (packaged, then its own, which override by name) and the names it
     switches on, in catalogue order. ``override``: read the lake's methods from this file instead."""
     packaged = catalogues()
-    declared = {name: item for catalogue in packaged.values() for name, item in catalogue.items()}
+    declared = _by_name(packaged)
     switched = _uses(load_mapping(DEFAULT_METHODS), DEFAULT_METHODS, packaged, declared)
     override = override or (Path(home) / "methods.yaml" if home is not None else None)
     if override is not None and override.is_file():
@@ -110,7 +110,7 @@ def switch_on(home: Path, entry: str) -> list[str]:
     replaced (atomically), so a bad entry leaves the file as it was."""
     path = Path(home) / "methods.yaml"
     packaged = catalogues()
-    _expand(entry, packaged, {name: item for catalogue in packaged.values() for name, item in catalogue.items()})
+    _expand(entry, packaged, _by_name(packaged))
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     before = set(load_methods(home))
     content = load_mapping(path) if text else {}
@@ -167,6 +167,10 @@ def unknown_method(name: str, methods: Methods) -> MethodError:
     if name in methods.available:
         return MethodError(f"method {name!r} is not switched on in this lake: `graphlake methods --use {name}` adds it", name)
     return MethodError(f"unknown method {name!r} (`graphlake methods` lists them){did_you_mean(name, methods.available)}", name)
+
+
+def _by_name(packaged: dict[str, dict[str, Declared]]) -> dict[str, Declared]:
+    return {name: item for catalogue in packaged.values() for name, item in catalogue.items()}
 
 
 def _declared(name: Any, spec: Any, paper: str, catalogue: str | None, source: Path) -> Declared:
