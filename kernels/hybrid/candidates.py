@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import time
 
-import faiss
 import numpy as np
 import scipy.sparse as sp
 from numba import get_num_threads, njit, prange
@@ -94,7 +93,10 @@ def _with_rows(lists: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> np.ndarr
 
 def dense_candidates(dense: np.ndarray, count: int, rows: np.ndarray | None = None) -> np.ndarray:
     """Each row's (or each of ``rows``') ``count`` best other rows by inner product (−1 pads): from a
-    faiss HNSW graph over every row, or exactly for ``rows`` against every row."""
+    faiss HNSW graph over every row, or exactly for ``rows`` against every row. faiss is imported here:
+    the batched (cupy) build never comes this way, and a GPU machine need not have faiss."""
+    import faiss
+
     n = len(dense)
     stored = np.ascontiguousarray(dense, dtype=np.float32)
     if rows is not None:
