@@ -214,7 +214,28 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_
     assert set(tuned.report["training_queries"]).isdisjoint(tuned.report["validation_queries"])
     [fusion] = tuned.fusion.values()
     assert set(fusion) == {"base", "grasp"} and all(0 <= f["weight"] <= 1 and f["queries"] > 0 for f in fusion.values())
+    # retrained with next to no budget: the new model is compared with this one on the same validation queries
+    first = _grasp_metadata()
+    config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.001, validate_every: 1000, validation_depth: 10, depth: 20}}}\n")
+    again = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:grasp_reranker", "--config", str(config)], catch_exceptions=False)
+    assert again.exit_code == 0, again.stderr
+    second = _grasp_metadata()
+    assert second["previous_hit@1"] == pytest.approx(first["validation_hit@1"], abs=1e-4)
+    assert second["kept"] == ("previous" if second["previous_hit@1"] > second["validation_hit@1"] else "new")
+    stored = TunedReranker.load(Lake(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
+    if second["kept"] == "previous":
+        assert stored.report["training"] == training and "kept the previous model" in " ".join(again.stderr.split())
+    else:
+        assert stored.report["training"]["best_validation"] == pytest.approx(second["validation_hit@1"], abs=1e-4)
     for method in ("grasp", "grasp_zs"):
         answered = CliRunner().invoke(app, ["query", "--corpus", "demo", "--method", method, "--top", "3", "--json", "Which vessel carried the BenthoCam sled?"])
         assert answered.exit_code == 0, answered.stderr
         assert len(json.loads(answered.stdout)["hits"]) == 3
+
+
+def _grasp_metadata() -> dict:
+    from dagster import AssetKey, DagsterInstance
+
+    with DagsterInstance.get() as instance:
+        event = instance.get_latest_materialization_event(AssetKey(["grasp_reranker"]))
+    return {name: value.value for name, value in event.asset_materialization.metadata.items()}

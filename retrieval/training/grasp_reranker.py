@@ -34,7 +34,7 @@ from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_t
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import training_corpora
 from graphlake.retrieval.training.grasp_fusion import check_disjoint, gold_rows, validation_queries
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import Lake, StorageError
 
 
 @dataclass(frozen=True)
@@ -160,11 +160,36 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         warmup=recipe.warmup,
         batched=recipe.batched,
     )
-    fused = {data.key: {"base": base_fusion, "grasp": final_fusion(model, data.validation)}}
     report = data.report | {"recipe": asdict(recipe), "training": asdict(trained) | {"records": len(data.pools), "base_untrained": base_untrained is not None}}
     summary = {"trained": True, "train_corpus": data.source, "records": len(data.pools), "best_step": trained.best_step}
     summary |= {"validation_hit@1": round(trained.best_validation, 4), "base_hit@1": round(trained.initial_validation, 4)}
-    return TunedReranker(model, fused, report), summary | {"minutes": round((time.perf_counter() - started) / 60, 2)}
+    summary["minutes"] = round((time.perf_counter() - started) / 60, 2)
+    previous = _previous(lake, corpus, data)
+    if previous is not None:
+        previous_hit = validation_hit_at_1(data.validation, config.validation_depth)(previous.model)
+        kept = "previous" if previous_hit > trained.best_validation else "new"
+        summary["kept"] = kept
+        summary["previous_hit@1"] = round(previous_hit, 4)
+        if kept == "previous":  # the same validation queries: the better model stays, its fusion re-tuned on them
+            note = f"kept the previous model: validation Hit@1 {previous_hit:.3f} against the new one's {trained.best_validation:.3f}"
+            log(f"grasp_reranker: {note}")
+            previous.fusion[data.key] = {"base": base_fusion, "grasp": final_fusion(previous.model, data.validation)}
+            previous.report = {**previous.report, **data.report, "kept": {"model": "previous", "previous_hit@1": previous_hit, "new_hit@1": trained.best_validation}}
+            return previous, summary | {"note": note}
+        report["kept"] = {"model": "new", "previous_hit@1": previous_hit, "new_hit@1": trained.best_validation}
+    fused = {data.key: {"base": base_fusion, "grasp": final_fusion(model, data.validation)}}
+    return TunedReranker(model, fused, report), summary
+
+
+def _previous(lake: Lake, corpus: str, data: TrainingData) -> TunedReranker | None:
+    """The corpus's current fine-tuned Stage-3 model when it reranks the same Stage 2 from the same
+    training corpus (so the two can be compared on the same validation queries); None otherwise."""
+    try:
+        current = TunedReranker.load(lake.artifact("grasp_reranker", {"corpus": corpus}))
+    except (StorageError, FileNotFoundError):
+        return None
+    same = current.report.get("train_corpus") == data.source and data.key in current.fusion
+    return current if current.model is not None and same else None
 
 
 def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndexes, gold, texts, depth: int, stored: int, group_size: int) -> list:
