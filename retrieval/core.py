@@ -106,6 +106,10 @@ class Op(BaseModel):
         """Whether it calls the lake's LLM server itself."""
         return False
 
+    def first_stage(self) -> Op | None:
+        """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
+        return None
+
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         raise NotImplementedError
 

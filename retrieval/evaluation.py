@@ -14,6 +14,7 @@ import pyarrow.compute as pc
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
+from graphlake.retrieval.core import Methods
 from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -34,6 +35,33 @@ def held_out_split(lake: Lake, corpus: str) -> str:
     if found is None:
         raise StorageError(f"corpus {corpus!r} has no test or dev queries (its splits: {', '.join(sorted(map(str, splits)))}); name one with --split")
     return found
+
+
+def first_stage_gap(lake: Lake, corpus: str, name: str, methods: Methods) -> str | None:
+    """A note when the corpus's stored evaluation shows the reranking method ``name`` not beating its first
+    stage (nDCG@10 on the held-out split); None when it does, or when nothing stored on this corpus tells:
+    no queries with gold, or no switched-on method with an evaluation that ranks as the first stage does."""
+    first = methods[name].first_stage()
+    if first is None:
+        return None
+    try:
+        split = held_out_split(lake, corpus)
+    except StorageError:
+        return None
+    own = _stored_ndcg(lake, corpus, name, split)
+    stages = [(other, _stored_ndcg(lake, corpus, other, split)) for other in methods if other != name and methods[other] == first]
+    stage, value = next(((other, value) for other, value in stages if value is not None), (None, None))
+    if own is None or value is None or own > value:
+        return None
+    return f"{name} does not beat its first stage {stage} on the {split} queries of {corpus!r} (nDCG@10 {own:.3f} against {value:.3f})"
+
+
+def _stored_ndcg(lake: Lake, corpus: str, method: str, split: str) -> float | None:
+    partition = {"corpus": corpus, "method": method}
+    if not lake.has("metrics", partition):
+        return None
+    rows = lake.read("metrics", partition).to_pylist()
+    return next((row["value"] for row in rows if row["split"] == split and row["metric"] == "ndcg" and row["k"] == 10 and row["queries"]), None)
 
 
 def document_rankings(runs: pa.Table) -> dict[str, list[tuple[str, float]]]:

@@ -15,6 +15,7 @@ import pyarrow as pa
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
 from graphlake.retrieval.core import Op
+from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
@@ -75,9 +76,11 @@ def run_method(
 
 def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float, list[str]]:
     """One ad-hoc query: hits with node id, score, title and text, the search time in ms, and the
-    notes of operators that ranked by a default (an untrained model)."""
-    method = load_methods(home)[name]
-    indexes = LakeIndexes(Lake(home), corpus)
+    notes of operators that ranked by a default (an untrained model), and of a reranking method whose stored
+    evaluation on this corpus does not beat its first stage."""
+    methods = load_methods(home)
+    method, lake = methods[name], Lake(home)
+    indexes = LakeIndexes(lake, corpus)
     method.run("warm up", indexes)
     started = time.perf_counter()
     candidates = method.run(text, indexes).top(top)
@@ -87,4 +90,5 @@ def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[lis
         {"node_id": indexes.node_ids[row], "score": float(score), "title": titles[indexes.doc_ids()[row]], "text": texts[row].as_py()}
         for row, score in zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True)
     ]
-    return hits, latency, list(indexes.notes)
+    gap = first_stage_gap(lake, corpus, name, methods)
+    return hits, latency, list(indexes.notes) + ([gap] if gap else [])

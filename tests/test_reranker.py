@@ -139,23 +139,49 @@ def _reranker_metadata() -> dict:
     return {name: value.value for name, value in event.asset_materialization.metadata.items()}
 
 
-def test_another_corpus_keeps_the_lakes_cross_encoder_and_a_weak_one_says_so(evaluated, tmp_path):
-    home, _, _ = evaluated
-    lake = Lake(home)
-    before = lake.artifact("reranker", {})
-    docs = tmp_path / "docs.jsonl"
-    docs.write_text("".join(json.dumps({"id": f"w{i}", "title": f"Whale {i}", "text": f"Humpback whale {i} sings in the bay."}) + "\n" for i in range(3)))
-    assert CliRunner().invoke(app, ["ingest", "jsonl", str(docs), "--corpus", "mine"], catch_exceptions=False).exit_code == 0
-    # the reranker as a full build of `mine` runs it: the asset's default config, which the demo's model was not trained with
-    built = CliRunner().invoke(app, ["materialize", "--corpus", "mine", "--select", "key:reranker"], catch_exceptions=False)
-    assert built.exit_code == 0, built.output
-    assert _reranker_metadata()["retrained"] is False and lake.artifact("reranker", {}) == before  # the demo's model, same version
+WHALES = {
+    "w1": ("Humpback song", "Male humpback whales sing long songs in the breeding season."),
+    "w2": ("Blue whale size", "The blue whale is the largest animal known, up to thirty metres long."),
+    "w3": ("Orca hunting", "Orcas hunt seals in pods and share the catch."),
+    "w4": ("Sperm whale diving", "Sperm whales dive two kilometres deep to hunt giant squid."),
+    "w5": ("Grey whale migration", "Grey whales migrate from Alaska to Mexican lagoons every winter."),
+    "w6": ("Beluga voices", "Belugas whistle and click; sailors called them sea canaries."),
+    "w7": ("Narwhal tusk", "The narwhal's tusk is a long tooth that senses the water."),
+    "w8": ("Krill", "Krill swarms feed the baleen whales of the Southern Ocean."),
+}
+WHALE_QUESTIONS = {"q1": ("Which whale sings in the breeding season?", "w1"), "q2": ("What do sperm whales hunt?", "w4"),
+                   "q3": ("Where do grey whales spend the winter?", "w5"), "q4": ("What is a narwhal tusk?", "w7")}
 
-    trained, dense = held_out_quality(before)
-    queried = CliRunner().invoke(app, ["query", "--corpus", "mine", "--method", "re2", "whale song", "--json"], catch_exceptions=False)
-    assert queried.exit_code == 0, queried.output
-    weak = [note for note in json.loads(queried.stdout)["notes"] if "no better than dense retrieval" in note]
-    assert bool(weak) == (trained <= dense), (trained, dense, weak)
+
+def test_a_second_corpus_keeps_the_demos_cross_encoder_and_its_rerankers_say_when_they_lose(reranked_copy, tmp_path):
+    """The acceptance of issue 41: the demo lake (cross-encoder trained), a second corpus declared and built
+    whole with the default methods. The lake's cross-encoder stays the demo's, the same version; a reranking
+    method notes when its stored evaluation there does not beat its first stage, and says when the model
+    itself ranked its held-out training queries no better than dense retrieval."""
+    lake = Lake(reranked_copy)
+    (reranked_copy / "methods.yaml").unlink()  # the demo fixture switches every method on; a new lake has the defaults
+    before = lake.artifact("reranker", {})
+    folder = tmp_path / "whales"
+    (folder / "qrels").mkdir(parents=True)
+    (folder / "corpus.jsonl").write_text("".join(json.dumps({"_id": i, "title": t, "text": x}) + "\n" for i, (t, x) in WHALES.items()))
+    (folder / "queries.jsonl").write_text("".join(json.dumps({"_id": q, "text": t}) + "\n" for q, (t, _) in WHALE_QUESTIONS.items()))
+    (folder / "qrels" / "test.tsv").write_text("".join(f"{q}\t{d}\t1\n" for q, (_, d) in WHALE_QUESTIONS.items()))
+    assert CliRunner().invoke(app, ["ingest", "beir", str(folder), "--corpus", "whales"], catch_exceptions=False).exit_code == 0
+    built = CliRunner().invoke(app, ["materialize", "--corpus", "whales"], catch_exceptions=False)
+    assert built.exit_code == 0, built.output
+    assert lake.artifact("reranker", {}) == before  # the demo's model, same version
+
+    stored = {m: [r for r in lake.read("metrics", {"corpus": "whales", "method": m}).to_pylist() if (r["metric"], r["k"]) == ("ndcg", 10)] for m in ("dense", "re2", "fastinsight")}
+    dense = stored["dense"][0]["value"]
+    trained, held_out_dense = held_out_quality(before)
+    for method in ("re2", "fastinsight"):
+        queried = CliRunner().invoke(app, ["query", "--corpus", "whales", "--method", method, "--top", "3", "--json", "whale song"], catch_exceptions=False)
+        assert queried.exit_code == 0, queried.output
+        notes = json.loads(queried.stdout)["notes"]
+        lost = [note for note in notes if "does not beat its first stage dense" in note]
+        assert bool(lost) == (stored[method][0]["value"] <= dense), (method, stored, notes)
+        weak = [note for note in notes if "no better than dense retrieval" in note]
+        assert bool(weak) == (trained <= held_out_dense), (trained, held_out_dense, weak)
 
 
 def test_a_worse_new_cross_encoder_does_not_replace_the_current_one(evaluated):

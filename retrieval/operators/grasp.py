@@ -125,6 +125,9 @@ class GraspRerank(Op):
     max_field_tokens: int = Field(300, gt=0)
     k: int = Field(100, gt=0)
 
+    def first_stage(self) -> Op:
+        return self.inputs[0]
+
     def indexes(self) -> frozenset[str]:
         tuned = self.model == "grasp" or self.fuse == "tuned"
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))

@@ -24,6 +24,7 @@ from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
+from graphlake.retrieval.operators.vector import Dense
 
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
@@ -66,6 +67,9 @@ class CrossEncoderRerank(Op):
             return base.top(self.k)
         return ranked(rows, _scorer(query, indexes).scores(rows), self.k)
 
+    def first_stage(self) -> Op:
+        return self.inputs[0]
+
 
 class GraphBudgeted(Op):
     """What GAR and FastInsight share: a corpus graph, a batch size and a budget of cross-encoder calls."""
@@ -98,6 +102,9 @@ class GAR(GraphBudgeted):
         rows, scores = gar(initial.rows, graph, _scorer(query, indexes), self.batch, self.budget)
         return Candidates(rows[: self.k], scores[: self.k])
 
+    def first_stage(self) -> Op:
+        return self.inputs[0]
+
 
 @register
 class FastInsight(GraphBudgeted):
@@ -107,6 +114,9 @@ class FastInsight(GraphBudgeted):
     op: Literal["fastinsight"]
     alpha: float = Field(0.2, ge=0, le=1)
     beta: float = Field(1.0, ge=0)
+
+    def first_stage(self) -> Op:
+        return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         vector = indexes.encode_dense(query)
