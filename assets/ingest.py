@@ -11,16 +11,16 @@ from graphlake.warehouse.partitions import corpus_partitions
 GROUP = "ingest"
 
 
+RAW_TABLES = {
+    "documents": "Raw documents (passages, abstracts, files, or serialised table schemas).",
+    "queries": "Queries with their split.",
+    "qrels": "Gold: query -> relevant document, following each dataset's own definition.",
+    "foreign_keys": "Foreign keys between table documents (Spider/BIRD/demo schemas).",
+}  # each one a field of warehouse/readers' Ingested
+
+
 @multi_asset(
-    outs={
-        name: AssetOut(metadata={"table": name}, description=description)
-        for name, description in {
-            "documents": "Raw documents (passages, abstracts, files, or serialised table schemas).",
-            "queries": "Queries with their split.",
-            "qrels": "Gold: query -> relevant document, following each dataset's own definition.",
-            "foreign_keys": "Foreign keys between table documents (Spider/BIRD/demo schemas).",
-        }.items()
-    },
+    outs={name: AssetOut(metadata={"table": name}, description=description) for name, description in RAW_TABLES.items()},
     partitions_def=corpus_partitions,
     group_name=GROUP,
 )

@@ -33,7 +33,7 @@ from dagster._core.instance.ref import InstanceRef
 from dagster._serdes import ConfigurableClassData
 from dagster._utils import iterate_with_context
 
-from graphlake.pipelines.reindex import PARTITION_TAG
+from graphlake.pipelines.staleness import PARTITION_TAG
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.storage import Lake
 

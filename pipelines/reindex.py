@@ -1,5 +1,6 @@
 """Incremental reindexing: the change sensor and the reindex schedule re-index exactly the declared
-corpora whose declaration or raw files changed since their last build, and nothing else.
+corpora whose declaration or raw files changed since their last build, and of each only the steps
+its changes reach (``staleness.plan_build``).
 
 A corpus's source fingerprint digests its registry entry and the size and mtime of every raw file.
 Every full build of a corpus (these requests, and ``graphlake materialize`` without ``--select``)
@@ -10,7 +11,6 @@ the next tick, and a build already under way is not requested twice.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import subprocess
 from pathlib import Path
@@ -32,28 +32,15 @@ from dagster import (
 )
 
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, dagster_command, prepare_dagster_home
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
+from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 INDEX_JOB = "index_corpus"
-SOURCE_TAG = "graphlake/source"
-PARTITION_TAG = "dagster/partition"
 CRON_ENV = "GRAPHLAKE_REINDEX_CRON"
 DEFAULT_CRON = "0 2 * * *"  # nightly, 02:00 UTC
 COVERING = [DagsterRunStatus.SUCCESS, DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
-
-
-def source_fingerprint(spec: CorpusSpec) -> str:
-    digest = hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16)
-    for root in filter(None, (spec.path, spec.queries)):
-        root_path = Path(root)
-        files = sorted(root_path.rglob("*")) if root_path.is_dir() else [root_path]
-        for path in files:
-            if path.is_file():
-                stat = path.stat()
-                digest.update(f"{path}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()
 
 
 def stale_corpora(instance: DagsterInstance, registry: CorpusRegistry) -> dict[str, str]:
@@ -80,7 +67,16 @@ def stale_corpora(instance: DagsterInstance, registry: CorpusRegistry) -> dict[s
 def corpus_change_sensor(context: SensorEvaluationContext, lake: LakeResource):
     stale = stale_corpora(context.instance, lake.registry)
     # keyed by fingerprint: Dagster never requests one key twice, so a change is built once
-    return [RunRequest(run_key=f"{name}:{digest}", partition_key=name, tags={SOURCE_TAG: digest}) for name, digest in stale.items()]
+    return [reindex_request(context, lake, name, digest, f"{name}:{digest}") for name, digest in stale.items()]
+
+
+def reindex_request(context: SensorEvaluationContext | ScheduleEvaluationContext, lake: LakeResource, corpus: str, digest: str, run_key: str) -> RunRequest:
+    """A run of the index job for the corpus, of only the steps its changes reach (``staleness.plan_build``)."""
+    repository = context.repository_def
+    assert repository is not None, "sensors and schedules are evaluated with their code location"
+    keys = set(repository.get_job(INDEX_JOB).asset_layer.selected_asset_keys)
+    plan = plan_build(Path(lake.home), lake.registry.get(corpus), repository.asset_graph, keys, context.instance)
+    return RunRequest(run_key=run_key, partition_key=corpus, tags={SOURCE_TAG: digest}, asset_selection=sorted(plan))
 
 
 def reindex_schedule(cron: str | None = None) -> ScheduleDefinition:
@@ -94,7 +90,7 @@ def reindex_schedule(cron: str | None = None) -> ScheduleDefinition:
             return SkipReason("no corpus changed since its last build")
         tick = f"{context.scheduled_execution_time:%Y-%m-%dT%H:%M}" if context.scheduled_execution_time else "now"
         # a key per tick: a build that failed is requested again at the next one
-        return [RunRequest(run_key=f"{name}:{digest}@{tick}", partition_key=name, tags={SOURCE_TAG: digest}) for name, digest in stale.items()]
+        return [reindex_request(context, lake, name, digest, f"{name}:{digest}@{tick}") for name, digest in stale.items()]
 
     try:
         return schedule(name="reindex_schedule", cron_schedule=cron, job_name=INDEX_JOB, execution_timezone="UTC", default_status=DefaultScheduleStatus.STOPPED, description=description)(evaluate)

@@ -35,8 +35,8 @@ from graphlake.common.progress import PREFIX
 from graphlake.common.suggest import did_you_mean
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
 from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
-from graphlake.pipelines.reindex import INDEX_JOB, PARTITION_TAG, SOURCE_TAG, source_fingerprint
-from graphlake.pipelines.staleness import plan_build
+from graphlake.pipelines.reindex import INDEX_JOB
+from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR
 from graphlake.warehouse.locks import writer_lock

@@ -1,13 +1,15 @@
 """What a full build of a corpus must run, so that a reindex runs only what its changes reach.
 
-When the corpus's files and declaration are those of its last successful incremental build (its
-source fingerprint, ``pipelines/reindex.py``; ``graphlake materialize`` without ``--select`` is one),
-its raw tables are current, and an asset runs only if it
-was never built for the corpus, if an asset it reads changed after a successful run last computed
-it, or if a method's declaration changed since its run (``freshness.plan_refresh``); and then so
-does everything downstream of it. Otherwise the raw files are read again and everything downstream of them runs (a
-write equal to the current version is skipped, so nothing is outdated by a rerun that finds no
-change). A plan is one Dagster run, committed whole, like any build.
+An asset runs only if it was never built for the corpus, if an asset it reads changed after a
+successful run last computed it, if a method's declaration changed since its run
+(``freshness.plan_refresh``), or if it is a raw table (documents, queries, gold, keys) whose files now
+read differently from its current version; and then so does everything downstream of it. When the
+corpus's files or declaration differ from those of its last successful incremental build (its source
+fingerprint, ``pipelines/reindex.py``; ``graphlake materialize`` without ``--select`` is one), the
+planner reads them to find which raw tables changed, and the ingest step runs (once more in the run:
+reading is cheap next to what it spares); an edited document reaches what documents reach, an added
+query only the runs, their evaluation and what plans queries. A corpus never built incrementally is
+built whole. A plan is one Dagster run, committed whole, like any build.
 
 "Changed" is the lake's: the time of the current version of an asset's table partition or
 artefact, which an equal write leaves alone; "computed" is Dagster's record of the asset's last
@@ -17,30 +19,64 @@ materialization in a successful run. An asset whose output the lake cannot name 
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
+from graphlake.assets.ingest import RAW_TABLES
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.pipelines.reindex import PARTITION_TAG, SOURCE_TAG, source_fingerprint
 from graphlake.retrieval.index.kinds import asset_written_at
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusSpec
+from graphlake.warehouse.readers.base import IngestError
 from graphlake.warehouse.storage import Lake, StorageError
 
+
+SOURCE_TAG = "graphlake/source"  # on a full build's run: the source fingerprint it was built from
+PARTITION_TAG = "dagster/partition"
+
+
+def source_fingerprint(spec: CorpusSpec) -> str:
+    digest = hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16)
+    for root in filter(None, (spec.path, spec.queries)):
+        root_path = Path(root)
+        files = sorted(root_path.rglob("*")) if root_path.is_dir() else [root_path]
+        for path in files:
+            if path.is_file():
+                stat = path.stat()
+                digest.update(f"{path}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
 
 def plan_build(home: Path, spec: CorpusSpec, graph, keys: set[AssetKey], instance: DagsterInstance) -> set[AssetKey]:
     """Of a full build's assets (``keys``), those to run on the corpus."""
     corpus = spec.name
-    built = instance.get_run_records(
-        RunsFilter(tags={PARTITION_TAG: corpus, SOURCE_TAG: source_fingerprint(spec)}, statuses=[DagsterRunStatus.SUCCESS]), limit=1
-    )
-    if not built:
-        return set(keys)
+    built = RunsFilter(tags={PARTITION_TAG: corpus, SOURCE_TAG: source_fingerprint(spec)}, statuses=[DagsterRunStatus.SUCCESS])
+    if not instance.get_run_records(built, limit=1):
+        ever = RunsFilter(tags={PARTITION_TAG: corpus}, statuses=[DagsterRunStatus.SUCCESS])
+        if not any(SOURCE_TAG in record.dagster_run.tags for record in instance.get_run_records(ever, limit=100)):
+            return set(keys)
+        raw = {AssetKey(name) for name in RAW_TABLES} & keys
+        changed = changed_raw_tables(home, spec)
+        return raw | _stale(home, corpus, graph, keys, instance, {AssetKey(name) for name in changed} & keys)
+    return _stale(home, corpus, graph, keys, instance, set())
+
+
+def changed_raw_tables(home: Path, spec: CorpusSpec) -> list[str]:
+    """The raw tables whose current version the corpus's files, read now, would change."""
+    try:
+        ingested, lake = spec.read(), Lake(home)
+    except IngestError:  # the run's ingest step reports it, as any build's would
+        return list(RAW_TABLES)
+    return [name for name in RAW_TABLES if not lake.holds(name, {"corpus": spec.name}, getattr(ingested, name))]
+
+
+def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: DagsterInstance, changed: set[AssetKey]) -> set[AssetKey]:
+    """``changed`` and the assets the lake's records show out of date, with everything of ``keys`` downstream of them."""
     lake = Lake(home)
     written = {key: _written(lake, instance, corpus, key, graph.get(key).metadata) for key in keys}
     checked = {key: _checked(instance, corpus, key, graph.get(key).partitions_def is not None) for key in keys}
-    seeds = {
+    seeds = changed | {
         key
         for key in keys
         if written[key] is None

@@ -12,11 +12,12 @@ import json
 import shutil
 
 import yaml
-from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterInstance, RunsFilter
+from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterEventType, DagsterInstance, RunsFilter
 from rich.console import Console
 
+from graphlake.assets.ingest import RAW_TABLES
 from graphlake.kernels.text import encoders
-from graphlake.pipelines.definitions import default_selection
+from graphlake.pipelines.definitions import build_definitions, default_selection
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
 from graphlake.retrieval.index.lake import retrieval_texts
@@ -140,6 +141,39 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
     (home / "methods.yaml").write_text("use: [graph]\n")
     materialize_corpus(home, CORPUS, built_methods(home)[1], Console(file=io.StringIO()), config, incremental=True)
     assert steps_of_last_run() == {"run_graph", "evaluate_graph", "report"}
+
+    # a query added, the documents as they were: the ingest step, then only what reads the queries or the gold
+    with (source / "queries.jsonl").open("a", encoding="utf-8") as queries:
+        queries.write(json.dumps({"id": "q99", "text": "Who counts the nesting terns?", "split": "test", "qrels": {edited[0]["id"]: 1}}) + "\n")
+    selection = built_methods(home)[1]
+    materialize_corpus(home, CORPUS, selection, Console(file=io.StringIO()), config, incremental=True)
+    graph = build_definitions(home).resolve_asset_graph()
+    keys = selection.resolve(graph)
+    raw = {AssetKey(name) for name in RAW_TABLES}
+    expected = raw | {key for key in keys if graph.get(key).parent_keys and _reaches(graph, {AssetKey("queries"), AssetKey("qrels")}, key)}
+    assert assets_of_last_run() == expected
+    assert AssetKey("nodes") not in expected and AssetKey("dense_vectors") not in expected
+
+
+def _reaches(graph, sources: set, key) -> bool:
+    """Whether ``key`` is downstream of one of ``sources``."""
+    todo, seen = list(graph.get(key).parent_keys), set()
+    while todo:
+        parent = todo.pop()
+        if parent in sources:
+            return True
+        if parent not in seen:
+            seen.add(parent)
+            todo.extend(graph.get(parent).parent_keys)
+    return False
+
+
+def assets_of_last_run() -> set:
+    """The assets the corpus's latest Dagster run materialized."""
+    with DagsterInstance.get() as instance:
+        [record] = instance.get_run_records(RunsFilter(tags={"graphlake/corpus": CORPUS}), limit=1)
+        events = instance.get_records_for_run(record.dagster_run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION).records
+    return {event.event_log_entry.dagster_event.asset_key for event in events}
 
 
 def steps_of_last_run(run_id: bool = False):

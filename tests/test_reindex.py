@@ -13,12 +13,13 @@ import os
 from pathlib import Path
 
 from conftest import materialize_committed
-from dagster import AssetSelection, DagsterInstance, build_schedule_context, build_sensor_context
+from dagster import AssetKey, AssetSelection, DagsterInstance, build_schedule_context, build_sensor_context
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
-from graphlake.pipelines.reindex import CRON_ENV, SOURCE_TAG, corpus_change_sensor, reindex_schedule
+from graphlake.pipelines.reindex import CRON_ENV, corpus_change_sensor, reindex_schedule
+from graphlake.pipelines.staleness import SOURCE_TAG
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.io_manager import LakeResource
 
@@ -60,8 +61,12 @@ def test_the_schedule_requests_only_the_corpus_that_changed_since_its_last_build
         second = schedule.evaluate_tick(at(4)).run_requests
         assert [r.partition_key for r in second] == ["beta"] and second[0].tags[SOURCE_TAG] != next(r for r in first if r.partition_key == "beta").tags[SOURCE_TAG]
         # the sensor sees the same change, keyed so that Dagster requests it once
-        sensed = corpus_change_sensor(build_sensor_context(instance=instance, resources={"lake": lake}))
+        sensed = corpus_change_sensor(build_sensor_context(instance=instance, resources={"lake": lake}, repository_def=repository))
         assert [(r.partition_key, r.run_key) for r in sensed] == [("beta", f"beta:{second[0].tags[SOURCE_TAG]}")]
+        # each request names the steps to run (the plan; its exact steps are tested on real builds in test_edits_propagate)
+        job = set(repository.get_job("index_corpus").asset_layer.selected_asset_keys)
+        assert set(first[0].asset_selection) == job and sensed[0].asset_selection == second[0].asset_selection
+        assert AssetKey("documents") in second[0].asset_selection and set(second[0].asset_selection) <= job
         build(home, instance, second)
         assert schedule.evaluate_tick(at(5)).run_requests in (None, [])
 

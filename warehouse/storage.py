@@ -73,10 +73,20 @@ class Lake:
         with self._version(scope_of(partition)) as version:
             return self._stage(table, partition, data, version)
 
-    def _stage(self, table: str, partition: Mapping[str, str], data: pa.Table, version: str) -> Path:
+    def holds(self, table: str, partition: Mapping[str, str], data: pa.Table) -> bool:
+        """Whether the partition's current version is ``data`` as a write would store it (so that writing
+        it would change nothing)."""
+        return self._same(table, partition, conform(table_spec(table), partition, data)) is not None
+
+    def _same(self, table: str, partition: Mapping[str, str], data: pa.Table) -> Path | None:
+        """The current version's file when it holds exactly ``data`` (already conformed), else None."""
         current = self._file(table, partition)
-        if current is not None and pq.read_table(current).equals(data):
-            return current
+        return current if current is not None and pq.read_table(current).equals(data) else None
+
+    def _stage(self, table: str, partition: Mapping[str, str], data: pa.Table, version: str) -> Path:
+        same = self._same(table, partition, data)
+        if same is not None:
+            return same
         directory = self.partition_dir(table, partition)
         directory.mkdir(parents=True, exist_ok=True)
         final = directory / data_file(version)
