@@ -45,13 +45,16 @@ def revision_on_path(revision: str) -> Iterator[Path]:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
 
 
-def revisions_options(description: str):
-    """``--before REV`` (the revision the working tree is compared against) and ``--repeat``, parsed."""
+def revisions_options(description: str, extra=None):
+    """``--before REV`` (the revision the working tree is compared against) and ``--repeat``, and what
+    ``extra(parser)`` adds, parsed."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
     parser.add_argument("--repeat", type=int, default=5)
+    if extra is not None:
+        extra(parser)
     return parser.parse_args()
 
 

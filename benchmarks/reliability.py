@@ -40,7 +40,7 @@ RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphla
 CHECK = """
 import json, sys
 from pathlib import Path
-from graphlake.retrieval.runs import search
+from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 home, corpus, methods = Path(sys.argv[1]), sys.argv[2], sys.argv[3].split(",")
 found = {"tables": {}, "dangling": 0, "answers": {}}
@@ -53,7 +53,7 @@ with Catalog(home).reader() as con:
         found["dangling"] += con.execute(f"SELECT count(*) FROM {table} WHERE corpus = '{corpus}' AND ({condition})").fetchone()[0]
 for method in methods:
     try:
-        found["answers"][method] = len(search(home, corpus, method, "storm warnings", 3)[0])
+        found["answers"][method] = len(GraphLake(home).search(corpus, method, "storm warnings", 3).hits)
     except Exception as error:
         found["answers"][method] = f"{type(error).__name__}: {error}"[:200]
 print(json.dumps(found))

@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.catalog import Catalog, ReadOnlyError
 from graphlake.warehouse.config_files import ConfigFileError
@@ -384,13 +385,35 @@ def trec(
 def query(
     text: Annotated[str, typer.Argument(help="The query.")],
     corpus: Annotated[str, typer.Option(help="Corpus to search.")],
-    method: Annotated[str, typer.Option(help="Method name (retrieval/methods.yaml).")] = "rrf",
+    method: Annotated[str, typer.Option(help="Method name (graphlake methods lists them).")] = "rrf",
     top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, latency_ms, hits: [{rank, node_id, score, title, text}], notes}.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score}], notes}.")] = False,
+    server: Annotated[
+        str | None, typer.Option(envvar=SERVER_ENV, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER_ENV}).")
+    ] = None,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles."""
+    if server:
+        result = _ask_server(server, {"corpus": corpus, "method": method, "query": text, "k": top})
+    else:
+        result = _search_here(corpus, method, text, top, quiet=as_json)
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(f"[bold]{method} on {corpus}[/] (snapshot {result['snapshot']}): {result['latency_ms']:.1f} ms", highlight=False)
+    for hit in result["hits"]:  # two lines a hit at any width: the node id whole, the text cut
+        console.print(f"{hit['rank']:>3}  {hit['score']:.4f}  [bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
+        snippet = " ".join(hit["text"].split())
+        room = max(20, console.width - 5)
+        console.print(f"     {snippet if len(snippet) <= room else snippet[: room - 1] + '…'}", highlight=False, markup=False, soft_wrap=True)
+    for note in result["notes"]:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+
+
+def _search_here(corpus: str, method: str, text: str, top: int, quiet: bool) -> dict:
+    """One query through the API on this machine, after building what the method reads if it is stale."""
+    from graphlake.api import GraphLake, RequestError, UnknownName
     from graphlake.pipelines.freshness import plan_refresh
-    from graphlake.retrieval.runs import search
 
     home = lake_home()
     try:
@@ -398,23 +421,42 @@ def query(
         refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
-    _materialize(refresh, "query", quiet=as_json)
+    _materialize(refresh, "query", quiet=quiet)
+    lake = GraphLake(home)
     try:
-        hits, latency, notes = search(home, corpus, method, text, top)
-    except (MethodError, StorageError) as error:
+        lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
+        return lake.search(corpus, method, text, top).model_dump()
+    except (MethodError, StorageError, RequestError, UnknownName) as error:
         _fail(str(error))
-    if as_json:
-        ranked = [{"rank": r, **h} for r, h in enumerate(hits, start=1)]
-        print(json.dumps({"corpus": corpus, "method": method, "latency_ms": latency, "hits": ranked, "notes": notes}))
-        return
-    console.print(f"[bold]{method} on {corpus}[/]: {latency:.1f} ms", highlight=False)
-    for rank, hit in enumerate(hits, start=1):  # two lines a hit at any width: the node id whole, the text cut
-        console.print(f"{rank:>3}  {hit['score']:.4f}  [bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
-        snippet = " ".join(hit["text"].split())
-        room = max(20, console.width - 5)
-        console.print(f"     {snippet if len(snippet) <= room else snippet[: room - 1] + '…'}", highlight=False, markup=False, soft_wrap=True)
-    for note in notes:
-        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+
+
+def _ask_server(server: str, body: dict) -> dict:
+    """POST /search to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
+    import httpx
+
+    key = os.environ.get(KEY_ENV)
+    try:
+        answer = httpx.post(f"{server.rstrip('/')}/search", json=body, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=300)
+    except httpx.HTTPError as error:
+        _fail(f"server {server}: {error}")
+    if answer.status_code != 200:
+        _fail(f"server {server}: {answer.json().get('error', answer.text) if answer.headers.get('content-type', '').startswith('application/json') else answer.text}")
+    return answer.json()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 opens it to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the lake's retrieval over HTTP: POST /search and /search/batch, GET /corpora, /methods and
+    /health, docs at /docs. With $GRAPHLAKE_API_KEY set, requests must carry it."""
+    from graphlake.api import GraphLake
+    from graphlake.api.server import serve as run_server
+
+    home = lake_home()
+    errors.print(f"serving {home} on http://{host}:{port} (docs at /docs){'; API key required' if os.environ.get(KEY_ENV) else ''}", highlight=False, soft_wrap=True)
+    run_server(GraphLake(home), host, port)
 
 
 @app.command(name="methods")

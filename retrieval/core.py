@@ -93,6 +93,7 @@ class Op(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
     INDEXES: ClassVar[frozenset[str]] = frozenset()
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
 
     def indexes(self) -> frozenset[str]:
         """Index kinds it reads itself; ``kind/part`` where it needs one part of a kind (a trained network)."""
@@ -106,12 +107,30 @@ class Op(BaseModel):
         """Whether it calls the lake's LLM server itself."""
         return False
 
+    def at_query_time(self, values: Mapping[str, Any]) -> Op:
+        """This operator with a request's values of its query-time parameters, validated as a declaration is."""
+        fields = type(self).model_fields
+        refused = sorted(name for name in values if name not in self.QUERY_TIME or name not in fields)
+        if refused:
+            takes = ", ".join(sorted(self.QUERY_TIME & set(fields))) or "none"
+            raise MethodError(f"{self.op}: {', '.join(refused)} cannot be set per query (it takes: {takes})")
+        try:
+            return type(self).model_validate({**{name: getattr(self, name) for name in fields}, **values})
+        except ValidationError as error:
+            problem = error.errors()[0]
+            raise MethodError(f"{self.op}: {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+
     def first_stage(self) -> Op | None:
         """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
         return None
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         raise NotImplementedError
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        """Each query's candidates, as ``run`` gives them; an operator with a batched path (one matrix
+        product, one index search for all) overrides it. The queries' encodings are computed ahead."""
+        return [self.run(query, indexes) for query in queries]
 
 
 Input = Annotated[Op, BeforeValidator(_resolve)]  # a method's name or an inline operator, resolved when parsed
@@ -131,6 +150,12 @@ def register(cls: OpClass) -> OpClass:
 
 def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:
     return [item.run(query, indexes) for item in op.inputs]
+
+
+def run_inputs_batch(op: Op, queries: list[str], indexes: LakeIndexes) -> list[list[Candidates]]:
+    """Per query, its inputs' candidates (each input run on the whole batch)."""
+    per_input = [item.run_batch(queries, indexes) for item in op.inputs]
+    return [list(found) for found in zip(*per_input, strict=True)]
 
 
 def parse_operator(spec: Mapping[str, Any], method: str, resolve: Callable[[str], Op] | None = None) -> Op:

@@ -1,5 +1,5 @@
-"""Running methods: a corpus's queries through a declared method, one at a time and timed (a run), or one
-ad-hoc query (``graphlake query``)."""
+"""Running methods: a corpus's queries through a declared method, one at a time and timed (a run). Ad-hoc
+queries go through the API (``graphlake.api``), which keeps the indexes warm."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import json
 import time
 import uuid
 from collections.abc import Callable
-from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -15,9 +14,7 @@ import pyarrow as pa
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.index.lake import LakeIndexes
-from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -72,23 +69,3 @@ def run_method(
         summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
     notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(indexes.notes)
     return table, summary | ({"note": "\n".join(notes)} if notes else {})
-
-
-def search(home: Path, corpus: str, name: str, text: str, top: int) -> tuple[list[dict], float, list[str]]:
-    """One ad-hoc query: hits with node id, score, title and text, the search time in ms, and the
-    notes of operators that ranked by a default (an untrained model), and of a reranking method whose stored
-    evaluation on this corpus does not beat its first stage."""
-    methods = load_methods(home)
-    method, lake = methods[name], Lake(home)
-    indexes = LakeIndexes(lake, corpus)
-    method.run("warm up", indexes)
-    started = time.perf_counter()
-    candidates = method.run(text, indexes).top(top)
-    latency = (time.perf_counter() - started) * 1000
-    titles, texts = indexes.titles(), indexes.nodes().column("text")
-    hits = [
-        {"node_id": indexes.node_ids[row], "score": float(score), "title": titles[indexes.doc_ids()[row]], "text": texts[row].as_py()}
-        for row, score in zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True)
-    ]
-    gap = first_stage_gap(lake, corpus, name, methods)
-    return hits, latency, list(indexes.notes) + ([gap] if gap else [])

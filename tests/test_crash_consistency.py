@@ -12,7 +12,7 @@ from pathlib import Path
 
 from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus
 
-from graphlake.retrieval.runs import search
+from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
 
@@ -66,7 +66,7 @@ def dangling(home: Path) -> int:
 
 def answers(home: Path, monkeypatch) -> dict[str, int]:
     monkeypatch.setenv("GRAPHLAKE_HOME", str(home))
-    return {method: len(search(home, CORPUS, method, "storm warnings", 3)[0]) for method in METHODS}
+    return {method: len(GraphLake(home).search(CORPUS, method, "storm warnings", 3).hits) for method in METHODS}
 
 
 def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_path, monkeypatch):

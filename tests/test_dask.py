@@ -15,9 +15,9 @@ import pytest
 from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
 from lake_checks import rows, same
 
+from graphlake.api import GraphLake
 from graphlake.common.shards import SHARD_ENV
 from graphlake.kernels.text.encoders import DENSE_MODEL
-from graphlake.retrieval.runs import search
 from graphlake.warehouse.snapshots import Snapshots
 
 distributed = pytest.importorskip("distributed")
@@ -88,6 +88,6 @@ def test_two_corpora_on_a_two_worker_cluster_equal_an_in_process_build(tmp_path,
         assert Snapshots(on_dask).current(corpus).number == Snapshots(local).current(corpus).number  # committed like any run
         for method in METHODS:
             monkeypatch.setenv("GRAPHLAKE_HOME", str(local))
-            by_local = search(local, corpus, method, "storm warnings on the pier", 3)[0]
+            by_local = GraphLake(local).search(corpus, method, "storm warnings on the pier", 3).hits
             monkeypatch.setenv("GRAPHLAKE_HOME", str(on_dask))
-            assert search(on_dask, corpus, method, "storm warnings on the pier", 3)[0] == by_local, (corpus, method)
+            assert GraphLake(on_dask).search(corpus, method, "storm warnings on the pier", 3).hits == by_local, (corpus, method)

@@ -22,7 +22,7 @@ from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
 from graphlake.retrieval.index.lake import retrieval_texts
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.runs import search
+from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
@@ -124,14 +124,14 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
     # every method: removed documents are never returned; an edited one is found by its new words, not its old ones
     for method in methods:
         for doc in removed:
-            hits, _, _ = search(home, CORPUS, method, doc["text"], 10)
-            assert not {h["node_id"] for h in hits} & removed_nodes, (method, doc["id"])
-        hits, _, _ = search(home, CORPUS, method, old_text[edited[0]["id"]], 10)
-        assert all(h["text"] != old_text[edited[0]["id"]] for h in hits), method
+            hits = GraphLake(home).search(CORPUS, method, doc["text"], 10).hits
+            assert not {h.node_id for h in hits} & removed_nodes, (method, doc["id"])
+        hits = GraphLake(home).search(CORPUS, method, old_text[edited[0]["id"]], 10).hits
+        assert all(h.text != old_text[edited[0]["id"]] for h in hits), method
     for method in ("bm25", "dense", "rrf"):
         for i, doc in enumerate(edited):
-            hits, _, _ = search(home, CORPUS, method, f"marram{i} dunes nesting terns wardens", 3)
-            assert doc["id"] in {doc_of[h["node_id"]] for h in hits}, (method, doc["id"])
+            hits = GraphLake(home).search(CORPUS, method, f"marram{i} dunes nesting terns wardens", 3).hits
+            assert doc["id"] in {doc_of[h.node_id] for h in hits}, (method, doc["id"])
 
     # nothing changed: nothing runs; one method switched on: its run, its evaluation and the report, nothing else
     unchanged = io.StringIO()

@@ -85,19 +85,18 @@ class Catalog:
         """Execute ``query`` if DuckDB's own parser finds only queries in it (SELECT, and EXPLAIN);
         else refuse it naming the statement. COPY ... TO, EXPORT, SET, CALL and any DDL or DML would
         change a file, the catalog or the session."""
-        statements = con.extract_statements(query)
-        for statement in statements:
-            if statement.type not in _READING:
-                shown = " ".join(statement.query.split())
-                shown = shown if len(shown) <= 60 else shown[:57] + "..."
-                raise ReadOnlyError(
-                    f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
-                    "its tables change only through `graphlake ingest` / `graphlake materialize`"
-                )
         result = con
-        for statement in statements:
+        for statement in _reading_statements(con, query):
             result = con.execute(statement)
         return result
+
+    @staticmethod
+    def read_only_table(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
+        """The last statement's rows as Arrow, the statements checked as :meth:`run_read_only` checks them."""
+        *before, last = _reading_statements(con, query) or [None]
+        for statement in before:
+            con.execute(statement)
+        return con.sql(last.query).to_arrow_table() if last is not None else pa.table({})
 
     def _committed_files(self) -> dict[str, list[str]]:
         """Table -> the data files of every scope's current snapshot."""
@@ -124,3 +123,17 @@ class Catalog:
                 yield
             finally:
                 fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
+    """``query``'s statements, if DuckDB's parser finds only queries among them; else the refusal naming the first other."""
+    statements = con.extract_statements(query)
+    for statement in statements:
+        if statement.type not in _READING:
+            shown = " ".join(statement.query.split())
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ReadOnlyError(
+                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
+                "its tables change only through `graphlake ingest` / `graphlake materialize`"
+            )
+    return statements

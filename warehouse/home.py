@@ -19,7 +19,12 @@ def project_root() -> Path:
 
 
 def lake_home() -> Path:
-    configured = os.environ.get(ENV_VAR, "")
+    return home_of(os.environ.get(ENV_VAR, ""))
+
+
+def home_of(location: str | Path) -> Path:
+    """The lake at ``location`` (a folder, ``s3://bucket/prefix``, or '' for the project's ``lake/``), as a local folder."""
+    configured = str(location)
     if configured.startswith("s3://"):
         from graphlake.warehouse.object_store import cache_for
 

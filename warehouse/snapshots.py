@@ -123,6 +123,12 @@ class Snapshots:
         except FileNotFoundError:  # collected between the listing and the read: a newer one exists
             return self.current(scope)
 
+    def number(self, scope: str) -> int:
+        """The number of the scope's current snapshot, without reading it (a reader's cheap "anything new?")."""
+        self._pull(scope)
+        numbers = self._numbers(scope)
+        return numbers[-1] if numbers else self.current(scope).number
+
     def commit(self, scope: str, version: str) -> Snapshot | None:
         """The scope's next snapshot: the current one with every partition and artefact that ``version``
         staged in it; None (nothing committed) when it staged nothing. The caller holds the writer lock."""

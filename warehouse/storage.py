@@ -27,7 +27,7 @@ from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.object_store import ObjectStoreError
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
 from graphlake.warehouse.scopes import LAKE_SCOPE, scope_of
-from graphlake.warehouse.snapshots import Entry, Snapshots, artifact_folder, data_file, fsync_directory, new_version
+from graphlake.warehouse.snapshots import Entry, Snapshot, Snapshots, artifact_folder, data_file, fsync_directory, new_version
 from graphlake.warehouse.tables import TableSpec, table_spec
 
 ROW_GROUP_ROWS = 64_000
@@ -39,15 +39,25 @@ class StorageError(RuntimeError):
 
 
 class Lake:
-    def __init__(self, home: Path, run_id: str | None = None) -> None:
+    def __init__(self, home: Path, run_id: str | None = None, pins: Mapping[str, Snapshot] | None = None) -> None:
         self.home = Path(home)
         self.tables_dir = self.home / "tables"
         self.run_id = run_id
         self.snapshots = Snapshots(self.home)
+        self.pins = dict(pins or {})  # scope -> the snapshot this lake reads, whatever commits meanwhile
 
     def bound(self, run_id: str | None) -> Lake:
         """This lake as the run ``run_id`` sees it (its own versions first), or as every reader does (None)."""
         return Lake(self.home, run_id)
+
+    def pinned(self, *scopes: str) -> Lake:
+        """This lake reading the scopes' current snapshots from now on, so that everything read through it
+        (a server's warm indexes) comes from one version while writers commit newer ones."""
+        return Lake(self.home, self.run_id, {**self.pins, **{scope: self.snapshots.current(scope) for scope in scopes}})
+
+    def snapshot(self, scope: str) -> Snapshot:
+        """The scope's snapshot this lake reads: its pin, else the current one."""
+        return self.pins[scope] if scope in self.pins else self.snapshots.current(scope)
 
     def partition_dir(self, table: str, partition: Mapping[str, str]) -> Path:
         spec = table_spec(table)
@@ -166,14 +176,14 @@ class Lake:
         staged = self._staged(root / artifact_folder(self.run_id)) if self.run_id else None
         if staged is not None:
             return staged.stat().st_mtime
-        entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
+        entry = self.snapshot(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
         return entry.written_at if entry else None
 
     def partitions(self, table: str, partition: Mapping[str, str]) -> list[dict[str, str]]:
         """The partitions of ``table`` that have a version and agree with ``partition`` on its columns."""
         spec = table_spec(table)
         scope = scope_of(partition)
-        keys = set(self.snapshots.current(scope).tables)
+        keys = set(self.snapshot(scope).tables)
         if self.run_id:
             keys |= set(self.snapshots.staged(scope, self.run_id)[0])  # here, and on object storage other machines' too
         found = []
@@ -211,6 +221,11 @@ class Lake:
         self._refresh_catalog()
         return found
 
+    def rows(self, table: str, partition: Mapping[str, str]) -> int:
+        """The partition's row count from its file's footer (0 when it has no version)."""
+        path = self._file(table, partition)
+        return pq.ParquetFile(path).metadata.num_rows if path is not None else 0
+
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
         path = self._file(table, partition)
         if path is None:
@@ -224,7 +239,7 @@ class Lake:
             staged = self._staged(directory / data_file(self.run_id))
             if staged is not None:
                 return Entry(staged.name, staged.stat().st_mtime)
-        return self.snapshots.current(scope_of(partition)).tables.get(directory.relative_to(self.tables_dir).as_posix())
+        return self.snapshot(scope_of(partition)).tables.get(directory.relative_to(self.tables_dir).as_posix())
 
     def _file(self, table: str, partition: Mapping[str, str]) -> Path | None:
         entry = self._entry(table, partition)
@@ -235,7 +250,7 @@ class Lake:
         staged = self._staged(root / artifact_folder(self.run_id)) if self.run_id else None
         if staged is not None:
             return staged
-        entry = self.snapshots.current(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
+        entry = self.snapshot(scope_of(partition)).artifacts.get(root.relative_to(self.home / "artifacts").as_posix())
         return self._here(root / entry.name) if entry else None
 
     def _here(self, path: Path) -> Path:

@@ -5,6 +5,8 @@ method reads."""
 
 from __future__ import annotations
 
+import copy
+import threading
 import weakref
 from collections.abc import Callable
 from functools import cached_property
@@ -47,7 +49,9 @@ class LakeIndexes:
     def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
         self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
         self._loaded: dict[Any, Any] = {}
+        self._loading = threading.RLock()  # requests served on several threads load each index once
         self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
+        self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
         self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
 
     def get(self, name: str) -> Any:
@@ -56,7 +60,9 @@ class LakeIndexes:
             kind = index_kind(name)
             if kind.load is None:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
-            self._loaded[name] = kind.load(self)
+            with self._loading:
+                if name not in self._loaded:
+                    self._loaded[name] = kind.load(self)
         return self._loaded[name]
 
     def note(self, text: str) -> None:
@@ -65,8 +71,30 @@ class LakeIndexes:
     def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """A structure derived from the indexes, computed once per key."""
         if key not in self._loaded:
-            self._loaded[key] = compute()
+            with self._loading:
+                if key not in self._loaded:
+                    self._loaded[key] = compute()
         return self._loaded[key]
+
+    def request(self) -> LakeIndexes:
+        """These indexes for one request: what is loaded stays shared (warm), the notes and the queries
+        encoded ahead are the request's own."""
+        view = copy.copy(self)
+        view.notes, view._queries = {}, {}
+        return view
+
+    def prime(self, texts: list[str], dense: bool, splade: bool) -> None:
+        """Encode a batch of queries at once (each encoder one batched call), for ``encode_dense`` and
+        ``encode_splade`` to answer from."""
+        from graphlake.kernels.text import encoders
+
+        texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
+        if not texts:
+            return
+        vectors = encoders.encode_dense(texts) if dense else [None] * len(texts)
+        weights = encoders.encode_splade(texts) if splade else None
+        for i, text in enumerate(texts):
+            self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
 
     @cached_property
     def spec(self) -> CorpusSpec:
@@ -117,11 +145,17 @@ class LakeIndexes:
         return self.memo(("doc_ids",), lambda: np.asarray(self.nodes().column("doc_id").to_pylist(), dtype=object))
 
     def encode_dense(self, text: str) -> np.ndarray:
+        primed = self._queries.get(text, (None, None))[0]
+        if primed is not None:
+            return primed
         from graphlake.kernels.text import encoders
 
         return encoders.encode_dense([text])[0]
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
+        primed = self._queries.get(text, (None, None))[1]
+        if primed is not None:
+            return primed
         from graphlake.kernels.text import encoders
 
         return encoders.encode_splade([text])

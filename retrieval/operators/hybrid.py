@@ -59,6 +59,7 @@ class Hybrid(Op):
     """What the fused-vector operators share: weights, calibration, and the query on the three paths."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "splade", "bm25"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights", "keywords", "kg_weight", "candidates", "depth"})  # any path weights, no rebuild
     weights: PathWeights | Literal["tuned_two", "tuned_three"] = PathWeights()
     calibrate: bool = True
     keywords: Literal["none", "idf_top1"] | list[str] = "none"

@@ -55,6 +55,7 @@ class CrossEncoderRerank(Op):
     """O_m: the cross-encoder scores the input's top ``depth`` candidates (Re2: dense top-100)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"reranker"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "depth"})
     op: Literal["cross_encoder"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     depth: int = Field(100, gt=0)
@@ -73,6 +74,8 @@ class CrossEncoderRerank(Op):
 
 class GraphBudgeted(Op):
     """What GAR and FastInsight share: a corpus graph, a batch size and a budget of cross-encoder calls."""
+
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "batch", "budget", "alpha", "beta"})
 
     graph: Literal["auto"] | list[EdgeKind] = "auto"
     batch: int = Field(10, gt=0)

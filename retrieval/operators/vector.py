@@ -1,14 +1,16 @@
 """The operators every method starts from: vector search over one index (``O_vs``) and the fusions that
-combine rankings. Each runs one query at a time, so a run's per-query latency is what a user would wait."""
+combine rankings. ``run`` takes one query, so a run's per-query latency is what a user would wait;
+``run_batch`` takes many in one matrix product or index search (``search_batch`` of the API)."""
 
 from __future__ import annotations
 
 from typing import ClassVar, Literal
 
 import numpy as np
+import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 
 
@@ -26,9 +28,11 @@ class BM25(TopK):
     op: Literal["bm25"]
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        scores, rows = indexes.get("bm25").search([query], self.k)
-        keep = scores[0] > 0
-        return Candidates(rows[0][keep].astype(np.int64), scores[0][keep])
+        return self.run_batch([query], indexes)[0]
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        scores, rows = indexes.get("bm25").search(queries, self.k)
+        return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
 
 
 @register
@@ -43,21 +47,30 @@ class Dense(TopK):
         scores = indexes.get("dense") @ indexes.encode_dense(query)
         return ranked(np.arange(len(scores)), scores, self.k)
 
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        matrix = indexes.get("dense")
+        scores = matrix @ np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((len(matrix), 0))
+        return [ranked(np.arange(len(matrix)), np.ascontiguousarray(column), self.k) for column in scores.T]
+
 
 @register
 class DenseHNSW(TopK):
     """O_vs, approximate: faiss HNSW over the same vectors (inner product)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense", "dense_hnsw"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "ef_search"})
     op: Literal["dense_hnsw"]
     ef_search: int = Field(128, gt=0)
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        index = indexes.get("dense_hnsw")
-        index.hnsw.efSearch = max(self.ef_search, self.k)
-        scores, rows = index.search(indexes.encode_dense(query)[None, :], self.k)
-        keep = rows[0] >= 0
-        return Candidates(rows[0][keep].astype(np.int64), scores[0][keep])
+        return self.run_batch([query], indexes)[0]
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        import faiss  # loaded with the index already; the search depth per call, so threads share the index
+
+        depth = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, self.k))
+        scores, rows = indexes.get("dense_hnsw").search(np.stack([indexes.encode_dense(q) for q in queries]), self.k, params=depth)
+        return [Candidates(r[r >= 0].astype(np.int64), s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
 
 
 @register
@@ -68,14 +81,22 @@ class Splade(TopK):
     op: Literal["splade"]
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        scores = np.asarray((indexes.get("splade") @ indexes.encode_splade(query).T).todense()).ravel()
-        rows = np.flatnonzero(scores > 0)
-        return ranked(rows, scores[rows], self.k)
+        return self.run_batch([query], indexes)[0]
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
+        scores = np.asarray((indexes.get("splade") @ weights.T).todense())
+        found = []
+        for column in scores.T:
+            rows = np.flatnonzero(column > 0)
+            found.append(ranked(rows, column[rows], self.k))
+        return found
 
 
 class Fusion(Op):
     """Combines its inputs' rankings, each with a weight (1 each when unset)."""
 
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights"})
     inputs: list[Input] = Field(min_length=1)
     weights: list[float] | None = None
     k: int = Field(100, gt=0)
@@ -96,8 +117,14 @@ class RRF(Fusion):
     constant: float = Field(60.0, ge=0)
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+        return self.fuse(run_inputs(self, query, indexes))
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        return [self.fuse(inputs) for inputs in run_inputs_batch(self, queries, indexes)]
+
+    def fuse(self, inputs: list[Candidates]) -> Candidates:
         fused: dict[int, float] = {}
-        for weight, candidates in zip(self.input_weights(), run_inputs(self, query, indexes), strict=True):
+        for weight, candidates in zip(self.input_weights(), inputs, strict=True):
             for rank, row in enumerate(candidates.rows.tolist(), start=1):
                 fused[row] = fused.get(row, 0.0) + weight / (self.constant + rank)
         return from_dict(fused, self.k)

@@ -1,0 +1,186 @@
+"""A lake opened for applications: searches that load each corpus's indexes and models once per snapshot
+and keep them warm, batches that encode and search at once, and read-only SQL.
+
+Every search reads one snapshot of its corpus (and of the lake-wide models): the warm indexes are read
+through a lake pinned to the snapshots current when they were loaded, and when a build commits a newer
+one the next request loads that one, while requests already running finish on theirs."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.common.suggest import did_you_mean
+from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
+from graphlake.retrieval.core import MethodError, Methods, Op, needs
+from graphlake.retrieval.evaluation import first_stage_gap
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import available_methods, load_methods
+from graphlake.warehouse.catalog import Catalog, ReadOnlyError
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.home import ENV_VAR, home_of
+from graphlake.warehouse.scopes import LAKE_SCOPE
+from graphlake.warehouse.storage import Lake
+
+MAX_QUERY_CHARS = 2_000
+MAX_K = 1_000
+MAX_BATCH = 256
+DENSE_READERS = frozenset({"dense", "dense_hnsw", "hybrid_graph", "skb_vectors", "reranker", "grapher", "grasp_reranker"})
+SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
+
+
+def open_lake(location: str | Path = "") -> GraphLake:
+    """The lake at ``location``: a folder, ``s3://bucket/prefix``, or (empty) ``$GRAPHLAKE_HOME``, else the project's ``lake/``."""
+    return GraphLake(home_of(location or os.environ.get(ENV_VAR, "")))
+
+
+@dataclass(frozen=True)
+class _Warm:
+    """A corpus's indexes and the methods, as of one version of the lake."""
+
+    version: tuple[int, int, float]  # the corpus's snapshot, the lake-wide snapshot, methods.yaml's mtime
+    indexes: LakeIndexes
+    methods: Methods
+    gaps: dict[str, str | None] = field(default_factory=dict)  # per method: its note when it loses to its first stage here
+
+    def gap(self, corpus: str, method: str) -> str | None:
+        if method not in self.gaps:
+            self.gaps[method] = first_stage_gap(self.indexes.lake, corpus, method, self.methods)
+        return self.gaps[method]
+
+
+class GraphLake:
+    """Search a lake's corpora with any switched-on method, and read it with SQL; safe to share between threads."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self._warm: dict[str, _Warm] = {}
+        self._loading = threading.Lock()
+
+    def corpora(self) -> list[CorpusInfo]:
+        lake = Lake(self.home)
+        found = []
+        for name, spec in sorted(CorpusRegistry(self.home).all().items()):
+            partition = {"corpus": name}
+            found.append(CorpusInfo(name=name, format=spec.format, snapshot=lake.snapshot(name).number, nodes=lake.rows("nodes", partition), queries=lake.rows("queries", partition)))
+        return found
+
+    def methods(self) -> list[MethodInfo]:
+        declared, switched = available_methods(self.home)
+        methods = load_methods(self.home)
+        return [
+            MethodInfo(name=name, paper=item.paper, about=item.about, switched_on=name in switched, query_time=sorted(_query_time(methods[name])))
+            for name, item in declared.items()
+        ]
+
+    def warm(self, corpus: str, method: str) -> None:
+        """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is the search's."""
+        warm = self._current(corpus)
+        _method(warm.methods, method, {}, 1).run("warm up", warm.indexes.request())
+
+    def search(self, corpus: str, method: str, query: str, k: int = 10, **overrides: Any) -> SearchResult:
+        """The ``k`` best nodes for ``query``; ``overrides`` set the method's query-time parameters (``methods()`` lists them)."""
+        return self.search_batch(corpus, method, [query], k, **overrides)[0]
+
+    def search_batch(self, corpus: str, method: str, queries: list[str], k: int = 10, **overrides: Any) -> list[SearchResult]:
+        """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path."""
+        _check(queries, k)
+        warm = self._current(corpus)
+        op = _method(warm.methods, method, overrides, k)
+        indexes = warm.indexes.request()
+        started = time.perf_counter()
+        read = needs(op)
+        indexes.prime(queries, dense=bool(read & DENSE_READERS) or not read <= {"bm25", "splade"}, splade=bool(read & SPLADE_READERS))
+        found = op.run_batch(queries, indexes)
+        latency = (time.perf_counter() - started) * 1000 / len(queries)
+        gap = warm.gap(corpus, method)
+        notes = list(indexes.notes) + ([gap] if gap else [])
+        titles, docs = indexes.titles(), indexes.doc_ids()
+        texts = indexes.memo(("node texts",), lambda: indexes.nodes().column("text").to_pylist())
+        snapshot = warm.version[0]
+        return [
+            SearchResult(
+                corpus=corpus,
+                method=method,
+                snapshot=snapshot,
+                latency_ms=round(latency, 3),
+                hits=[
+                    Hit(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
+                    for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1)
+                ],
+                notes=notes,
+            )
+            for candidates in found
+        ]
+
+    def sql(self, statement: str) -> pa.Table:
+        """A read-only SQL query over the lake's catalog (the sandbox ``graphlake sql`` uses)."""
+        try:
+            with Catalog(self.home).sandbox() as con:
+                return Catalog.read_only_table(con, statement)
+        except (duckdb.Error, ReadOnlyError) as error:
+            raise RequestError(str(error).splitlines()[0]) from None
+
+    def _current(self, corpus: str) -> _Warm:
+        """The corpus's warm indexes as of the lake's current snapshots, loaded when a build committed newer ones."""
+        lake = Lake(self.home)
+        methods_file = self.home / "methods.yaml"
+        version = (lake.snapshots.number(corpus), lake.snapshots.number(LAKE_SCOPE), methods_file.stat().st_mtime if methods_file.is_file() else 0.0)
+        warm = self._warm.get(corpus)
+        if warm is not None and warm.version == version:
+            return warm
+        registry = CorpusRegistry(self.home).all()
+        if corpus not in registry:
+            raise UnknownName(f"unknown corpus {corpus!r}{did_you_mean(corpus, registry)} (the lake has: {', '.join(sorted(registry)) or 'none'})")
+        with self._loading:
+            warm = self._warm.get(corpus)
+            if warm is None or warm.version != version:
+                pinned = lake.pinned(corpus, LAKE_SCOPE)
+                version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
+                warm = _Warm(version, LakeIndexes(pinned, corpus), load_methods(self.home))
+                self._warm[corpus] = warm
+        return warm
+
+
+def _check(queries: list[str], k: int) -> None:
+    if not queries:
+        raise RequestError("queries: give at least one")
+    if len(queries) > MAX_BATCH:
+        raise RequestError(f"queries: at most {MAX_BATCH} in one batch, got {len(queries)}")
+    for i, query in enumerate(queries):
+        if not query.strip():
+            raise RequestError(f"query {i}: empty")
+        if len(query) > MAX_QUERY_CHARS:
+            raise RequestError(f"query {i}: at most {MAX_QUERY_CHARS} characters, got {len(query)}")
+    if not 1 <= k <= MAX_K:
+        raise RequestError(f"k: between 1 and {MAX_K}, got {k}")
+
+
+def _method(methods: Methods, name: str, overrides: dict[str, Any], k: int) -> Op:
+    """The switched-on method ``name``, with the request's query-time values, returning at least ``k``."""
+    if name not in methods:
+        runs = f"(this lake runs: {', '.join(methods)})"
+        if name in methods.available:
+            raise UnknownName(f"method {name!r} is not switched on in this lake (`graphlake methods --use {name}` adds it) {runs}")
+        raise UnknownName(f"unknown method {name!r}{did_you_mean(name, list(methods.available))} {runs}")
+    op = methods[name]
+    try:
+        if overrides:
+            op = op.at_query_time(overrides)
+        if "k" in type(op).model_fields and op.k < k:
+            op = op.at_query_time({"k": k})
+    except MethodError as error:
+        raise RequestError(str(error)) from None
+    return op
+
+
+def _query_time(op: Op) -> set[str]:
+    return set(op.QUERY_TIME) & set(type(op).model_fields)

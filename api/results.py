@@ -1,0 +1,52 @@
+"""What the API answers with, the same in Python and over HTTP: hits, search results, corpora, methods,
+and the two errors a request can meet (an unknown name, a value out of bounds)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+
+class UnknownName(LookupError):
+    """A corpus or method the lake does not have; the message names the ones it has."""
+
+
+class RequestError(ValueError):
+    """A request the lake cannot answer as asked (a parameter out of bounds, one a method does not take)."""
+
+
+class Hit(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    rank: int
+    node_id: str
+    doc_id: str
+    title: str
+    text: str
+    score: float
+
+
+class SearchResult(BaseModel):
+    """One query's answer, from one snapshot of the corpus (``snapshot``: its number)."""
+
+    corpus: str
+    method: str
+    snapshot: int
+    latency_ms: float
+    hits: list[Hit]
+    notes: list[str]  # what ranked in place of an untrained model, and other caveats of this method here
+
+
+class CorpusInfo(BaseModel):
+    name: str
+    format: str
+    snapshot: int
+    nodes: int  # 0 before its nodes are built
+    queries: int
+
+
+class MethodInfo(BaseModel):
+    name: str
+    paper: str
+    about: str
+    switched_on: bool
+    query_time: list[str]  # the parameters a request may set for it
