@@ -27,13 +27,15 @@ from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.catalog import Catalog, ReadOnlyError
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import ENV_VAR, home_of
+from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
+from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.storage import Lake
 
 MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
-DENSE_READERS = frozenset({"dense", "dense_hnsw", "hybrid_graph", "skb_vectors", "reranker", "grapher", "grasp_reranker"})
+LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
 SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
 
 
@@ -63,7 +65,10 @@ class GraphLake:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
         self._warm: dict[str, _Warm] = {}
+        self._stamps: dict[str, tuple[int, ...] | None] = {}
         self._loading = threading.Lock()
+        self._remote = remote_of(self.home) is not None
+        self._snapshots, self._methods_file = str(self.home / SNAPSHOTS), str(self.home / "methods.yaml")
 
     def corpora(self) -> list[CorpusInfo]:
         lake = Lake(self.home)
@@ -98,7 +103,7 @@ class GraphLake:
         indexes = warm.indexes.request()
         started = time.perf_counter()
         read = needs(op)
-        indexes.prime(queries, dense=bool(read & DENSE_READERS) or not read <= {"bm25", "splade"}, splade=bool(read & SPLADE_READERS))
+        indexes.prime(queries, dense=not read <= LEXICAL, splade=bool(read & SPLADE_READERS))
         found = op.run_batch(queries, indexes)
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
@@ -106,14 +111,14 @@ class GraphLake:
         titles, docs = indexes.titles(), indexes.doc_ids()
         texts = indexes.memo(("node texts",), lambda: indexes.nodes().column("text").to_pylist())
         snapshot = warm.version[0]
-        return [
-            SearchResult(
+        return [  # built from values already checked: no second validation per hit
+            SearchResult.model_construct(
                 corpus=corpus,
                 method=method,
                 snapshot=snapshot,
                 latency_ms=round(latency, 3),
                 hits=[
-                    Hit(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
+                    Hit.model_construct(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
                     for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1)
                 ],
                 notes=notes,
@@ -131,11 +136,15 @@ class GraphLake:
 
     def _current(self, corpus: str) -> _Warm:
         """The corpus's warm indexes as of the lake's current snapshots, loaded when a build committed newer ones."""
+        stamp = self._stamp(corpus)
+        warm = self._warm.get(corpus)
+        if warm is not None and stamp is not None and self._stamps.get(corpus) == stamp:
+            return warm  # nothing was committed or declared since: a few stat calls decide it
         lake = Lake(self.home)
         methods_file = self.home / "methods.yaml"
         version = (lake.snapshots.number(corpus), lake.snapshots.number(LAKE_SCOPE), methods_file.stat().st_mtime if methods_file.is_file() else 0.0)
-        warm = self._warm.get(corpus)
         if warm is not None and warm.version == version:
+            self._stamps[corpus] = stamp
             return warm
         registry = CorpusRegistry(self.home).all()
         if corpus not in registry:
@@ -147,7 +156,15 @@ class GraphLake:
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
                 warm = _Warm(version, LakeIndexes(pinned, corpus), load_methods(self.home))
                 self._warm[corpus] = warm
+            self._stamps[corpus] = stamp
         return warm
+
+    def _stamp(self, corpus: str) -> tuple[int, ...] | None:
+        """When the corpus's and the lake-wide snapshot folders and methods.yaml last changed (a commit
+        adds a file to its folder); None on object storage, where a commit shows only in the store."""
+        if self._remote:
+            return None
+        return tuple(os.stat(path).st_mtime_ns if os.path.exists(path) else -1 for path in (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file))
 
 
 def _check(queries: list[str], k: int) -> None:

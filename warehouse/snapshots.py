@@ -124,10 +124,11 @@ class Snapshots:
             return self.current(scope)
 
     def number(self, scope: str) -> int:
-        """The number of the scope's current snapshot, without reading it (a reader's cheap "anything new?")."""
+        """The number of the scope's current snapshot, without reading it (a reader's cheap "anything
+        new?"); 0 before its first (a legacy layout is adopted by ``current``, which publishes it as 1)."""
         self._pull(scope)
         numbers = self._numbers(scope)
-        return numbers[-1] if numbers else self.current(scope).number
+        return numbers[-1] if numbers else 0
 
     def commit(self, scope: str, version: str) -> Snapshot | None:
         """The scope's next snapshot: the current one with every partition and artefact that ``version``

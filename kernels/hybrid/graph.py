@@ -22,6 +22,7 @@ seen are kept apart from the pool (which makes the paper's twin pool unnecessary
 from __future__ import annotations
 
 import json
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -491,7 +492,7 @@ def _holding_seeds(kg, ent_hop):
     return _holders_of(np.flatnonzero(ent_hop == 0), kg[2], kg[3])
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, pool_size, k, visited, stamp, kg, ent_hop, kg_weight, kg_hops, kg_edges):
     """Algorithm 2: best-first over the semantic edges with a pool of ``pool_size``; the top ``k`` live
     nodes seen. With ``required`` keyword tokens, only nodes holding all of them are returned, and a node
@@ -566,12 +567,12 @@ class KGQuery:
 
 
 class Searcher:
-    """Searches one index with one set of vectors; keeps the visited stamps between queries."""
+    """Searches one index with one set of vectors; keeps the visited stamps between queries, one array per
+    thread, so that threads search at once (the walk releases the GIL) without sharing them."""
 
     def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
         self.graph, self.vectors = graph, vectors
-        self.visited = np.zeros(len(vectors), np.int64)
-        self.stamp = 0
+        self._thread = threading.local()  # visited (a stamp per row) and the last stamp used, per thread
         kg = graph.kg
         matrices = (kg.node_entities, kg.holders, kg.undirected) if kg is not None else (sp.csr_matrix((0, 0)),) * 3
         self.kg_arrays = tuple(a for m in matrices for a in (m.indptr.astype(np.int64), m.indices.astype(np.int32)))
@@ -588,7 +589,7 @@ class Searcher:
         q_dense = (weights[0] * query.dense[0]).astype(np.float32)
         q_sparse = _scatter(query.sparse, weights[1], vectors.sparse.shape[1])
         q_lexical = _scatter(query.lexical, weights[2], vectors.lexical.shape[1])
-        self.stamp += 1
+        visited, stamp = self._stamped()
         rows, scores = _search(
             q_dense,
             q_sparse,
@@ -608,8 +609,8 @@ class Searcher:
             np.sort(np.asarray(required if required is not None else [], dtype=np.int32)),
             max(pool_size, k),
             k,
-            self.visited,
-            self.stamp,
+            visited,
+            stamp,
             self.kg_arrays,
             np.zeros(0, np.int32) if kg is None else kg.entity_hops.astype(np.int32),
             0.0 if kg is None else float(kg.weight),
@@ -617,6 +618,14 @@ class Searcher:
             kg is not None and kg.edges,
         )
         return rows, scores
+
+    def _stamped(self) -> tuple[np.ndarray, int]:
+        """This thread's visited array and a stamp no earlier search of it used."""
+        local = self._thread
+        if getattr(local, "visited", None) is None or len(local.visited) != len(self.vectors):
+            local.visited, local.stamp = np.zeros(len(self.vectors), np.int64), 0
+        local.stamp += 1
+        return local.visited, local.stamp
 
 
 def _scatter(row, weight: float, width: int) -> np.ndarray:

@@ -32,6 +32,10 @@ SPLADE_MODEL = "splade-tiny"
 MAX_TOKENS = 256
 PRECISION_ENV = "GRAPHLAKE_ENCODER_PRECISION"
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # auto: what the device does fastest, below
+# Queries are encoded in float32 everywhere: under bfloat16 a query's vector depends on the batch it is
+# encoded in (up to 6e-4 a coordinate; on SciFact 15 of 100 dense top-10 lists changed), and a query
+# alone costs 1.2x bfloat16's time in float32 on this CPU, where a batch of 30 still costs 3.7x less a query.
+QUERY_DTYPE = "float32"
 BATCHES = {"cpu": {"dense": 64, "splade": 32}, "cuda": {"dense": 256, "splade": 128}}  # texts per batch, fastest measured
 
 
@@ -70,10 +74,10 @@ def precision() -> str:
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 
-def _autocast() -> AbstractContextManager:
+def _autocast(dtype: str | None = None) -> AbstractContextManager:
     import torch
 
-    dtype = precision()
+    dtype = dtype or precision()
     return nullcontext() if dtype == "float32" else torch.autocast(device(), dtype=getattr(torch, dtype))
 
 
@@ -88,12 +92,13 @@ def _dense():
     return model
 
 
-def encode_dense(texts: list[str], batch_size: int = 0) -> np.ndarray:
+def encode_dense(texts: list[str], batch_size: int = 0, dtype: str | None = None) -> np.ndarray:
     """``(len(texts), 384)`` float32, unit length, so inner product is cosine. sentence-transformers
-    sorts the texts by length, so batches carry little padding. ``batch_size`` 0: the device's default."""
+    sorts the texts by length, so batches carry little padding. ``batch_size`` 0: the device's default;
+    ``dtype`` None: :func:`precision` (queries pass ``QUERY_DTYPE``)."""
     if not texts:
         return np.zeros((0, _dense().get_embedding_dimension()), dtype=np.float32)
-    with _autocast():
+    with _autocast(dtype):
         vectors = _dense().encode(texts, batch_size=batch_size or BATCHES[device()]["dense"], normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False)
     return vectors.float().cpu().numpy()
 
@@ -110,8 +115,9 @@ def _splade():
     return tokenizer, model
 
 
-def encode_splade(texts: list[str], batch_size: int = 0) -> sp.csr_matrix:
-    """``(len(texts), vocab)`` sparse float32 term weights (``batch_size`` 0: the device's default).
+def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = None) -> sp.csr_matrix:
+    """``(len(texts), vocab)`` sparse float32 term weights (``batch_size`` 0: the device's default;
+    ``dtype`` as for :func:`encode_dense`).
 
     Texts are batched by length (less padding). The vocabulary projection is most of the cost and all
     of the memory, so it runs text by text over that text's real tokens only, and the max over tokens
@@ -127,7 +133,7 @@ def encode_splade(texts: list[str], batch_size: int = 0) -> sp.csr_matrix:
     order = np.argsort([len(text) for text in texts], kind="stable")
     batch_size = batch_size or BATCHES[device()]["splade"]
     parts = []
-    with torch.inference_mode(), _autocast():
+    with torch.inference_mode(), _autocast(dtype):
         for start in range(0, len(order), batch_size):
             rows = order[start : start + batch_size]
             batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt").to(device())
