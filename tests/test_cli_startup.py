@@ -35,8 +35,8 @@ def test_help_and_sql_import_no_model_and_no_dagster(tmp_path):
     assert imported_after(tmp_path / "lake", [["--help"], ["sql", "select 1"]]) == set()
 
 
-@pytest.mark.parametrize(("method", "allowed"), [("bm25", set()), ("dense", {"torch", "sentence_transformers"})])
+@pytest.mark.parametrize(("method", "allowed"), [("bm25", set()), ("dense", {"torch"})])
 def test_corpora_trec_and_query_import_only_what_they_use(reads_demo, method, allowed):
     commands = [["corpora"], ["trec", "--corpus", "demo", "--method", "bm25"], ["query", "--corpus", "demo", "--method", method, "sled"]]
     found = imported_after(reads_demo.home, commands)
-    assert found == allowed  # a BM25 query loads no model; a dense one its encoder, never spaCy nor Dagster
+    assert found == allowed  # a BM25 query loads no model; a dense one its encoder (not sentence-transformers), never spaCy nor Dagster

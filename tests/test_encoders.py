@@ -1,5 +1,6 @@
 """The encoders' reduced precision (bfloat16 where the CPU does it natively): vectors agree with
-float32's, and SPLADE's weights of a text do not depend on the batch it was encoded in."""
+float32's, and SPLADE's weights of a text do not depend on the batch it was encoded in. Queries'
+light encoder (transformers alone) gives the passages' encoder's float32 vectors, batch or not."""
 
 from __future__ import annotations
 
@@ -33,3 +34,10 @@ def test_reduced_precision_vectors_agree_with_float32(monkeypatch):
         pytest.skip("this CPU has no native bfloat16: auto is float32 here")
     assert _cosines(encoders.encode_dense(TEXTS), dense).min() > 0.999
     assert _cosines(encoders.encode_splade(TEXTS).toarray(), splade).min() > 0.999
+
+
+def test_the_query_encoder_gives_the_float32_vectors_whatever_the_batch(monkeypatch):
+    monkeypatch.setenv(encoders.PRECISION_ENV, "float32")
+    queries = encoders.encode_queries_dense(TEXTS)
+    np.testing.assert_allclose(queries, encoders.encode_dense(TEXTS), atol=1e-6)
+    np.testing.assert_allclose(np.vstack([encoders.encode_queries_dense([text]) for text in TEXTS]), queries, atol=1e-6)

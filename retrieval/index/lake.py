@@ -91,7 +91,7 @@ class LakeIndexes:
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return
-        vectors = encoders.encode_dense(texts, dtype=encoders.QUERY_DTYPE) if dense else [None] * len(texts)
+        vectors = encoders.encode_queries_dense(texts) if dense else [None] * len(texts)
         weights = encoders.encode_splade(texts, dtype=encoders.QUERY_DTYPE) if splade else None
         for i, text in enumerate(texts):
             self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
@@ -150,7 +150,7 @@ class LakeIndexes:
             return primed
         from graphlake.kernels.text import encoders
 
-        return encoders.encode_dense([text], dtype=encoders.QUERY_DTYPE)[0]
+        return encoders.encode_queries_dense([text])[0]
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         primed = self._queries.get(text, (None, None))[1]

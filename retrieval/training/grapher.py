@@ -185,7 +185,7 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
     from graphlake.kernels.text import encoders
 
     indexes = examples[0]["indexes"]
-    vectors = encoders.encode_dense([e["query"] for e in examples], dtype=encoders.QUERY_DTYPE)
+    vectors = encoders.encode_queries_dense([e["query"] for e in examples])
     graphs = []
     for example, query in zip(examples, vectors, strict=True):
         if not example["labels"].any():
