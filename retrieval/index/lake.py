@@ -52,6 +52,7 @@ class LakeIndexes:
         self._loading = threading.RLock()  # requests served on several threads load each index once
         self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
         self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
+        self.root: LakeIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
         self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
 
     def get(self, name: str) -> Any:
@@ -61,8 +62,8 @@ class LakeIndexes:
             if kind.load is None:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
             with self._loading:
-                if name not in self._loaded:
-                    self._loaded[name] = kind.load(self)
+                if name not in self._loaded:  # loaded by the root: a loaded index may keep (a weak reference to) what loaded it
+                    self._loaded[name] = kind.load(self.root)
         return self._loaded[name]
 
     def note(self, text: str) -> None:
@@ -79,6 +80,7 @@ class LakeIndexes:
     def request(self) -> LakeIndexes:
         """These indexes for one request: what is loaded stays shared (warm), the notes and the queries
         encoded ahead are the request's own."""
+        _ = self.spec, self._positions, self.pair_cache  # computed once here, so that every view shares them
         view = copy.copy(self)
         view.notes, view._queries = {}, {}
         return view
