@@ -28,7 +28,7 @@ from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
 KEY = "test-key-7f3a"
-METHODS = ("bm25", "dense", "rrf", "ap_three")
+METHODS = ("bm25", "dense", "rrf", "ap_three", "graph_rrf", "grasp_fused")  # batched paths; SPRIG's entity graph and GRASP's SKB, loaded by views
 
 
 class Server:
