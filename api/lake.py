@@ -111,14 +111,14 @@ class GraphLake:
         titles, docs = indexes.titles(), indexes.doc_ids()
         texts = indexes.memo(("node texts",), lambda: indexes.nodes().column("text").to_pylist())
         snapshot = warm.version[0]
-        return [  # built from values already checked: no second validation per hit
-            SearchResult.model_construct(
+        return [
+            SearchResult(
                 corpus=corpus,
                 method=method,
                 snapshot=snapshot,
                 latency_ms=round(latency, 3),
                 hits=[
-                    Hit.model_construct(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
+                    Hit(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
                     for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1)
                 ],
                 notes=notes,
@@ -164,7 +164,14 @@ class GraphLake:
         adds a file to its folder); None on object storage, where a commit shows only in the store."""
         if self._remote:
             return None
-        return tuple(os.stat(path).st_mtime_ns if os.path.exists(path) else -1 for path in (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file))
+        return tuple(map(_mtime, (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file)))
+
+
+def _mtime(path: str) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return -1
 
 
 def _check(queries: list[str], k: int) -> None:

@@ -1,9 +1,12 @@
 """What the API answers with, the same in Python and over HTTP: hits, search results, corpora, methods,
-and the two errors a request can meet (an unknown name, a value out of bounds)."""
+and the two errors a request can meet (an unknown name, a value out of bounds).
+
+Plain dataclasses: a search builds one per hit, and pydantic's ``model_construct`` cost 5 µs apiece, a
+third of a BM25 search on SciFact; the server's response models are these same classes."""
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
 
 
 class UnknownName(LookupError):
@@ -14,9 +17,8 @@ class RequestError(ValueError):
     """A request the lake cannot answer as asked (a parameter out of bounds, one a method does not take)."""
 
 
-class Hit(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+@dataclass(frozen=True, slots=True)
+class Hit:
     rank: int
     node_id: str
     doc_id: str
@@ -25,7 +27,8 @@ class Hit(BaseModel):
     score: float
 
 
-class SearchResult(BaseModel):
+@dataclass(frozen=True, slots=True)
+class SearchResult:
     """One query's answer, from one snapshot of the corpus (``snapshot``: its number)."""
 
     corpus: str
@@ -36,7 +39,8 @@ class SearchResult(BaseModel):
     notes: list[str]  # what ranked in place of an untrained model, and other caveats of this method here
 
 
-class CorpusInfo(BaseModel):
+@dataclass(frozen=True, slots=True)
+class CorpusInfo:
     name: str
     format: str
     snapshot: int
@@ -44,7 +48,8 @@ class CorpusInfo(BaseModel):
     queries: int
 
 
-class MethodInfo(BaseModel):
+@dataclass(frozen=True, slots=True)
+class MethodInfo:
     name: str
     paper: str
     about: str

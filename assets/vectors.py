@@ -15,7 +15,7 @@ from dagster import AssetExecutionContext, Config, asset
 
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
-from graphlake.kernels.text import encoders
+from graphlake.kernels.text import encoders, query_encoders
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
@@ -73,8 +73,9 @@ def _encode_with_cache(
     return table, metadata
 
 
-def _vector_asset(name: str, model: str, encode_rows: Callable[..., list[dict]], description: str):
-    """An asset writing ``model``'s partition of ``vectors``, encoding only new or changed nodes."""
+def _vector_asset(name: str, model: str, queries: str, encode_rows: Callable[..., list[dict]], description: str):
+    """An asset writing ``model``'s partition of ``vectors``, encoding only new or changed nodes; it
+    also exports the model's query encoder (``queries``), so that the first query pays no export."""
     metadata = {"table": "vectors", "partition": {"model": model}}
 
     @asset(name=name, partitions_def=corpus_partitions, group_name="vectors", metadata=metadata, description=description)
@@ -84,6 +85,7 @@ def _vector_asset(name: str, model: str, encode_rows: Callable[..., list[dict]],
 
             torch.set_num_threads(config.threads)
         table, metadata = _encode_with_cache(context, lake, model, nodes, documents, partial(encode_rows, batch_size=config.batch_size))
+        query_encoders.prepare(queries)
         context.add_output_metadata(metadata)
         return table
 
@@ -103,8 +105,8 @@ def _splade_rows(texts: list[str], batch_size: int) -> list[dict]:
     ]
 
 
-dense_vectors = _vector_asset("dense_vectors", encoders.DENSE_MODEL, _dense_rows, "all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash.")
-splade_vectors = _vector_asset("splade_vectors", encoders.SPLADE_MODEL, _splade_rows, "SPLADE term weights (vocabulary ids and weights), cached by input hash.")
+dense_vectors = _vector_asset("dense_vectors", encoders.DENSE_MODEL, "dense", _dense_rows, "all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash.")
+splade_vectors = _vector_asset("splade_vectors", encoders.SPLADE_MODEL, "splade", _splade_rows, "SPLADE term weights (vocabulary ids and weights), cached by input hash.")
 class BM25Config(Config):
     k1: float = 0.9
     b: float = 0.4

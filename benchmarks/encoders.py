@@ -9,8 +9,8 @@ For MiniLM (dense) and the bundled SPLADE, on SciFact's passages (title and abst
 
 Paths: torch float32 (the reference); torch under bfloat16 autocast (the default where the CPU does
 bfloat16 natively); torch dynamic int8 (``quantize_dynamic`` of the linear layers); ONNX Runtime in
-float32 and in dynamic int8, from a graph exported here with ``torch.onnx`` (needs ``onnxruntime`` and
-``onnx``, the bench extra; skipped when absent). Run from the repo root::
+float32 and in dynamic int8, from a graph exported here with ``torch.onnx`` (the int8 graph needs
+``onnxruntime.quantization``). Run from the repo root::
 
     .venv/bin/python benchmarks/encoders.py [--sample 256]
 

@@ -7,6 +7,7 @@ what its method reads.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -425,7 +426,7 @@ def _search_here(corpus: str, method: str, text: str, top: int, quiet: bool) -> 
     lake = GraphLake(home)
     try:
         lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
-        return lake.search(corpus, method, text, top).model_dump()
+        return dataclasses.asdict(lake.search(corpus, method, text, top))
     except (MethodError, StorageError, RequestError, UnknownName) as error:
         _fail(str(error))
 

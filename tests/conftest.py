@@ -9,6 +9,7 @@ Dagster instance are small, and copying keeps their modification times, which fr
 
 from __future__ import annotations
 
+import atexit
 import importlib.metadata
 import json
 import os
@@ -16,6 +17,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -29,10 +31,15 @@ import yaml
 
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text.encoders import PRECISION_ENV
+from graphlake.kernels.text.query_encoders import CACHE_ENV
 
 # float32 encoders in every test (and every process a test starts): bfloat16 is used only where the CPU
 # has it, so recorded rankings (test_rankings.py) must not depend on which machine runs the suite
 os.environ.setdefault(PRECISION_ENV, "float32")
+# the query encoders' exported graphs go to a cache of this session (and its processes), not the user's
+if CACHE_ENV not in os.environ:
+    os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="graphlake-cache-")
+    atexit.register(shutil.rmtree, os.environ[CACHE_ENV], ignore_errors=True)
 EVERY_METHOD = ["*"]  # a lake's methods.yaml `use` entry switching on every packaged method
 
 

@@ -1,13 +1,14 @@
 """The encoders' reduced precision (bfloat16 where the CPU does it natively): vectors agree with
-float32's, and SPLADE's weights of a text do not depend on the batch it was encoded in. Queries'
-light encoder (transformers alone) gives the passages' encoder's float32 vectors, batch or not."""
+float32's, and SPLADE's weights of a text do not depend on the batch it was encoded in. The query
+encoders (ONNX graphs exported into a cache) give the passage encoders' float32 vectors, batch or not
+(that a query imports no torch: test_cli_startup.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from graphlake.kernels.text import encoders
+from graphlake.kernels.text import encoders, query_encoders
 
 TEXTS = [
     "The lighthouse keeper logged every storm on the northern cape.",
@@ -36,8 +37,18 @@ def test_reduced_precision_vectors_agree_with_float32(monkeypatch):
     assert _cosines(encoders.encode_splade(TEXTS).toarray(), splade).min() > 0.999
 
 
-def test_the_query_encoder_gives_the_float32_vectors_whatever_the_batch(monkeypatch):
+def test_the_query_encoders_give_the_float32_vectors_whatever_the_batch(monkeypatch, tmp_path):
     monkeypatch.setenv(encoders.PRECISION_ENV, "float32")
-    queries = encoders.encode_queries_dense(TEXTS)
-    np.testing.assert_allclose(queries, encoders.encode_dense(TEXTS), atol=1e-6)
-    np.testing.assert_allclose(np.vstack([encoders.encode_queries_dense([text]) for text in TEXTS]), queries, atol=1e-6)
+    monkeypatch.setenv(query_encoders.CACHE_ENV, str(tmp_path))
+    query_encoders._encoder.cache_clear()
+    try:
+        dense, splade = query_encoders.encode_queries_dense(TEXTS), query_encoders.encode_queries_splade(TEXTS)
+        assert sorted(p.name for p in (tmp_path / "query-encoders").iterdir()) == sorted(query_encoders.graph_path(k).name for k in ("dense", "splade"))
+        np.testing.assert_allclose(dense, encoders.encode_dense(TEXTS), atol=1e-6)
+        np.testing.assert_allclose(splade.toarray(), encoders.encode_splade(TEXTS).toarray(), atol=2e-5)
+        np.testing.assert_allclose(np.vstack([query_encoders.encode_queries_dense([text]) for text in TEXTS]), dense, atol=1e-6)
+        one_by_one = [query_encoders.encode_queries_splade([text]).toarray() for text in TEXTS]
+        np.testing.assert_allclose(np.vstack(one_by_one), splade.toarray(), atol=1e-6)
+    finally:
+        query_encoders._encoder.cache_clear()  # the other tests' sessions read the default cache
+

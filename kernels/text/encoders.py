@@ -19,6 +19,7 @@ torch and transformers are imported when a model is first loaded: the model name
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
@@ -32,11 +33,6 @@ SPLADE_MODEL = "splade-tiny"
 MAX_TOKENS = 256
 PRECISION_ENV = "GRAPHLAKE_ENCODER_PRECISION"
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # auto: what the device does fastest, below
-# Queries are encoded in float32 everywhere: under bfloat16 a query's vector depends on the batch it is
-# encoded in (up to 6e-4 a coordinate; on SciFact 15 of 100 dense top-10 lists changed), and a query
-# alone costs 1.2x bfloat16's time in float32 on this CPU, where a batch of 30 still costs 3.7x less a query.
-QUERY_DTYPE = "float32"
-QUERY_BATCH = 64
 BATCHES = {"cpu": {"dense": 64, "splade": 32}, "cuda": {"dense": 256, "splade": 128}}  # texts per batch, fastest measured
 
 
@@ -93,41 +89,10 @@ def _dense():
     return model
 
 
-@lru_cache(maxsize=1)
-def _dense_queries():
-    """MiniLM through transformers alone, for queries: importing sentence-transformers (and scikit-learn
-    with it) cost 2.4 s of a 6.8 s ``graphlake query``."""
-    import transformers
-    from transformers import AutoModel, AutoTokenizer
-
-    transformers.utils.logging.disable_progress_bar()
-    path = str(dense_model_path())
-    return AutoTokenizer.from_pretrained(path, local_files_only=True), AutoModel.from_pretrained(path, local_files_only=True).eval().to(device())
-
-
-def encode_queries_dense(texts: list[str]) -> np.ndarray:
-    """Queries as :func:`encode_dense` gives them in float32 (mean of the token vectors under the
-    attention mask, then unit length; the model's own pooling), without sentence-transformers."""
-    import torch
-
-    tokenizer, model = _dense_queries()
-    if not texts:
-        return np.zeros((0, model.config.hidden_size), dtype=np.float32)
-    parts = []
-    with torch.inference_mode():
-        for start in range(0, len(texts), QUERY_BATCH):
-            batch = tokenizer(texts[start : start + QUERY_BATCH], padding=True, truncation=True, max_length=MAX_TOKENS, return_tensors="pt").to(device())
-            tokens = model(**batch).last_hidden_state
-            mask = batch["attention_mask"].unsqueeze(-1).to(tokens.dtype)
-            pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-            parts.append(torch.nn.functional.normalize(pooled, p=2, dim=1).float().cpu().numpy())
-    return np.concatenate(parts)
-
-
 def encode_dense(texts: list[str], batch_size: int = 0, dtype: str | None = None) -> np.ndarray:
     """``(len(texts), 384)`` float32, unit length, so inner product is cosine. sentence-transformers
     sorts the texts by length, so batches carry little padding. ``batch_size`` 0: the device's default;
-    ``dtype`` None: :func:`precision`. Queries go through :func:`encode_queries_dense`."""
+    ``dtype`` None: :func:`precision`. Queries go through ``query_encoders``."""
     if not texts:
         return np.zeros((0, _dense().get_embedding_dimension()), dtype=np.float32)
     with _autocast(dtype):
@@ -176,5 +141,10 @@ def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = Non
     return sp.vstack(parts, format="csr")[np.argsort(order)]
 
 
+def model_config(path: Path) -> dict:
+    """A model folder's ``config.json``: its sizes without loading torch."""
+    return json.loads((path / "config.json").read_text())
+
+
 def splade_vocab_size() -> int:
-    return _splade()[1].config.vocab_size
+    return int(model_config(splade_model_path())["vocab_size"])

@@ -88,13 +88,13 @@ class LakeIndexes:
     def prime(self, texts: list[str], dense: bool, splade: bool) -> None:
         """Encode a batch of queries at once (each encoder one batched call), for ``encode_dense`` and
         ``encode_splade`` to answer from."""
-        from graphlake.kernels.text import encoders
+        from graphlake.kernels.text import query_encoders
 
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return
-        vectors = encoders.encode_queries_dense(texts) if dense else [None] * len(texts)
-        weights = encoders.encode_splade(texts, dtype=encoders.QUERY_DTYPE) if splade else None
+        vectors = query_encoders.encode_queries_dense(texts) if dense else [None] * len(texts)
+        weights = query_encoders.encode_queries_splade(texts) if splade else None
         for i, text in enumerate(texts):
             self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
 
@@ -150,17 +150,17 @@ class LakeIndexes:
         primed = self._queries.get(text, (None, None))[0]
         if primed is not None:
             return primed
-        from graphlake.kernels.text import encoders
+        from graphlake.kernels.text import query_encoders
 
-        return encoders.encode_queries_dense([text])[0]
+        return query_encoders.encode_queries_dense([text])[0]
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         primed = self._queries.get(text, (None, None))[1]
         if primed is not None:
             return primed
-        from graphlake.kernels.text import encoders
+        from graphlake.kernels.text import query_encoders
 
-        return encoders.encode_splade([text], dtype=encoders.QUERY_DTYPE)
+        return query_encoders.encode_queries_splade([text])
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's

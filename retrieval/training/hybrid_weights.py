@@ -18,12 +18,11 @@ the operators' query-entity matching; ``None`` when that corpus's index has no K
 from __future__ import annotations
 
 import numpy as np
-import scipy.sparse as sp
 
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.text import encoders
+from graphlake.kernels.text import query_encoders
 from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
@@ -55,7 +54,7 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
     bm25 = indexes.get("bm25")
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
     texts = [q["text"] for q in rows]
-    queries = Queries(encoders.encode_queries_dense(texts), sp.csr_matrix(encoders.encode_splade(texts, dtype=encoders.QUERY_DTYPE)), bm25.token_counts(texts))
+    queries = Queries(query_encoders.encode_queries_dense(texts), query_encoders.encode_queries_splade(texts), bm25.token_counts(texts))
     scorer = _Scorer(vectors, queries, scales, indexes.doc_ids(), [gold[q["query_id"]] for q in rows])
     single = {path: scorer.ndcg(np.eye(3)[p]) for p, path in enumerate(("dense", "sparse", "lexical"))}
     two_grid = {alpha: scorer.ndcg(np.array([alpha, 1 - alpha, 0.0])) for alpha in GRID}
