@@ -2,12 +2,13 @@
 
 A ``graphlake query`` or a server's first request paid 2–3 s importing torch and transformers for a
 10-word query. The two query encoders (MiniLM with its pooling, SPLADE with its max over tokens) are
-exported once per model version with ``torch.onnx`` into a local cache (``GRAPHLAKE_CACHE``, else
-``$XDG_CACHE_HOME/graphlake`` or ``~/.cache/graphlake``); the build exports them where it encodes the
-passages (``prepare``), and a machine that only serves exports them on first use. Afterwards a query is
-tokenized by ``tokenizers`` and run by ONNX Runtime, which on a 2-core EPYC took half torch's
-CPU-seconds per query (10 against 21 ms dense, 5 against 12 ms SPLADE) at float32, with vectors within
-2e-7 (dense) and 5e-6 (SPLADE) of torch's.
+exported once per model version with ``torch.onnx`` into a local cache (``GRAPHLAKE_MODEL_CACHE``,
+else ``~/.cache/graphlake/_models``, a name no object-store lake's cache folder can have); the build
+exports them where it encodes the passages (``prepare``), a machine that only serves on first use.
+Afterwards a query is tokenized by ``tokenizers`` and run by ONNX Runtime, which on a 2-core EPYC
+took half torch's CPU-seconds per query (10 against 21 ms dense, 5 against 12 ms SPLADE) at float32,
+with vectors within 2e-7 (dense) and 5e-6 (SPLADE) of torch's. Its threads do not spin between runs:
+spinning stole the CPU from the search that follows (a dense query took 12 ms instead of 8.5).
 
 Every query is encoded here, in float32: the runs ``graphlake eval`` stores and what the API answers
 come from the same graphs. (Under bfloat16 a query's vector depended on the batch it was encoded in,
@@ -32,7 +33,7 @@ import scipy.sparse as sp
 
 from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, model_config, splade_model_path, splade_vocab_size
 
-CACHE_ENV = "GRAPHLAKE_CACHE"
+CACHE_ENV = "GRAPHLAKE_MODEL_CACHE"
 FORMAT = 1  # bump when what a graph computes changes: older files are then ignored
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 BATCH = {"dense": 16, "splade": 4}  # the fastest measured on 2 cores; SPLADE holds (batch, tokens, vocabulary) logits
@@ -96,9 +97,7 @@ MODELS = {
 
 def cache_dir() -> Path:
     configured = os.environ.get(CACHE_ENV)
-    if configured:
-        return Path(configured).expanduser()
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "graphlake"
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / "_models"
 
 
 def graph_path(kind: str) -> Path:
@@ -107,7 +106,7 @@ def graph_path(kind: str) -> Path:
     model = MODELS[kind]
     weights = model.path() / "model.safetensors"
     stamp = f"{importlib.metadata.version(model.package)}-{weights.stat().st_size}-torch{importlib.metadata.version('torch')}-f{FORMAT}"
-    return cache_dir() / "query-encoders" / f"{kind}-{stamp}.onnx"
+    return cache_dir() / f"{kind}-{stamp}.onnx"
 
 
 _exporting = threading.Lock()
