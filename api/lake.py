@@ -24,7 +24,7 @@ from graphlake.retrieval.core import MethodError, Methods, Op, needs
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import available_methods, load_methods
-from graphlake.warehouse.catalog import Catalog, ReadOnlyError
+from graphlake.warehouse.catalog import Catalog, SandboxError
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import ENV_VAR, home_of
 from graphlake.warehouse.object_store import remote_of
@@ -131,7 +131,7 @@ class GraphLake:
         try:
             with Catalog(self.home).sandbox() as con:
                 return Catalog.read_only_table(con, statement)
-        except (duckdb.Error, ReadOnlyError) as error:
+        except (duckdb.Error, SandboxError) as error:
             raise RequestError(str(error).splitlines()[0]) from None
 
     def _current(self, corpus: str) -> _Warm:

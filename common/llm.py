@@ -17,7 +17,8 @@ every paid call durable the moment it returns, so a killed run keeps what it pai
 several Dagster processes fill one cache without rewriting each other's partition. DuckDB reads
 them as a table: ``SELECT * FROM read_json('<home>/llm_cache/*/*.json')``.
 
-Configuration comes from the environment only; the API key is never logged, cached or repr'd. A
+Configuration comes from the environment only; the API key is never logged, cached or repr'd, and
+is redacted from every error (``common/redact.py``), as is anything key-like a server echoes. A
 call gives up within ``timeout × (retries + 1)`` seconds, backoff and a server's ``Retry-After``
 included, with a message naming the server, the model and the attempts made.
 """
@@ -37,6 +38,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from graphlake.common.redact import redact
 from graphlake.common.settings import number_from_env
 
 ENV_BASE_URL = "GRAPHLAKE_LLM_BASE_URL"
@@ -145,7 +147,16 @@ class LLMClient:
         self._client = openai.OpenAI(base_url=config.base_url, api_key=config.api_key, timeout=config.timeout_s, max_retries=0)
 
     def structured(self, prompt: str, schema: type[T], system: str | None = None) -> T:
-        """Ask for one ``schema`` object; answered from the cache when this exact request was made before."""
+        """Ask for one ``schema`` object; answered from the cache when this exact request was made before.
+        A failure's message has the key (and anything key-like) redacted, and carries no chained
+        exception: the SDK's would repeat the server's answer verbatim."""
+        try:
+            return self._structured(prompt, schema, system)
+        except LLMError as error:
+            kind, message = type(error), redact(str(error), self.config.api_key)
+        raise kind(message)  # outside the handler: no __context__ either
+
+    def _structured(self, prompt: str, schema: type[T], system: str | None) -> T:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
         json_schema = schema.model_json_schema()
         key = cache_key(self.config.model, messages, json_schema)

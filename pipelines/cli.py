@@ -23,7 +23,7 @@ from rich.table import Table
 
 from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.retrieval.core import MethodError
-from graphlake.warehouse.catalog import Catalog, ReadOnlyError
+from graphlake.warehouse.catalog import Catalog, SandboxError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
@@ -278,9 +278,9 @@ def sql(
             names = [column[0] for column in result.description or []]
             rows = result.fetchall()
     except duckdb.PermissionException as error:
-        _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's folder {home}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
-    except (duckdb.Error, ReadOnlyError) as error:
-        _fail(str(error))
+        _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's tables, {home / 'tables'}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
+    except (duckdb.Error, SandboxError) as error:
+        _fail(str(error).splitlines()[0])  # DuckDB adds the statement and a caret on more lines
     if as_json:
         print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
         return

@@ -12,7 +12,8 @@ MODEL = "fake-model"
 
 
 class FakeServer:
-    """Answers /v1/chat/completions as ``mode`` says: good, garbage, 500, 429 (Retry-After), slow, not-json."""
+    """Answers /v1/chat/completions as ``mode`` says: good, garbage, 500, 429 (Retry-After), slow,
+    not-json, echo-key (401 repeating the request's key, as several servers do)."""
 
     def __init__(self) -> None:
         self.mode = "good"
@@ -28,6 +29,9 @@ class FakeServer:
                 self.rfile.read(int(self.headers.get("content-length", 0)))
                 server.requests += 1
                 mode = server.mode
+                if mode == "echo-key":
+                    key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                    return self._send(401, json.dumps({"error": {"message": f"Incorrect API key provided: {key}", "code": "invalid_api_key"}}).encode())
                 if mode == "500":
                     return self._send(500, b'{"error": {"message": "boom"}}')
                 if mode == "429":

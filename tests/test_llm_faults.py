@@ -2,18 +2,22 @@
 (a real HTTP server on 127.0.0.1; the fault modes cannot be had from llama.cpp on demand).
 
 Each fault ends within the configured timeout x attempts with a message naming the server, the model
-and the attempts; garbage answers after a good run fail the asset, and the good tables stay."""
+and the attempts; garbage answers after a good run fail the asset, and the good tables stay; a key
+the server echoes back reaches no file and no output."""
 
 from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 
 import pytest
 from fake_llm import MODEL, FakeServer
+from rich.console import Console
 
-from graphlake.common.llm import ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
+from graphlake.common.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
+from graphlake.common.redact import redact
 from graphlake.kernels.text.triples import llm_entities
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
@@ -77,9 +81,22 @@ def test_timeout_and_retries_come_from_the_environment_and_bad_values_are_named(
         LLMConfig.from_env()
 
 
-def test_garbage_answers_after_a_good_run_fail_and_leave_the_good_tables(fake, tmp_path, monkeypatch):
-    from rich.console import Console
+def test_a_key_the_server_echoes_is_written_nowhere(fake, tmp_path, monkeypatch, capfd):
+    secret = "sk-test-SECRET123-do-not-store"
+    monkeypatch.setenv(ENV_API_KEY, secret)
+    home = tiny_corpus(tmp_path, monkeypatch, fake)
+    fake.mode = "echo-key"
+    with pytest.raises(MaterializeError) as failed:
+        materialize_corpus(home, "tiny", "key:documents or key:nodes or key:entities_llm", Console(file=sys.stderr))
+    said = str(failed.value) + "".join(capfd.readouterr())
+    assert "401" in said and "[redacted]" in said and secret not in said
+    stored = [path for path in home.rglob("*") if path.is_file() and secret.encode() in path.read_bytes()]
+    assert fake.requests > 0 and stored == []  # the lake, the LLM cache and Dagster's run storage (sqlite) alike
+    assert redact(f"Bearer abc.def-123456 and sk-{'x' * 20}") == "Bearer [redacted] and [redacted]"
 
+
+def tiny_corpus(tmp_path, monkeypatch, fake: FakeServer):
+    """A three-document corpus in a fresh lake whose LLM is ``fake``."""
     monkeypatch.setenv("GRAPHLAKE_HOME", str(tmp_path))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     monkeypatch.setenv(ENV_BASE_URL, fake.url)
@@ -88,6 +105,11 @@ def test_garbage_answers_after_a_good_run_fail_and_leave_the_good_tables(fake, t
     texts = ["Marie Curie worked in Paris.", "Paris is in France.", "Curie won two prizes."]
     source.write_text("".join(json.dumps({"id": f"d{i}", "title": "", "text": t}) + "\n" for i, t in enumerate(texts)))
     CorpusRegistry(tmp_path).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
+    return tmp_path
+
+
+def test_garbage_answers_after_a_good_run_fail_and_leave_the_good_tables(fake, tmp_path, monkeypatch):
+    tiny_corpus(tmp_path, monkeypatch, fake)
     console = Console(file=open("/dev/null", "w"))
     selection = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
     materialize_corpus(tmp_path, "tiny", selection, console)

@@ -1,5 +1,5 @@
 """``graphlake sql`` is read-only for real: no statement it runs writes a file, reads outside the lake's
-folder, loads code or lifts those limits; every query the README shows still runs."""
+tables, loads code or lifts those limits, or runs without bound; every query the README shows still runs."""
 
 from __future__ import annotations
 
@@ -42,6 +42,11 @@ def test_every_escape_is_refused_naming_what_and_every_readme_query_runs(reads_d
         "CREATE OR REPLACE VIEW nodes AS SELECT 1 AS node_id": "CREATE",
         "DROP VIEW nodes": "DROP",
         "INSERT INTO documents SELECT * FROM documents": "INSERT",
+        f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{committed}'": "COPY",  # EXPLAIN ANALYZE runs what it explains
+        f"explain (analyze, format json) /* c */ COPY (SELECT 1) TO '{outside / 'out.csv'}'": "COPY",
+        f"SELECT * FROM read_text('{home / 'corpora.yaml'}')": "corpora.yaml",  # the lake's configuration
+        f"SELECT * FROM read_blob('{home}/dagster/**')": "dagster",  # Dagster's run storage
+        f"SELECT * FROM read_text('{home}/snapshots/*/*.json')": "snapshots",
         "SELECT * FROM read_text('/proc/self/environ')": "/proc/self/environ",
         f"SELECT * FROM read_csv('{outside / 'notes.csv'}')": "notes.csv",
         f"SELECT * FROM read_parquet('{outside / 'mine.parquet'}')": "mine.parquet",
@@ -59,6 +64,21 @@ def test_every_escape_is_refused_naming_what_and_every_readme_query_runs(reads_d
         answered = sql(query, "--json")
         assert answered.exit_code == 0 and answered.stdout.startswith("["), (query, answered.output)
     assert sql("SELECT count(*) AS n FROM read_parquet(?)".replace("?", f"'{committed}'"), "--json").exit_code == 0  # the lake's own files stay readable
+    assert sql("EXPLAIN ANALYZE SELECT count(*) FROM nodes").exit_code == 0
+    broken = sql("SELEC 1")
+    assert broken.exit_code == 1 and broken.stderr.strip().splitlines() == ['error: Parser Error: syntax error at or near "SELEC"']
+
+
+def test_a_runaway_statement_is_stopped_in_one_line(reads_demo, monkeypatch):
+    monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "1")
+    stopped = sql("SELECT count(*) FROM range(100000000000000)")
+    assert stopped.exit_code == 1 and "ran past 1 s" in stopped.stderr and len(stopped.stderr.strip().splitlines()) == 1, stopped.output
+    monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "20")
+    monkeypatch.setenv("GRAPHLAKE_SQL_MEMORY_MB", "64")
+    stopped = sql("SELECT count(DISTINCT i) FROM range(100000000) t(i)")  # a hash table past 64 MB, and no spilling
+    assert stopped.exit_code == 1 and "64 MB" in stopped.stderr and len(stopped.stderr.strip().splitlines()) == 1, stopped.output
+    monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "nan")
+    assert "GRAPHLAKE_SQL_TIMEOUT='nan'" in sql("SELECT 1").stderr
 
 
 @pytest.mark.parametrize("statement", ["SELECT 1", "EXPLAIN SELECT 1", "DESCRIBE nodes", "SHOW TABLES", "WITH a AS (SELECT 2 AS x) SELECT x FROM a"])

@@ -9,6 +9,8 @@ readers in other processes.
 from __future__ import annotations
 
 import fcntl
+import re
+import threading
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,6 +19,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from graphlake.common.settings import number_from_env
 from graphlake.warehouse.graph_sql import install_macros
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.snapshots import Snapshots
@@ -37,10 +40,20 @@ _DUCKDB_TYPES = {
 
 
 _READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_EXPLAINED = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)  # what precedes the explained statement
+TIMEOUT_ENV, MEMORY_ENV = "GRAPHLAKE_SQL_TIMEOUT", "GRAPHLAKE_SQL_MEMORY_MB"
 
 
-class ReadOnlyError(ValueError):
+class SandboxError(ValueError):
+    """A statement the lake's read-only SQL refuses or stops."""
+
+
+class ReadOnlyError(SandboxError):
     """A statement that would write, sent to the lake's read-only SQL."""
+
+
+class LimitError(SandboxError):
+    """A statement that ran past the sandbox's time or memory limit."""
 
 
 class Catalog:
@@ -70,15 +83,30 @@ class Catalog:
 
     @contextmanager
     def sandbox(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection that reads nothing outside the lake's folder, writes nowhere, and
-        cannot be reconfigured: what ``graphlake sql`` hands a user. Statements go through
-        :meth:`run_read_only`; a full DuckDB session is any client opening ``catalog.duckdb``."""
+        """A read-only connection that reads only the lake's committed tables (not its configuration,
+        snapshots or Dagster's storage), writes nowhere (not even spill files), stops a statement past
+        ``GRAPHLAKE_SQL_TIMEOUT`` seconds or ``GRAPHLAKE_SQL_MEMORY_MB``, and cannot be reconfigured:
+        what ``graphlake sql`` and the API hand a user. Statements go through :meth:`run_read_only`; a
+        full DuckDB session is any client opening ``catalog.duckdb``."""
+        seconds = number_from_env(TIMEOUT_ENV, 60.0, least=0.1, error=SandboxError)
+        megabytes = number_from_env(MEMORY_ENV, 2048, kind=int, least=64, error=SandboxError)
         with self.reader() as con:
-            folder = str(self.home.resolve()).replace("'", "''")
-            con.execute(f"SET allowed_directories = ['{folder}/']")
+            tables = str((self.home / "tables").resolve()).replace("'", "''")
+            con.execute(f"SET memory_limit = '{megabytes}MB'")
+            con.execute("SET temp_directory = ''")  # past the memory limit a statement fails, it never spills into the lake
+            con.execute(f"SET allowed_directories = ['{tables}/']")
             con.execute("SET enable_external_access = false")  # files outside those, extensions, ATTACH
-            con.execute("SET lock_configuration = true")  # no SET/RESET can lift the two above
-            yield con
+            con.execute("SET lock_configuration = true")  # no SET/RESET can lift the ones above
+            timer = threading.Timer(seconds, con.interrupt)
+            timer.start()
+            try:
+                yield con
+            except duckdb.InterruptException:
+                raise LimitError(f"the statement ran past {seconds:g} s and was stopped (set {TIMEOUT_ENV} for a longer limit)") from None
+            except duckdb.OutOfMemoryException as error:
+                raise LimitError(f"{str(error).splitlines()[0]} (the limit is {megabytes} MB: set {MEMORY_ENV} for more)") from None
+            finally:
+                timer.cancel()
 
     @staticmethod
     def run_read_only(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection:
@@ -126,10 +154,14 @@ class Catalog:
 
 
 def _reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
-    """``query``'s statements, if DuckDB's parser finds only queries among them; else the refusal naming the first other."""
+    """``query``'s statements, if DuckDB's parser finds only queries among them (an EXPLAIN only of a
+    query: EXPLAIN ANALYZE runs what it explains); else the refusal naming the first other."""
     statements = con.extract_statements(query)
     for statement in statements:
-        if statement.type not in _READING:
+        explained = _EXPLAINED.sub("", statement.query, count=1) if statement.type == duckdb.StatementType.EXPLAIN else None
+        if explained is not None and explained != statement.query:
+            _reading_statements(con, explained)
+        elif statement.type not in _READING or explained is not None:  # an EXPLAIN of a form not recognised: refused
             shown = " ".join(statement.query.split())
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise ReadOnlyError(
