@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-import yaml
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -24,9 +23,9 @@ from rich.table import Table
 from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.catalog import Catalog, SandboxError
-from graphlake.warehouse.config_files import ConfigFileError
+from graphlake.warehouse.config_files import ConfigFileError, load_mapping, one_line
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.home import HomeError, lake_home
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
 from graphlake.warehouse.storage import Lake, StorageError
@@ -38,13 +37,19 @@ errors = Console(stderr=True)
 class _App(typer.Typer):
     """A configuration file a command needs but cannot use (corpora.yaml, methods.yaml) ends it with
     one line naming the file, line and column, wherever the command read it; commands that do not read
-    it never see it."""
+    it never see it. So does a lake folder that cannot be made, and any error no command foresaw."""
 
     def __call__(self, *args, **kwargs):
         try:
             return super().__call__(*args, **kwargs)
-        except (ConfigFileError, MethodError) as error:
+        except (ConfigFileError, MethodError, HomeError) as error:
             errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            raise SystemExit(1) from None
+        except Exception as error:  # unforeseen (a full disk under Dagster's storage): one line; the traceback with --verbose
+            if VERBOSE["on"]:
+                raise
+            first = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
+            errors.print(f"[bold red]error:[/] {type(error).__name__}: {first} (`graphlake --verbose ...` shows the traceback)", highlight=False, soft_wrap=True)
             raise SystemExit(1) from None
 
 
@@ -181,8 +186,8 @@ def ingest(
             alpha_corpus=alpha_corpus,
         )
         spec.read()  # a bad file is named before anything runs
-    except ValueError as error:
-        _fail(str(error))
+    except ValueError as error:  # a pydantic ValidationError too: its lines and link become one line
+        _fail(one_line(error))
     from dagster import AssetSelection
 
     _run(corpus, AssetSelection.groups("ingest", "chunking"), None, "ingest", declare=spec)  # a failed run leaves corpora.yaml as it was
@@ -241,6 +246,37 @@ def gc() -> None:
 
 
 @app.command()
+def doctor(
+    corpus: Annotated[str | None, typer.Option(help="Check (and repair) only this corpus.")] = None,
+    repair: Annotated[bool, typer.Option("--repair", help="Make each damaged corpus whole from the versions its earlier snapshots kept.")] = False,
+) -> None:
+    """Check every committed file of every corpus (snapshot readable, Parquet footers, row counts,
+    artefact folders); exit 1 when something is damaged and not repaired."""
+    from graphlake.warehouse.doctor import examine
+    from graphlake.warehouse.doctor import repair as repair_scope
+
+    home = lake_home()
+    damaged = examine(home, [corpus] if corpus else None)
+    for damage in damaged:
+        errors.print(f"[red]damaged:[/] {damage}", highlight=False, soft_wrap=True)
+    if not damaged:
+        errors.print("every committed file is whole", highlight=False)
+        return
+    if not repair:
+        _fail(f"{len(damaged)} damaged; `graphlake doctor --repair` makes each corpus whole from its earlier snapshots")
+    for scope in dict.fromkeys(d.scope for d in damaged):
+        try:
+            for line in repair_scope(home, scope):
+                errors.print(f"{scope}: {line}", highlight=False, soft_wrap=True)
+        except LockedError as error:
+            _fail(str(error))
+    left = examine(home, [corpus] if corpus else None)
+    if left:
+        _fail(f"still damaged after the repair: {'; '.join(map(str, left))}")
+    errors.print("repaired: every committed file is whole", highlight=False)
+
+
+@app.command()
 def materialize(
     corpus: Annotated[str, typer.Option(help="Corpus (partition) to materialize.")],
     select: Annotated[str | None, typer.Option(help="Dagster asset selection, e.g. 'nodes+' or 'group:ingest'.")] = None,
@@ -254,11 +290,8 @@ def materialize(
 
 
 def _run_config(path: Path) -> dict:
-    try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError) as error:
-        _fail(f"{path}: cannot read run config: {error}")
-    if not isinstance(loaded, dict) or not set(loaded) <= {"ops"}:
+    loaded = load_mapping(path)  # a file it cannot use ends the command in one line (_App)
+    if not set(loaded) <= {"ops"}:
         _fail(f"{path}: a run config is a mapping with one key, ops: {{asset name: {{config: {{...}}}}}}")
     return loaded
 
@@ -272,8 +305,9 @@ def sql(
     import duckdb
 
     home = lake_home()
+    catalog = Catalog(home)
     try:
-        with Catalog(home).sandbox() as con:
+        with catalog.sandbox() as con:
             result = Catalog.run_read_only(con, query)
             names = [column[0] for column in result.description or []]
             rows = result.fetchall()
@@ -281,6 +315,8 @@ def sql(
         _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's tables, {home / 'tables'}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
     except (duckdb.Error, SandboxError) as error:
         _fail(str(error).splitlines()[0])  # DuckDB adds the statement and a caret on more lines
+    for line in catalog.left_out:
+        errors.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
         return

@@ -37,8 +37,9 @@ from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster
 from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
 from graphlake.pipelines.reindex import INDEX_JOB
 from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
+from graphlake.retrieval.index.kinds import INDEX_KINDS
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.home import ENV_VAR
+from graphlake.warehouse.home import ENV_VAR, HomeError, require_writable
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError
@@ -110,6 +111,8 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
             keys = set()
         if not keys or (isinstance(selection, str) and _unknown_words(selection, assets)):
             raise MaterializeError(_unknown_assets(selection, assets))
+        if isinstance(selection, list):  # a freshness plan: what it names, and whatever upstream of it the corpus lacks
+            keys |= _missing_upstream(keys, assets, Lake(home), corpus)
         if incremental:
             every = len(keys)
             keys = plan_build(home, spec, defs.resolve_asset_graph(), set(keys), instance)
@@ -196,9 +199,10 @@ def dask_cluster() -> dict | None:
 def _writing(home: Path, corpus: str, command: str, console: Console) -> Iterator[None]:
     """The corpus's writer lock for the run, after collecting what failed or killed runs left."""
     try:
+        require_writable(home, f"`graphlake {command}` on corpus {corpus!r} builds what is missing or stale and")
         with Lake(home).writing(corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
             yield
-    except LockedError as error:
+    except (LockedError, HomeError) as error:
         raise MaterializeError(str(error)) from None
 
 
@@ -228,6 +232,31 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None, home:
     except DagsterError as error:
         raise MaterializeError(f"invalid asset selection {selection!r}: write e.g. 'nodes+' or 'key:bm25_index or key:dense_vectors'") from error
     return (chosen if "llm" in selection else chosen - AssetSelection.groups("llm")).required_multi_asset_neighbors()
+
+
+def _missing_upstream(keys: set, assets, lake: Lake, corpus: str) -> set:
+    """The corpus's assets upstream of ``keys`` that it has never materialized (with the multi-assets'
+    other outputs), so that a plan naming an index also builds the mentions or triples it reads."""
+    by_key = {key: definition for definition in assets for key in definition.keys}
+    upstream = (AssetSelection.assets(*keys).upstream() - AssetSelection.groups("llm")).resolve(assets) - keys  # LLM assets run only when named
+    missing = {key for key in upstream if by_key[key].partitions_def is not None and not _materialized(by_key[key], key, lake, corpus)}
+    return AssetSelection.assets(*missing).required_multi_asset_neighbors().resolve(assets) if missing else set()
+
+
+def _materialized(definition, key, lake: Lake, corpus: str) -> bool:
+    """Whether the corpus has a committed output of the asset: the table partition its metadata names,
+    else the stored output of the index kind it builds; an asset that declares neither counts as present."""
+    metadata = definition.specs_by_key[key].metadata
+    table = metadata.get("table")
+    if table is not None:
+        return lake.written_at(str(table.value if hasattr(table, "value") else table), {"corpus": corpus, **_partition(metadata.get("partition"))}) is not None
+    kinds = [kind for kind in INDEX_KINDS.values() if kind.stored is not None and kind.assets[-1] == key.to_user_string()]
+    return all(kind.stored.written_at(lake, corpus) is not None for kind in kinds)
+
+
+def _partition(value) -> dict[str, str]:
+    value = getattr(value, "value", value) or {}
+    return {str(k): str(v) for k, v in dict(value).items()}
 
 
 def _asset_names(assets) -> set[str]:

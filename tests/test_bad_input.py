@@ -105,3 +105,45 @@ def test_input_that_is_not_a_list_of_records_or_has_a_huge_line_names_the_file(t
     huge.write_text(json.dumps({"id": "a", "title": "t", "text": "short"}) + "\n" + json.dumps({"id": "b", "title": "t", "text": "x" * 5000}) + "\n")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(huge), "--corpus", "c", GRAPHLAKE_MAX_LINE_BYTES="1000"), f"{huge}:2: line longer than 1,000 bytes")
     assert not (tmp_path / "corpora.yaml").exists()
+
+
+def test_each_input_the_probe_found_fails_in_one_line_and_writes_nothing(tmp_path):
+    """An alias bomb in methods.yaml, JSON nested past the parser, a text longer than spaCy takes, a bad
+    corpus name, an overlap past the chunk size, NaN for a number, an impossible home folder."""
+    bomb = "a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(f"{c}: &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    (tmp_path / "methods.yaml").write_text(bomb)
+    one_line_error(cli(tmp_path, "query", "--corpus", "demo", "--method", "bm25", "sled"), f"{tmp_path / 'methods.yaml'}:2:", "aliases (*name) are not allowed")
+    (tmp_path / "methods.yaml").unlink()
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"id": "a", "title": "", "text": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(deep), "--corpus", "c"), f"{deep}:1: JSON nested deeper than the parser reads")
+    long = tmp_path / "long"
+    long.mkdir()
+    (long / "book.txt").write_text("word " * 10_000_001)  # 50,000,005 characters
+    one_line_error(cli(tmp_path, "ingest", "files", str(long), "--corpus", "c"), "book.txt", "50,000,005 characters, more than the 50,000,000")
+    fine = tmp_path / "fine.jsonl"
+    fine.write_text(json.dumps({"id": "a", "title": "", "text": "alpha"}) + "\n")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "bad name!"), "corpus name 'bad name!': letters, digits")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", "--chunk-size", "10", "--chunk-overlap", "20"), "chunk overlap 20 must be smaller than chunk size 10")
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", GRAPHLAKE_LOCK_WAIT="nan"), "GRAPHLAKE_LOCK_WAIT='nan' is not a finite number")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "fine.jsonl", "long"]  # nothing written, not even a lake
+    one_line_error(cli(fine, "sql", "select 1"), f"GRAPHLAKE_HOME='{fine}': cannot make the lake's folder {fine}: File exists")
+
+
+def test_a_full_disk_fails_in_one_line(tmp_path):
+    """The lake on a nearly full filesystem (a 3 MB tmpfs, which needs root): whichever write meets the
+    full disk, Dagster's own storage included, the command ends in one line."""
+    full = tmp_path / "full"
+    full.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(full)], capture_output=True).returncode != 0:
+        pytest.skip("a small filesystem cannot be mounted here (needs root and the mount capability)")
+    try:
+        free = os.statvfs(full).f_bavail * os.statvfs(full).f_frsize
+        (full / "filler").write_bytes(b"\0" * (free - 40 * 1024))
+        fine = tmp_path / "fine.jsonl"
+        fine.write_text(json.dumps({"id": "a", "title": "", "text": "alpha"}) + "\n")
+        done = cli(full / "lake", "ingest", "jsonl", str(fine), "--corpus", "c")
+        one_line_error(done)
+        assert "full" in done.stderr or "No space left" in done.stderr, done.stderr
+    finally:
+        subprocess.run(["umount", str(full)], check=True)

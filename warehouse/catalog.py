@@ -1,17 +1,22 @@
-"""The DuckDB catalog: one database file in the lake root with a view per table.
+"""The DuckDB catalog: a view per table over exactly the Parquet files of the corpora's current
+snapshots, so SQL sees what a commit made visible and nothing a run is still staging (a table with no
+committed file is an empty, typed stub), with the graph macros.
 
-Each view reads exactly the Parquet files of the corpora's current snapshots, so SQL sees what a
-commit made visible and nothing a run is still staging; every commit refreshes the views (a table
-with no committed file is an empty, typed stub). A file lock keeps refreshes from colliding with
-readers in other processes.
+graphlake's own readers (``graphlake sql``, the API, reports) build the catalog in memory from the
+snapshots when they connect: they see a commit the moment its snapshot is published (a kill between
+publishing and anything after cannot leave them on two versions), take no lock and write nothing
+(a lake on a read-only mount is readable), and name the files where the lake is now (a moved or
+copied lake keeps working). For other DuckDB clients every commit also writes ``catalog.duckdb``,
+built beside the old file and swapped in whole; writers serialize on a lock of their own, readers
+never wait for it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import os
 import re
 import threading
-import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,8 +26,7 @@ import pyarrow as pa
 
 from graphlake.common.settings import number_from_env
 from graphlake.warehouse.graph_sql import install_macros
-from graphlake.warehouse.object_store import remote_of
-from graphlake.warehouse.snapshots import Snapshots
+from graphlake.warehouse.snapshots import SnapshotError, Snapshots
 from graphlake.warehouse.tables import TABLES, TableSpec
 
 CATALOG_FILE = "catalog.duckdb"
@@ -61,25 +65,36 @@ class Catalog:
         self.home = Path(home)
         self.path = self.home / CATALOG_FILE
         self._lock_path = self.home / f".{CATALOG_FILE}.lock"
+        self.left_out: list[str] = []  # the scopes the last catalog built left out, and why
 
     def refresh(self) -> None:
-        """(Re)create every table's view and the graph macros; a lock held by an outside program only delays it."""
-        try:
-            with self._locked(fcntl.LOCK_EX), duckdb.connect(str(self.path)) as con:
-                files = self._committed_files()
-                for spec in TABLES.values():
-                    con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
-                install_macros(con)
-        except duckdb.IOException as error:
-            warnings.warn(f"catalog {self.path} not refreshed (another program holds it): {error}", stacklevel=2)
+        """Rewrite ``catalog.duckdb`` for outside clients from the current snapshots: built in a temporary
+        file and renamed over the old one, so a client opens one version or the other."""
+        self.home.mkdir(parents=True, exist_ok=True)
+        with open(self._lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # writers one at a time: the last to rename read every commit before it
+            scratch = self.home / f".{CATALOG_FILE}.{os.getpid()}.tmp"
+            scratch.unlink(missing_ok=True)
+            try:
+                with duckdb.connect(str(scratch)) as con:
+                    self._create(con)
+                os.replace(scratch, self.path)
+            finally:
+                scratch.unlink(missing_ok=True)
+                Path(f"{scratch}.wal").unlink(missing_ok=True)
 
     @contextmanager
     def reader(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection to the catalog, creating it first if the lake is new."""
-        if not self.path.exists() or remote_of(self.home) is not None:  # on object storage, others commit too
-            self.refresh()
-        with self._locked(fcntl.LOCK_SH), duckdb.connect(str(self.path), read_only=True) as con:
+        """A connection whose views read the current snapshots, built in memory: no lock, no file written."""
+        with duckdb.connect(":memory:") as con:
+            self._create(con)
             yield con
+
+    def _create(self, con: duckdb.DuckDBPyConnection) -> None:
+        files = self._committed_files()
+        for spec in TABLES.values():
+            con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
+        install_macros(con)
 
     @contextmanager
     def sandbox(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -127,12 +142,23 @@ class Catalog:
         return con.sql(last.query).to_arrow_table() if last is not None else pa.table({})
 
     def _committed_files(self) -> dict[str, list[str]]:
-        """Table -> the data files of every scope's current snapshot."""
+        """Table -> the data files of every scope's current snapshot, where the lake is now. A scope
+        whose snapshot cannot be read or names a missing or truncated file is left out whole (its
+        tables would read wrong or fail every query of theirs), and ``left_out`` says why."""
         snapshots = Snapshots(self.home)
         files: dict[str, list[str]] = {}
+        self.left_out = []
         for scope in snapshots.scopes():
-            for key, entry in snapshots.current(scope).tables.items():
-                files.setdefault(key.split("/", 1)[0], []).append(str(snapshots.local(f"tables/{key}/{entry.name}")))
+            try:
+                found = [(key.split("/", 1)[0], snapshots.local(f"tables/{key}/{entry.name}")) for key, entry in snapshots.current(scope).tables.items()]
+                damaged = next((path for _, path in found if not _looks_whole(path)), None)
+                if damaged is not None:
+                    raise SnapshotError(damaged, scope, "missing or truncated")
+            except SnapshotError as error:
+                self.left_out.append(f"{scope!r} left out of SQL: {error}")
+                continue
+            for table, path in found:
+                files.setdefault(table, []).append(str(path))
         return files
 
     def _view_sql(self, spec: TableSpec, files: list[str]) -> str:
@@ -142,15 +168,15 @@ class Catalog:
         columns = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in spec.schema)
         return f"SELECT {columns} WHERE false"
 
-    @contextmanager
-    def _locked(self, mode: int) -> Iterator[None]:
-        self.home.mkdir(parents=True, exist_ok=True)
-        with open(self._lock_path, "a") as handle:
-            fcntl.flock(handle, mode)
-            try:
-                yield
-            finally:
-                fcntl.flock(handle, fcntl.LOCK_UN)
+
+def _looks_whole(path: Path) -> bool:
+    """A Parquet file that exists and ends with the format's magic bytes: a cut-off copy or write does not."""
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(-4, os.SEEK_END)
+            return handle.read(4) == b"PAR1"
+    except OSError:
+        return False
 
 
 def _reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:

@@ -14,6 +14,16 @@ class ConfigFileError(ValueError):
     where it can."""
 
 
+class _WithoutAliases(yaml.SafeLoader):
+    """YAML without aliases: a kilobyte of nested ``*alias`` references expands into billions of
+    values wherever the loaded file is walked (a methods.yaml "alias bomb" hung every query)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "aliases (*name) are not allowed in graphlake's files: write the value out", self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def load_mapping(path: Path) -> dict[str, Any]:
     """The YAML mapping in ``path`` (empty for an empty file)."""
     try:
@@ -21,7 +31,7 @@ def load_mapping(path: Path) -> dict[str, Any]:
     except (OSError, UnicodeDecodeError) as error:
         raise ConfigFileError(f"{path}: cannot read it: {error}") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_WithoutAliases)  # noqa: S506 (a SafeLoader)
     except yaml.MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)

@@ -12,6 +12,10 @@ from pathlib import Path
 ENV_VAR = "GRAPHLAKE_HOME"
 
 
+class HomeError(ValueError):
+    """The lake's folder cannot be used as asked: it cannot be made, or it cannot be written where writing is needed."""
+
+
 def project_root() -> Path:
     """The source checkout when running from one (editable install), else the working folder."""
     here = Path(__file__).resolve().parents[1]
@@ -30,5 +34,17 @@ def home_of(location: str | Path) -> Path:
 
         return cache_for(configured)
     home = Path(configured).expanduser() if configured else project_root() / "lake"
-    home.mkdir(parents=True, exist_ok=True)
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise HomeError(f"{ENV_VAR}={configured or str(home)!r}: cannot make the lake's folder {home}: {error.strerror}") from None
+    if not home.is_dir():
+        raise HomeError(f"{ENV_VAR}={configured or str(home)!r}: {home} is not a folder")
     return home.resolve()
+
+
+def require_writable(home: Path, doing: str) -> None:
+    """Refuse ``doing`` at once on a lake this process cannot write (a read-only mount, another
+    user's folder): reading it needs no write, building does."""
+    if not os.access(home, os.W_OK):
+        raise HomeError(f"the lake at {home} cannot be written by this process (read-only, or not its folder): {doing} writes to it; reading it (sql, query, eval of what is built, the API) needs no write")

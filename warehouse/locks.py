@@ -41,10 +41,11 @@ def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], 
         finally:
             held[1] -= 1
         return
+    wait = wait_seconds()  # a bad setting is refused before anything is made
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+", encoding="utf-8")
     try:
-        _acquire(handle, path, scope, announce or _to_stderr)
+        _acquire(handle, path, scope, wait, announce or _to_stderr)
         handle.seek(0)
         handle.truncate()
         handle.write(json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "purpose": purpose, "since": time.time()}))
@@ -80,8 +81,8 @@ def holder(home: Path, scope: str) -> str | None:
     return None
 
 
-def _acquire(handle, path: Path, scope: str, announce: Callable[[str], None]) -> None:
-    deadline = time.monotonic() + wait_seconds()
+def _acquire(handle, path: Path, scope: str, wait: float, announce: Callable[[str], None]) -> None:
+    deadline = time.monotonic() + wait
     announced = False
     while True:
         try:
@@ -92,7 +93,7 @@ def _acquire(handle, path: Path, scope: str, announce: Callable[[str], None]) ->
             if time.monotonic() >= deadline:
                 raise LockedError(f"corpus {scope!r} is being written by {owner}; try again when it ends (or set {WAIT_ENV} to wait longer)") from None
             if not announced:
-                announce(f"corpus {scope!r} is being written by {owner}; waiting for it (up to {wait_seconds():.0f} s, {WAIT_ENV})")
+                announce(f"corpus {scope!r} is being written by {owner}; waiting for it (up to {wait:.0f} s, {WAIT_ENV})")
                 announced = True
             time.sleep(POLL_S)
 

