@@ -6,9 +6,11 @@ import json
 import time
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
+from graphlake.common.progress import StepProgress
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
 from graphlake.kernels.text import encoders
@@ -18,6 +20,8 @@ from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import row_schema
+
+PROGRESS_SLICE = 1024  # texts encoded between two progress reports of skb_vectors
 
 
 class SKBConfig(Config):
@@ -66,7 +70,15 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     corpus = context.partition_key
     sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
     previous = _previous_vectors(lake, corpus)
-    vectors, encoded = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encoders.encode_dense, previous)
+    def encode(texts: list[str]) -> np.ndarray:  # in slices, so that a long encoding reports progress
+        progress = StepProgress("SKB encoding", len(texts), context.log.info, unit="texts")
+        parts = []
+        for start in range(0, len(texts), PROGRESS_SLICE):
+            parts.append(encoders.encode_dense(texts[start : start + PROGRESS_SLICE]))
+            progress.advance(len(parts[-1]))
+        return np.concatenate(parts) if parts else encoders.encode_dense([])
+
+    vectors, encoded = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encode, previous)
     lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, lambda folder: save_vectors(folder, vectors))
     context.add_output_metadata({"nodes": len(vectors["ids"]), "texts": len(vectors["hash"]), "encoded": encoded, "reused": len(vectors["hash"]) - encoded})
 

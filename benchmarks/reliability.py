@@ -10,8 +10,12 @@ two revisions side by side (``--before`` checked out, ``after`` = the working tr
   leave ``corpora.yaml`` byte-identical; the commands that do not need a broken file must work.
 - **faulty LLM**: after a good LLM run, answers that are garbage, not JSON or 500 must not replace
   the good ``entities``/``mentions``.
+- **robustness** (issue 43's probe): SQL that writes or runs away, a key an LLM server echoes, one
+  corpus's damaged snapshot, a read-only and a moved lake, an alias bomb, deep JSON, NaN settings, a
+  bad name or home, a full disk, a fresh corpus's SPRIG evaluation: each must end as it should, the
+  failures in one line.
 
-    .venv/bin/python benchmarks/reliability.py --before 2c421fa
+    .venv/bin/python benchmarks/reliability.py --before 2c421fa [--only robustness]
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -294,8 +299,117 @@ def faulty_llm(side: Side) -> list[tuple[str, bool, str]]:
         server.close()
 
 
-def probe(side: Side, log: Callable[[str], None]) -> dict:
+SECRET = "sk-probe-SECRET-4711"
+
+
+def one_line(code: int, output: str, *named: str) -> bool:
+    return code != 0 and len(output.strip().splitlines()) == 1 and all(part in output for part in named)
+
+
+def robustness(side: Side) -> list[tuple[str, bool, str]]:
+    """Issue 43's cases on a small built lake (and a second corpus in it), each (case, ok, what it printed)."""
+    home = side.scratch / "robust"
+    side.build(home, side.scratch / "raw-robust", TEXTS)
+    results = []
+
+    def case(name: str, ok: bool, output: str) -> None:
+        results.append((name, ok, last_line(output)))
+
+    committed = next(home.glob(f"tables/nodes/corpus={CORPUS}/data*.parquet"))
+    before = committed.read_bytes()
+    code, output = side.run(home, "sql", f"EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO '{committed}'")
+    case("sql: EXPLAIN ANALYZE COPY over a committed file refused", code != 0 and committed.read_bytes() == before, output)
+    code, output = side.run(home, "sql", f"SELECT * FROM read_text('{home / 'corpora.yaml'}')")
+    case("sql: the lake's corpora.yaml not readable", code != 0, output)
+    code, output = side.run(home, "sql", "SELECT count(*) FROM range(100000000000000)", timeout=60, GRAPHLAKE_SQL_TIMEOUT="2")
+    case("sql: a runaway statement stopped, in one line", one_line(code, output), output)
+
+    server = FakeServer()
+    try:
+        server.mode = "echo-key"
+        env = {"GRAPHLAKE_LLM_BASE_URL": server.url, "GRAPHLAKE_LLM_MODEL": MODEL, "GRAPHLAKE_LLM_RETRIES": "0", "GRAPHLAKE_LLM_API_KEY": SECRET}
+        code, output = side.run(home, "materialize", "--corpus", CORPUS, "--select", LLM_SELECTION, **env)
+        stored = [p for p in home.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+        reached = "401" in output  # the server was asked and refused the key (the message says so)
+        case("a key the LLM server echoes reaches no file and no output", code != 0 and reached and SECRET not in output and not stored, output)
+    finally:
+        server.close()
+
+    write_corpus(side.scratch / "raw-other", {"o1": "Another corpus entirely."})
+    side.must(home, "ingest", "jsonl", str(side.scratch / "raw-other" / "docs.jsonl"), "--corpus", "other")
+    snapshot = max((home / "snapshots" / "other").glob("*.json"))
+    kept = snapshot.read_bytes()
+    snapshot.write_text('{"number": 9, "tabl')
+    code, output = side.run(home, "sql", f"SELECT count(*) AS n FROM nodes WHERE corpus = '{CORPUS}'", "--json")
+    case("sql over a corpus beside one with a damaged snapshot", code == 0 and '"n": ' in output, output)
+    code, output = side.run(home, "query", "--corpus", CORPUS, "--method", "bm25", "storm")
+    case("a query beside a corpus with a damaged snapshot", code == 0, output)
+    snapshot.write_bytes(kept)
+
+    moved = side.scratch / "moved"
+    shutil.copytree(home, moved, symlinks=True)
+    aside = home.with_name("robust-aside")
+    home.rename(aside)
+    code, output = side.run(moved, "sql", f"SELECT count(*) AS n FROM nodes WHERE corpus = '{CORPUS}'", "--json")
+    case("sql on a copied lake, the original gone", code == 0 and '"n": ' in output, output)
+    aside.rename(home)
+    mounted = side.scratch / "read-only"
+    mounted.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "--bind", "-o", "ro", str(moved), str(mounted)], capture_output=True).returncode == 0:
+        try:
+            sql = side.run(mounted, "sql", "SELECT count(*) FROM nodes")
+            query = side.run(mounted, "query", "--corpus", CORPUS, "--method", "bm25", "storm")
+            case("sql and a query on a read-only mount", sql[0] == 0 and query[0] == 0, query[1] if query[0] else sql[1])
+        finally:
+            subprocess.run(["umount", str(mounted)], check=False)
+
+    # nine levels of nine aliases in a method's description: 9**9 values once it is turned into text
+    bomb = "mine:\n  op: bm25\n  about:\n    - &a [x, x, x, x, x, x, x, x, x]\n"
+    bomb += "".join(f"    - &{c} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+    (home / "methods.yaml").write_text(bomb)
+    code, output = side.run(home, "query", "--corpus", CORPUS, "--method", "bm25", "storm", timeout=30)  # its memory grows by the second
+    case("a methods.yaml alias bomb: one line, at once", one_line(code, output, "methods.yaml"), output)
+    (home / "methods.yaml").unlink()
+    inputs = side.scratch / "inputs-robust"
+    inputs.mkdir(exist_ok=True)
+    deep = inputs / "deep.jsonl"
+    deep.write_text('{"id": "a", "title": "", "text": ' + "[" * 5000 + "]" * 5000 + "}\n")
+    code, output = side.run(home, "ingest", "jsonl", str(deep), "--corpus", "deep")
+    case("deeply nested JSON: one line naming the file", one_line(code, output, "deep.jsonl:1"), output)
+    fine = inputs / "fine.jsonl"
+    fine.write_text(json.dumps({"id": "a", "title": "", "text": "alpha"}) + "\n")
+    for name, args, env in (
+        ("an invalid corpus name", ["--corpus", "bad name!"], {}),
+        ("--chunk-overlap past --chunk-size", ["--corpus", "c3", "--chunk-size", "10", "--chunk-overlap", "20"], {}),
+        ("GRAPHLAKE_LOCK_WAIT=nan", ["--corpus", "c4"], {"GRAPHLAKE_LOCK_WAIT": "nan"}),
+    ):
+        code, output = side.run(home, "ingest", "jsonl", str(fine), *args, **env)
+        case(f"{name}: one line", one_line(code, output), output)
+    code, output = side.run(fine / "lake", "sql", "select 1")
+    case("an impossible GRAPHLAKE_HOME: one line", one_line(code, output), output)
+    full = side.scratch / "full"
+    full.mkdir(exist_ok=True)
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", str(full)], capture_output=True).returncode == 0:
+        try:
+            (full / "filler").write_bytes(b"\0" * (os.statvfs(full).f_bavail * os.statvfs(full).f_frsize - 40 * 1024))
+            code, output = side.run(full / "lake", "ingest", "jsonl", str(fine), "--corpus", "c5")
+            case("a full disk: one line", one_line(code, output), output)
+        finally:
+            subprocess.run(["umount", str(full)], check=False)
+    write_corpus(side.scratch / "raw-held", TEXTS)
+    side.must(home, "ingest", "jsonl", str(side.scratch / "raw-held" / "docs.jsonl"), "--queries", str(side.scratch / "raw-held" / "queries.jsonl"), "--corpus", "held")
+    (home / "methods.yaml").write_text("use: [graph, rrf_ppr]\n")
+    code, output = side.run(home, "eval", "--corpus", "held", "--methods", "graph,rrf_ppr")
+    case("eval of SPRIG's methods on a fresh corpus", code == 0, output)
+    return results
+
+
+def probe(side: Side, log: Callable[[str], None], only: str | None = None) -> dict:
     found = {}
+    if only == "robustness":
+        log(f"{side.name}: robustness")
+        found["robust"] = robustness(side)
+        return found
     log(f"{side.name}: kills")
     found["kills"] = kills(side)
     log(f"{side.name}: writers")
@@ -304,43 +418,48 @@ def probe(side: Side, log: Callable[[str], None]) -> dict:
     found["bad"] = bad_inputs(side)
     log(f"{side.name}: faulty LLM")
     found["llm"] = faulty_llm(side)
+    log(f"{side.name}: robustness")
+    found["robust"] = robustness(side)
     return found
 
 
 def report(before: str, sides: dict[str, dict]) -> list[str]:
     b, a = sides["before"], sides["after"]
     count = lambda rows: f"{sum(ok for _, ok, _ in rows)}/{len(rows)}"  # noqa: E731
-    lines = [
-        "| probe | before | after |",
-        "|---|---:|---:|",
-        f"| kills leaving one consistent version | {b['kills'][0]}/{b['kills'][1]} | {a['kills'][0]}/{a['kills'][1]} |",
-        f"| two writers end cleanly, as one run | {'yes' if b['writers'][0] else 'no'} | {'yes' if a['writers'][0] else 'no'} |",
-        f"| bad input / config: clear error, nothing lost | {count(b['bad'])} | {count(a['bad'])} |",
-        f"| faulty LLM after a good run: good tables kept | {count(b['llm'])} | {count(a['llm'])} |",
-        "",
-        f"before = {before}, after = the working tree.",
-    ]
+    lines = ["| probe | before | after |", "|---|---:|---:|"]
+    if "kills" in a:
+        lines += [
+            f"| kills leaving one consistent version | {b['kills'][0]}/{b['kills'][1]} | {a['kills'][0]}/{a['kills'][1]} |",
+            f"| two writers end cleanly, as one run | {'yes' if b['writers'][0] else 'no'} | {'yes' if a['writers'][0] else 'no'} |",
+            f"| bad input / config: clear error, nothing lost | {count(b['bad'])} | {count(a['bad'])} |",
+            f"| faulty LLM after a good run: good tables kept | {count(b['llm'])} | {count(a['llm'])} |",
+        ]
+    lines += [f"| robustness (issue 43): ends as it should | {count(b['robust'])} | {count(a['robust'])} |", "", f"before = {before}, after = the working tree."]
     for name, side in sides.items():
-        lines += ["", f"## {name}", "", *[f"- {note}" for note in side["kills"][2]], f"- writers: {side['writers'][1]}"]
-        lines += [f"- {'ok' if ok else 'FAIL'} {case}: `{message}`" for case, ok, message in side["bad"] + side["llm"]]
+        lines += ["", f"## {name}", ""]
+        if "kills" in side:
+            lines += [*[f"- {note}" for note in side["kills"][2]], f"- writers: {side['writers'][1]}"]
+        lines += [f"- {'ok' if ok else 'FAIL'} {case}: `{message}`" for case, ok, message in side.get("bad", []) + side.get("llm", []) + side["robust"]]
     return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--before", required=True, help="git revision to compare the working tree against")
+    parser.add_argument("--only", choices=["robustness"], help="run only this probe (its results go to reliability_<probe>.md)")
     options = parser.parse_args()
     log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
     with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch, revision_on_path(options.before) as before:
         sides = {}
         for name, path in (("before", before), ("after", None)):
-            sides[name] = probe(Side(name, path, Path(scratch)), log)
+            sides[name] = probe(Side(name, path, Path(scratch)), log, options.only)
             log(json.dumps({name: sides[name]}))  # each side's findings as soon as they are known
     lines = report(options.before, sides)
-    print("\n".join(lines[:8]))
-    command = f"python benchmarks/reliability.py --before {options.before}"
-    text = [*header("Reliability probe: kills, writers, bad input, faulty LLM", command), "", *lines]
-    (ROOT / "benchmarks" / "results" / "reliability.md").write_text("\n".join(text) + "\n", encoding="utf-8")
+    print("\n".join(lines[:9]))
+    command = f"python benchmarks/reliability.py --before {options.before}" + (f" --only {options.only}" if options.only else "")
+    text = [*header(f"Reliability probe: {options.only or 'kills, writers, bad input, faulty LLM, robustness'}", command), "", *lines]
+    name = f"reliability_{options.only}.md" if options.only else "reliability.md"  # a partial run keeps the full one's file
+    (ROOT / "benchmarks" / "results" / name).write_text("\n".join(text) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

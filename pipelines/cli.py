@@ -77,24 +77,22 @@ def _fail(message: str, trace: str = "") -> None:
 
 
 def _run(
-    corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, quiet: bool = False, incremental: bool = False
+    corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, incremental: bool = False
 ) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
     ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``;
-    ``declare``: the corpus's new declaration, kept only if the run succeeds; ``quiet`` (``--json``):
-    no progress, only errors."""
+    ``declare``: the corpus's new declaration, kept only if the run succeeds. Progress and notes go
+    to stderr, with ``--json`` too: a long ``eval --json`` in a log showed nothing for half an hour."""
     from graphlake.pipelines.runner import MaterializeError, RunConfigError, materialize_corpus
 
     run_config = _run_config(config) if isinstance(config, Path) else config
     try:
-        shown = Console(stderr=True, quiet=True) if quiet else errors  # progress on stderr, never on stdout
-        notes = materialize_corpus(lake_home(), corpus, selection, shown, run_config, VERBOSE["on"], command, declare, incremental)
+        notes = materialize_corpus(lake_home(), corpus, selection, errors, run_config, VERBOSE["on"], command, declare, incremental)
     except RunConfigError as error:
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error), error.trace)
-    if not quiet:
-        _print_notes(notes)
+    _print_notes(notes)
 
 
 def _print_notes(notes: dict[str, str]) -> None:
@@ -361,7 +359,7 @@ def evaluate(
     runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
     # only the reported split's queries: a cross-encoder is slow
     refresh.ops |= {run: {"config": {"split": split, "sample": sample, "reuse_pairs": reuse_pairs}} for run in runs}
-    _materialize(refresh, "eval", quiet=as_json)
+    _materialize(refresh, "eval")
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
     split = split or held_out_split(Lake(home), corpus)  # a corpus ingested just now
@@ -433,7 +431,7 @@ def query(
     if server:
         result = _ask_server(server, {"corpus": corpus, "method": method, "query": text, "k": top})
     else:
-        result = _search_here(corpus, method, text, top, quiet=as_json)
+        result = _search_here(corpus, method, text, top)
     if as_json:
         print(json.dumps(result))
         return
@@ -447,7 +445,7 @@ def query(
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _search_here(corpus: str, method: str, text: str, top: int, quiet: bool) -> dict:
+def _search_here(corpus: str, method: str, text: str, top: int) -> dict:
     """One query through the API on this machine, after building what the method reads if it is stale."""
     from graphlake.api import GraphLake, RequestError, UnknownName
     from graphlake.pipelines.freshness import plan_refresh
@@ -458,7 +456,7 @@ def _search_here(corpus: str, method: str, text: str, top: int, quiet: bool) -> 
         refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
-    _materialize(refresh, "query", quiet=quiet)
+    _materialize(refresh, "query")
     lake = GraphLake(home)
     try:
         lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
@@ -655,11 +653,11 @@ def _cutoffs(k: str) -> list[int]:
     return cutoffs
 
 
-def _materialize(refresh, command: str, quiet: bool = False) -> None:
+def _materialize(refresh, command: str) -> None:
     """Run a freshness plan: the corpora learned indexes learn from first, each in a run of its own."""
     for corpus, assets in refresh.order():
         ops = {asset: config for asset, config in refresh.ops.items() if asset in assets}
-        _run(corpus, assets, {"ops": ops} if ops else None, command, quiet=quiet)
+        _run(corpus, assets, {"ops": ops} if ops else None, command)
 
 
 def _print_report(report: list[dict], title: str) -> None:

@@ -39,8 +39,10 @@ def test_eval_on_fresh_corpora_builds_what_every_family_reads(lake, tmp_path):
     assert runner.invoke(app, ["ingest", "beir", beir(tmp_path / "trainer", TRAIN, "train"), "--corpus", "trainer"], catch_exceptions=False).exit_code == 0
     ingested = runner.invoke(app, ["ingest", "beir", beir(tmp_path / "held", TEST, "test"), "--corpus", "held", "--train-corpus", "trainer"], catch_exceptions=False)
     assert ingested.exit_code == 0, ingested.output
-    evaluated = runner.invoke(app, ["eval", "--corpus", "held", "--methods", "graph,rrf_ppr,ap_three_kg,fused_three"], catch_exceptions=False)
+    evaluated = runner.invoke(app, ["eval", "--corpus", "held", "--methods", "graph,rrf_ppr,ap_three_kg,fused_three", "--json"], catch_exceptions=False)
     assert evaluated.exit_code == 0, evaluated.output
+    assert {row["method"] for row in json.loads(evaluated.stdout)} == {"graph", "rrf_ppr", "ap_three_kg", "fused_three"}
+    assert "trainer: " in evaluated.stderr and "ap_three_kg on held 3/3 queries" in evaluated.stderr  # --json keeps the progress, on stderr
     assert "stands in" not in evaluated.stderr  # no default weight took a tuned one's place
     stored = Lake(lake)
     for method in ("graph", "rrf_ppr", "ap_three_kg", "fused_three"):

@@ -154,7 +154,8 @@ def test_catalog_views_are_typed_when_empty_and_read_every_partition(tmp_path):
 
 def test_readers_see_a_commit_at_once_and_a_moved_lake_reads_its_own_files(tmp_path):
     """Killed between publishing a snapshot and rewriting catalog.duckdb, a commit is still what every
-    graphlake reader sees, all of it; a lake moved elsewhere reads the files where it is now."""
+    graphlake reader sees, all of it; an open reader does not hold up the next commit; a lake moved
+    elsewhere reads the files where it is now."""
     home = tmp_path / "lake"
     lake = Lake(home)
     lake.write("documents", {"corpus": "a"}, documents(2, "old"))
@@ -165,9 +166,12 @@ def test_readers_see_a_commit_at_once_and_a_moved_lake_reads_its_own_files(tmp_p
     stale = Catalog(home).path.read_bytes()
     Snapshots(home).commit("a", "run1")  # published; the catalog file is not rewritten (the kill)
     assert Catalog(home).path.read_bytes() == stale
-    read = "SELECT (SELECT count(*) FROM documents), (SELECT count(*) FROM queries), (SELECT min(doc_id) FROM documents)"
+    read = "SELECT (SELECT count(*) FROM documents WHERE corpus = 'a'), (SELECT count(*) FROM queries), (SELECT min(doc_id) FROM documents WHERE corpus = 'a')"
     with Catalog(home).reader() as con:
         assert con.execute(read).fetchone() == (3, 2, "new0")
+    with Catalog(home).reader() as con:  # a reader still open does not hold up a commit (it once waited on its lock)
+        lake.write("documents", {"corpus": "b"}, documents(1, "b"))
+        assert con.execute("SELECT count(*) FROM documents").fetchone() == (3,)  # its own snapshot's view, as opened
     moved = tmp_path / "moved"
     home.rename(moved)
     with Catalog(moved).reader() as con:
