@@ -23,7 +23,7 @@ from rich.table import Table
 from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.catalog import Catalog, SandboxError
-from graphlake.warehouse.config_files import ConfigFileError, load_mapping, one_line
+from graphlake.warehouse.config_files import ConfigFileError, load_yaml, one_line
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import HomeError, lake_home
 from graphlake.warehouse.readers import FORMATS
@@ -288,8 +288,11 @@ def materialize(
 
 
 def _run_config(path: Path) -> dict:
-    loaded = load_mapping(path)  # a file it cannot use ends the command in one line (_App)
-    if not set(loaded) <= {"ops"}:
+    try:
+        loaded = load_yaml(path)
+    except ConfigFileError as error:
+        _fail(str(error))
+    if not isinstance(loaded, dict) or not set(loaded) <= {"ops"}:
         _fail(f"{path}: a run config is a mapping with one key, ops: {{asset name: {{config: {{...}}}}}}")
     return loaded
 

@@ -1,7 +1,7 @@
 """One damaged corpus does not take the lake down: with a truncated data file, then an unreadable
 snapshot, in corpus 'side', SQL over the other corpora and their queries still answer (SQL says what it
 left out), another corpus is still written, and ``graphlake doctor`` names the damage and repairs it
-from the versions the earlier snapshots kept."""
+from the versions the earlier snapshots kept, or drops a partition none kept (for materialize)."""
 
 from __future__ import annotations
 
@@ -60,3 +60,11 @@ def test_a_damaged_corpus_is_left_out_named_and_repaired(demo_copy):
     counted = cli("sql", "select corpus, count(*) as n from documents where corpus <> 'demo' group by all order by 1", "--json")
     assert counted.stdout.startswith('[{"corpus": "side", "n": 2}, {"corpus": "third", "n": 1}]') and "left out" not in counted.stderr
     assert cli("doctor").exit_code == 0
+
+    only = next(home.glob("tables/documents/corpus=third/data-*.parquet"))  # its one and only version
+    only.write_bytes(b"PAR1" + bytes(64))  # a file of the right name and size class, not Parquet
+    repaired = cli("doctor", "--repair", "--corpus", "third")
+    assert repaired.exit_code == 0, repaired.output
+    assert "dropped tables/documents/corpus=third (not a readable Parquet file" in repaired.stderr
+    assert "`graphlake materialize --corpus third` rebuilds it" in repaired.stderr
+    assert not lake.has("documents", {"corpus": "third"}) and cli("doctor").exit_code == 0

@@ -26,6 +26,16 @@ class _WithoutAliases(yaml.SafeLoader):
 
 def load_mapping(path: Path) -> dict[str, Any]:
     """The YAML mapping in ``path`` (empty for an empty file)."""
+    loaded = load_yaml(path)
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise ConfigFileError(f"{path}:1:1: expected a mapping of names to settings, found {type(loaded).__name__}")
+    return loaded
+
+
+def load_yaml(path: Path) -> Any:
+    """The YAML value in ``path``, aliases refused; a file it cannot use raises :class:`ConfigFileError` in one line."""
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as error:
@@ -38,10 +48,6 @@ def load_mapping(path: Path) -> dict[str, Any]:
         raise ConfigFileError(f"{where}: {error.problem or error.context or 'not valid YAML'}") from None
     except yaml.YAMLError as error:
         raise ConfigFileError(f"{path}: not valid YAML: {error}") from None
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigFileError(f"{path}:1:1: expected a mapping of names to settings, found {type(loaded).__name__}")
     return loaded
 
 
