@@ -247,16 +247,10 @@ def _materialized(definition, key, lake: Lake, corpus: str) -> bool:
     """Whether the corpus has a committed output of the asset: the table partition its metadata names,
     else the stored output of the index kind it builds; an asset that declares neither counts as present."""
     metadata = definition.specs_by_key[key].metadata
-    table = metadata.get("table")
-    if table is not None:
-        return lake.written_at(str(table.value if hasattr(table, "value") else table), {"corpus": corpus, **_partition(metadata.get("partition"))}) is not None
+    if "table" in metadata:
+        return lake.written_at(metadata["table"], {"corpus": corpus, **metadata.get("partition", {})}) is not None
     kinds = [kind for kind in INDEX_KINDS.values() if kind.stored is not None and kind.assets[-1] == key.to_user_string()]
     return all(kind.stored.written_at(lake, corpus) is not None for kind in kinds)
-
-
-def _partition(value) -> dict[str, str]:
-    value = getattr(value, "value", value) or {}
-    return {str(k): str(v) for k, v in dict(value).items()}
 
 
 def _asset_names(assets) -> set[str]:

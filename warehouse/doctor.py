@@ -84,18 +84,19 @@ def repair(home: Path, scope: str) -> list[str]:
 
 def _damaged_entries(home: Path, scope: str, snapshot: Snapshot) -> dict[tuple[str, str], Damage]:
     found = {}
-    for key, entry in snapshot.tables.items():
-        problem = _table_problem(home / "tables" / key / entry.name, entry)
-        if problem:
-            found["tables", key] = Damage(scope, home / "tables" / key / entry.name, problem)
-    for key, entry in snapshot.artifacts.items():
-        folder = home / "artifacts" / key / entry.name
-        if not folder.is_dir() or not any(folder.iterdir()):
-            found["artifacts", key] = Damage(scope, folder, "the artefact folder is missing or empty")
+    for kind in ("tables", "artifacts"):
+        for key, entry in getattr(snapshot, kind).items():
+            problem = _problem(home, kind, key, entry)
+            if problem:
+                found[kind, key] = Damage(scope, home / kind / key / entry.name, problem)
     return found
 
 
-def _table_problem(path: Path, entry: Entry) -> str | None:
+def _problem(home: Path, kind: str, key: str, entry: Entry) -> str | None:
+    """What is wrong with a version a snapshot names (a data file, an artefact folder); None when it is whole."""
+    path = home / kind / key / entry.name
+    if kind == "artifacts":
+        return None if path.is_dir() and any(path.iterdir()) else "the artefact folder is missing or empty"
     if not path.is_file():
         return "the data file is missing"
     try:
@@ -114,9 +115,6 @@ def _earlier_intact(home: Path, snapshots: Snapshots, scope: str, before: int, k
             entry = getattr(snapshots.read(scope, number), kind).get(key)
         except SnapshotError:
             continue
-        if entry is None:
-            continue
-        path = home / kind / key / entry.name
-        if (kind == "tables" and _table_problem(path, entry) is None) or (kind == "artifacts" and path.is_dir() and any(path.iterdir())):
+        if entry is not None and _problem(home, kind, key, entry) is None:
             return entry
     return None

@@ -12,8 +12,9 @@ spinning stole the CPU from the search that follows (a dense query took 12 ms in
 
 Every query is encoded here, in float32: the runs ``graphlake eval`` stores and what the API answers
 come from the same graphs. (Under bfloat16 a query's vector depended on the batch it was encoded in,
-up to 6e-4 a coordinate; on SciFact 15 of 100 dense top-10 lists changed.) A batch runs sorted by length in groups (``BATCH``), so padding is short;
-a query's vector does not depend on the batch beyond 1e-7.
+up to 6e-4 a coordinate; on SciFact 15 of 100 dense top-10 lists changed.) A batch runs sorted by
+length in groups (``BATCH``), so padding is short; a query's vector does not depend on the batch
+beyond 1e-7.
 """
 
 from __future__ import annotations
