@@ -248,7 +248,7 @@ def _materialized(definition, key, lake: Lake, corpus: str) -> bool:
     else the stored output of the index kind it builds; an asset that declares neither counts as present."""
     metadata = definition.specs_by_key[key].metadata
     if "table" in metadata:
-        return lake.written_at(metadata["table"], {"corpus": corpus, **metadata.get("partition", {})}) is not None
+        return lake.written_at(metadata["table"], {"corpus": corpus, **(metadata.get("partition") or {})}) is not None
     kinds = [kind for kind in INDEX_KINDS.values() if kind.stored is not None and kind.assets[-1] == key.to_user_string()]
     return all(kind.stored.written_at(lake, corpus) is not None for kind in kinds)
 
