@@ -35,8 +35,6 @@ from graphlake.warehouse.storage import Lake
 MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
-LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
-SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
 
 
 def open_lake(location: str | Path = "") -> GraphLake:
@@ -102,8 +100,7 @@ class GraphLake:
         op = _method(warm.methods, method, overrides, k)
         indexes = warm.indexes.request()
         started = time.perf_counter()
-        read = needs(op)
-        indexes.prime(queries, dense=not read <= LEXICAL, splade=bool(read & SPLADE_READERS))
+        indexes.prime(queries, needs(op))
         found = op.run_batch(queries, indexes)
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import Lake, StorageError
 
 TRAIN_SPLIT = "train"
 SPLIT_PARAM = "query_split"  # in a run's params when it ran one split's queries only
@@ -54,6 +54,26 @@ def training_source(home: Path, corpus: str) -> tuple[str, str | None]:
         CorpusRegistry(home).get(spec.train_corpus)  # fails clearly if undeclared
         return spec.train_corpus, None
     return corpus, TRAIN_SPLIT
+
+
+def training_queries(lake: Lake, corpus: str) -> tuple[str, list[dict]]:
+    """(training corpus, its training queries as rows of ``queries``) for ``corpus``: all of its
+    ``train_corpus``'s, else its own ``train`` split."""
+    source, split = training_source(lake.home, corpus)
+    rows = lake.read("queries", {"corpus": source}).to_pylist()
+    return source, [row for row in rows if split is None or row["split"] == split]
+
+
+def check_disjoint(lake: Lake, corpus: str, source: str, queries: list[dict], learner: str) -> None:
+    """Refuse to learn on a query the corpus is evaluated on: any of its queries, or outside its train
+    split when it learns from itself."""
+    if source == corpus:
+        leaked = [row["query_id"] for row in queries if row["split"] != TRAIN_SPLIT]
+    else:
+        evaluated = set(lake.read("queries", {"corpus": corpus}).column("query_id").to_pylist())
+        leaked = [row["query_id"] for row in queries if row["query_id"] in evaluated]
+    if leaked:
+        raise StorageError(f"{learner} for {corpus!r} would learn from its evaluated queries ({leaked[:3]}); check train_corpus in corpora.yaml")
 
 
 def training_corpora(home: Path, corpus: str) -> list[str]:

@@ -19,7 +19,8 @@ from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.retrieval.index.skb import stage_one
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
-from graphlake.retrieval.training.grasp_fusion import check_disjoint, validation_queries
+from graphlake.retrieval.queries import check_disjoint
+from graphlake.retrieval.training.grasp_fusion import validation_queries
 from graphlake.retrieval.training.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -89,7 +90,7 @@ def test_tuning_and_training_read_only_the_training_queries(demo_lake):
         assert best >= report["partner_hits"]
     leaked = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "test"][:1]
     with pytest.raises(StorageError, match="evaluated queries"):
-        check_disjoint(lake, "demo", "demo", leaked)
+        check_disjoint(lake, "demo", "demo", leaked, "grasp_fusion")
 
 
 def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_why(demo_copy):

@@ -79,7 +79,7 @@ def test_every_index_an_operator_reads_is_declared():
     assert read and read <= set(INDEX_KINDS)
     for kind in INDEX_KINDS.values():
         assert kind.assets, kind.name
-        assert (kind.fitting is None) == (kind.name not in {"graph_rankers", "reranker", "hybrid_weights", "grasp_fusion", "grasp_reranker"})
+        assert (kind.fitting is None) == (kind.name not in {"graph_rankers", "reranker", "hybrid_weights", "grasp_fusion", "grasp_reranker", "learned_fusion"})
     assert index_assets({"bm25", "reranker"}) == ["bm25_index", "reranker"]
 
 

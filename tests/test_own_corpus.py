@@ -128,10 +128,13 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
         stand_ins = {"re2", "gar", "fastinsight", *(f"grapher_{r}" for r in ("ppr", "gcs", "gat", "mlp"))}
         kg = {"ap_three_kg", "ap_three_kg_entry", "ap_dense_kg", "ap_sparse_kg", "ap_full_kg"}  # no tuned kg_weight, or no entity named
         grasp = {"grasp_fused", "grasp_static", "grasp_dynamic", "grasp_dense_partner", "grasp_zs", "grasp"}  # nothing tuned, no reranker
-        assert {name for name, said in notes.items() if said} == stand_ins | kg | grasp | {"ap_three_kw", "ap_two_tuned", "ap_three_tuned"}
+        said = {name for name, said in notes.items() if said}
+        assert said == stand_ins | kg | grasp | {"ap_three_kw", "ap_two_tuned", "ap_three_tuned", "graphlake_ltr"}
         assert hits["grasp"] == hits["grasp_zs"] == hits["grasp_fused"]
         assert any("no tuned fusion" in note for note in notes["grasp_fused"])
         assert any("no tuned weights" in note for note in notes["ap_three_tuned"])
+        # graphlake's learned fusion without training queries: rrf of its inputs, said in notes
+        assert any("learned_fusion: no ranker trained" in note and "rrf of its inputs" in note for note in notes["graphlake_ltr"])
         assert any("scored exactly" in note for note in notes["ap_three_kw"])  # which keyword path ran: few holders, exact
         assert hits["bm25"][0] == best, hits["bm25"]
     unserved = invoke("query", "--corpus", "mine", "--method", "grasp_llm", "Who filmed the seabed?")

@@ -28,6 +28,8 @@ RECORDED = Path(__file__).parent / "data" / "demo_rankings.json"
 # float32 noise: another CPU's kernels move the encoder's vectors by ~1e-7, and training (GAT, SPRIG's
 # graph) carries that to ~1e-4 of a score; a changed computation moves scores by far more than this
 REL, ABS = 1e-3, 1e-6
+TRAINED = {"grapher_gat", "grapher_mlp"}  # networks trained on those vectors: seen 1.1e-4 apart on small scores between two Xeons
+TRAINED_ABS = 3e-4
 
 
 def current_rankings(home: Path, queries: list[str], top: int) -> dict[str, dict[str, list]]:
@@ -50,11 +52,11 @@ def current_rankings(home: Path, queries: list[str], top: int) -> dict[str, dict
     return found
 
 
-def tie_groups(scores: list[float]) -> list[list[int]]:
+def tie_groups(scores: list[float], noise: float = ABS) -> list[list[int]]:
     """Runs of consecutive ranks whose scores are equal within float noise: their order is the noise's."""
     groups = [[0]]
     for i in range(1, len(scores)):
-        if scores[i] == pytest.approx(scores[i - 1], rel=REL, abs=ABS):
+        if scores[i] == pytest.approx(scores[i - 1], rel=REL, abs=noise):
             groups[-1].append(i)
         else:
             groups.append([i])
@@ -80,9 +82,10 @@ def test_every_method_returns_the_recorded_rankings(demo_copy):
     assert sorted(found) == sorted(recorded["rankings"])
     for name, expected in recorded["rankings"].items():
         assert sorted(found[name]) == sorted(expected), name
+        noise = TRAINED_ABS if name in TRAINED else ABS
         for query_id, ranking in expected.items():
             got = found[name][query_id]
-            assert [score for _, score in got] == pytest.approx([score for _, score in ranking], rel=REL, abs=ABS), (name, query_id)
-            for group in tie_groups([score for _, score in ranking]):
+            assert [score for _, score in got] == pytest.approx([score for _, score in ranking], rel=REL, abs=noise), (name, query_id)
+            for group in tie_groups([score for _, score in ranking], noise):
                 if group[-1] < len(ranking) - 1 or len(group) == 1:  # a tie cut by the top-k may bring in another member
                     assert {got[i][0] for i in group} == {ranking[i][0] for i in group}, (name, query_id, group)

@@ -26,6 +26,10 @@ if TYPE_CHECKING:
     from graphlake.warehouse.pair_cache import PairCache
 
 
+LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
+SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
+
+
 def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
     """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
     titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
@@ -85,11 +89,12 @@ class LakeIndexes:
         view.notes, view._queries = {}, {}
         return view
 
-    def prime(self, texts: list[str], dense: bool, splade: bool) -> None:
-        """Encode a batch of queries at once (each encoder one batched call), for ``encode_dense`` and
-        ``encode_splade`` to answer from."""
+    def prime(self, texts: list[str], read: set[str] | frozenset[str]) -> None:
+        """Encode a batch of queries at once (each encoder one batched call) for a method reading the index
+        kinds ``read`` (``core.needs``), for ``encode_dense`` and ``encode_splade`` to answer from."""
         from graphlake.kernels.text import query_encoders
 
+        dense, splade = not read <= LEXICAL, bool(read & SPLADE_READERS)
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return

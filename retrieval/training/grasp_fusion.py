@@ -23,7 +23,7 @@ from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TUNED_MODES, TunedFusion, key
-from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, held_out, training_corpora, training_source
+from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_corpora, training_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
 
@@ -44,9 +44,7 @@ def reads(methods: Methods) -> frozenset[str]:
 
 def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
     """(training corpus, validation queries, reranker-training queries) for ``corpus``; each query a row of ``queries``."""
-    source, split = training_source(lake.home, corpus)
-    rows = lake.read("queries", {"corpus": source}).to_pylist()
-    rows = [row for row in rows if split is None or row["split"] == split]
+    source, rows = training_queries(lake, corpus)
     if not rows:
         return source, [], []
     validation, learning = held_out(len(rows), share, seed)
@@ -61,17 +59,6 @@ def gold_rows(lake: Lake, corpus: str, indexes: LakeIndexes) -> dict[str, set[in
     return {q: {r for doc in docs for r in by_doc.get(doc, ())} for q, docs in gold_by_query(lake.read("qrels", {"corpus": corpus})).items()}
 
 
-def check_disjoint(lake: Lake, corpus: str, source: str, queries: list[dict]) -> None:
-    """Refuse to tune on a query the corpus is evaluated on: any of its queries, or outside its train split when it tunes on itself."""
-    if source == corpus:
-        leaked = [row["query_id"] for row in queries if row["split"] != TRAIN_SPLIT]
-    else:
-        evaluated = set(lake.read("queries", {"corpus": corpus}).column("query_id").to_pylist())
-        leaked = [row["query_id"] for row in queries if row["query_id"] in evaluated]
-    if leaked:
-        raise StorageError(f"grasp_fusion for {corpus!r} would tune on its evaluated queries ({leaked[:3]}); check train_corpus in corpora.yaml")
-
-
 def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedFusion, dict]:
     """Tune every declared tuned fusion for ``corpus``; the artefact and the metadata to show."""
     started = time.perf_counter()
@@ -82,7 +69,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         reason = "no plan_rrf is declared with mode: tuned" if not fusions else f"corpus {source!r} has no training queries"
         log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
         return TunedFusion({}, {"default": reason, "untuned": dict.fromkeys(fusions, reason)}), {"tuned": False, "reason": reason}
-    check_disjoint(lake, corpus, source, validation)
+    check_disjoint(lake, corpus, source, validation, "grasp_fusion")
     indexes = LakeIndexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
     gold = gold_rows(lake, source, indexes)

@@ -32,8 +32,8 @@ from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts, stage_key
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.queries import training_corpora
-from graphlake.retrieval.training.grasp_fusion import check_disjoint, gold_rows, validation_queries
+from graphlake.retrieval.queries import check_disjoint, training_corpora
+from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
 
@@ -97,7 +97,7 @@ def training_data(lake: Lake, corpus: str, config: Any, group_size: int) -> Trai
     source, validation, learning = validation_queries(lake, corpus, config.validation_share, config.seed)
     if not stages or not learning:
         return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
-    check_disjoint(lake, corpus, source, validation + learning)
+    check_disjoint(lake, corpus, source, validation + learning, "grasp_reranker")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
     indexes = LakeIndexes(lake, source)
     gold = gold_rows(lake, source, indexes)

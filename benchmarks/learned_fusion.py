@@ -1,0 +1,172 @@
+"""graphlake_ltr, the learned composition of the five papers' signals, against every paper's best declared
+method on five held-out sets, with paired 95 % bootstrap intervals; its signal-family ablation; and the
+latency it adds over its first stages.
+
+Sets and training pairings as the README's benchmarks use them: SciFact test (trained on its train split),
+HotpotQA dev and 2Wiki dev (on 2Wiki train), Spider dev (on BIRD), BIRD dev (on Spider). Primary metrics:
+nDCG@10, R@5, R@5, PR@10, PR@10. The compared methods are each paper's declared methods that need no
+cross-encoder (FastInsight's and GRASP's Stage 3 train one for up to 45 minutes per set on a CPU: not run
+here). Every learned part, graphlake_ltr's ranker included, learns from the training queries only.
+
+    .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--latency-queries 100]
+
+with GRAPHLAKE_HOME a lake of its own (corpora are ingested where absent and built by ``graphlake eval``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import numpy as np
+import yaml
+
+from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
+from graphlake.kernels.eval.metrics import paired_bootstrap
+from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.storage import Lake
+
+CORPORA = {  # corpus: format, path under the datasets folder, evaluated split (None: trains others), train_corpus
+    "scifact": ("beir", "scifact", "test", None),
+    "2wiki-train": ("2wiki", WIKI_TRAIN, None, None),
+    "hotpotqa": ("hotpotqa-ircot", HOTPOT, "dev", "2wiki-train"),
+    "2wiki-dev": ("2wiki", WIKI_DEV, "dev", "2wiki-train"),
+    "spider": ("spider", "spider", "dev", "bird"),
+    "bird": ("bird", "bird", "dev", "spider"),
+}
+PRIMARY = {"scifact": "ndcg@10", "hotpotqa": "recall@5", "2wiki-dev": "recall@5", "spider": "pr@10", "bird": "pr@10"}
+PAPERS = {  # the declared methods compared, by paper
+    "Baselines": ("bm25", "dense", "splade", "rrf"),
+    "SPRIG": ("graph_rrf", "graph_hybrid"),
+    "GraphER": ("grapher_ppr", "grapher_gcs"),
+    "Allan-Poe": ("ap_three", "ap_three_tuned"),
+    "GRASP": ("grasp_graph", "grasp_fused", "grasp_static", "grasp_dynamic"),
+}
+LTR = "graphlake_ltr"
+FAMILIES = {  # the ablation: graphlake_ltr without each family's inputs
+    "first stages": ("bm25", "dense", "splade"),
+    "Allan-Poe": ("ap_three",),
+    "SPRIG": ("graph_rrf",),
+    "GraphER": ("grapher_gcs",),
+    "GRASP": ("grasp_graph", "grasp_fused"),
+}
+
+
+def ablations(inputs: list[str]) -> dict[str, dict]:
+    """graphlake_ltr's declaration without each family, as the lake's methods.yaml declares them."""
+    return {
+        f"ltr_without_{family.lower().replace(' ', '_').replace('-', '_')}": {"op": "learned_fusion", "inputs": [i for i in inputs if i not in dropped], "depth": 100, "k": 100}
+        for family, dropped in FAMILIES.items()
+    }
+
+
+def per_query(lake: Lake, corpus: str, method: str, split: str, metric: str) -> dict[str, float]:
+    name, _, k = metric.partition("@")
+    rows = lake.read("query_metrics", {"corpus": corpus, "method": method}).to_pylist()
+    return {r["query_id"]: r["value"] for r in rows if r["split"] == split and r["metric"] == name and (r["k"] or 0) == (int(k) if k else 0)}
+
+
+def difference(lake: Lake, corpus: str, split: str, metric: str, method: str, baseline: str) -> tuple[float, float, float]:
+    mine, theirs = per_query(lake, corpus, method, split, metric), per_query(lake, corpus, baseline, split, metric)
+    shared = sorted(set(mine) & set(theirs))
+    return paired_bootstrap([mine[q] for q in shared], [theirs[q] for q in shared])
+
+
+def latency(corpus: str, split: str, count: int) -> dict:
+    """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
+    from graphlake.retrieval.core import run_inputs
+    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.methods import load_methods
+    from graphlake.retrieval.operators.learned import candidate_rows
+
+    lake, op = Lake(lake_home()), load_methods(lake_home())[LTR]
+    indexes = LakeIndexes(lake, corpus)
+    texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
+    texts = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]
+    op.run(texts[0], indexes)  # loads the model and the indexes
+    added, first, sizes = [], [], []
+    for text in texts:
+        started = time.perf_counter()
+        found = run_inputs(op, text, indexes)
+        inputs_done = time.perf_counter()
+        op.order(text, found, indexes)
+        added.append((time.perf_counter() - inputs_done) * 1000)
+        first.append((inputs_done - started) * 1000)
+        sizes.append(len(candidate_rows(found, op.depth)))
+    return {"queries": len(texts), "p50": float(np.median(added)), "p95": float(np.percentile(added, 95)), "inputs_p50": float(np.median(first)), "candidates": float(np.mean(sizes))}
+
+
+def main() -> None:
+    args = arguments(__doc__, "learned_fusion.md", lambda p: (p.add_argument("--sets", default=",".join(PRIMARY)), p.add_argument("--latency-queries", type=int, default=100)))
+    sets = [s for s in args.sets.split(",") if s]
+    home = lake_home()
+    from graphlake.retrieval.methods import load_methods
+
+    inputs = list(load_methods(home).declared[LTR]["inputs"])
+    home.mkdir(parents=True, exist_ok=True)
+    compared = [m for methods in PAPERS.values() for m in methods]
+    (home / "methods.yaml").write_text(yaml.safe_dump({"use": [*compared, LTR], "methods": ablations(inputs)}, sort_keys=False))
+    load_methods(home)  # a declaration error stops here, before anything is built
+    needed = {c for s in sets for c in (s, CORPORA[s][3]) if c}
+    for corpus in (c for c in CORPORA if c in needed):
+        fmt, relative, _, train = CORPORA[corpus]
+        if not (home / "tables" / "documents" / f"corpus={corpus}").exists():
+            graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
+    lake = Lake(home)
+    lines = header("graphlake_ltr: one learned composition of the five papers' signals", f".venv/bin/python benchmarks/learned_fusion.py --sets {args.sets}")
+    lines += [
+        "- graphlake_ltr: LightGBM lambdarank over the union of its inputs' top 100 "
+        f"({', '.join(inputs)}); each input's score, rank and gap to its best, how many inputs found the candidate, its best rank, "
+        "the query's length and GRASP's plan signals (valid, candidates, risk); early-stopped on 20 % of the training queries",
+        "- Δ: paired difference of the per-query primary metric, 95 % bootstrap interval (10,000 resamples, seed 0)",
+    ]
+    summary = table("graphlake_ltr against each paper's best (primary metric)", ["set", "metric", "graphlake_ltr", "best other (method)", "Δ vs best [95% CI]", "rrf", "Δ vs rrf [95% CI]"])
+    details, ablation, timings, importances = [], [], [], []
+    for corpus in sets:
+        split, metric = CORPORA[corpus][2], PRIMARY[corpus]
+        ablated = list(ablations(inputs))
+        started = time.perf_counter()
+        report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join([*compared, LTR, *ablated]), "--split", split, "--json"))
+        print(f"{corpus}: evaluated in {time.perf_counter() - started:.0f} s", flush=True)
+        scores = {r["method"]: r["metrics"][metric] for r in report}
+        best = max((m for m in compared if m in scores), key=lambda m: scores[m])
+        d_best, d_rrf = difference(lake, corpus, split, metric, LTR, best), difference(lake, corpus, split, metric, LTR, "rrf")
+        summary.append(
+            f"| {corpus} | {metric} | {scores[LTR]:.4f} | {scores[best]:.4f} ({best}) | {d_best[0]:+.4f} [{d_best[1]:+.4f}, {d_best[2]:+.4f}] "
+            f"| {scores['rrf']:.4f} | {d_rrf[0]:+.4f} [{d_rrf[1]:+.4f}, {d_rrf[2]:+.4f}] |"
+        )
+        details.append(f"| {corpus} | " + " | ".join(f"{scores[m]:.4f}" if m in scores else "–" for m in [*compared, LTR]) + " |")
+        for name in ablated:
+            d = difference(lake, corpus, split, metric, name, LTR)
+            ablation.append(f"| {corpus} | {name} | {scores[name]:.4f} | {d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}] |")
+        timed = latency(corpus, split, args.latency_queries)
+        timings.append(f"| {corpus} | {timed['queries']} | {timed['candidates']:.0f} | {timed['p50']:.2f} | {timed['p95']:.2f} | {timed['inputs_p50']:.1f} |")
+        from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
+
+        source = CORPORA[corpus][3] or corpus
+        stored = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": corpus}))
+        trained = stored.report.get("fusions", {}).get(key(load_methods(home)[LTR]))
+        if trained:
+            top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
+            importances.append(
+                f"- {corpus} (trained on {source}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} to stop on, "
+                f"{trained['rounds']} rounds; held-out nDCG@10 {trained['held_out_ndcg']:.3f} vs rrf {trained['held_out_ndcg_rrf']:.3f}): {top}"
+            )
+        else:
+            importances.append(f"- {corpus}: no ranker ({stored.untrained})")
+    lines += summary
+    lines += table("Every compared method (primary metric)", ["set", *compared, LTR])[:-1]
+    lines.append("|---|" + "---:|" * (len(compared) + 1))
+    lines += details
+    lines += table("Ablation: graphlake_ltr without one signal family (Δ against graphlake_ltr)", ["set", "method", "value", "Δ [95% CI]"])
+    lines += ablation
+    lines += table("Latency graphlake_ltr adds over its inputs (features + model), one query at a time, 2-core CPU", ["set", "queries", "candidates (mean)", "p50 ms", "p95 ms", "inputs p50 ms"])
+    lines += timings
+    lines += ["", "## The rankers (largest total gains)", "", *importances]
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print(args.output.read_text(encoding="utf-8"))
+
+
+if __name__ == "__main__":
+    main()
