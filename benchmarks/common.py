@@ -21,7 +21,10 @@ def graphlake(*args: str) -> str:
     """Run the project's ``graphlake`` command (the venv beside this interpreter); its stdout."""
     command = [str(Path(sys.executable).with_name("graphlake")), *args]
     print("$ graphlake " + " ".join(args), file=sys.stderr, flush=True)
-    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"graphlake {' '.join(args)[:200]} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
 
 
 @contextmanager

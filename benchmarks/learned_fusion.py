@@ -23,6 +23,7 @@ import yaml
 
 from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
+from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake
 
@@ -105,13 +106,17 @@ def main() -> None:
     inputs = list(load_methods(home).declared[LTR]["inputs"])
     home.mkdir(parents=True, exist_ok=True)
     compared = [m for methods in PAPERS.values() for m in methods]
-    (home / "methods.yaml").write_text(yaml.safe_dump({"use": [*compared, LTR], "methods": ablations(inputs)}, sort_keys=False))
+    (home / "methods.yaml").write_text(yaml.safe_dump({"use": [*compared, LTR], **ablations(inputs)}, sort_keys=False))
     load_methods(home)  # a declaration error stops here, before anything is built
     needed = {c for s in sets for c in (s, CORPORA[s][3]) if c}
     for corpus in (c for c in CORPORA if c in needed):
         fmt, relative, _, train = CORPORA[corpus]
         if not (home / "tables" / "documents" / f"corpus={corpus}").exists():
             graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
+    for corpus in (c for c in CORPORA if c in needed):  # Spider and BIRD train each other: both need vectors and graphs first
+        graphlake("eval", "--corpus", corpus, "--methods", "rrf", "--split", CORPORA[corpus][2] or "train", "--json")
+        kinds = CorpusRegistry(home).get(corpus).corpus_graph
+        graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))
     lake = Lake(home)
     lines = header("graphlake_ltr: one learned composition of the five papers' signals", f".venv/bin/python benchmarks/learned_fusion.py --sets {args.sets}")
     lines += [

@@ -143,9 +143,9 @@ def parse_methods(declared: Mapping[str, Any]) -> Methods:
     """Validate every method and resolve its inputs; errors name the method and the problem."""
     for name, spec in declared.items():
         if not isinstance(name, str) or not METHOD_NAME.fullmatch(name):
-            raise MethodError(f"method {name!r}: a name is letters, digits and underscores (it names the method's Dagster assets)")
+            raise MethodError(f"method {name!r}: a name is letters, digits and underscores (it names the method's Dagster assets)", name)
         if not isinstance(spec, Mapping) or "op" not in spec:
-            raise MethodError(f"method {name!r}: expected a mapping with 'op', got {spec!r}")
+            raise MethodError(f"method {name!r}: expected a mapping with 'op', got {spec!r}", name)
     parsed: dict[str, Op] = {}
 
     def resolve(name: str, path: tuple[str, ...]) -> Op:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +18,7 @@ from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import MethodError
-from graphlake.retrieval.methods import parse_methods
+from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
@@ -88,6 +89,12 @@ def test_rrf_and_weighted_sum_by_hand():
 def test_method_declaration_errors_name_the_problem(declared, message):
     with pytest.raises(MethodError, match=message):
         parse_methods(declared)
+
+
+def test_a_lakes_misshapen_declaration_is_named_at_its_line(tmp_path):
+    (tmp_path / "methods.yaml").write_text("use: [bm25]\nmethods: {x: {op: bm25}}\n")  # methods nested one level too deep
+    with pytest.raises(MethodError, match="^" + re.escape(f"{tmp_path / 'methods.yaml'}:2: method 'methods': expected a mapping with 'op'")):
+        load_methods(tmp_path)
 
 
 def test_weights_must_match_inputs():

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphlake.retrieval.core import MethodError, Methods, needs
 from graphlake.warehouse.corpora import CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.lake import LakeIndexes
@@ -79,6 +79,19 @@ def learned_kind(name: str, model: Any, fitting: Fitting) -> IndexKind:
         return model.load(indexes.lake.artifact(name, {"corpus": indexes.corpus}))
 
     return IndexKind(name, (name,), Stored(artifact=name), load, fitting)
+
+
+def held_parts(name: str, model: Any) -> Callable[[Lake, str], set[str]]:
+    """A learned kind's ``Fitting.parts`` where its stored model lists them: ``model.load(folder).held()``
+    of the corpus's artefact ``name``, none before it is built."""
+
+    def parts(lake: Lake, corpus: str) -> set[str]:
+        try:
+            return model.load(lake.artifact(name, {"corpus": corpus})).held()
+        except (StorageError, FileNotFoundError):
+            return set()
+
+    return parts
 
 
 INDEX_KINDS: dict[str, IndexKind] = {}

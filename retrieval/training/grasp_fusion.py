@@ -19,7 +19,7 @@ import numpy as np
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
+from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TUNED_MODES, TunedFusion, key
@@ -117,12 +117,4 @@ def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs
     return out
 
 
-def _parts(lake: Lake, corpus: str) -> set[str]:
-    """The fusions (keys) the corpus's stored tuning answers for."""
-    try:
-        return TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus})).held()
-    except (StorageError, FileNotFoundError):
-        return set()
-
-
-declare(learned_kind("grasp_fusion", TunedFusion, Fitting(training_corpora, reads, _parts)))
+declare(learned_kind("grasp_fusion", TunedFusion, Fitting(training_corpora, reads, held_parts("grasp_fusion", TunedFusion))))

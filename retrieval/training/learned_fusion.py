@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from graphlake.retrieval.core import Candidates, Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
+from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, key
@@ -194,12 +194,4 @@ def _importance(ranker: Ranker, names: list[str]) -> dict[str, float]:
     return {name: round(float(gain), 3) for name, gain in sorted(zip(feature_names(names), gains, strict=True), key=lambda item: -item[1])}
 
 
-def _parts(lake: Lake, corpus: str) -> set[str]:
-    """The fusions (keys) the corpus's stored rankers answer for."""
-    try:
-        return LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": corpus})).held()
-    except (StorageError, FileNotFoundError):
-        return set()
-
-
-declare(learned_kind("learned_fusion", LearnedRankers, Fitting(training_corpora, reads, _parts)))
+declare(learned_kind("learned_fusion", LearnedRankers, Fitting(training_corpora, reads, held_parts("learned_fusion", LearnedRankers))))
