@@ -11,6 +11,8 @@ here). Every learned part, graphlake_ltr's ranker included, learns from the trai
     .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--latency-queries 100]
 
 with GRAPHLAKE_HOME a lake of its own (corpora are ingested where absent and built by ``graphlake eval``).
+Each set's rows are kept in ``learned_fusion.json`` beside the output, and the markdown shows every set
+measured so far, so sets can be run one at a time or in separate lakes side by side.
 """
 
 from __future__ import annotations
@@ -97,6 +99,65 @@ def latency(corpus: str, split: str, count: int) -> dict:
     return {"queries": len(texts), "p50": float(np.median(added)), "p95": float(np.percentile(added, 95)), "inputs_p50": float(np.median(first)), "candidates": float(np.mean(sizes))}
 
 
+def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], latency_queries: int) -> dict:
+    """One set: every compared method's primary metric, graphlake_ltr's paired differences, the ablation,
+    the latency it adds and its ranker's report, as the rows of the results file."""
+    from graphlake.retrieval.methods import load_methods
+    from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
+
+    split, metric = CORPORA[corpus][2], PRIMARY[corpus]
+    ablated = list(ablations(inputs))
+    started = time.perf_counter()
+    report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join([*compared, LTR, *ablated]), "--split", split, "--json"))
+    print(f"{corpus}: evaluated in {time.perf_counter() - started:.0f} s", flush=True)
+    scores = {r["method"]: r["metrics"][metric] for r in report}
+    best = max((m for m in compared if m in scores), key=lambda m: scores[m])
+    interval = lambda d: f"{d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}]"  # noqa: E731
+    d_best, d_rrf = difference(lake, corpus, split, metric, LTR, best), difference(lake, corpus, split, metric, LTR, "rrf")
+    timed = latency(corpus, split, latency_queries)
+    stored = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": corpus}))
+    trained = stored.report.get("fusions", {}).get(key(load_methods(lake.home)[LTR]))
+    if trained:
+        top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
+        ranker = (
+            f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} "
+            f"to stop on, {trained['rounds']} rounds; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
+        )
+    else:
+        ranker = f"- {corpus}: no ranker ({stored.untrained})"
+    return {
+        "set": corpus,
+        "summary": f"| {corpus} | {metric} | {scores[LTR]:.4f} | {scores[best]:.4f} ({best}) | {interval(d_best)} | {scores['rrf']:.4f} | {interval(d_rrf)} |",
+        "detail": f"| {corpus} | " + " | ".join(f"{scores[m]:.4f}" if m in scores else "–" for m in [*compared, LTR]) + " |",
+        "ablation": [f"| {corpus} | {name} | {scores[name]:.4f} | {interval(difference(lake, corpus, split, metric, name, LTR))} |" for name in ablated],
+        "latency": f"| {corpus} | {timed['queries']} | {timed['candidates']:.0f} | {timed['p50']:.2f} | {timed['p95']:.2f} | {timed['inputs_p50']:.1f} |",
+        "ranker": ranker,
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    }
+
+
+def render(measured: list[dict], compared: list[str], inputs: list[str]) -> list[str]:
+    lines = header("graphlake_ltr: one learned composition of the five papers' signals", ".venv/bin/python benchmarks/learned_fusion.py --sets SETS")
+    lines += [
+        "- measured: " + ", ".join(f"{m['set']} {m['date']}" for m in measured),
+        "- graphlake_ltr: LightGBM lambdarank over the union of its inputs' top 100 "
+        f"({', '.join(inputs)}); each input's score, rank and gap to its best, how many inputs found the candidate, its best rank, "
+        "the query's length and GRASP's plan signals (valid, candidates, risk); early-stopped on 20 % of the training queries",
+        "- Δ: paired difference of the per-query primary metric, 95 % bootstrap interval (10,000 resamples, seed 0)",
+        "- compared: each paper's declared methods that need no cross-encoder (FastInsight's and GRASP's Stage 3 are not run here)",
+    ]
+    lines += table("graphlake_ltr against each paper's best (primary metric)", ["set", "metric", "graphlake_ltr", "best other (method)", "Δ vs best [95% CI]", "rrf", "Δ vs rrf [95% CI]"])
+    lines += [m["summary"] for m in measured]
+    lines += table("Every compared method (primary metric)", ["set", *compared, LTR])[:-1]
+    lines.append("|---|" + "---:|" * (len(compared) + 1))
+    lines += [m["detail"] for m in measured]
+    lines += table("Ablation: graphlake_ltr without one signal family (Δ against graphlake_ltr)", ["set", "method", "value", "Δ [95% CI]"])
+    lines += [row for m in measured for row in m["ablation"]]
+    lines += table("Latency graphlake_ltr adds over its inputs (features + model), one query at a time, 2-core CPU", ["set", "queries", "candidates (mean)", "p50 ms", "p95 ms", "inputs p50 ms"])
+    lines += [m["latency"] for m in measured]
+    return lines + ["", "## The rankers (largest total gains)", "", *(m["ranker"] for m in measured)]
+
+
 def main() -> None:
     args = arguments(__doc__, "learned_fusion.md", lambda p: (p.add_argument("--sets", default=",".join(PRIMARY)), p.add_argument("--latency-queries", type=int, default=100)))
     sets = [s for s in args.sets.split(",") if s]
@@ -118,56 +179,14 @@ def main() -> None:
         kinds = CorpusRegistry(home).get(corpus).corpus_graph
         graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))
     lake = Lake(home)
-    lines = header("graphlake_ltr: one learned composition of the five papers' signals", f".venv/bin/python benchmarks/learned_fusion.py --sets {args.sets}")
-    lines += [
-        "- graphlake_ltr: LightGBM lambdarank over the union of its inputs' top 100 "
-        f"({', '.join(inputs)}); each input's score, rank and gap to its best, how many inputs found the candidate, its best rank, "
-        "the query's length and GRASP's plan signals (valid, candidates, risk); early-stopped on 20 % of the training queries",
-        "- Δ: paired difference of the per-query primary metric, 95 % bootstrap interval (10,000 resamples, seed 0)",
-    ]
-    summary = table("graphlake_ltr against each paper's best (primary metric)", ["set", "metric", "graphlake_ltr", "best other (method)", "Δ vs best [95% CI]", "rrf", "Δ vs rrf [95% CI]"])
-    details, ablation, timings, importances = [], [], [], []
+    store = args.output.with_suffix(".json")  # every set measured so far: sets can run one at a time, or in lakes side by side
     for corpus in sets:
-        split, metric = CORPORA[corpus][2], PRIMARY[corpus]
-        ablated = list(ablations(inputs))
-        started = time.perf_counter()
-        report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join([*compared, LTR, *ablated]), "--split", split, "--json"))
-        print(f"{corpus}: evaluated in {time.perf_counter() - started:.0f} s", flush=True)
-        scores = {r["method"]: r["metrics"][metric] for r in report}
-        best = max((m for m in compared if m in scores), key=lambda m: scores[m])
-        d_best, d_rrf = difference(lake, corpus, split, metric, LTR, best), difference(lake, corpus, split, metric, LTR, "rrf")
-        summary.append(
-            f"| {corpus} | {metric} | {scores[LTR]:.4f} | {scores[best]:.4f} ({best}) | {d_best[0]:+.4f} [{d_best[1]:+.4f}, {d_best[2]:+.4f}] "
-            f"| {scores['rrf']:.4f} | {d_rrf[0]:+.4f} [{d_rrf[1]:+.4f}, {d_rrf[2]:+.4f}] |"
-        )
-        details.append(f"| {corpus} | " + " | ".join(f"{scores[m]:.4f}" if m in scores else "–" for m in [*compared, LTR]) + " |")
-        for name in ablated:
-            d = difference(lake, corpus, split, metric, name, LTR)
-            ablation.append(f"| {corpus} | {name} | {scores[name]:.4f} | {d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}] |")
-        timed = latency(corpus, split, args.latency_queries)
-        timings.append(f"| {corpus} | {timed['queries']} | {timed['candidates']:.0f} | {timed['p50']:.2f} | {timed['p95']:.2f} | {timed['inputs_p50']:.1f} |")
-        from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
-
-        source = CORPORA[corpus][3] or corpus
-        stored = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": corpus}))
-        trained = stored.report.get("fusions", {}).get(key(load_methods(home)[LTR]))
-        if trained:
-            top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
-            importances.append(
-                f"- {corpus} (trained on {source}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} to stop on, "
-                f"{trained['rounds']} rounds; held-out nDCG@10 {trained['held_out_ndcg']:.3f} vs rrf {trained['held_out_ndcg_rrf']:.3f}): {top}"
-            )
-        else:
-            importances.append(f"- {corpus}: no ranker ({stored.untrained})")
-    lines += summary
-    lines += table("Every compared method (primary metric)", ["set", *compared, LTR])[:-1]
-    lines.append("|---|" + "---:|" * (len(compared) + 1))
-    lines += details
-    lines += table("Ablation: graphlake_ltr without one signal family (Δ against graphlake_ltr)", ["set", "method", "value", "Δ [95% CI]"])
-    lines += ablation
-    lines += table("Latency graphlake_ltr adds over its inputs (features + model), one query at a time, 2-core CPU", ["set", "queries", "candidates (mean)", "p50 ms", "p95 ms", "inputs p50 ms"])
-    lines += timings
-    lines += ["", "## The rankers (largest total gains)", "", *importances]
+        measured = measure(lake, corpus, compared, inputs, args.latency_queries)
+        saved = json.loads(store.read_text(encoding="utf-8")) if store.exists() else {}
+        store.parent.mkdir(parents=True, exist_ok=True)
+        store.write_text(json.dumps(saved | {corpus: measured}, indent=1), encoding="utf-8")
+    saved = json.loads(store.read_text(encoding="utf-8"))
+    lines = render([saved[c] for c in PRIMARY if c in saved], compared, inputs)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print(args.output.read_text(encoding="utf-8"))
