@@ -24,7 +24,7 @@ def listed(stdout: str) -> dict[str, bool]:
 
 def test_the_defaults_are_a_dozen_and_every_variant_is_listed_and_switchable(tmp_path):
     packaged = {name for catalogue in catalogues().values() for name in catalogue}
-    assert len(packaged) == 44 and list(load_methods(tmp_path)) == DEFAULTS
+    assert len(packaged) == 45 and list(load_methods(tmp_path)) == DEFAULTS
     assert "grapher_base" not in load_methods(tmp_path) and load_methods(tmp_path)["grapher_base"].op == "weighted_sum"  # an input, not run
 
     shown = cli(tmp_path, "methods", COLUMNS="80")

@@ -129,7 +129,7 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
         kg = {"ap_three_kg", "ap_three_kg_entry", "ap_dense_kg", "ap_sparse_kg", "ap_full_kg"}  # no tuned kg_weight, or no entity named
         grasp = {"grasp_fused", "grasp_static", "grasp_dynamic", "grasp_dense_partner", "grasp_zs", "grasp"}  # nothing tuned, no reranker
         said = {name for name, said in notes.items() if said}
-        assert said == stand_ins | kg | grasp | {"ap_three_kw", "ap_two_tuned", "ap_three_tuned", "graphlake_ltr"}
+        assert said == stand_ins | kg | grasp | {"ap_three_kw", "ap_two_tuned", "ap_three_tuned", "graphlake_ltr", "graphlake_ltr_full"}
         assert hits["grasp"] == hits["grasp_zs"] == hits["grasp_fused"]
         assert any("no tuned fusion" in note for note in notes["grasp_fused"])
         assert any("no tuned weights" in note for note in notes["ap_three_tuned"])
