@@ -524,16 +524,26 @@ def list_methods(
         op = methods[name]
         trained = sorted({kind.partition("/")[0] for kind in needs(op) if index_kind(kind).fitting is not None})
         ms = f"{latency[name][0]:.0f} ms" if name in latency else ""
-        rows.setdefault(item.paper, []).append(("*" if name in methods else " ", name, ", ".join([*trained, *(["LLM server"] if uses_llm(op) else [])]), ms, item.about))
+        rows.setdefault(item.paper, []).append(("*" if name in methods else " ", name, [*trained, *(["LLM server"] if uses_llm(op) else [])], ms, item.about))
     every = [row for paper in rows.values() for row in paper]
     name_width, ms_width = max(len(row[1]) for row in every), max(len(row[3]) for row in every)
     console.print(f"Methods of {home}: * switched on; ms: median per query here; [the trained models (assets) or the server it needs]", highlight=False, markup=False)
     for paper, methods_of in rows.items():
         console.print(f"[bold]{paper}[/]", highlight=False)
         for mark, name, needed, ms, about in methods_of:  # one line a method: the description gives way
-            head, tail = f"{mark} {name.ljust(name_width)} {ms.rjust(ms_width)} ", f"  [{needed}]" if needed else ""
+            head = f"{mark} {name.ljust(name_width)} {ms.rjust(ms_width)} "
+            tail = _needs_tail(needed, console.width - len(head) - 2)
             room = max(1, console.width - len(head) - len(tail))
             console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
+
+
+def _needs_tail(needed: list[str], room: int) -> str:
+    """``  [a, b, c]``, its last names given up for ``+N`` where the line has no room for them all."""
+    for shown in range(len(needed), 0, -1):
+        tail = f"  [{', '.join(needed[:shown] + ([f'+{len(needed) - shown}'] if shown < len(needed) else []))}]"
+        if len(tail) <= room or shown == 1:
+            return tail
+    return ""
 
 
 @app.command()
