@@ -8,7 +8,7 @@ nDCG@10, R@5, R@5, PR@10, PR@10. The compared methods are each paper's declared 
 cross-encoder (FastInsight's and GRASP's Stage 3 train one for up to 45 minutes per set on a CPU: not run
 here). Every learned part, graphlake_ltr's ranker included, learns from the training queries only.
 
-    .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--latency-queries 100]
+    .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--ablate scifact] [--latency-queries 100]
 
 with GRAPHLAKE_HOME a lake of its own (corpora are ingested where absent and built by ``graphlake eval``).
 Each set's rows are kept in ``learned_fusion.json`` beside the output, and the markdown shows every set
@@ -99,14 +99,14 @@ def latency(corpus: str, split: str, count: int) -> dict:
     return {"queries": len(texts), "p50": float(np.median(added)), "p95": float(np.percentile(added, 95)), "inputs_p50": float(np.median(first)), "candidates": float(np.mean(sizes))}
 
 
-def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], latency_queries: int) -> dict:
+def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], latency_queries: int, ablate: bool) -> dict:
     """One set: every compared method's primary metric, graphlake_ltr's paired differences, the ablation,
     the latency it adds and its ranker's report, as the rows of the results file."""
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
 
     split, metric = CORPORA[corpus][2], PRIMARY[corpus]
-    ablated = list(ablations(inputs))
+    ablated = list(ablations(inputs)) if ablate else []
     started = time.perf_counter()
     report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join([*compared, LTR, *ablated]), "--split", split, "--json"))
     print(f"{corpus}: evaluated in {time.perf_counter() - started:.0f} s", flush=True)
@@ -159,8 +159,14 @@ def render(measured: list[dict], compared: list[str], inputs: list[str]) -> list
 
 
 def main() -> None:
-    args = arguments(__doc__, "learned_fusion.md", lambda p: (p.add_argument("--sets", default=",".join(PRIMARY)), p.add_argument("--latency-queries", type=int, default=100)))
+    def options(parser) -> None:
+        parser.add_argument("--sets", default=",".join(PRIMARY))
+        parser.add_argument("--ablate", default=None, help="the sets to run the ablation on (default: every set run)")
+        parser.add_argument("--latency-queries", type=int, default=100)
+
+    args = arguments(__doc__, "learned_fusion.md", options)
     sets = [s for s in args.sets.split(",") if s]
+    ablate = sets if args.ablate is None else args.ablate.split(",")
     home = lake_home()
     from graphlake.retrieval.methods import load_methods
 
@@ -181,7 +187,7 @@ def main() -> None:
     lake = Lake(home)
     store = args.output.with_suffix(".json")  # every set measured so far: sets can run one at a time, or in lakes side by side
     for corpus in sets:
-        measured = measure(lake, corpus, compared, inputs, args.latency_queries)
+        measured = measure(lake, corpus, compared, inputs, args.latency_queries, corpus in ablate)
         saved = json.loads(store.read_text(encoding="utf-8")) if store.exists() else {}
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(saved | {corpus: measured}, indent=1), encoding="utf-8")
