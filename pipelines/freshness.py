@@ -122,7 +122,7 @@ def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], 
     if base_missing:
         refresh.add(corpus, BASE_TABLES)
     latest: float | None = 0.0
-    for name in sorted(kinds):
+    for name in sorted(corpus_needs(set(kinds), CorpusRegistry(lake.home).get(corpus))):  # corpus_graph: that corpus's edge kinds
         kind = index_kind(name)
         written = None if base_missing or kind.assets[-1] in refresh.steps.get(corpus, []) else kind.stored.written_at(lake, corpus)
         if written is None:

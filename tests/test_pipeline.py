@@ -57,6 +57,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
     methods += [f"ap_{paths}" for paths in ("dense", "sparse", "full", "two", "three", "three_kw", "two_tuned", "three_tuned")]
     methods += [f"ap_{paths}_kg" for paths in ("three", "dense", "sparse", "full")] + ["ap_three_kg_entry", "fused_three", "multipath_three"]
     methods += [f"grasp_{name}" for name in ("graph", "target", "fused", "static", "dynamic", "dense_partner", "zs")] + ["grasp"]
+    methods += ["graphlake_ltr", "graphlake_ltr_full"]
     assert groups == {
         "documents": "ingest",
         "queries": "ingest",
@@ -89,6 +90,7 @@ def test_definitions_load_and_group_every_asset_by_stage(tmp_path):
         "skb_plans": "retrieval",
         "grasp_fusion": "retrieval",
         "grasp_reranker": "retrieval",
+        "learned_fusion": "retrieval",
         **{f"{prefix}_grasp_llm": "llm" for prefix in ("run", "metrics", "query_metrics")},  # the LLM planner needs a server
         **{f"run_{m}": "retrieval" for m in methods},
         **{f"metrics_{m}": "evaluation" for m in methods},
@@ -106,7 +108,7 @@ def test_demo_materializes_every_asset_into_consistent_tables(reads_demo):
     materialized = {record.dagster_event.asset_key.to_user_string() for record in logs[MATERIALIZED]}
     graph = build_definitions(home).resolve_asset_graph()
     # all but the LLM assets and what the demo leaves out: the cross-encoder, GRASP's reranker tuned from it, the methods reranking with them
-    reranking = ("re2", "gar", "fastinsight", "grasp_zs", "grasp")
+    reranking = ("re2", "gar", "fastinsight", "grasp_zs", "grasp", "graphlake_ltr_full")
     left_out = {f"{prefix}_{method}" for method in reranking for prefix in ("run", "metrics", "query_metrics")} | {"reranker", "grasp_reranker"}
     assert materialized == {key.to_user_string() for key in graph.get_all_asset_keys() if graph.get(key).group_name != "llm"} - left_out
     report = (Lake(home).artifact("report", {"corpus": "demo"}) / "report.md").read_text(encoding="utf-8")
