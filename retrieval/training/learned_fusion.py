@@ -118,11 +118,9 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
         "verbosity": -1,
     }
     train = lightgbm.Dataset(train_set.features, train_set.labels, group=train_set.groups)
-    callbacks = []
-    valid_sets = []
-    if stop_set.groups:
-        valid_sets = [lightgbm.Dataset(stop_set.features, stop_set.labels, group=stop_set.groups, reference=train)]
-        callbacks = [lightgbm.early_stopping(config.patience, verbose=False)]
+    stopping = bool(stop_set.groups)  # no held-out query with a relevant candidate: every round is kept
+    valid_sets = [lightgbm.Dataset(stop_set.features, stop_set.labels, group=stop_set.groups, reference=train)] if stopping else []
+    callbacks = [lightgbm.early_stopping(config.patience, verbose=False)] if stopping else []
     booster = lightgbm.train(params, train, num_boost_round=config.rounds, valid_sets=valid_sets, callbacks=callbacks)
     if booster.best_iteration > 0:
         booster = lightgbm.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration))
