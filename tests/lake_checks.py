@@ -45,6 +45,18 @@ def same(a, b) -> bool:
     return a == b
 
 
+def differing(expected: dict, got: dict) -> dict:
+    """The tables whose rows differ, each with its first differing pair of rows (or the row counts): what
+    a failed comparison prints."""
+    found = {}
+    for key, rows_a in expected.items():
+        rows_b = got.get(key, [])
+        if not same(rows_a, rows_b):
+            pairs = [(a, b) for a, b in zip(rows_a, rows_b, strict=False) if not same(a, b)]
+            found[key] = pairs[0] if pairs else (len(rows_a), len(rows_b))
+    return found
+
+
 def readme_queries() -> list[str]:
     found = re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', README.read_text(encoding="utf-8"), flags=re.MULTILINE)
     assert len(found) >= 10, "the README's SQL examples were not found"

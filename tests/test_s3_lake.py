@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
-from lake_checks import of_methods, readme_queries, rows, same
+from lake_checks import differing, of_methods, readme_queries, rows, same
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
@@ -53,7 +53,7 @@ def test_the_demo_built_into_s3_equals_the_local_demo_and_answers_the_readme_sql
     elsewhere = tmp_path / "elsewhere"  # a new machine: an empty cache, only the store
     defaults = list(load_methods())  # what the S3 lake switched on; the session's demo lake has every method
     expected, got = of_methods(rows(demo_lake.home, ["demo"]), defaults), rows(cache_for(url, elsewhere), ["demo"])
-    assert [key for key in expected if not same(expected[key], got[key])] == []
+    assert differing(expected, got) == {}
     assert all(got[table, "demo"] for table in ("documents", "nodes", "edges", "entities", "mentions", "vectors", "runs", "metrics"))
 
     on_s3, local = sql_answers(monkeypatch, url, elsewhere), sql_answers(monkeypatch, str(demo_lake.home))
