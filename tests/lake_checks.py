@@ -35,11 +35,17 @@ def of_methods(found: dict[tuple[str, str], list[tuple]], methods) -> dict[tuple
     return kept
 
 
+NUMBER = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")  # a decimal literal in a text (GRASP's compiled SQL)
+
+
 def same(a, b) -> bool:
     """Equal values; floats within float32 noise (a query encoded with another thread count scores
-    ~1e-7 apart: tests/test_rankings.py)."""
+    ~1e-7 apart: tests/test_rankings.py), also where a text spells them (the link scores in
+    ``skb_plans.sql``)."""
     if isinstance(a, float) and isinstance(b, float):
         return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-6)
+    if isinstance(a, str) and isinstance(b, str) and a != b:
+        return NUMBER.split(a) == NUMBER.split(b) and same([float(x) for x in NUMBER.findall(a)], [float(x) for x in NUMBER.findall(b)])
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b, strict=True))
     return a == b
