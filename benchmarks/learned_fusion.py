@@ -82,7 +82,7 @@ def latency(corpus: str, split: str, count: int) -> dict:
     from graphlake.retrieval.core import run_inputs
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
-    from graphlake.retrieval.operators.learned import candidate_rows
+    from graphlake.retrieval.models.learned_fusion import candidate_rows
 
     lake, op = Lake(lake_home()), load_methods(lake_home())[LTR]
     indexes = LakeIndexes(lake, corpus)
@@ -123,7 +123,7 @@ def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], lat
         top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
         ranker = (
             f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} "
-            f"to stop on, {trained['rounds']} rounds; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
+            f"to stop on, {trained['rounds']} rounds, {'scale-free' if trained['across_corpora'] else 'every'} feature; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
         )
     else:
         ranker = f"- {corpus}: no ranker ({stored.untrained})"
@@ -143,8 +143,10 @@ def render(measured: list[dict], compared: list[str], inputs: list[str]) -> list
     lines += [
         "- measured: " + ", ".join(f"{m['set']} {m['date']}" for m in measured),
         "- graphlake_ltr: LightGBM lambdarank over the union of its inputs' top 100 "
-        f"({', '.join(inputs)}); each input's score, rank and gap to its best, how many inputs found the candidate, its best rank, "
-        "the query's length and GRASP's plan signals (valid, candidates, risk); early-stopped on 20 % of the training queries",
+        f"({', '.join(inputs)}); each input's rank and score scaled to its list (and the raw score and its gap to the best where the ranker "
+        "learns on the corpus's own train split: raw scales do not carry across corpora), how many inputs found the candidate and "
+        "ranked it in their top 3 and top 10, its best rank, the query's length and GRASP's plan signals (valid, candidates, risk); "
+        "early-stopped on 20 % of the training queries",
         "- Δ: paired difference of the per-query primary metric, 95 % bootstrap interval (10,000 resamples, seed 0)",
         "- compared: each paper's declared methods that need no cross-encoder (FastInsight's and GRASP's Stage 3 are not run here)",
     ]

@@ -1,6 +1,7 @@
 """graphlake's learned fusion: its features against hand-computed values, the ranker the demo trained on
 its training queries only (ids recorded, an evaluated query refused), the trained order as the model
-scores it, and the fallback to rrf of the inputs where nothing was trained."""
+scores it, the fallback to rrf of the inputs where nothing was trained, and the scale-free features of a
+ranker trained on another corpus."""
 
 from __future__ import annotations
 
@@ -9,33 +10,39 @@ import math
 import numpy as np
 import pytest
 
+from graphlake.assets.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
-from graphlake.retrieval.operators.learned import candidate_rows, feature_names, features, rrf
-from graphlake.retrieval.queries import check_disjoint
+from graphlake.retrieval.models.learned_fusion import IN_CORPUS, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
+from graphlake.retrieval.operators.learned import rrf
+from graphlake.retrieval.queries import check_disjoint, gold_by_query
+from graphlake.retrieval.training.learned_fusion import fit
 from graphlake.warehouse.storage import Lake, StorageError
 
 INPUTS = ["bm25", "dense", "splade", "ap_three", "graph_rrf", "grapher_gcs", "grasp_graph", "grasp_fused"]
 
 
-def test_features_are_each_inputs_score_rank_and_gap_with_the_plans_signals():
+def test_features_are_each_inputs_rank_and_scores_with_the_plans_signals():
     first = Candidates(np.array([4, 2, 9]), np.array([3.0, 2.5, 1.0]))
     second = Candidates(np.array([2, 7]), np.array([0.9, 0.4]), {"valid": True, "n_cand": 37, "risk_level": "aggressive"})
     rows = candidate_rows([first, second], depth=2)  # the 9 is below depth
     assert rows.tolist() == [4, 2, 7]
-    table = features("who wrote it", [first, second], rows, depth=2)
-    names = feature_names(["a", "b"])
-    assert table.shape == (3, len(names)) and names[:3] == ["a_score", "a_rank", "a_gap"]
+    table = features("who wrote it", [first, second], rows, 2, IN_CORPUS)
+    names = feature_names(["a", "b"], IN_CORPUS)
+    assert table.shape == (3, len(names)) and names[:4] == ["a_rank", "a_scaled", "a_score", "a_gap"]
     got = {name: table[:, i].tolist() for i, name in enumerate(names)}
     assert got["a_score"][:2] == [3.0, 2.5] and math.isnan(got["a_score"][2])
-    assert got["a_rank"][:2] == [1, 2] and got["a_gap"][:2] == [0.0, 0.5]
+    assert got["a_rank"][:2] == [1, 2] and got["a_gap"][:2] == [0.0, 0.5] and got["a_scaled"][:2] == [1.0, 0.0]
     assert math.isnan(got["b_rank"][0]) and got["b_rank"][1:] == [1, 2] and got["b_gap"][2] == pytest.approx(0.5)
-    assert got["retrieved_by"] == [1, 2, 1] and got["best_rank"] == [1, 1, 2]
+    assert got["retrieved_by"] == [1, 2, 1] and got["in_top3"] == [1, 2, 1] and got["best_rank"] == [1, 1, 2]
     assert got["query_words"] == [3] * 3 and got["plan_valid"] == [1] * 3 and got["plan_candidates"] == [37] * 3
     assert got["plan_risk"] == [3] * 3  # aggressive, the last of no_trade, weak, normal, aggressive
-    assert math.isnan(features("q", [first], candidate_rows([first], 3), 3)[0, -1])  # no plan: missing, not zero
+    assert math.isnan(features("q", [first], candidate_rows([first], 3), 3, IN_CORPUS)[0, -1])  # no plan: missing, not zero
+    # trained on another corpus: only what means the same on any corpus (ranks, scores scaled to the list)
+    scale_free = features("who wrote it", [first, second], rows, 2, SCALE_FREE)
+    assert feature_names(["a", "b"], SCALE_FREE)[:4] == ["a_rank", "a_scaled", "b_rank", "b_scaled"]
+    assert np.array_equal(scale_free[:, :4], table[:, [0, 1, 4, 5]], equal_nan=True) and np.array_equal(scale_free[:, 4:], table[:, 8:], equal_nan=True)
 
 
 def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_model_scores(demo_lake):
@@ -47,7 +54,8 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     stored = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": "demo"}))
     trained = stored.report["fusions"][key(op)]
     assert trained["inputs"] == INPUTS and trained["rounds"] >= 1
-    assert set(trained["importance"]) == set(feature_names(INPUTS)) and sum(trained["importance"].values()) > 0
+    assert trained["across_corpora"] is False and stored.ranker(op).across_corpora is False  # the demo learns on its own train split
+    assert set(trained["importance"]) == set(feature_names(INPUTS, IN_CORPUS)) and sum(trained["importance"].values()) > 0
     queries = lake.read("queries", {"corpus": "demo"}).to_pylist()
     train = {q["query_id"] for q in queries if q["split"] == "train"}
     seen = set(trained["training_queries"]) | set(trained["stopping_queries"])
@@ -60,7 +68,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     found = run_inputs(op, text, indexes)
     result = op.run(text, indexes)
     rows = candidate_rows(found, op.depth)
-    scores = stored.ranker(op).predict(features(text, found, rows, op.depth))
+    scores = stored.ranker(op).booster.predict(features(text, found, rows, op.depth, IN_CORPUS))
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
     assert set(result.rows.tolist()) <= set(rows.tolist()) and not indexes.notes
 
@@ -71,3 +79,20 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     assert any("no ranker trained" in note and "rrf of its inputs" in note for note in untrained.notes)
     with pytest.raises(StorageError, match="materialize learned_fusion again"):  # a declaration it was not trained for
         op.model_copy(update={"depth": 50}).run(text, indexes)
+
+
+def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(demo_lake, tmp_path):
+    """What a corpus with a ``train_corpus`` gets (Spider trained on BIRD): the demo's training queries
+    stand in for the other corpus's; the ranker keeps that through saving and loading."""
+    lake = Lake(demo_lake.home)
+    op = load_methods(demo_lake.home)["graphlake_ltr"]
+    indexes = LakeIndexes(lake, "demo")
+    queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
+    found = [run_inputs(op, q["text"], indexes) for q in queries]
+    gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))
+    ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
+    assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1
+    LearnedRankers({key(op): ranker}).save(tmp_path)
+    loaded = LearnedRankers.load(tmp_path).ranker(op)
+    rows = candidate_rows(found[0], op.depth)
+    assert loaded.across_corpora and np.array_equal(loaded.score(queries[0]["text"], found[0], rows, op.depth), ranker.score(queries[0]["text"], found[0], rows, op.depth))

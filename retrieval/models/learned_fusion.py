@@ -1,5 +1,14 @@
 """graphlake's learned fusion as stored (the ``learned_fusion`` index): one LightGBM ranker per declared
-``learned_fusion`` operator, keyed by its inputs, trained by ``retrieval/training/learned_fusion.py``."""
+``learned_fusion`` operator, keyed by its inputs, trained by ``retrieval/training/learned_fusion.py``; and
+the features it ranks a query's candidates by.
+
+Which features a ranker uses depends on where it learned. Every input gives a candidate its rank and its
+score scaled to the input's list (1 at the top, 0 at the depth-th): both mean the same on any corpus. A
+ranker trained on the corpus's own training split also reads the raw score and its gap to the best; one
+trained on another corpus (``train_corpus``) does not, because raw scales do not carry across corpora
+(BM25's grows with the corpus's statistics; on Spider, a ranker trained on BIRD's raw GRASP scores lost
+6 points of PR@10 to Allan-Poe, benchmarks/results/learned_fusion.md).
+"""
 
 from __future__ import annotations
 
@@ -10,30 +19,90 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphlake.kernels.plan.plans import RISK_LEVELS
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import StorageError
 
 if TYPE_CHECKING:
     import lightgbm
 
-    from graphlake.retrieval.core import Op
+    from graphlake.retrieval.core import Candidates, Op
 
 REPORT_FILE = "learned_fusion.json"
+FEATURES_VERSION = 2  # of the features below: part of the key, so a ranker trained on older ones is retrained
+SCALE_FREE = ("rank", "scaled")  # what each input gives a candidate, on any corpus
+IN_CORPUS = (*SCALE_FREE, "score", "gap")  # ... and where the ranker learned on the evaluated corpus itself
+PER_CANDIDATE = ("retrieved_by", "in_top3", "in_top10", "best_rank")
+PER_QUERY = ("query_words", "plan_valid", "plan_candidates", "plan_risk")
 
 
 def key(op: Op) -> str:
     """What identifies a learned fusion: its inputs as declared and its depth (``k`` only cuts the list)."""
-    return fingerprint({"inputs": [item.model_dump(mode="json") for item in op.inputs], "depth": op.depth})
+    return fingerprint({"inputs": [item.model_dump(mode="json") for item in op.inputs], "depth": op.depth, "features": FEATURES_VERSION})
+
+
+def per_input(across_corpora: bool) -> tuple[str, ...]:
+    """What each input gives a candidate for a ranker trained on another corpus, or on this one."""
+    return SCALE_FREE if across_corpora else IN_CORPUS
+
+
+def feature_names(inputs: list[str], each: tuple[str, ...]) -> list[str]:
+    """Column names of :func:`features`, each input's prefixed with its label (a method's name)."""
+    return [f"{label}_{name}" for label in inputs for name in each] + list(PER_CANDIDATE) + list(PER_QUERY)
+
+
+def candidate_rows(found: list[Candidates], depth: int) -> np.ndarray:
+    """The union of the inputs' top ``depth`` rows, in order of first appearance (input by input)."""
+    return np.fromiter(dict.fromkeys(r for c in found for r in c.rows[:depth].tolist()), dtype=np.int64)
+
+
+def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, each: tuple[str, ...]) -> np.ndarray:
+    """One row per candidate: the ``each`` features of every input, NaN where the input did not retrieve
+    the candidate in its top ``depth``; how many inputs did, how many ranked it in their top 3 and top 10,
+    and its best rank among them; the query's length in words and GRASP's plan metadata from whichever
+    input carries it."""
+    position = {row: i for i, row in enumerate(rows.tolist())}
+    width = len(each)
+    out = np.full((len(rows), len(found) * width + len(PER_CANDIDATE) + len(PER_QUERY)), np.nan, np.float32)
+    ranks = np.full((len(rows), len(found)), np.inf)
+    for j, candidates in enumerate(found):
+        scores = np.asarray(candidates.scores[:depth], np.float64)
+        at = np.fromiter((position[r] for r in candidates.rows[:depth].tolist()), dtype=np.int64, count=len(scores))
+        ranks[at, j] = np.arange(1, len(at) + 1)
+        span = scores[0] - scores[-1] if len(scores) else 0.0
+        values = {
+            "rank": ranks[at, j],
+            "scaled": (scores - scores[-1]) / span if span > 0 else np.ones(len(scores)),
+            "score": scores,
+            "gap": scores[0] - scores if len(scores) else scores,
+        }
+        for i, name in enumerate(each):
+            out[at, j * width + i] = values[name]
+    column = len(found) * width
+    out[:, column] = np.sum(np.isfinite(ranks), axis=1)
+    out[:, column + 1] = np.sum(ranks <= 3, axis=1)
+    out[:, column + 2] = np.sum(ranks <= 10, axis=1)
+    out[:, column + 3] = ranks.min(axis=1) if len(found) else np.nan
+    out[:, column + 4] = len(query.split())
+    plan = next((c.meta for c in found if "n_cand" in c.meta), None)
+    if plan is not None:
+        out[:, column + 5] = float(bool(plan.get("valid", False)))
+        out[:, column + 6] = float(plan.get("n_cand", 0))
+        out[:, column + 7] = float(RISK_LEVELS.index(plan["risk_level"])) if plan.get("risk_level") in RISK_LEVELS else np.nan
+    return out
 
 
 @dataclass(frozen=True)
 class Ranker:
-    """One trained LightGBM model; scores a query's candidates (rows of ``operators.learned.features``)."""
+    """One trained LightGBM model and the features it learned from (``across_corpora``: the scale-free ones)."""
 
     booster: lightgbm.Booster
+    across_corpora: bool
 
-    def predict(self, features: np.ndarray) -> np.ndarray:
-        return np.asarray(self.booster.predict(features, num_threads=1), dtype=np.float64)
+    def score(self, query: str, found: list[Candidates], rows: np.ndarray, depth: int) -> np.ndarray:
+        """The model's score of each candidate ``rows`` of ``found`` (the inputs' candidates)."""
+        table = features(query, found, rows, depth, per_input(self.across_corpora))
+        return np.asarray(self.booster.predict(table, num_threads=1), dtype=np.float64)
 
 
 @dataclass
@@ -63,7 +132,7 @@ class LearnedRankers:
     def save(self, folder: Path) -> None:
         for name, ranker in self.rankers.items():
             ranker.booster.save_model(str(folder / f"{name}.txt"))
-        saved = {"rankers": sorted(self.rankers), "untrained": self.untrained, "report": self.report}
+        saved = {"rankers": {name: {"across_corpora": r.across_corpora} for name, r in sorted(self.rankers.items())}, "untrained": self.untrained, "report": self.report}
         (folder / REPORT_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
 
     @classmethod
@@ -71,5 +140,5 @@ class LearnedRankers:
         import lightgbm
 
         saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-        rankers = {name: Ranker(lightgbm.Booster(model_file=str(folder / f"{name}.txt"))) for name in saved["rankers"]}
+        rankers = {name: Ranker(lightgbm.Booster(model_file=str(folder / f"{name}.txt")), kept["across_corpora"]) for name, kept in saved["rankers"].items()}
         return cls(rankers, saved["untrained"], saved["report"])

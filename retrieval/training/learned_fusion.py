@@ -2,7 +2,8 @@
 inputs' candidates on the corpus's training queries (the ``learned_fusion`` index).
 
 Training queries come from the corpus's ``train_corpus`` (all its queries) or its own ``train`` split,
-never from an evaluated query (learning refuses, naming it). A seeded share of them is held out to stop
+never from an evaluated query (learning refuses, naming it); a ranker that learns from another corpus reads
+the scale-free features only (``models/learned_fusion.py`` says why). A seeded share of them is held out to stop
 the boosting early (nDCG@10 on that share); the report records both sets of ids, the rounds kept, the
 held-out nDCG@10 of the model beside the RRF fallback's, and each feature's importance (total gain).
 """
@@ -20,8 +21,8 @@ from graphlake.retrieval.core import Candidates, Methods, Op, needs, walk
 from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, key
-from graphlake.retrieval.operators.learned import candidate_rows, feature_names, features, rrf
+from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, key, per_input
+from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_corpora, training_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -78,13 +79,13 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
             log(f"learned_fusion: {untrained[name]}")
             continue
         found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-        ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), config)
+        ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), config, across_corpora=source != corpus)
         if ranker is None:
             untrained[name] = trained["reason"]
             log(f"learned_fusion: {trained['reason']}; rrf of its inputs")
             continue
         names = input_names(methods, op)
-        trained |= {"inputs": names, "importance": _importance(ranker, names)}
+        trained |= {"inputs": names, "importance": _importance(ranker, names), "across_corpora": ranker.across_corpora}
         rankers[name], report["fusions"][name] = ranker, trained
         log(
             f"learned_fusion ({', '.join(names)}): {trained['rounds']} rounds on {len(trained['training_queries'])} queries; "
@@ -94,16 +95,18 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     return LearnedRankers(rankers, untrained, report), summary
 
 
-def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str, int]], doc_ids: np.ndarray, config: Any) -> tuple[Ranker | None, dict]:
+def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str, int]], doc_ids: np.ndarray, config: Any, across_corpora: bool) -> tuple[Ranker | None, dict]:
     """A lambdarank model for ``op`` on these queries (their inputs' candidates ``found``), early-stopped on a
-    held-out share, and its report; no model (and the reason) when no query has a relevant candidate."""
+    held-out share, and its report; no model (and the reason) when no query has a relevant candidate.
+    ``across_corpora``: the queries are another corpus's, so the model reads the scale-free features only."""
     import lightgbm
 
+    each = per_input(across_corpora)
     stop, learning = held_out(len(queries), config.validation_share, config.seed)
-    train_set = _grouped(op, [queries[i] for i in sorted(learning)], [found[i] for i in sorted(learning)], gold, doc_ids)
+    train_set = _grouped(op, [queries[i] for i in sorted(learning)], [found[i] for i in sorted(learning)], gold, doc_ids, each)
     if not train_set.groups:
         return None, {"reason": "no training query has a relevant document among its candidates"}
-    stop_set = _grouped(op, [queries[i] for i in sorted(stop)], [found[i] for i in sorted(stop)], gold, doc_ids)
+    stop_set = _grouped(op, [queries[i] for i in sorted(stop)], [found[i] for i in sorted(stop)], gold, doc_ids, each)
     params = {
         "objective": "lambdarank",
         "metric": "ndcg",
@@ -124,7 +127,7 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
     booster = lightgbm.train(params, train, num_boost_round=config.rounds, valid_sets=valid_sets, callbacks=callbacks)
     if booster.best_iteration > 0:
         booster = lightgbm.Booster(model_str=booster.model_to_string(num_iteration=booster.best_iteration))
-    ranker = Ranker(booster)
+    ranker = Ranker(booster, across_corpora)
     held = [queries[i] for i in sorted(stop)]
     held_found = [found[i] for i in sorted(stop)]
     learned = [_ranked_docs(ranker, q["text"], f, op.depth, doc_ids) for q, f in zip(held, held_found, strict=True)]
@@ -156,7 +159,7 @@ def _input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexes) -> tu
     return runs, failed
 
 
-def _grouped(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str, int]], doc_ids: np.ndarray) -> Grouped:
+def _grouped(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str, int]], doc_ids: np.ndarray, each: tuple[str, ...]) -> Grouped:
     """The candidates of the queries with at least one relevant among them (the others teach nothing)."""
     blocks, labels, groups, ids = [], [], [], []
     for query, inputs in zip(queries, found, strict=True):
@@ -165,7 +168,7 @@ def _grouped(op: Op, queries: list[dict], found: list[list], gold: dict[str, dic
         label = np.fromiter((relevance.get(d, 0) for d in doc_ids[rows].tolist()), dtype=np.float32, count=len(rows))
         if not len(rows) or not label.any():
             continue
-        blocks.append(features(query["text"], inputs, rows, op.depth))
+        blocks.append(features(query["text"], inputs, rows, op.depth, each))
         labels.append(label)
         groups.append(len(rows))
         ids.append(query["query_id"])
@@ -176,7 +179,7 @@ def _ranked_docs(ranker: Ranker, text: str, found: list, depth: int, doc_ids: np
     rows = candidate_rows(found, depth)
     if not len(rows):
         return []
-    scores = ranker.predict(features(text, found, rows, depth))
+    scores = ranker.score(text, found, rows, depth)
     return list(dict.fromkeys(doc_ids[rows[np.lexsort((rows, -scores))]].tolist()))
 
 
@@ -189,7 +192,8 @@ def _mean_ndcg(rankings: list[list[str]], queries: list[dict], gold: dict[str, d
 def _importance(ranker: Ranker, names: list[str]) -> dict[str, float]:
     """Total gain per feature, largest first."""
     gains = ranker.booster.feature_importance("gain")
-    return {name: round(float(gain), 3) for name, gain in sorted(zip(feature_names(names), gains, strict=True), key=lambda item: -item[1])}
+    columns = feature_names(names, per_input(ranker.across_corpora))
+    return {name: round(float(gain), 3) for name, gain in sorted(zip(columns, gains, strict=True), key=lambda item: -item[1])}
 
 
 declare(learned_kind("learned_fusion", LearnedRankers, Fitting(training_corpora, reads, held_parts("learned_fusion", LearnedRankers))))
