@@ -5,6 +5,7 @@ ranker trained on another corpus."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -14,7 +15,7 @@ from graphlake.assets.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.learned_fusion import IN_CORPUS, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
+from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
 from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query
 from graphlake.retrieval.training.learned_fusion import fit
@@ -95,4 +96,7 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     LearnedRankers({key(op): ranker}).save(tmp_path)
     loaded = LearnedRankers.load(tmp_path).ranker(op)
     rows = candidate_rows(found[0], op.depth)
+    older = json.loads((tmp_path / REPORT_FILE).read_text()) | {"features": FEATURES_VERSION - 1}
+    (tmp_path / REPORT_FILE).write_text(json.dumps(older))
+    assert LearnedRankers.load(tmp_path).held() == set()  # rankers of older features are retrained, not misread
     assert loaded.across_corpora and np.array_equal(loaded.score(queries[0]["text"], found[0], rows, op.depth), ranker.score(queries[0]["text"], found[0], rows, op.depth))

@@ -132,7 +132,8 @@ class LearnedRankers:
     def save(self, folder: Path) -> None:
         for name, ranker in self.rankers.items():
             ranker.booster.save_model(str(folder / f"{name}.txt"))
-        saved = {"rankers": {name: {"across_corpora": r.across_corpora} for name, r in sorted(self.rankers.items())}, "untrained": self.untrained, "report": self.report}
+        rankers = {name: {"across_corpora": r.across_corpora} for name, r in sorted(self.rankers.items())}
+        saved = {"features": FEATURES_VERSION, "rankers": rankers, "untrained": self.untrained, "report": self.report}
         (folder / REPORT_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
 
     @classmethod
@@ -140,5 +141,7 @@ class LearnedRankers:
         import lightgbm
 
         saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+        if saved.get("features") != FEATURES_VERSION:  # rankers of older features: none is current, all are retrained
+            return cls({})
         rankers = {name: Ranker(lightgbm.Booster(model_file=str(folder / f"{name}.txt")), kept["across_corpora"]) for name, kept in saved["rankers"].items()}
         return cls(rankers, saved["untrained"], saved["report"])
