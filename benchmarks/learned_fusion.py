@@ -123,7 +123,7 @@ def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], lat
         top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
         ranker = (
             f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} "
-            f"to stop on, {trained['rounds']} rounds, {'scale-free' if trained['across_corpora'] else 'every'} feature; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
+            f"to stop on, {trained['rounds']} rounds, {'scale-free features' if trained['across_corpora'] else 'all features'}; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
         )
     else:
         ranker = f"- {corpus}: no ranker ({stored.untrained})"
@@ -156,7 +156,7 @@ def render(measured: list[dict], compared: list[str], inputs: list[str]) -> list
     lines.append("|---|" + "---:|" * (len(compared) + 1))
     lines += [m["detail"] for m in measured]
     lines += table("Ablation: graphlake_ltr without one signal family (Δ against graphlake_ltr)", ["set", "method", "value", "Δ [95% CI]"])
-    lines += [row for m in measured for row in m["ablation"]]
+    lines += [row for m in measured for row in m["ablation"]] or ["| (not run with the current features: `--ablate SETS`) | | | |"]
     lines += table("Latency graphlake_ltr adds over its inputs (features + model), one query at a time, 2-core CPU", ["set", "queries", "candidates (mean)", "p50 ms", "p95 ms", "inputs p50 ms"])
     lines += [m["latency"] for m in measured]
     return lines + ["", "## The rankers (largest total gains)", "", *(m["ranker"] for m in measured)]
