@@ -7,7 +7,7 @@ score scaled to the input's list (1 at the top, 0 at the depth-th): both mean th
 ranker trained on the corpus's own training split also reads the raw score and its gap to the best; one
 trained on another corpus (``train_corpus``) does not, because raw scales do not carry across corpora
 (BM25's grows with the corpus's statistics; on Spider, a ranker trained on BIRD's raw GRASP scores lost
-6 points of PR@10 to Allan-Poe, benchmarks/results/learned_fusion.md).
+7 points of PR@10 to Allan-Poe, benchmarks/results/learned_fusion.md).
 """
 
 from __future__ import annotations
