@@ -60,6 +60,14 @@ def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
     return Candidates(rows[order], scores[order])
 
 
+def min_max(scores: np.ndarray) -> np.ndarray:
+    """Scores scaled to [0, 1] within their list (all 1 where they are equal), so that paths, and
+    corpora, with other score scales compare."""
+    scores = np.asarray(scores, np.float64)
+    span = float(np.ptp(scores)) if len(scores) else 0.0
+    return (scores - scores.min()) / span if span > 0 else np.ones(len(scores))
+
+
 def from_dict(scores: dict[int, float], k: int) -> Candidates:
     rows = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))

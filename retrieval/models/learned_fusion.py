@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from graphlake.kernels.plan.plans import RISK_LEVELS
+from graphlake.retrieval.core import min_max
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import StorageError
 
@@ -69,10 +70,9 @@ def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, 
         scores = np.asarray(candidates.scores[:depth], np.float64)
         at = np.fromiter((position[r] for r in candidates.rows[:depth].tolist()), dtype=np.int64, count=len(scores))
         ranks[at, j] = np.arange(1, len(at) + 1)
-        span = scores[0] - scores[-1] if len(scores) else 0.0
         values = {
             "rank": ranks[at, j],
-            "scaled": (scores - scores[-1]) / span if span > 0 else np.ones(len(scores)),
+            "scaled": min_max(scores),
             "score": scores,
             "gap": scores[0] - scores if len(scores) else scores,
         }

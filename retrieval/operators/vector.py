@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, ranked, register, run_inputs, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, min_max, ranked, register, run_inputs, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 
 
@@ -147,8 +147,7 @@ class WeightedSum(Fusion):
         for weight, scale, candidates in zip(self.input_weights(), normalise, inputs, strict=True):
             if len(candidates.scores) == 0:
                 continue
-            low, span = float(candidates.scores.min()), float(np.ptp(candidates.scores))
-            for row, score in zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True):
-                value = ((score - low) / span if span > 0 else 1.0) if scale else score
+            values = min_max(candidates.scores) if scale else candidates.scores
+            for row, value in zip(candidates.rows.tolist(), values.tolist(), strict=True):
                 fused[row] = fused.get(row, 0.0) + weight * value
         return from_dict(fused, self.k)
