@@ -185,10 +185,8 @@ def main() -> None:
         if not (home / "tables" / "documents" / f"corpus={corpus}").exists():
             graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
     lake = Lake(home)
-    for corpus in (c for c in CORPORA if c in needed):  # Spider and BIRD train each other: both need vectors and graphs first
+    for corpus in (c for c in CORPORA if c in needed):  # the corpus graph, for Topological Recall, though no compared method reads it all
         kinds = [k for k in CorpusRegistry(home).get(corpus).corpus_graph if not lake.has("edges", {"corpus": corpus, "kind": k})]
-        if not lake.has("runs", {"corpus": corpus, "method": "rrf"}):
-            graphlake("eval", "--corpus", corpus, "--methods", "rrf", "--split", CORPORA[corpus][2] or "train", "--json")
         if kinds:  # --select runs what it names: only what is missing
             graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))
     store = args.output.with_suffix(".json")  # every set measured so far: sets can run one at a time, or in lakes side by side

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS
 from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds whose fitting this plans)
-from graphlake.retrieval.core import Methods, method_asset_names, needs
+from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, index_kind
 from graphlake.retrieval.methods import load_methods, unknown_method
@@ -26,26 +26,43 @@ BASE_TABLES = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
 
 @dataclass
 class Refresh:
-    """Per corpus the assets to materialize, in the order to run them (the corpus evaluated last),
-    and the run config (``ops``) of assets asked to build particular parts."""
+    """The assets to materialize as stages, each one corpus's assets in a run of its own, in the order to
+    run them; and the run config (``ops``) of assets asked to build particular parts.
+
+    Stages follow what learned indexes read across corpora: when corpus A's ranker learns from B and
+    B's learns from A (Spider and BIRD train each other), A's vectors come first, then B's ranker, then
+    A's. Where no other corpus reads the evaluated one's (``read_back``), its assets run last, in one run."""
 
     corpus: str
-    steps: dict[str, list[str]] = field(default_factory=dict)
+    stages: list[tuple[str, list[str]]] = field(default_factory=list)
     ops: dict[str, dict] = field(default_factory=dict)
     parts: dict[str, set[str]] = field(default_factory=dict)  # asset -> the parts it is asked to build
+    read_back: bool = False  # a learned index of another corpus learns from the evaluated one
 
     def add(self, corpus: str, assets) -> None:
-        selected = self.steps.setdefault(corpus, [])
-        selected += [asset for asset in assets if asset not in selected]
+        scheduled = self.scheduled(corpus)
+        new = [asset for asset in dict.fromkeys(assets) if asset not in scheduled]
+        if not new:
+            return
+        if self.stages and self.stages[-1][0] == corpus:
+            self.stages[-1][1].extend(new)
+        else:
+            self.stages.append((corpus, new))
+
+    def scheduled(self, corpus: str) -> list[str]:
+        """Every asset of ``corpus`` in some stage."""
+        return [asset for name, assets in self.stages if name == corpus for asset in assets]
 
     @property
     def assets(self) -> list[str]:
         """The evaluated corpus's own assets."""
-        return self.steps.get(self.corpus, [])
+        return self.scheduled(self.corpus)
 
     def order(self) -> list[tuple[str, list[str]]]:
-        """(corpus, assets) steps, the other corpora first."""
-        others = [(corpus, assets) for corpus, assets in self.steps.items() if corpus != self.corpus and assets]
+        """(corpus, assets) stages in the order to run them."""
+        if self.read_back:
+            return [(corpus, assets) for corpus, assets in self.stages if assets]
+        others = [(corpus, assets) for corpus, assets in self.stages if corpus != self.corpus and assets]
         return [*others, *([(self.corpus, self.assets)] if self.assets else [])]
 
 
@@ -76,8 +93,9 @@ def plan_refresh(
     for name in names:
         run_partition = {**partition, "method": name}
         inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
-        for index, parts in sorted(corpus_needs(needs(methods[name]), spec).items()):
-            inputs.append(_index_written(refresh, lake, corpus, index, parts, methods, rebuilding))
+        needed = corpus_needs(needs(methods[name]), spec)
+        for index in _learned_last(needed):
+            inputs.append(_index_written(refresh, lake, corpus, index, needed[index], methods, rebuilding))
         if not runs:
             continue
         run, metrics, query_metrics = method_asset_names(name)
@@ -100,7 +118,7 @@ def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts:
     fitting = kind.fitting
     if fitting is not None:
         for source in fitting.sources(lake.home, corpus):
-            read = _bring_up(refresh, lake, source, fitting.reads(methods), rebuilding and source == corpus)
+            read = _bring_up(refresh, lake, source, fitting.reads(methods), methods, rebuilding and source == corpus, {(corpus, kind.name)})
             if written is not None and (read is None or read > written):
                 written = None
     held = fitting.parts(lake, corpus) if fitting is not None and fitting.parts is not None and written is not None else set()
@@ -115,22 +133,37 @@ def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts:
     return written
 
 
-def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], rebuilding: bool) -> float | None:
+def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], methods: Methods, rebuilding: bool, learning: set[tuple[str, str]]) -> float | None:
     """Add the missing ``kinds`` of another corpus the index learns from; when the last of them was
-    written, None when one is (to be) rebuilt."""
+    written, None when one is (to be) rebuilt. A learned one among them first brings up what it reads on
+    the corpora it learns from in turn (``learning``: the (corpus, kind) pairs waiting on this one; one
+    met again is a cycle no order can build)."""
     base_missing = rebuilding or not all(lake.has(table, {"corpus": corpus}) for table in BASE_TABLES)
     if base_missing:
         refresh.add(corpus, BASE_TABLES)
     latest: float | None = 0.0
-    for name in sorted(corpus_needs(set(kinds), CorpusRegistry(lake.home).get(corpus))):  # corpus_graph: that corpus's edge kinds
+    for name in _learned_last(corpus_needs(set(kinds), CorpusRegistry(lake.home).get(corpus))):  # corpus_graph: that corpus's edge kinds
         kind = index_kind(name)
-        written = None if base_missing or kind.assets[-1] in refresh.steps.get(corpus, []) else kind.stored.written_at(lake, corpus)
+        written = None if base_missing or kind.assets[-1] in refresh.scheduled(corpus) else kind.stored.written_at(lake, corpus)
         if written is None:
+            if kind.fitting is not None:
+                if (corpus, name) in learning:
+                    waiting = ", ".join(f"{k} of {c!r}" for c, k in sorted(learning))
+                    raise MethodError(f"{name} of corpus {corpus!r} learns from what itself needs ({waiting}): check train_corpus in corpora.yaml")
+                for source in kind.fitting.sources(lake.home, corpus):
+                    refresh.read_back |= source == refresh.corpus
+                    _bring_up(refresh, lake, source, kind.fitting.reads(methods), methods, False, learning | {(corpus, name)})
             refresh.add(corpus, kind.assets)
             latest = None
         elif latest is not None:
             latest = max(latest, written)
     return latest
+
+
+def _learned_last(kinds) -> list[str]:
+    """Index kinds in build order: the built ones first, so that what learned ones need on other corpora
+    runs in as few stages as it can."""
+    return sorted(kinds, key=lambda name: (index_kind(name).fitting is not None, name))
 
 
 def _covers(stored: str | None, declaration: dict, split: str | None, sample: int | None) -> bool:

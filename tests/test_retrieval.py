@@ -233,3 +233,19 @@ def test_a_hybrid_graph_method_plans_the_triples_its_kg_is_built_from(tmp_path):
     CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format="beir", path=str(tmp_path)))
     selected = plan_refresh(Lake(tmp_path), "c", ["ap_three"], tmp_path).assets
     assert "triples_spacy" in selected and "hybrid_graph_index" in selected
+
+
+def test_corpora_that_train_each_other_are_planned_in_stages_each_after_what_it_learns_from(tmp_path):
+    """Spider's ranker learns on BIRD's queries and BIRD's on Spider's: BIRD's rankers need Spider's vectors
+    first, and Spider's fusion needs BIRD's rankers; a fusion that learns from its own output is refused."""
+    registry = CorpusRegistry(tmp_path)
+    registry.add(CorpusSpec(name="a", format="jsonl", path=str(tmp_path), train_corpus="b"))
+    registry.add(CorpusSpec(name="b", format="jsonl", path=str(tmp_path), train_corpus="a"))
+    stages = plan_refresh(Lake(tmp_path), "a", ["graphlake_ltr"], tmp_path, "dev").order()
+    stage = {(corpus, asset): i for i, (corpus, assets) in enumerate(stages) for asset in assets}
+    assert len(stage) == sum(len(assets) for _, assets in stages)  # each asset once
+    assert stage[("a", "dense_vectors")] < stage[("b", "graph_rankers")] < stage[("a", "learned_fusion")] <= stage[("a", "run_graphlake_ltr")]
+    assert stage[("b", "hybrid_graph_index")] < stage[("a", "learned_fusion")] and stage[("a", "hybrid_graph_index")] < stage[("b", "grasp_fusion")]
+    (tmp_path / "methods.yaml").write_text("nested: {op: learned_fusion, inputs: [graphlake_ltr, bm25]}\n")
+    with pytest.raises(MethodError, match="learned_fusion of corpus 'a' learns from what itself needs"):
+        plan_refresh(Lake(tmp_path), "a", ["nested"], tmp_path, "dev")
