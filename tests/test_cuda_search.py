@@ -1,0 +1,39 @@
+"""Allan-Poe's search as one CUDA kernel (``kernels/hybrid/cuda_search.py``) returns exactly the numba
+searcher's top 10, for dense-only, three-path and keyword-constrained weightings: on numba's CUDA
+simulator here (a subprocess, since the simulator is chosen when numba is imported), and on the device
+where one is (skipped, saying so, where none is)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from numba import cuda
+
+HERE = Path(__file__).parent
+
+
+def check(found: dict[str, dict[str, dict]]) -> None:
+    for mode, weightings in found.items():
+        for name, result in weightings.items():
+            assert result["differ"] == [], (mode, name, result)  # every query: the same rows in the same order
+            assert result["score_gap"] < 1e-5 and result["returned"] > 0, (mode, name, result)
+        assert weightings["keywords"]["returned"] < weightings["three_paths"]["returned"]  # the keywords filter
+
+
+def test_the_kernel_on_the_simulator_returns_the_numba_searchers_top_ten():
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    done = subprocess.run([sys.executable, "cuda_search_check.py", "4", "2", "8"], cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    check(json.loads(done.stdout.splitlines()[-1]))
+
+
+@pytest.mark.skipif(not cuda.is_available(), reason="no CUDA device here: the kernel ran on the simulator only")
+def test_the_kernel_on_the_device_returns_the_numba_searchers_top_ten():
+    from cuda_search_check import compare
+
+    check({"as_built": compare(queries=100, threads=128)})
