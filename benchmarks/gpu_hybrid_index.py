@@ -14,6 +14,10 @@ A GPU machine has no lake, so:
     and ``ap_three`` (1/1/1) over the pool L and the expansion width, against brute-force scoring on the
     device (``fused_exact``) and, for 1/1/1, three brute-force paths fused at depth 100 (the
     separate-then-fuse design of ThreeRouteGPU);
+  - the fused single-kernel search (``kernels/hybrid/cuda_search.py``): its top-10 lists against the numba
+    searcher's on the same float16-rounded vectors (each weighting, and one required keyword per query); its
+    QPS at each batch and pool L beside the lock-step search and brute force; per L, the nodes it scores per
+    query and the bandwidth floor that implies, with the numba searcher's QPS on one CPU thread;
   - the same on a synthetic corpus of ``--synthetic`` nodes made from the set's nodes (spec §3);
   - ``--parts configs``: recall of builds with other parameters on synthetic corpora of 20,000 and
     ``--synthetic`` nodes.
@@ -37,6 +41,7 @@ import scipy.sparse as sp
 
 from common import EVALUATED, export_and_run, header, table
 from graphlake.kernels.hybrid import batched
+from graphlake.kernels.hybrid.cuda_search import CudaSearcher
 from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
@@ -199,6 +204,25 @@ def correctness(data: Set) -> list[str]:
         truth = exact(device, batch, 10)
         halved = batched.host(batched.search(half, index, batched.QueryBatch.of(cupy, data.queries, scaled), 128, 10)[0])
         lines.append(f"| {label}, L 128: recall@10 vs exact, float32 → float16 dense | {recall(found, truth):.4f} → {recall(halved, truth):.4f} |")
+    lines += kernel_correctness(data, graph)
+    return lines
+
+
+def kernel_correctness(data: Set, graph: HybridGraph) -> list[str]:
+    """The fused kernel against the numba searcher over the same float16-rounded dense rows: top-10 lists
+    identical, per weighting and with one required keyword (held by at least 5 % of the nodes) per query."""
+    halved = HybridVectors(data.vectors.dense.astype(np.float16).astype(np.float32), data.vectors.sparse, data.vectors.lexical)
+    searcher, kernel = Searcher(graph, halved), CudaSearcher(graph, data.vectors)
+    common = np.flatnonzero(np.diff(data.vectors.postings.indptr) >= len(data.vectors) // 20)
+    required = [np.array([common[i % len(common)]]) for i in range(len(data.queries))]
+    lines = []
+    for label, weights, tokens in [*((label, w, None) for label, w in WEIGHTINGS.items()), ("ap_three 1/1/1, one required keyword", (1.0, 1.0, 1.0), required)]:
+        scaled = np.asarray(weights) * graph.scales
+        found = kernel.search(data.queries, scaled, 128, 10, tokens)
+        expected = [searcher.search(data.queries.take([i]), scaled, 128, 10, None if tokens is None else tokens[i]) for i in range(len(data.queries))]
+        identical = np.mean([np.array_equal(found.rows[i, : found.counts[i]], rows) for i, (rows, _) in enumerate(expected)])
+        gap = max(float(np.abs(found.scores[i, : len(s)] - s).max(initial=0.0)) for i, (_, s) in enumerate(expected))
+        lines.append(f"| {label}, L 128: fused kernel = numba search on float16 dense (top-10 lists identical; largest score difference) | {identical:.2%}; {gap:.1e} |")
     return lines
 
 
@@ -227,6 +251,7 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
 
     device = batched.DeviceVectors.of(cupy, vectors)
     index = batched.DeviceGraph.of(cupy, graph.semantic, graph.entry, graph.deleted)
+    kernel, searcher = CudaSearcher(graph, vectors), Searcher(graph, vectors)
     lines = table(f"{name}: queries per second on the GPU and recall@10 against exact fusion", ["weights", "system", "batch", "recall@10", "QPS"])
     for label, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights) * graph.scales
@@ -240,6 +265,10 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
                 for pool in POOLS
                 for width in WIDTHS
             }
+            single_queries = [queries.take(picked[i : i + 1]) for i in range(len(picked))] if size == 1 else [queries.take(picked)]
+            runs |= {
+                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, scaled, pool, 10).rows for q in single_queries]) for pool in POOLS
+            }
             runs["brute force (fused_exact)"] = lambda singles=singles: [exact(device, b, 10) for b in singles]
             if weights == (1.0, 1.0, 1.0):
                 runs[f"three brute-force paths, fused at depth {DEPTH}"] = lambda singles=singles: [three_routes(device, b, 10) for b in singles]
@@ -247,6 +276,36 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
                 seconds, found = timed(run, passes=1 if size == 1 else 3)
                 lines.append(f"| {label} | {system} | {size:,} | {recall(np.vstack(found), truth):.4f} | {len(picked) / seconds:,.0f} |")
             print(f"{name} {label} batch {size} done", flush=True)
+        lines += floors(label, vectors, queries, graph, kernel, scaled, searcher)
+    return lines
+
+
+def bandwidth() -> float:
+    """The card's memory bandwidth in bytes per second, from its clock and bus width (double data rate)."""
+    import cupy
+
+    props = cupy.cuda.runtime.getDeviceProperties(0)
+    return 2 * props["memoryClockRate"] * 1e3 * props["memoryBusWidth"] / 8
+
+
+def floors(label: str, vectors: HybridVectors, queries: Queries, graph: HybridGraph, kernel: CudaSearcher, scaled: np.ndarray, searcher: Searcher) -> list[str]:
+    """Per pool: the nodes the kernel scores per query and what reading them costs at the card's bandwidth
+    (float16 dense row and the CSR entries of the paths weighted, as the kernel reads them), beside the numba
+    searcher's QPS on one CPU thread; and brute force's floor (every node's bytes once per batch of 10,000)."""
+    picked = np.arange(min(len(queries), 1_000))
+    used = np.asarray(scaled) != 0
+    per_node = used[0] * 2 * vectors.dense.shape[1] + used[1] * 8 * vectors.sparse.nnz / len(vectors) + used[2] * 8 * vectors.lexical.nnz / len(vectors)
+    speed = bandwidth()
+    lines = [f"| {label} | bandwidth floors ({speed / 1e12:.2f} TB/s; a node scored reads {per_node:,.0f} B) | | | |"]
+    for pool in POOLS:
+        scored = float(kernel.search(queries.take(picked), scaled, pool, 10).scored.mean())
+        started = time.perf_counter()
+        for i in picked[:200]:
+            searcher.search(queries.take([i]), scaled, pool, 10)
+        cpu = min(200, len(picked)) / (time.perf_counter() - started)
+        lines.append(f"| {label} | L={pool}: {scored:,.0f} nodes scored per query; floor {speed / (scored * per_node):,.0f} QPS; numba searcher, one CPU thread: {cpu:,.0f} QPS | | | |")
+    whole = used[0] * 4 * vectors.dense.size + used[1] * 8 * vectors.sparse.nnz + used[2] * 8 * vectors.lexical.nnz
+    lines.append(f"| {label} | brute force reads {whole / 1e6:,.0f} MB per batch: floor {10_000 * speed / whole:,.0f} QPS at batch 10,000 | | | |")
     return lines
 
 
@@ -287,7 +346,10 @@ def evaluate(folder: Path, output: Path, synthetic_nodes: int, parts: str, batch
     lines = header(f"Allan-Poe's hybrid graph index on a GPU ({device})", "python benchmarks/gpu_hybrid_index.py evaluate " + " ".join(sys.argv[2:]))
     lines += [
         "- every timing: median of 3 passes after a warm-up (batch 1: one pass over 10 queries, one at a time); query vectors precomputed; the device synchronised before each clock read",
-        "- graph search: the batched lock-step search of `kernels/hybrid/batched.py` (each query expands `width` pool entries per step); brute force: dense matmul and sparse × dense products on the device",
+        "- graph search: the batched lock-step search of `kernels/hybrid/batched.py` (each query expands `width` pool entries per step); "
+        "the fused kernel of `kernels/hybrid/cuda_search.py` (one block per query, the whole walk in one launch, float16 dense); "
+        "brute force: dense matmul and sparse × dense products on the device",
+        "- batch 1: each query its own call (the kernel: its own launch); batch 100 and 10,000: one call",
         "- cuVS CAGRA / faiss-gpu are not compared: their wheels are far larger than a device call can carry here",
     ]
     for sub in sorted(p for p in folder.iterdir() if (p / "meta.json").exists()):

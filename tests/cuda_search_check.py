@@ -34,7 +34,7 @@ def compare(queries: int, threads: int, seed: int = 3) -> dict[str, dict]:
     for name, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights) * graph.scales
         required = [np.sort(rng.choice(common, 1 + i % 2, replace=False)) for i in range(queries)] if name == "keywords" else None
-        rows, scores, counts = gpu.search(asked, scaled, POOL, K, required)
+        rows, scores, counts, scored = gpu.search(asked, scaled, POOL, K, required)
         differ, gap = [], 0.0
         for i in range(queries):
             expected, expected_scores = cpu.search(asked.take([i]), scaled, POOL, K, None if required is None else required[i])
@@ -42,7 +42,7 @@ def compare(queries: int, threads: int, seed: int = 3) -> dict[str, dict]:
                 differ.append(i)
             else:
                 gap = max(gap, float(np.max(np.abs(scores[i, : counts[i]] - expected_scores), initial=0.0)))
-        found[name] = {"queries": queries, "differ": differ, "score_gap": gap, "returned": int(counts.sum())}
+        found[name] = {"queries": queries, "differ": differ, "score_gap": gap, "returned": int(counts.sum()), "scored": int(scored.min())}
     return found
 
 

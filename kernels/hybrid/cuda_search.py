@@ -22,6 +22,8 @@ edges, the KG reward) is not in the kernel: it searches without a KG query.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import scipy.sparse as sp
 from numba import config, cuda, float32, int8, int32, int64
@@ -39,7 +41,7 @@ PROBES = 16  # linear probes before the hash forgets a node
 TEAM = 8  # threads that score one candidate together (lanes over dimensions and stored entries)
 BLOCKS_PER_SM = 4
 # the shared ``state`` slots
-SIZE, FOUND, COUNT, NODE, NEXT, OPENS, KEPT, LIVE = range(8)
+SIZE, FOUND, COUNT, NODE, NEXT, OPENS, SCORED = range(7)
 
 
 @cuda.jit(device=True)
@@ -110,9 +112,10 @@ def _merge(t, threads, ids, scores, flags, size, capacity, cand_id, cand_sc, ok,
 def _walk(
     q_dense, qs_ptr, qs_idx, qs_val, ql_ptr, ql_idx, ql_val, use, r_ptr, r_idx,
     dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted,
-    pool_size, k, scratch_s, scratch_l, out_ids, out_scores, out_found,
+    pool_size, k, scratch_s, scratch_l, out_ids, out_scores, out_found, out_scored,
 ):  # fmt: skip
-    """One block per query at a time (see the module's docstring); ``out_*`` per query: rows, scores, count."""
+    """One block per query at a time (see the module's docstring); ``out_*`` per query: rows, scores, their
+    count, and the nodes scored."""
     pool_id = cuda.shared.array(POOL_MAX, int32)
     pool_sc = cuda.shared.array(POOL_MAX, float32)
     pool_ex = cuda.shared.array(POOL_MAX, int8)
@@ -151,7 +154,7 @@ def _walk(
         r_start, r_stop = r_ptr[q], r_ptr[q + 1]
         constrained = r_stop > r_start
         if t == 0:
-            state[SIZE], state[FOUND], state[NODE], state[OPENS], state[COUNT] = 0, 0, -1, 0, 0
+            state[SIZE], state[FOUND], state[NODE], state[OPENS], state[COUNT], state[SCORED] = 0, 0, -1, 0, 0, 0
         cuda.syncthreads()
         while True:  # one expansion: six barriers, whatever the number of candidates
             u = state[NODE]
@@ -208,7 +211,7 @@ def _walk(
             for i in range(t, live, threads):
                 best_id[i], best_sc[i] = top_id[i], top_sc[i]
             if t == 0:
-                state[SIZE], state[FOUND] = kept, live
+                state[SIZE], state[FOUND], state[SCORED] = kept, live, state[SCORED] + count
             cuda.syncthreads()
             if t == 0:
                 i = state[NEXT]
@@ -224,12 +227,22 @@ def _walk(
         for i in range(t, found, threads):
             out_ids[q, i], out_scores[q, i] = best_id[i], best_sc[i]
         if t == 0:
-            out_found[q] = found
+            out_found[q], out_scored[q] = found, state[SCORED]
         for j in range(qs_ptr[q] + t, qs_ptr[q + 1], threads):  # the block's buffers back to zeros for its next query
             scratch_s[block, qs_idx[j]] = 0.0
         for j in range(ql_ptr[q] + t, ql_ptr[q + 1], threads):
             scratch_l[block, ql_idx[j]] = 0.0
         cuda.syncthreads()
+
+
+class Found(NamedTuple):
+    """A batch's results: ``(b, k)`` rows (−1 past each query's count) and scores, the counts, and how many
+    nodes each query scored (what it read: the bandwidth floor's measure)."""
+
+    rows: np.ndarray
+    scores: np.ndarray
+    counts: np.ndarray
+    scored: np.ndarray
 
 
 class CudaSearcher:
@@ -255,10 +268,9 @@ class CudaSearcher:
 
     def search(
         self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray] | None = None
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    ) -> Found:
         """Top ``k`` live rows per query by ``Σ weights[p]·sim_p`` (``weights`` calibrated, ``(3,)`` or one row
-        per query), as ``(b, k)`` rows (−1 past each query's count), scores, and counts; with ``required``
-        (per query, BM25 token ids), only rows holding all of them."""
+        per query); with ``required`` (per query, BM25 token ids), only rows holding all of them."""
         b = len(queries)
         pool = max(pool_size, k)
         if pool > POOL_MAX or k > K_MAX:
@@ -272,15 +284,15 @@ class CudaSearcher:
         blocks = max(1, min(b, self.blocks))
         out_ids = cuda.to_device(np.full((b, k), -1, np.int32))
         out_scores = cuda.to_device(np.full((b, k), np.nan, np.float32))
-        out_found = cuda.to_device(np.zeros(b, np.int32))
+        out_found, out_scored = cuda.to_device(np.zeros(b, np.int32)), cuda.to_device(np.zeros(b, np.int32))
         _walk[blocks, self.threads](
             cuda.to_device(q_dense), *q_sparse, *q_lexical, cuda.to_device((weights != 0).astype(np.int8)),
             cuda.to_device(r_ptr), cuda.to_device(r_idx), self.dense, *self.sparse, *self.lexical,
             self.semantic, self.keyword, self.entry, self.deleted, pool, k,
             cuda.to_device(np.zeros((blocks, self.widths[0]), np.float32)), cuda.to_device(np.zeros((blocks, self.widths[1]), np.float32)),
-            out_ids, out_scores, out_found,
+            out_ids, out_scores, out_found, out_scored,
         )  # fmt: skip
-        return out_ids.copy_to_host().astype(np.int64), out_scores.copy_to_host(), out_found.copy_to_host()
+        return Found(out_ids.copy_to_host().astype(np.int64), out_scores.copy_to_host(), out_found.copy_to_host(), out_scored.copy_to_host())
 
 
 def _weighted(rows: sp.csr_matrix, weights: np.ndarray) -> tuple:
