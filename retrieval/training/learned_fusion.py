@@ -70,7 +70,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         return LearnedRankers({}, dict.fromkeys(fusions, reason)), {"trained": False, "reason": reason}
     check_disjoint(lake, corpus, source, queries, "learned_fusion")
     indexes = LakeIndexes(lake, source)
-    runs, failed = _input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
+    runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():
         error = next((failed[id(item)] for item in op.inputs if id(item) in failed), None)
@@ -142,7 +142,7 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
     return ranker, trained
 
 
-def _input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
+def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
     """Each distinct input's candidates per query (an input several fusions share runs once), as the
     operator sees them at query time, encoded a chunk at a time; and the inputs that cannot run here."""
     inputs = {id(item): item for op in fusions for item in op.inputs}
