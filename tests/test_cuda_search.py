@@ -22,7 +22,6 @@ def check(found: dict[str, dict[str, dict]]) -> None:
         for name, result in weightings.items():
             assert result["differ"] == [], (mode, name, result)  # every query: the same rows in the same order
             assert result["score_gap"] < 1e-5 and result["returned"] > 0 and result["scored"] >= 10, (mode, name, result)
-        assert weightings["keywords"]["returned"] < weightings["three_paths"]["returned"]  # the keywords filter
 
 
 def test_the_kernel_on_the_simulator_returns_the_numba_searchers_top_ten():
@@ -31,6 +30,7 @@ def test_the_kernel_on_the_simulator_returns_the_numba_searchers_top_ten():
     assert done.returncode == 0, done.stderr[-3000:]
     found = json.loads(done.stdout.splitlines()[-1])
     check(found)
+    assert found["as_built"]["keywords"]["returned"] < found["as_built"]["three_paths"]["returned"]  # two keywords leave fewer than 10
     assert found["forgetful"]["three_paths"]["scored"] > 200  # more scorings than the corpus has nodes: the hash forgot, nothing changed
 
 
