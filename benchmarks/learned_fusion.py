@@ -109,12 +109,11 @@ def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int
     other folds only. Not the acceptance protocol, which never trains on an evaluated query: an estimate of
     what the training pairing costs."""
     from graphlake.assets.learned_fusion import LearnedFusionConfig
-    from graphlake.kernels.eval import metrics
+    from graphlake.kernels.eval.metrics import evaluate, mean
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
-    from graphlake.retrieval.models.learned_fusion import candidate_rows
     from graphlake.retrieval.queries import gold_by_query
-    from graphlake.retrieval.training.learned_fusion import fit, input_runs
+    from graphlake.retrieval.training.learned_fusion import fit, input_runs, ranked_docs
 
     op = load_methods(lake.home)[LTR]
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
@@ -124,18 +123,14 @@ def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")
     found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-    name, _, k = metric.partition("@")
-    score = {"ndcg": metrics.ndcg_at_k, "recall": metrics.recall_at_k, "pr": metrics.pr_at_k}[name]
-    doc_ids, values = indexes.doc_ids(), []
+    doc_ids, rankings = indexes.doc_ids(), {}
     for fold in np.array_split(np.random.default_rng(0).permutation(len(queries)), folds):
         held = set(fold.tolist())
         learning = [i for i in range(len(queries)) if i not in held]
         ranker, _ = fit(op, [queries[i] for i in learning], [found[i] for i in learning], gold, doc_ids, LearnedFusionConfig(), across_corpora=False)
         for i in fold.tolist():
-            rows = candidate_rows(found[i], op.depth)
-            ranked = rows[np.lexsort((rows, -ranker.score(queries[i]["text"], found[i], rows, op.depth)))]
-            values.append(score(list(dict.fromkeys(doc_ids[ranked].tolist())), gold[queries[i]["query_id"]], int(k)))
-    return float(np.mean(values))
+            rankings[queries[i]["query_id"]] = ranked_docs(ranker, queries[i]["text"], found[i], op.depth, doc_ids)
+    return mean(evaluate(rankings, {q["query_id"]: gold[q["query_id"]] for q in queries}, [metric]), metric)
 
 
 def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], latency_queries: int, ablate: bool, cross_validate: bool) -> dict:

@@ -298,8 +298,7 @@ class CudaSearcher:
 def _weighted(rows: sp.csr_matrix, weights: np.ndarray) -> tuple:
     """The CSR arrays of ``rows`` each times its weight, float32 (as the numba searcher scatters them), on the device."""
     rows = sp.csr_matrix(rows)
-    data = (np.repeat(weights, np.diff(rows.indptr)) * rows.data).astype(np.float32)
-    return tuple(cuda.to_device(a) for a in (rows.indptr.astype(np.int64), rows.indices.astype(np.int32), data))
+    return _csr_to_device(sp.csr_matrix((np.repeat(weights, np.diff(rows.indptr)) * rows.data, rows.indices, rows.indptr), shape=rows.shape))
 
 
 def _csr_to_device(matrix: sp.csr_matrix) -> tuple:

@@ -130,7 +130,7 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
     ranker = Ranker(booster, across_corpora)
     held = [queries[i] for i in sorted(stop)]
     held_found = [found[i] for i in sorted(stop)]
-    learned = [_ranked_docs(ranker, q["text"], f, op.depth, doc_ids) for q, f in zip(held, held_found, strict=True)]
+    learned = [ranked_docs(ranker, q["text"], f, op.depth, doc_ids) for q, f in zip(held, held_found, strict=True)]
     fallback = [list(dict.fromkeys(doc_ids[rrf(f, op.depth, op.k).rows].tolist())) for f in held_found]
     trained = {
         "training_queries": train_set.query_ids,
@@ -175,7 +175,7 @@ def _grouped(op: Op, queries: list[dict], found: list[list], gold: dict[str, dic
     return Grouped(np.vstack(blocks) if blocks else np.zeros((0, 0), np.float32), np.concatenate(labels) if labels else np.zeros(0, np.float32), groups, ids)
 
 
-def _ranked_docs(ranker: Ranker, text: str, found: list, depth: int, doc_ids: np.ndarray) -> list[str]:
+def ranked_docs(ranker: Ranker, text: str, found: list, depth: int, doc_ids: np.ndarray) -> list[str]:
     rows = candidate_rows(found, depth)
     if not len(rows):
         return []
