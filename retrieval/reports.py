@@ -57,7 +57,8 @@ def typical_latency(home: Path) -> dict[str, tuple[float, str]]:
     """Per method that has a run in the lake: the median query latency (ms) of its largest corpus's run, and that corpus."""
     with Catalog(home).reader() as con:
         rows = con.execute(
-            """SELECT method, corpus, median(latency_ms), count(*) AS n FROM runs WHERE rank = 1 GROUP BY ALL
+            """SELECT method, corpus, ms, n FROM (
+                   SELECT method, corpus, median(latency_ms) AS ms, count(*) AS n FROM runs WHERE rank = 1 GROUP BY method, corpus)
                QUALIFY row_number() OVER (PARTITION BY method ORDER BY n DESC, corpus) = 1"""
         ).fetchall()
     return {method: (float(ms), corpus) for method, corpus, ms, _ in rows}
