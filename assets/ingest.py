@@ -31,7 +31,8 @@ def raw_corpus(context: AssetExecutionContext, lake: LakeResource):
     for note in ingested.notes:
         context.log.warning(f"{spec.name}: {note}")
     source = {"format": spec.format, "source": MetadataValue.path(spec.path)}
-    yield Output(ingested.documents, "documents", metadata={**source, "notes": MetadataValue.json(ingested.notes)})
+    notes = {"note": "\n".join(ingested.notes)} if ingested.notes else {}  # what was split or skipped, printed by the command that read it
+    yield Output(ingested.documents, "documents", metadata={**source, "notes": MetadataValue.json(ingested.notes), **notes})
     yield Output(ingested.queries, "queries", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.queries))})
     yield Output(ingested.qrels, "qrels", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.qrels))})
     yield Output(ingested.foreign_keys, "foreign_keys", metadata=source)

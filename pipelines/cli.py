@@ -156,8 +156,18 @@ def ingest(
     format: Annotated[str, typer.Argument(help=f"One of: {', '.join(INGEST_FORMATS)}.")],
     path: Annotated[Path, typer.Argument(help="The file or folder the format expects (.gz read transparently).")],
     corpus: Annotated[str, typer.Option(help="Name of the corpus (its partition).")],
-    queries: Annotated[Path | None, typer.Option(help="Separate query file (hipporag, jsonl, spider).")] = None,
+    queries: Annotated[
+        Path | None, typer.Option(help="Separate query file (files, jsonl: JSON lines {id, text, split?, qrels?: {doc_id: relevance}}; hipporag, spider, bird: their own).")
+    ] = None,
+    qrels: Annotated[
+        Path | None, typer.Option(help="Gold for those queries (files, jsonl): BEIR's query-id<TAB>doc-id<TAB>score or TREC's 'qid 0 doc-id relevance' lines.")
+    ] = None,
     split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
+    encoding: Annotated[str | None, typer.Option(help="files: decode with this encoding (latin-1, cp1252, utf-16...; default UTF-8, or what a byte-order mark says).")] = None,
+    skip_bad: Annotated[bool, typer.Option("--skip-bad", help="files: skip files that cannot be decoded or are binary, and list them, instead of stopping.")] = False,
+    ext: Annotated[
+        list[str] | None, typer.Option("--ext", help="files: also read files with this suffix (repeatable: --ext .html --ext .py). Read anyway: .txt .md .markdown .rst .text, extension-less files, and their .gz.")
+    ] = None,
     chunk_size: Annotated[int | None, typer.Option(min=1, help="Chunk window in tokens (default: per format).")] = None,
     chunk_overlap: Annotated[int | None, typer.Option(min=0, help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,
     train_corpus: Annotated[
@@ -170,15 +180,20 @@ def ingest(
     """Declare a corpus and materialize its ingest and chunking assets."""
     if format not in INGEST_FORMATS:
         _fail(f"unknown format {format!r}; one of {', '.join(INGEST_FORMATS)}")
-    if not path.exists():
-        _fail(f"{path}: no such file or folder")
+    for given in (path, queries, qrels):
+        if given is not None and not given.exists():
+            _fail(f"{given}: no such file or folder")
     try:
         spec = CorpusSpec(
             name=corpus,
             format=format,
             path=str(path.resolve()),
             queries=str(queries.resolve()) if queries else None,
+            qrels=str(qrels.resolve()) if qrels else None,
             split=split,
+            encoding=encoding,
+            skip_bad=skip_bad,
+            extensions=ext or [],
             chunking=_chunking(format, chunk_size, chunk_overlap),
             train_corpus=train_corpus,
             alpha_corpus=alpha_corpus,

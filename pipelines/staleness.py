@@ -39,7 +39,7 @@ PARTITION_TAG = "dagster/partition"
 
 def source_fingerprint(spec: CorpusSpec) -> str:
     digest = hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16)
-    for root in filter(None, (spec.path, spec.queries)):
+    for root in filter(None, (spec.path, spec.queries, spec.qrels)):
         root_path = Path(root)
         files = sorted(root_path.rglob("*")) if root_path.is_dir() else [root_path]
         for path in files:

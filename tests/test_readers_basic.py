@@ -142,7 +142,7 @@ def test_beir_qrel_naming_unknown_query(tmp_path: Path) -> None:
         read_beir(ReadRequest(tmp_path))
 
 
-@pytest.mark.parametrize(("line", "count"), [("q3\t3", 2), ("q3\t3\t1\textra", 4), ("q3 3 1", 1)])
+@pytest.mark.parametrize(("line", "count"), [("q3\t3", 2), ("q3\t3\t1\textra", 4), ("q3 3 1", 3)])
 def test_beir_qrels_line_with_wrong_field_count(tmp_path: Path, line: str, count: int) -> None:
     beir_folder(tmp_path)
     qrels = write_text(tmp_path / "qrels" / "test.tsv", f"query-id\tcorpus-id\tscore\nq1\td1\t1\n{line}\n")
@@ -352,62 +352,57 @@ def files_folder(root: Path) -> Path:
     write_text(root / "archive" / "old.md.gz", "#   Archived Title  ##\nOld content.\n")
     write_text(root / "ignored.json", '{"not": "read"}')
     write_text(root / "notes" / "image.png", "not an image")
-    write_text(root / "readme.rst", "Title\n=====\n")
+    write_text(root / "readme.rst", "Intro\n\nThe  Title\n=========\n")
+    write_text(root / "pkg-a" / "copyright", "Copyright A.\n")
+    write_text(root / "pkg-b" / "copyright", "Copyright B.\n")
+    write_text(root / "pkg-b" / "README.Debian", "Debian notes.\n")
+    write_text(root / ".git" / "config", "hidden: never read, never counted\n")
+    write_text(root / "notes" / "blank.txt", "  \n\n")
     return root
 
 
-def test_files_titles_ids_and_ignored_extensions(tmp_path: Path) -> None:
+def test_files_titles_ids_and_what_is_skipped(tmp_path: Path) -> None:
     result = read_files(ReadRequest(files_folder(tmp_path)))
-    assert rows(result.documents) == [
-        {
-            "doc_id": "archive/old.md",
-            "title": "Archived Title",
-            "text": "#   Archived Title  ##\nOld content.\n",
-            "metadata": '{"path": "archive/old.md"}',
-        },
-        {
-            "doc_id": "intro.md",
-            "title": "The Introduction",
-            "text": "Some preamble.\n\n# The Introduction\n\nBody text.\n\n# Second heading\n",
-            "metadata": '{"path": "intro.md"}',
-        },
-        {
-            "doc_id": "notes/deep/untitled.md",
-            "title": "untitled",
-            "text": "## Only a subheading\n\nNo level-one heading here.\n",
-            "metadata": '{"path": "notes/deep/untitled.md"}',
-        },
-        {
-            "doc_id": "notes/field_notes-2021.txt",
-            "title": "field notes 2021",
-            "text": "Plain notes without a heading.\n# not a title for txt\n",
-            "metadata": '{"path": "notes/field_notes-2021.txt"}',
-        },
+    assert [(r["doc_id"], r["title"], r["metadata"]) for r in rows(result.documents)] == [
+        ("archive/old.md", "Archived Title", '{"path": "archive/old.md"}'),
+        ("intro.md", "The Introduction", '{"path": "intro.md"}'),
+        ("notes/deep/untitled.md", "untitled", '{"path": "notes/deep/untitled.md"}'),
+        ("notes/field_notes-2021.txt", "field notes 2021", '{"path": "notes/field_notes-2021.txt"}'),
+        ("pkg-a/copyright", "pkg a copyright", '{"path": "pkg-a/copyright"}'),  # extension-less; a name many files share gets its folder's
+        ("pkg-b/README.Debian", "README", '{"path": "pkg-b/README.Debian"}'),  # documentation's names, whatever their suffix
+        ("pkg-b/copyright", "pkg b copyright", '{"path": "pkg-b/copyright"}'),
+        ("readme.rst", "The Title", '{"path": "readme.rst"}'),
     ]
+    assert rows(result.documents)[1]["text"] == "Some preamble.\n\n# The Introduction\n\nBody text.\n\n# Second heading\n"
+    assert result.notes == ["skipped 3 files: 1 empty, 1 .json (--ext .json reads them), 1 .png (--ext .png reads them)"]
     assert (result.queries.num_rows, result.qrels.num_rows, result.foreign_keys.num_rows) == (0, 0, 0)
     assert FORMATS["files"] is read_files
+    named = read_files(ReadRequest(tmp_path, extensions=(".json",)))
+    assert "ignored.json" in named.documents.column("doc_id").to_pylist() and "1 .png" in named.notes[0]
 
 
 def test_files_title_keeps_dots_and_suffixes_are_case_insensitive(tmp_path: Path) -> None:
     write_text(tmp_path / "report.2021_v2.txt", "Dotted name.")
     write_text(tmp_path / "UPPER.MD", "# Shouted Heading\nbody\n")
     write_text(tmp_path / "Packed.TXT.GZ", "Compressed, upper-case suffix.")
+    write_text(tmp_path / "double__gap - name.txt", "Spaces collapse in titles.")
     result = read_files(ReadRequest(tmp_path))
     assert [(r["doc_id"], r["title"], r["text"]) for r in rows(result.documents)] == [
         ("Packed.TXT", "Packed", "Compressed, upper-case suffix."),
         ("UPPER.MD", "Shouted Heading", "# Shouted Heading\nbody\n"),
+        ("double__gap - name.txt", "double gap name", "Spaces collapse in titles."),
         ("report.2021_v2.txt", "report.2021 v2", "Dotted name."),
     ]
 
 
 def test_files_empty_folder_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(IngestError, match=located(tmp_path) + r": no \.txt or \.md files found$"):
+    with pytest.raises(IngestError, match=located(tmp_path) + r": no text files found \(read: \.txt, \.md.*--ext adds a suffix\)$"):
         read_files(ReadRequest(tmp_path))
 
 
 def test_files_folder_with_only_other_extensions_is_an_error(tmp_path: Path) -> None:
     write_text(tmp_path / "data.csv", "a,b\n")
-    with pytest.raises(IngestError, match=located(tmp_path) + r": no \.txt or \.md files found$"):
+    with pytest.raises(IngestError, match=located(tmp_path) + r": no text files found"):
         read_files(ReadRequest(tmp_path))
 
 
@@ -417,11 +412,50 @@ def test_files_path_that_is_not_a_folder(tmp_path: Path) -> None:
         read_files(ReadRequest(path))
 
 
-def test_files_non_utf8_txt(tmp_path: Path) -> None:
+def test_files_encodings_binary_files_and_skip_bad(tmp_path: Path) -> None:
     files_folder(tmp_path)
     bad = write_bytes(tmp_path / "notes" / "latin1.txt", b"first line\nsecond caf\xe9\n")
-    with pytest.raises(IngestError, match=located(bad, 2) + r": not valid UTF-8 \(byte 0xe9\)$"):
+    with pytest.raises(IngestError, match=located(bad, 2) + r": not valid UTF-8 \(byte 0xe9\) \(--encoding names another one; --skip-bad"):
         read_files(ReadRequest(tmp_path))
+    as_latin = {r["doc_id"]: r["text"] for r in rows(read_files(ReadRequest(tmp_path, encoding="latin-1")).documents)}
+    assert as_latin["notes/latin1.txt"] == "first line\nsecond café\n"
+    write_bytes(tmp_path / "wide.txt", "\ufeffUTF-16 with its byte-order mark\n".encode("utf-16"))  # the mark decides, no option needed
+    nul = write_bytes(tmp_path / "zeros.txt", b"\x00" * 4096)
+    bad.unlink()
+    with pytest.raises(IngestError, match=located(nul) + r": binary: 4,096 NUL bytes in 4,096"):
+        read_files(ReadRequest(tmp_path))
+    bad = write_bytes(tmp_path / "notes" / "latin1.txt", b"caf\xe9\n")
+    skipping = read_files(ReadRequest(tmp_path, skip_bad=True))
+    texts = {r["doc_id"]: r["text"] for r in rows(skipping.documents)}
+    assert texts["wide.txt"] == "UTF-16 with its byte-order mark\n" and "zeros.txt" not in texts and "notes/latin1.txt" not in texts
+    assert skipping.notes[-1] == "skipped 2 unreadable files (--skip-bad): notes/latin1.txt (not valid UTF-8 (byte 0xe9)); zeros.txt (binary: 4,096 NUL bytes in 4,096)"
+
+
+def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, monkeypatch) -> None:
+    from graphlake.warehouse.readers import files
+
+    monkeypatch.setattr(files, "PART_CHARS", 40)
+    text = "First paragraph, short.\n\nSecond paragraph is here.\n\nThird.\nA line of it.\n" + "x" * 50
+    write_text(tmp_path / "book.txt", text)
+    result = read_files(ReadRequest(tmp_path))
+    parts = rows(result.documents)
+    assert [r["doc_id"] for r in parts] == ["book.txt", "book.txt#2", "book.txt#3", "book.txt#4", "book.txt#5"]
+    assert "".join(r["text"] for r in parts) == text and all(len(r["text"]) <= 40 for r in parts)
+    assert parts[0]["text"] == "First paragraph, short.\n\n" and parts[1]["text"] == "Second paragraph is here.\n\n"
+    assert parts[1]["title"] == "book (2 of 5)" and json.loads(parts[1]["metadata"]) == {"path": "book.txt", "part": 2, "parts": 5}
+    assert result.notes == [f"book.txt: {len(text)} characters, split at paragraph boundaries into 5 documents of at most 40"]
+
+
+def test_files_read_separate_queries_and_trec_qrels(tmp_path: Path) -> None:
+    folder = files_folder(tmp_path / "docs")
+    queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "text": "the introduction", "split": "test"}, {"id": "q2", "text": "old", "qrels": {"archive/old.md": 1}}])
+    qrels = write_text(tmp_path / "gold.qrels", "q1 0 intro.md 2\nq1 0 readme.rst 1\n")
+    result = read_files(ReadRequest(folder, queries=queries, qrels=qrels))
+    assert [(r["query_id"], r["split"]) for r in rows(result.queries)] == [("q1", "test"), ("q2", None)]
+    assert sorted((r["query_id"], r["doc_id"], r["relevance"]) for r in rows(result.qrels)) == [("q1", "intro.md", 2), ("q1", "readme.rst", 1), ("q2", "archive/old.md", 1)]
+    unknown = write_text(tmp_path / "bad.qrels", "q9 0 intro.md 1\n")
+    with pytest.raises(IngestError, match=located(unknown, 1) + r" \(id 'q9'\): qrel names unknown query 'q9'"):
+        read_files(ReadRequest(folder, queries=queries, qrels=unknown))
 
 
 def test_files_md_gz_that_is_not_gzip(tmp_path: Path) -> None:
@@ -429,13 +463,6 @@ def test_files_md_gz_that_is_not_gzip(tmp_path: Path) -> None:
     fake = tmp_path / "notes" / "fake.md.gz"
     fake.write_text("# Not compressed\n")
     with pytest.raises(IngestError, match=located(fake) + ": cannot read: Not a gzipped file"):
-        read_files(ReadRequest(tmp_path))
-
-
-def test_files_empty_file(tmp_path: Path) -> None:
-    files_folder(tmp_path)
-    empty = write_text(tmp_path / "notes" / "blank.txt", "  \n\n")
-    with pytest.raises(IngestError, match=located(empty) + r" \(id 'notes/blank\.txt'\): empty document"):
         read_files(ReadRequest(tmp_path))
 
 

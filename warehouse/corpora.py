@@ -82,6 +82,9 @@ FORMAT_SKB: dict[str, tuple[str, ...]] = {
 }
 
 
+# the formats that read a separate query file (``--queries``) or gold file (``--qrels``)
+READS = {"queries": {"hipporag", "jsonl", "spider", "bird", "files"}, "qrels": {"jsonl", "files"}}
+
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
@@ -92,8 +95,15 @@ class CorpusSpec(BaseModel):
     format: str
     path: str
     queries: str | None = None
+    qrels: str | None = None
     split: str | None = None
     chunking: Chunking | None = None
+    # how a folder of files is read (format ``files``): its decoding (default UTF-8, or what a
+    # byte-order mark says), whether files that cannot be read are skipped and listed instead of
+    # stopping the ingest, and the suffixes read besides the text ones
+    encoding: str | None = None
+    skip_bad: bool = False
+    extensions: list[str] = []
     # the corpus whose queries tune and train the rankers used here (GraphER's alpha and GAT);
     # unset: this corpus's own "train" split
     train_corpus: str | None = None
@@ -109,9 +119,20 @@ class CorpusSpec(BaseModel):
             raise ValueError(f"corpus name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
         return name
 
+    @field_validator("extensions")
+    @classmethod
+    def _suffixes(cls, extensions: list[str]) -> list[str]:
+        """``html``, ``.HTML`` and ``.html`` alike: a lower-case suffix with its dot."""
+        return sorted({"." + extension.strip().lower().lstrip(".") for extension in extensions if extension.strip(" .")})
+
     def model_post_init(self, _context: object) -> None:
         if self.format not in FORMATS:
             raise ValueError(f"corpus {self.name!r}: unknown format {self.format!r}; one of {', '.join(FORMATS)}")
+        for option, given in (("queries", self.queries), ("qrels", self.qrels)):
+            if given is not None and self.format not in READS[option]:
+                raise ValueError(f"corpus {self.name!r}: format {self.format!r} reads no separate {option} file (formats that do: {', '.join(sorted(READS[option]))})")
+        if (self.encoding or self.skip_bad or self.extensions) and self.format != "files":
+            raise ValueError(f"corpus {self.name!r}: encoding, skip_bad and extensions are options of format 'files', not {self.format!r}")
         for role, other in (("train_corpus", self.train_corpus), ("alpha_corpus", self.alpha_corpus)):
             if other == self.name:
                 raise ValueError(f"corpus {self.name!r}: {role} must be another corpus, never the one evaluated")
@@ -119,7 +140,17 @@ class CorpusSpec(BaseModel):
     def read(self) -> Ingested:
         """The raw corpus as its format's reader reads it; an IngestError names the file, line and id."""
         try:
-            return FORMATS[self.format](ReadRequest(Path(self.path), Path(self.queries) if self.queries else None, self.split))
+            return FORMATS[self.format](
+                ReadRequest(
+                    Path(self.path),
+                    Path(self.queries) if self.queries else None,
+                    self.split,
+                    Path(self.qrels) if self.qrels else None,
+                    self.encoding,
+                    self.skip_bad,
+                    tuple(self.extensions),
+                )
+            )
         except NoDocuments:
             raise IngestError(Path(self.path), f"no documents found: is it a {self.format} corpus (a list of its records)?") from None
 
@@ -212,7 +243,7 @@ class CorpusRegistry:
         """Declare or redeclare a corpus; the file is replaced atomically."""
         if spec.name == DEMO_CORPUS:
             raise ValueError(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
-        self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(exclude={"name"}, exclude_none=True)))
+        self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(exclude={"name"}, exclude_defaults=True)))
 
     def remove(self, name: str) -> bool:
         """Withdraw a declaration (atomically); whether there was one to withdraw."""

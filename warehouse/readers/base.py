@@ -56,11 +56,17 @@ class NoDocuments(IngestError):
 
 @dataclass(frozen=True)
 class ReadRequest:
-    """A reader's input: the main path, an optional separate query file, an optional split override."""
+    """A reader's input: the main path, an optional separate query file and gold file, an optional
+    split override; for a folder of files, how to decode them, which bad ones to skip, which suffixes
+    to read besides the text ones."""
 
     path: Path
     queries: Path | None = None
     split: str | None = None
+    qrels: Path | None = None
+    encoding: str | None = None
+    skip_bad: bool = False
+    extensions: tuple[str, ...] = ()
 
 
 @dataclass
@@ -148,17 +154,45 @@ def read_head(path: Path, size: int = 4096) -> bytes:
             raise IngestError(path, f"cannot read: {error}") from None
 
 
-def read_text(path: Path) -> str:
+def read_bytes(path: Path) -> bytes:
+    """A whole file's bytes, ``.gz`` decompressed; a file that cannot be read is an error naming it."""
     with open_binary(path) as handle:
         try:
-            raw = handle.read()
+            return handle.read()
         except _UNREADABLE as error:
             raise IngestError(path, f"cannot read: {error}") from None
+
+
+def read_text(path: Path) -> str:
+    raw = read_bytes(path)
     try:
         return raw.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         raise IngestError(Location(path, line), f"not valid UTF-8 (byte 0x{raw[error.start]:02x})") from None
+
+
+def add_qrels_file(builder: CorpusBuilder, path: Path, split: str | None = None, known_queries: bool = True) -> None:
+    """Gold from a qrels file: BEIR's ``query-id<TAB>corpus-id<TAB>score`` (a header line optional) or
+    TREC's ``query-id iteration doc-id relevance``; ``known_queries``: each must name a query read before."""
+    for number, line in iter_lines(path):
+        where = Location(path, number)
+        tabbed = "\t" in line
+        fields = line.rstrip("\r\n").split("\t") if tabbed else line.split()
+        if not line.strip() or (number == 1 and fields[0] == "query-id"):
+            continue
+        if not tabbed and len(fields) == 4:
+            fields = [fields[0], fields[2], fields[3]]
+        elif not tabbed or len(fields) != 3:
+            raise IngestError(where, f"expected 3 tab-separated fields (query-id, corpus-id, score) or 4 space-separated ones (TREC: query-id iteration doc-id relevance), got {len(fields)}")
+        query_id, doc_id, score = fields
+        if known_queries and not builder.has_query(query_id):
+            raise IngestError(where.with_record(query_id), f"qrel names unknown query {query_id!r}")
+        try:
+            relevance = int(score)
+        except ValueError:
+            raise IngestError(where, f"score {score!r} is not an integer") from None
+        builder.add_qrel(query_id, doc_id, where, relevance, split)
 
 
 def load_json(path: Path) -> Any:

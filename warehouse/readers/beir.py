@@ -5,7 +5,7 @@ A query's split is the split of the qrels file that judges it; queries judged no
 
 from __future__ import annotations
 
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, find_file, iter_jsonl, iter_lines, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, find_file, iter_jsonl, require
 
 
 def read(request: ReadRequest) -> Ingested:
@@ -24,20 +24,5 @@ def read(request: ReadRequest) -> Ingested:
     if not qrel_files:
         raise IngestError(folder / "qrels", "no qrels/<split>.tsv files found")
     for path in qrel_files:
-        split = path.name.split(".")[0]
-        for number, line in iter_lines(path):
-            fields = line.rstrip("\r\n").split("\t")
-            where = Location(path, number)
-            if not line.strip() or (number == 1 and fields[0] == "query-id"):
-                continue
-            if len(fields) != 3:
-                raise IngestError(where, f"expected 3 tab-separated fields (query-id, corpus-id, score), got {len(fields)}")
-            query_id, doc_id, score = fields
-            if not builder.has_query(query_id):
-                raise IngestError(where.with_record(query_id), f"qrel names unknown query {query_id!r}")
-            try:
-                relevance = int(score)
-            except ValueError:
-                raise IngestError(where, f"score {score!r} is not an integer") from None
-            builder.add_qrel(query_id, doc_id, where, relevance, split)
+        add_qrels_file(builder, path, path.name.split(".")[0])
     return builder.build()

@@ -1,29 +1,144 @@
-"""A folder of ``.txt`` / ``.md`` files: one document per file, id = path inside the folder."""
+"""A folder of text files: one document per file (or per part of a long file), id = path inside the folder.
+
+What a folder of real documentation holds is read or accounted for, never dropped in silence: text
+suffixes (``TEXT_SUFFIXES``, plus any the user names), extension-less files (``COPYING``), the names
+documentation goes by whatever their suffix (``README.Debian``), and their ``.gz``; every other file
+is skipped and counted by suffix in the notes. A
+file that cannot be decoded, or is binary (NUL bytes), stops the read naming it, unless the request
+says to skip bad files (then it is listed too). A file longer than a document may be is split at
+paragraph boundaries into parts ``path#2``, ``path#3``... (the first keeps the path).
+"""
 
 from __future__ import annotations
 
+import codecs
 import re
-from pathlib import PurePosixPath
+from collections import Counter
+from pathlib import Path, PurePosixPath
 
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, read_text
+from graphlake.warehouse.readers import jsonl
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, add_qrels_file, read_bytes
 
-SUFFIXES = (".txt", ".md", ".txt.gz", ".md.gz")
+TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
+# the names a package's documentation goes by: read whatever follows them (README.Debian, NEWS.md)
+TEXT_NAMES = frozenset({"readme", "news", "changes", "changelog", "authors", "copying", "license", "licence", "todo", "thanks", "history", "install", "copyright", "notice"})
+MARKDOWN = (".md", ".markdown")
+# spaCy's default max_length: its parser and NER need about 1 GB per million characters, so a longer
+# file becomes several documents rather than one the chunker would choke on
+PART_CHARS = 1_000_000
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_RST_TITLE = re.compile(r"^(?:([=\-~^*#+])\1{2,}\n)?(?P<title>\S.*?)\s*\n([=\-~^*#+])\3{2,}\s*$", re.MULTILINE)
+_PARAGRAPH = re.compile(r"\n[ \t]*\n")
+_BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
 def read(request: ReadRequest) -> Ingested:
     folder = request.path
     if not folder.is_dir():
-        raise IngestError(folder, "expected a folder of .txt/.md files")
+        raise IngestError(folder, "expected a folder of text files")
+    suffixes = (*TEXT_SUFFIXES, *request.extensions)
     builder = CorpusBuilder()
-    paths = sorted(p for p in folder.rglob("*") if p.is_file() and p.name.lower().endswith(SUFFIXES))
+    skipped: Counter[str] = Counter()
+    bad: list[str] = []
+    paths, others = _listing(folder, suffixes)
     if not paths:
-        raise IngestError(folder, "no .txt or .md files found")
-    for path in paths:
-        doc_id = path.relative_to(folder).as_posix()
-        doc_id = doc_id[: -len(".gz")] if doc_id.lower().endswith(".gz") else doc_id
-        text = read_text(path)
-        heading = _HEADING.search(text) if doc_id.lower().endswith(".md") else None
-        title = heading.group(1) if heading else PurePosixPath(doc_id).stem.replace("_", " ").replace("-", " ")
-        builder.add_document(doc_id, title, text, Location(path), {"path": doc_id})
+        raise IngestError(folder, f"no text files found (read: {', '.join(suffixes)}, extension-less files and their .gz; --ext adds a suffix)")
+    stems = Counter(_stem(doc_id) for _, doc_id in paths)
+    for path, doc_id in paths:
+        try:
+            text = _decode(path, request.encoding)
+        except IngestError as error:
+            if not request.skip_bad:
+                raise IngestError(error.where, f"{error.problem} (--encoding names another one; --skip-bad skips such files and lists them)") from None
+            bad.append(f"{doc_id} ({error.problem})")
+            continue
+        if not text.strip():
+            skipped["empty"] += 1
+            continue
+        title = _title(doc_id, text, stems)
+        parts = [part for part in _parts(text, PART_CHARS) if part.strip()]
+        for number, part in enumerate(parts, start=1):
+            part_id = doc_id if number == 1 else f"{doc_id}#{number}"
+            metadata = {"path": doc_id} | ({"part": number, "parts": len(parts)} if len(parts) > 1 else {})
+            builder.add_document(part_id, title if len(parts) == 1 else f"{title} ({number} of {len(parts)})", part, Location(path), metadata)
+        if len(parts) > 1:
+            builder.notes.append(f"{doc_id}: {len(text):,} characters, split at paragraph boundaries into {len(parts)} documents of at most {PART_CHARS:,}")
+    for suffix, count in others.most_common():
+        skipped[f"{suffix} (--ext {suffix} reads them)"] += count
+    if skipped:
+        builder.notes.append(f"skipped {sum(skipped.values())} files: " + ", ".join(f"{count} {why}" for why, count in skipped.items()))
+    if bad:
+        builder.notes.append(f"skipped {len(bad)} unreadable files (--skip-bad): " + "; ".join(bad))
+    if request.queries is not None:
+        jsonl.add_queries(builder, request.queries, request.split)
+    if request.qrels is not None:
+        add_qrels_file(builder, request.qrels, request.split)
     return builder.build()
+
+
+def _listing(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[tuple[Path, str]], Counter[str]]:
+    """The files to read, with their document ids, and the others' count by suffix; hidden files and
+    folders (``.git``) are neither."""
+    read, others = [], Counter()
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
+            continue
+        doc_id = relative.as_posix()
+        doc_id = doc_id[: -len(".gz")] if doc_id.lower().endswith(".gz") else doc_id
+        suffix = PurePosixPath(doc_id).suffix.lower()
+        if suffix in suffixes or not suffix or PurePosixPath(doc_id).name.split(".")[0].lower() in TEXT_NAMES:
+            read.append((path, doc_id))
+        else:
+            others[suffix] += 1
+    return read, others
+
+
+def _decode(path: Path, encoding: str | None) -> str:
+    """The file's text in ``encoding`` (default UTF-8; a byte-order mark decides for UTF-8 and UTF-16);
+    a text with NUL bytes is binary and refused."""
+    raw = read_bytes(path)
+    chosen = next((name for bom, name in _BOMS if raw.startswith(bom)), None) if encoding is None else encoding
+    try:
+        text = raw.decode(chosen or "utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        raise IngestError(Location(path, line), f"not valid {chosen or 'UTF-8'} (byte 0x{raw[error.start]:02x})") from None
+    except LookupError:
+        raise IngestError(path, f"unknown encoding {encoding!r}") from None
+    if "\x00" in text:
+        raise IngestError(path, f"binary: {text.count(chr(0)):,} NUL bytes in {len(raw):,}")
+    return text.removeprefix("\ufeff")
+
+
+def _stem(doc_id: str) -> str:
+    name = PurePosixPath(doc_id).name
+    return name if name.startswith(".") else PurePosixPath(doc_id).stem
+
+
+def _title(doc_id: str, text: str, stems: Counter[str]) -> str:
+    """The first level-one heading of Markdown or reStructuredText; else the file name (its folder's
+    name before it where many files share it, as ``copyright`` and ``README`` do), ``_``/``-`` as spaces."""
+    suffix = PurePosixPath(doc_id).suffix.lower()
+    found = _HEADING.search(text) if suffix in MARKDOWN else _RST_TITLE.search(text) if suffix == ".rst" else None
+    if found:
+        return " ".join(found.group("title" if suffix == ".rst" else 1).split())
+    stem = _stem(doc_id)
+    parent = PurePosixPath(doc_id).parent.name
+    name = f"{parent} {stem}" if stems[stem] > 1 and parent else stem
+    return " ".join(name.replace("_", " ").replace("-", " ").split())
+
+
+def _parts(text: str, limit: int) -> list[str]:
+    """``text`` cut into pieces of at most ``limit`` characters, at paragraph breaks where it can, else
+    at line breaks, else anywhere; the pieces joined give the text back."""
+    if len(text) <= limit:
+        return [text]
+    parts, start = [], 0
+    while len(text) - start > limit:
+        window = text[start : start + limit]
+        cut = max((m.end() for m in _PARAGRAPH.finditer(window)), default=0) or window.rfind("\n") + 1 or limit
+        parts.append(text[start : start + cut])
+        start += cut
+    parts.append(text[start:])
+    return parts

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, iter_jsonl, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, iter_jsonl, require
 
 
 def read(request: ReadRequest) -> Ingested:
@@ -16,6 +16,8 @@ def read(request: ReadRequest) -> Ingested:
     add_documents(builder, request.path)
     if request.queries is not None:
         add_queries(builder, request.queries, request.split)
+    if request.qrels is not None:
+        add_qrels_file(builder, request.qrels, request.split)
     return builder.build()
 
 
