@@ -43,9 +43,11 @@ class StepProgress:
         if not self.done or elapsed <= 0:
             return head
         rate = self.done / elapsed
+        # a slow step's rate reads as time per item: 0.0/s says nothing
+        speed = f"{rate:.1f}/s" if rate >= 1 else f"{1 / rate:.1f} s each"
         if self.done >= self.total:
-            return f"{head} in {duration(elapsed)} ({rate:.1f}/s)"
-        return f"{head} ({rate:.1f}/s, about {duration((self.total - self.done) / rate)} left)"
+            return f"{head} in {duration(elapsed)} ({speed})"
+        return f"{head} ({speed}, about {duration((self.total - self.done) / rate)} left)"
 
     def _say(self) -> None:
         if self.report is not None and self.total:  # nothing to do (a corpus without queries): nothing to say

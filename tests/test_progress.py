@@ -24,6 +24,10 @@ def test_a_step_reports_at_start_every_interval_and_at_the_end():
     assert len(lines) == 5 and lines[-1] == f"{PREFIX}run_dense on demo 300/300 queries in 37 s (8.0/s)"
     StepProgress("run_dense on mine", 0, lines.append, unit="queries").advance(0)  # a corpus without queries
     assert len(lines) == 5  # says nothing
+    slow = StepProgress("fastinsight on demo", 10, lines.append, unit="queries", every_s=10.0, clock=lambda: now[0])
+    now[0] += 40.0
+    slow.advance()
+    assert lines[-1] == f"{PREFIX}fastinsight on demo 1/10 queries (40.0 s each, about 6 min 00 s left)"  # never "0.0/s"
 
 
 def test_eval_shows_each_methods_query_progress_with_json_too(demo_copy):
