@@ -101,7 +101,10 @@ def plan_refresh(
         run, metrics, query_metrics = method_asset_names(name)
         run_written = lake.written_at("runs", run_partition)
         outdated = run_written is None or any(when is None or when > run_written for when in inputs)
-        if outdated or not _covers(_first(lake, "runs", run_partition, "params"), methods.params(name), split, sample):
+        ran = _first(lake, "runs", run_partition, "params")
+        # a corpus without queries has an empty run whatever the method: it is current while nothing it read changed
+        nothing_to_run = ran is None and run_written is not None and lake.rows("queries", partition) == 0
+        if outdated or not (nothing_to_run or _covers(ran, methods.params(name), split, sample)):
             refresh.add(corpus, [run, metrics, query_metrics])
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
             graph_complete and not _has_topological_recall(lake, run_partition)
@@ -179,7 +182,11 @@ def _covers(stored: str | None, declaration: dict, split: str | None, sample: in
 
 
 def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:
-    return lake.has("metrics", partition) and GRAPH_METRICS[0] in lake.read("metrics", partition).column("metric").to_pylist()
+    """Whether the stored metrics hold Topological Recall, or hold nothing at all (no queries with gold)."""
+    if not lake.has("metrics", partition):
+        return False
+    stored = lake.read("metrics", partition).column("metric").to_pylist()
+    return not stored or GRAPH_METRICS[0] in stored
 
 
 def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:
