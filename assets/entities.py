@@ -21,8 +21,9 @@ from graphlake.assets.llm_nodes import ask_every_node
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, title_aliases
-from graphlake.kernels.text.triples import llm_entities, spacy_mentions_and_triples, spacy_source
+from graphlake.kernels.text.triples import Triple, llm_entities, spacy_mentions_and_triples, spacy_source
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.node_cache import NodeCache
 from graphlake.warehouse.partitions import corpus_partitions
 
 GROUP = "enrichment"
@@ -65,19 +66,33 @@ _SPACY_OUTS = {
 
 
 @multi_asset(name="spacy_entities", outs=_SPACY_OUTS, ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
-def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, nodes: pa.Table, documents: pa.Table):
+def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
     """spaCy ``en_core_web_sm`` over every node, once: its NER's entities (quantities skipped, see the
     kernel) and the triples of its dependency parse (``kernels/text/triples.py``), in shards of nodes
     (``common/shards.py``: tasks of their own on a Dask cluster)."""
     started = time.perf_counter()
     texts = nodes.column("text").to_pylist()
-    progress = StepProgress(f"spaCy on {context.partition_key}", len(texts), context.log.info, unit="nodes")
+    source = spacy_source()
+    cache = NodeCache(lake.home, "spacy", source)  # a node whose text spaCy read before is not parsed again
+    hashes, known = cache.lookup(texts)
+    missing = [i for i in range(len(texts)) if i not in known]
+    progress = StepProgress(f"spaCy on {context.partition_key}", len(missing), context.log.info, unit="nodes")
     parse = partial(spacy_mentions_and_triples, n_process=config.n_process, batch_size=config.batch_size)
-    found, sharded = map_shards(parse, texts, progress.advance, name=f"spacy-{context.partition_key}")
-    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [mentions for mentions, _ in found], sharded.as_metadata, started)
+    parsed, sharded = map_shards(parse, [texts[i] for i in missing], progress.advance, name=f"spacy-{context.partition_key}")
+    cache.store({hashes[i]: _parse_record(mentions, triples) for i, (mentions, triples) in zip(missing, parsed)})
+    found = [(known[i]["mentions"], [Triple(**t) for t in known[i]["triples"]]) if i in known else None for i in range(len(texts))]
+    for i, result in zip(missing, parsed):
+        found[i] = result
+    context.log.info(f"spaCy: parsed {len(missing)} nodes, reused {len(known)}")
+    processed = lambda: {"encoded": len(missing), "reused": len(known), **sharded.as_metadata()}  # noqa: E731  (the build summary's per-node counts)
+    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [[tuple(m) for m in mentions] for mentions, _ in found], processed, started)
     triples = [extracted for _, extracted in found]
     metadata = triples_summary(triples) | {"seconds": round(time.perf_counter() - started, 3)} | sharded.as_metadata()
-    yield Output(triples_table(nodes.column("node_id").to_pylist(), triples, spacy_source()), "triples_spacy", metadata=metadata)
+    yield Output(triples_table(nodes.column("node_id").to_pylist(), triples, source), "triples_spacy", metadata=metadata)
+
+
+def _parse_record(mentions: list, triples: list[Triple]) -> dict:
+    return {"mentions": [list(mention) for mention in mentions], "triples": [triple.model_dump() for triple in triples]}
 
 
 @multi_asset(name="regex_entities", outs=_outs("regex"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
@@ -137,7 +152,8 @@ def _extract(
         **extra_metadata(),
     }
     yield Output(entities, f"entities_{extractor}", metadata={**counts, **_hub_stats(entities)})
-    yield Output(mentions, f"mentions_{extractor}", metadata=counts)
+    # the nodes run through the model are the step's, counted once in the build summary: on the entities
+    yield Output(mentions, f"mentions_{extractor}", metadata={key: value for key, value in counts.items() if key not in ("encoded", "reused")})
 
 
 def _mentions_table(extractor: str, collected: Collected) -> pa.Table:

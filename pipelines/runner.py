@@ -166,12 +166,12 @@ def build_summary(metadata: dict[str, dict]) -> list[str]:
     changed and removed; nodes encoded; indexes updated in place or rebuilt; methods re-run."""
     lines = []
     for table in ("documents", "nodes"):
-        if "rows_added" in metadata.get(table, {}):
-            found = metadata[table]
+        found = metadata.get(table, {})
+        if any(found.get(f"rows_{change}") for change in ("added", "changed", "removed")):  # a build that changed none says nothing of them
             lines.append(f"{table}: {found['rows_added']} added, {found['rows_changed']} changed, {found['rows_removed']} removed")
     encoded = {asset: found for asset, found in metadata.items() if "encoded" in found and "reused" in found}
     if encoded:
-        lines.append("nodes encoded: " + ", ".join(f"{found['encoded']} by {asset} ({found['reused']} reused)" for asset, found in encoded.items()))
+        lines.append("nodes through a model: " + ", ".join(f"{found['encoded']} by {asset} ({found['reused']} reused)" for asset, found in encoded.items()))
     words = {"incremental": "updated in place", "unchanged": "unchanged", "build": "built", "rebuild": "rebuilt"}
     indexes = {asset: found["mode"] for asset, found in metadata.items() if found.get("mode") in words}
     if indexes:

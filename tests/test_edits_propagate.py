@@ -106,7 +106,7 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
     nodes_changed = last_changes(home, "nodes")
     assert said["documents"] == "2 added, 3 changed, 2 removed"  # the reindex's closing summary
     assert said["nodes"] == f"{nodes_changed['added']} added, {nodes_changed['changed']} changed, {nodes_changed['removed']} removed"
-    assert "by dense_vectors" in said["nodes encoded"] and "hybrid_graph_index" in said["indexes"]
+    assert "by dense_vectors" in said["nodes through a model"] and "hybrid_graph_index" in said["indexes"]
     assert said[f"methods re-run ({len(methods)})"] == ", ".join(sorted(methods))
 
     # no table of the corpus names a removed document or its nodes
