@@ -92,11 +92,27 @@ def _run(
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error), error.trace)
-    _print_notes(notes)
+    _print_notes(notes, corpus)
 
 
-def _print_notes(notes: dict[str, str]) -> None:
-    """Each line of the assets' notes once, with the assets that left it (on stderr, like the progress)."""
+def _print_notes(notes: dict[str, str], corpus: str) -> None:
+    """Each line of the assets' notes once, with the assets that left it (on stderr, like the progress).
+    A corpus without queries gets one line for what that means (empty runs and evaluations, trained
+    models standing in their defaults) rather than one a method or a model."""
+    if notes and Lake(lake_home()).rows("queries", {"corpus": corpus}) == 0:
+        from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds)
+        from graphlake.retrieval.index.kinds import INDEX_KINDS
+
+        learned = {asset for kind in INDEX_KINDS.values() if kind.fitting is not None for asset in kind.assets}
+        about_queries = [a for a in notes if a in learned or a.startswith(("run_", "metrics_", "query_metrics_"))]
+        notes = {a: note for a, note in notes.items() if a not in about_queries}
+        if about_queries:
+            errors.print(
+                f"[yellow]note:[/] corpus {corpus!r} has no queries: its methods are built for `graphlake query`, none is evaluated, "
+                "and those that learn from training queries use their defaults (README.md: Your own documents)",
+                highlight=False,
+                soft_wrap=True,
+            )
     by_line: dict[str, list[str]] = {}
     for asset, note in notes.items():
         for line in note.splitlines():
