@@ -159,7 +159,7 @@ def test_a_second_corpus_keeps_the_demos_cross_encoder_and_its_rerankers_say_whe
     method notes when its stored evaluation there does not beat its first stage, and says when the model
     itself ranked its held-out training queries no better than dense retrieval."""
     lake = Lake(reranked_copy)
-    (reranked_copy / "methods.yaml").unlink()  # the demo fixture switches every method on; a new lake has the defaults
+    (reranked_copy / "methods.yaml").write_text("use: [re2, fastinsight]\n")  # the defaults and the two rerankers (the fixture switches every method on)
     before = lake.artifact("reranker", {})
     folder = tmp_path / "whales"
     (folder / "qrels").mkdir(parents=True)

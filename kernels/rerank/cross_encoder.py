@@ -211,12 +211,14 @@ def train(
     schedule: str = "linear",
     warmup: float = 0.1,
     batched: bool = False,
+    advance: Callable[[int], None] = lambda steps: None,
 ) -> TrainingReport:
     """Fine-tune ``encoder`` in place with a listwise softmax loss; keeps the weights of the best validation.
 
     A :class:`Pool` draws a new group each time it is visited. ``schedule`` is ``linear`` or ``cosine``
     decay after ``warmup``. ``batched`` scores all of a step's groups in one forward pass (the GPU
     recipe); otherwise each group is its own pass (less padding on a CPU). Both give the same loss.
+    ``advance(1)`` after each step, for progress.
 
     ``validate`` returns a higher-is-better metric on held-out queries (nDCG@10 of reranking, say);
     it runs before training, every ``validate_every`` steps and at the end. Training stops at the end
@@ -253,6 +255,7 @@ def train(
             torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
             optimizer.step()
             step += 1
+            advance(1)
             losses.append(float(loss.detach()))
             out_of_time = time.perf_counter() - started > budget_seconds
             if step % validate_every == 0 or step == planned or out_of_time:

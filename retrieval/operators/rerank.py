@@ -5,7 +5,9 @@ each node, the text the other indexes see. A node's [CLS] vector is computed onc
 and FastInsight re-rank the growing set every batch, and only the new nodes are encoded. Nothing is
 kept across queries or methods, so a run's latency is what the method costs, unless the run reuses
 the lake's pair cache (``graphlake eval --reuse-pairs``, for sweeps). In a lake with no training
-queries the cross-encoder is ``Untrained``: each method returns its first-stage ranking, noted.
+queries the cross-encoder is ``Untrained``, and in one whose cross-encoder reranks its held-out
+queries no better than dense retrieval it is not run either: each method returns its first-stage
+ranking, noted.
 
 ``graph: auto`` takes the corpus's graph for these methods (``CorpusSpec.corpus_graph``: citations
 for the demo, semantic kNN + shared entities for BEIR sets, shared entities for multi-hop passages).
@@ -13,6 +15,7 @@ for the demo, semantic kNN + shared entities for BEIR sets, shared entities for 
 
 from __future__ import annotations
 
+import os
 from typing import ClassVar, Literal
 
 import numpy as np
@@ -26,6 +29,7 @@ from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense
 
+RERANK_ALWAYS_ENV = "GRAPHLAKE_RERANK_ALWAYS"  # run the cross-encoder even where it lost to dense on held-out queries
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
 
@@ -35,18 +39,22 @@ def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
 
 
 def _untrained(indexes: LakeIndexes, instead: str) -> bool:
-    """Whether the lake holds no trained cross-encoder (no training queries anywhere); noted, with what ranks
-    ``instead``. A trained one that reranked its held-out queries no better than dense retrieval is noted too."""
+    """Whether the cross-encoder is not to be run: the lake holds no trained one (no training queries
+    anywhere), or the trained one reranked its held-out queries no better than dense retrieval did
+    (then reranking costs minutes to lose), unless ``RERANK_ALWAYS_ENV`` asks for it; noted in one
+    line, with what ranks ``instead``."""
     model = indexes.get("reranker")
     if isinstance(model, Untrained):
         indexes.note(f"no trained cross-encoder: {model.reason}; {instead}")
         return True
     quality = held_out_quality(indexes.lake.artifact("reranker", {}))
     if quality is not None and quality[0] <= quality[1]:
-        indexes.note(
-            f"the lake's cross-encoder reranks its held-out training queries no better than dense retrieval (nDCG@10 {quality[0]:.3f} "
-            f"against {quality[1]:.3f}): this ranking may be worse than its first stage"
-        )
+        versus = f"reranks its held-out training queries no better than dense retrieval (nDCG@10 {quality[0]:.3f} against {quality[1]:.3f})"
+        if os.environ.get(RERANK_ALWAYS_ENV, "") not in ("", "0"):
+            indexes.note(f"the lake's cross-encoder {versus}: run anyway ({RERANK_ALWAYS_ENV}), this ranking may be worse than its first stage")
+            return False
+        indexes.note(f"the lake's cross-encoder {versus}, so it is not run: {instead} ({RERANK_ALWAYS_ENV}=1 runs it anyway)")
+        return True
     return False
 
 

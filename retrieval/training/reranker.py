@@ -20,6 +20,7 @@ model then return their first-stage ranking, and say so.
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
@@ -27,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.core import Methods, needs
 from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare, index_assets, index_kind
@@ -83,6 +85,13 @@ def learn(store: Lake, config: Any, log: Callable[[str], None], explicit: bool =
 
     data = mine(store, corpora, queries, config)
     encoder = CrossEncoder.initial(config.max_tokens, config.seed)
+    planned = max(1, config.epochs * math.ceil(len(data.groups) / config.groups_per_step))
+    # a lake-wide model trains for minutes: it says so before it starts, then how far it is
+    log(
+        f"reranker: training the lake's cross-encoder on {len(data.learn)} training queries of {', '.join(corpora)} "
+        f"({len(data.groups)} groups, {planned} steps, at most {config.budget_minutes:g} min)"
+    )
+    progress = StepProgress(f"training the lake's cross-encoder (at most {config.budget_minutes:g} min)", planned, log, unit="steps")
     report = train(
         encoder,
         data.groups,
@@ -93,6 +102,7 @@ def learn(store: Lake, config: Any, log: Callable[[str], None], explicit: bool =
         budget_seconds=config.budget_minutes * 60,
         validate_every=config.validate_every,
         seed=config.seed,
+        advance=progress.advance,
     )
     summary = {
         "data_fingerprint": data_digest,
