@@ -45,9 +45,15 @@ class _App(typer.Typer):
         except (ConfigFileError, MethodError, HomeError) as error:
             errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
             raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            errors.print("interrupted: a run stopped here commits nothing; the lake is as it was", highlight=False)
+            raise SystemExit(130) from None
         except Exception as error:  # unforeseen (a full disk under Dagster's storage): one line; the traceback with --verbose
             if VERBOSE["on"]:
                 raise
+            if type(error).__name__ == "DagsterExecutionInterruptedError":  # Ctrl-C inside a run, as Dagster raises it
+                errors.print("interrupted: a run stopped here commits nothing; the lake is as it was", highlight=False)
+                raise SystemExit(130) from None
             first = str(error).strip().splitlines()[0] if str(error).strip() else "no message"
             errors.print(f"[bold red]error:[/] {type(error).__name__}: {first} (`graphlake --verbose ...` shows the traceback)", highlight=False, soft_wrap=True)
             raise SystemExit(1) from None
@@ -92,14 +98,14 @@ def _run(
         _fail(f"{config if isinstance(config, Path) else 'run config'}: invalid run config: {error}")
     except MaterializeError as error:
         _fail(str(error), error.trace)
-    _print_notes(notes, corpus)
+    _print_notes(notes, corpus, incremental)
 
 
-def _print_notes(notes: dict[str, str], corpus: str) -> None:
+def _print_notes(notes: dict[str, str], corpus: str, build: bool) -> None:
     """Each line of the assets' notes once, with the assets that left it (on stderr, like the progress).
-    A corpus without queries gets one line for what that means (empty runs and evaluations, trained
-    models standing in their defaults) rather than one a method or a model."""
-    if notes and Lake(lake_home()).rows("queries", {"corpus": corpus}) == 0:
+    In a ``build`` of a corpus without queries, one line says what that means (empty runs and
+    evaluations, trained models standing in their defaults) rather than one a method or a model."""
+    if build and notes and Lake(lake_home()).rows("queries", {"corpus": corpus}) == 0:
         from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds)
         from graphlake.retrieval.index.kinds import INDEX_KINDS
 
@@ -120,6 +126,17 @@ def _print_notes(notes: dict[str, str], corpus: str) -> None:
     for line, assets in by_line.items():
         named = ", ".join(assets[:3]) + (f" and {len(assets) - 3} more" if len(assets) > 3 else "")
         errors.print(f"[yellow]note:[/] {line} ({named})", highlight=False, soft_wrap=True)
+
+
+# what the demo's closing lines suggest, each one a command that works on the lake it built
+# (tests/test_first_hour.py runs them there)
+DEMO_NEXT = [
+    ("graphlake methods", "every method by paper; --use switches more on"),
+    ('graphlake query --corpus demo --method rrf "Which vessel carried the BenthoCam sled?"', "one search"),
+    ("graphlake sql \"select * from top_hubs('demo', 'citation', 3)\"", "SQL over every table"),
+    ("graphlake eval --corpus demo --methods bm25,dense,rrf", "scores, from the stored runs"),
+    ("graphlake ui", "the Dagster UI: the asset graph and each run"),
+]
 
 
 @app.command()
@@ -157,14 +174,10 @@ def demo() -> None:
             "measured in benchmarks/results/fastinsight_gpu.md.",
             highlight=False,
         )
-    console.print(
-        f"\nThe lake is {home}. Next: [bold]graphlake methods[/] lists every method (--use switches more on), "
-        "[bold]graphlake query --corpus demo --method rrf[/] \"Which vessel carried the BenthoCam sled?\", "
-        "[bold]graphlake sql[/] \"select * from top_hubs('demo', 'citation', 3)\", "
-        "[bold]graphlake ui[/] for the asset graph; README.md has the rest. "
-        f"The demo's training budgets are its run config, {DEMO_CONFIG}.",
-        highlight=False,
-    )
+    console.print(f"\nThe lake is {home}. Next:", highlight=False)
+    for command, why in DEMO_NEXT:
+        console.print(f"  [bold]{escape(command)}[/]  {why}", highlight=False, soft_wrap=True)
+    console.print("README.md has the rest: your own documents, choosing a method, the API.", highlight=False)
 
 
 @app.command()
@@ -346,15 +359,17 @@ def sql(
     except duckdb.PermissionException as error:
         _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's tables, {home / 'tables'}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
     except (duckdb.Error, SandboxError) as error:
-        _fail(str(error).splitlines()[0])  # DuckDB adds the statement and a caret on more lines
+        _fail(str(error).strip())  # DuckDB's own lines too: "Did you mean", the statement and a caret under the fault
     for line in catalog.left_out:
         errors.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
     if as_json:
         print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
         return
-    table = Table(*names, show_lines=False)
+    table = Table(show_lines=False)
+    for name in names:  # a row a line: a long value (a JSON metadata column) is cut, --json has it whole
+        table.add_column(name, no_wrap=True, overflow="ellipsis", max_width=max(20, console.width // max(1, len(names))))
     for row in rows:
-        table.add_row(*("NULL" if value is None else str(value) for value in row))
+        table.add_row(*("NULL" if value is None else " ".join(str(value).split()) for value in row))
     console.print(table)
 
 

@@ -146,6 +146,9 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
                 raise RunConfigError("; ".join(e.message for e in error.errors) or str(error)) from None
     if not result.success:
         failures = result.get_step_failure_events()
+        interrupted = any("DagsterExecutionInterruptedError" in f"{f.step_failure_data.error.cls_name} {f.step_failure_data.error.message}" for f in failures)
+        if interrupted or (not failures and any("interrupted" in (event.message or "") for event in result.all_events if event.is_run_failure)):  # Ctrl-C
+            raise MaterializeError(f"interrupted: the run on corpus {corpus!r} committed nothing; the corpus is as it was")
         if not failures:
             raise MaterializeError(f"run {result.run_id} failed on corpus {corpus!r}")
         raise _root_cause(failures[0], corpus)

@@ -44,7 +44,15 @@ def test_a_corpus_graph_exports_to_graphml_csv_and_parquet_with_the_counts_sql_r
     assert every.exit_code == 0, every.output
     with Catalog(reads_demo.home).reader() as con:
         (total,) = con.execute("SELECT count(*) FROM edges WHERE corpus = 'demo'").fetchone()
-    assert nx.read_graphml(tmp_path / "all.graphml").number_of_edges() == total
+    every_graph = nx.read_graphml(tmp_path / "all.graphml")
+    assert every_graph.number_of_edges() == total
+    with Catalog(reads_demo.home).reader() as con:  # an entity end (co-occurrence) carries its name and type, as Gephi shows it
+        entity, name, kind = con.execute(
+            """SELECT x.entity_id, x.name, x.type FROM edges e JOIN entities x ON x.corpus = e.corpus AND x.entity_id = e.dst
+               WHERE e.corpus = 'demo' AND e.kind = 'cooccurrence' ORDER BY 1 LIMIT 1"""
+        ).fetchone()
+    assert (every_graph.nodes[entity]["title"], every_graph.nodes[entity]["type"]) == (name, kind) and name
+    assert every_graph.nodes[src]["type"] == "passage"
 
     wrong = export("--kind", "citaton", "--out", str(tmp_path / "x.graphml"))
     assert wrong.exit_code == 1 and "did you mean citation?" in wrong.stderr and not (tmp_path / "x.graphml").exists()

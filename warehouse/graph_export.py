@@ -1,6 +1,7 @@
 """A corpus graph out of the lake, for the tools people draw and analyse graphs with: GraphML (networkx
 writes it; Gephi, Cytoscape, igraph and networkx read it), or a nodes file and an edges file as CSV or
-Parquet (pyarrow writes them). Nodes carry their document's title, edges their kind and weight.
+Parquet (pyarrow writes them). Nodes carry their document's title (an entity its name) and a type
+(``passage``, or the entity's), edges their kind and weight.
 
 Every node of the corpus is written, those without an edge of the kind too, and any other end of an
 edge (an entity: doc_id empty, chunk_idx -1), so edge counts match the ``edges`` table. Files are written beside their target and moved
@@ -34,14 +35,17 @@ def graph_tables(home: Path, corpus: str, kind: str | None) -> tuple[pa.Table, p
         kinds = [row[0] for row in con.execute("SELECT DISTINCT kind FROM edges WHERE corpus = $c ORDER BY 1", {"c": corpus}).fetchall()]
         nodes = con.sql(
             """WITH passages AS (
-                   SELECT n.node_id, n.doc_id, coalesce(d.title, '') AS title, n.chunk_idx FROM nodes n
+                   SELECT n.node_id, n.doc_id, coalesce(d.title, '') AS title, n.chunk_idx, 'passage' AS type FROM nodes n
                    LEFT JOIN documents d ON d.corpus = n.corpus AND d.doc_id = n.doc_id WHERE n.corpus = $c
                ), ends AS (  -- an edge may end at something other than a passage (an entity)
                    SELECT src AS node_id FROM edges WHERE corpus = $c AND ($k IS NULL OR kind = $k)
                    UNION SELECT dst FROM edges WHERE corpus = $c AND ($k IS NULL OR kind = $k)
+               ), named AS (  -- an entity end shows its name and type, not its id
+                   SELECT entity_id, any_value(name) AS name, any_value(type) AS type FROM entities WHERE corpus = $c GROUP BY entity_id
                )
                SELECT * FROM passages
-               UNION ALL SELECT e.node_id, '', '', -1 FROM ends e WHERE e.node_id NOT IN (SELECT node_id FROM passages)
+               UNION ALL SELECT e.node_id, '', coalesce(x.name, ''), -1, coalesce(x.type, '') FROM ends e
+               LEFT JOIN named x ON x.entity_id = e.node_id WHERE e.node_id NOT IN (SELECT node_id FROM passages)
                ORDER BY node_id""",
             params={"c": corpus, "k": kind},
         ).to_arrow_table()
