@@ -618,6 +618,9 @@ def ui(
     home = lake_home()
     dagster_home = prepare_dagster_home(home)
     env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "GRAPHLAKE_HOME": str(home)}
+    # Dagster advises its own projects to move to `dg dev`; the lake is not one, and the advice is noise here
+    quiet = "ignore:Function `dev_command` is superseded"
+    env["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))
     command = [dagster_command(), "dev", "-m", DEFINITIONS_MODULE, "-h", "127.0.0.1", "-p", str(port)]
     # run inside DAGSTER_HOME: Dagster warns about any other dagster.yaml in its working folder
     raise typer.Exit(_serve(command, env, dagster_home))

@@ -9,7 +9,7 @@ from pathlib import Path
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.tables import TABLES
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "sql.md"  # the SQL examples the README points to
 PER_RUN = {"run_id", "latency_ms", "plan_ms"}  # which run wrote a row and how long its query took: not its content
 
 

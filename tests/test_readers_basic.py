@@ -428,7 +428,7 @@ def test_files_encodings_binary_files_and_skip_bad(tmp_path: Path) -> None:
     skipping = read_files(ReadRequest(tmp_path, skip_bad=True))
     texts = {r["doc_id"]: r["text"] for r in rows(skipping.documents)}
     assert texts["wide.txt"] == "UTF-16 with its byte-order mark\n" and "zeros.txt" not in texts and "notes/latin1.txt" not in texts
-    assert skipping.notes[-1] == "skipped 2 unreadable files (--skip-bad): notes/latin1.txt (not valid UTF-8 (byte 0xe9)); zeros.txt (binary: 4,096 NUL bytes in 4,096)"
+    assert skipping.notes[-1] == "skipped 2 files that could not be read (--skip-bad): notes/latin1.txt (not valid UTF-8 (byte 0xe9)); zeros.txt (binary: 4,096 NUL bytes in 4,096)"
 
 
 def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, monkeypatch) -> None:

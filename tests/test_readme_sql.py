@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "docs" / "sql.md"  # the SQL examples the README points to
 EXAMPLE = re.compile(r'```bash\n\.venv/bin/graphlake sql "(?P<query>[^"]+)"\n```\n```\n(?P<rows>(?:│.*\n)+)```')
 
 

@@ -66,14 +66,18 @@ def read(request: ReadRequest) -> Ingested:
     for suffix, count in others.most_common():
         skipped[f"{suffix} (--ext {suffix} reads them)"] += count
     if skipped:
-        builder.notes.append(f"skipped {sum(skipped.values())} files: " + ", ".join(f"{count} {why}" for why, count in skipped.items()))
+        builder.notes.append(f"skipped {_files(sum(skipped.values()))}: " + ", ".join(f"{count} {why}" for why, count in skipped.items()))
     if bad:
-        builder.notes.append(f"skipped {len(bad)} unreadable files (--skip-bad): " + "; ".join(bad))
+        builder.notes.append(f"skipped {_files(len(bad))} that could not be read (--skip-bad): " + "; ".join(bad))
     if request.queries is not None:
         jsonl.add_queries(builder, request.queries, request.split)
     if request.qrels is not None:
         add_qrels_file(builder, request.qrels, request.split)
     return builder.build()
+
+
+def _files(count: int) -> str:
+    return f"{count} file{'' if count == 1 else 's'}"
 
 
 def _listing(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[tuple[Path, str]], Counter[str]]:

@@ -1,0 +1,142 @@
+"""A newcomer's first hour, run as they run it (the ``graphlake`` command, in processes of its own) on
+the lake ``graphlake demo`` built: every command the demo's closing lines and the README name exits 0
+there; a folder of their own files builds, a rebuild with nothing changed says ``up to date`` and
+commits nothing, and a one-file edit runs only that file's nodes through each model.
+
+In CI the lake is the one the demo phase built (``$GRAPHLAKE_HOME``), copied; elsewhere the demo is
+built here first."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from conftest import copy_lake
+from graphlake.pipelines.cli import DEMO_NEXT
+
+ROOT = Path(__file__).resolve().parents[1]
+GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+OWN_FOLDER = "path/to/notes"  # the README's stand-in for the reader's folder
+
+
+def readme_commands() -> list[str]:
+    """The ``graphlake`` command lines of the README's bash blocks, in order."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / "README.md").read_text(encoding="utf-8"), flags=re.DOTALL)
+    return [line.removeprefix(".venv/bin/") for block in blocks for line in block.splitlines() if line.startswith(".venv/bin/graphlake ")]
+
+
+@pytest.fixture(scope="module")
+def newcomer(tmp_path_factory) -> dict[str, str]:
+    """The environment of a newcomer's lake after ``graphlake demo`` (a copy of CI's, else built here)."""
+    home = tmp_path_factory.mktemp("newcomer") / "lake"
+    built = Path(os.environ.get("GRAPHLAKE_HOME", "/nonexistent"))
+    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "COLUMNS": "100"}
+    env.pop("DAGSTER_HOME", None)
+    if (built / "snapshots" / "demo").is_dir() and not (built / "methods.yaml").exists():
+        copy_lake(built, home)
+    else:
+        done = subprocess.run([GRAPHLAKE, "demo"], env=env, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert all(command.split('"')[0].strip() in " ".join(done.stdout.split()) for command, _ in DEMO_NEXT), done.stdout[-2000:]
+    return env
+
+
+def run(env: dict[str, str], command: str, folder: Path | None = None) -> subprocess.CompletedProcess:
+    args = shlex.split(command.replace(OWN_FOLDER, str(folder)) if folder else command)
+    assert args[0] == "graphlake", command
+    return subprocess.run([GRAPHLAKE, *args[1:]], env=env, capture_output=True, text=True, timeout=900)
+
+
+def serve_ui(env: dict[str, str], command: str) -> None:
+    """``graphlake ui`` until its page answers, then stopped as Ctrl-C stops it: exit 0, nothing left running."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([GRAPHLAKE, *shlex.split(command)[1:], "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as answer:
+                    assert answer.status == 200
+                    break
+            except OSError:
+                assert process.poll() is None, process.stdout.read()
+                time.sleep(1)
+        else:
+            pytest.fail("graphlake ui did not answer in 120 s")
+    finally:
+        process.send_signal(signal.SIGINT)
+        output = process.communicate(timeout=60)[0]
+    assert process.returncode == 0, output
+    assert "dg dev" not in output and "Traceback" not in output, output  # none of Dagster's advice for its own projects
+
+
+def write_own_files(folder: Path) -> dict[str, str]:
+    """A newcomer's folder: Markdown, reStructuredText, an extension-less README and a Debian one, a
+    picture that is skipped; their texts by file."""
+    texts = {
+        "survey.md": "# Kelp survey\n\nKelp forests shrank near the headland after the marine heatwave of 2023.\n\nDivers counted urchins on every transect.\n",
+        "otters.rst": "Otter census\n============\n\nSea otters returned to the estuary and ate the urchins that had grazed the kelp.\n",
+        "README": "Field notes of the Monterey Bay team. The BenthoCam sled filmed the seabed from the vessel Aurora.\n",
+        "buoys/README.Debian": "The buoy logged warmer water and stronger swell in March, then calmer seas in April.\n",
+        "buoys/log.txt": "Buoy 4 went silent on 12 May; the Aurora recovered it with a cracked solar panel.\n",
+    }
+    for name, text in texts.items():
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text(text, encoding="utf-8")
+    (folder / "map.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(64))
+    return texts
+
+
+def test_every_command_the_demo_and_the_readme_name_works_on_the_built_lake(newcomer, tmp_path):
+    commands = [command for command, _ in DEMO_NEXT] + readme_commands()
+    assert any(c.startswith("graphlake ingest files") for c in commands) and "graphlake ui" in commands
+    folder = tmp_path / "notes"
+    texts = write_own_files(folder)
+    for command in dict.fromkeys(commands):  # each once, in the order a reader meets them
+        if command == "graphlake ui":
+            serve_ui(newcomer, command)
+            continue
+        done = run(newcomer, command, folder)
+        assert done.returncode == 0, (command, done.stderr[-3000:])
+        if command.startswith("graphlake ingest files"):
+            said = " ".join(done.stderr.split())
+            assert "skipped 1 file: 1 .png (--ext .png reads them)" in said, said
+        if command.startswith("graphlake methods"):
+            assert "rrf" in done.stdout and "error" not in done.stderr
+    # a method that reranks is in its catalogue, off by default
+    assert "* re2" not in run(newcomer, "graphlake methods").stdout
+
+    # eval twice: the second runs nothing
+    again = run(newcomer, "graphlake eval --corpus demo --methods bm25,dense,rrf")
+    assert again.returncode == 0 and not re.search(r"demo: \d+/\d+ ", again.stderr), again.stderr
+
+    # the newcomer's corpus: a rebuild with nothing changed runs nothing and commits nothing
+    home = Path(newcomer["GRAPHLAKE_HOME"])
+    snapshots = sorted((home / "snapshots" / "mine").iterdir())
+    rebuilt = run(newcomer, "graphlake materialize --corpus mine")
+    assert rebuilt.returncode == 0 and "mine: up to date" in rebuilt.stderr, rebuilt.stderr
+    assert sorted((home / "snapshots" / "mine").iterdir()) == snapshots
+
+    # a one-file edit: only that file's nodes go through each model
+    (folder / "otters.rst").write_text(texts["otters.rst"] + "\nA second count in June found forty otters.\n", encoding="utf-8")
+    edited = run(newcomer, "graphlake materialize --corpus mine")
+    assert edited.returncode == 0, edited.stderr
+    counted = run(newcomer, "graphlake sql \"select count(*) as n from nodes where corpus = 'mine' and doc_id = 'otters.rst'\" --json")
+    nodes = json.loads(counted.stdout)[0]["n"]
+    summary = next(line for line in edited.stderr.splitlines() if line.startswith("mine: nodes through a model: "))
+    steps = {step: int(count) for count, step in re.findall(r"(\d+) by (\w+) \(\d+ reused\)", summary)}
+    assert {"dense_vectors", "splade_vectors", "entities_spacy"} <= set(steps), summary
+    assert all(steps[step] == nodes for step in ("dense_vectors", "splade_vectors", "entities_spacy")), (nodes, summary)
