@@ -132,7 +132,7 @@ def _print_notes(notes: dict[str, str], corpus: str, build: bool) -> None:
 # (tests/test_first_hour.py runs them there)
 DEMO_NEXT = [
     ("graphlake methods", "every method by paper; --use switches more on"),
-    ('graphlake query --corpus demo --method rrf "Which vessel carried the BenthoCam sled?"', "one search"),
+    ('graphlake query --corpus demo --method rrf "Which vessel carried the sled?"', "one search"),
     ("graphlake sql \"select * from top_hubs('demo', 'citation', 3)\"", "SQL over every table"),
     ("graphlake eval --corpus demo --methods bm25,dense,rrf", "scores, from the stored runs"),
     ("graphlake ui", "the Dagster UI: the asset graph and each run"),
@@ -158,12 +158,12 @@ def demo() -> None:
     left_out = [name for name, method in methods.items() if RERANKER in {index.partition("/")[0] for index in needs(method)}]
     shown = [name for name, method in methods.items() if name not in left_out and not uses_llm(method)]  # LLM methods need a server
     config = _run_config(DEMO_CONFIG)
-    config["ops"] |= {method_asset_names(name)[0]: {"config": {"split": DEMO_SPLIT}} for name in shown}  # the queries the table reports
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
     # and what only they read that is learned: the cross-encoder, GRASP's reranker fine-tuned from it
     kinds = lambda names: {index.partition("/")[0] for name in names for index in needs(methods[name])}  # noqa: E731
     skipped |= AssetSelection.assets(*index_assets(kind for kind in kinds(left_out) - kinds(shown) if index_kind(kind).fitting is not None))
-    _run(DEMO_CORPUS, default_selection(home) - skipped, config, "demo")
+    # a build like any other (every query run, its source recorded), so that `materialize --corpus demo` next finds it current
+    _run(DEMO_CORPUS, default_selection(home) - skipped, config, "demo", incremental=True)
     _print_summary(DEMO_CORPUS)
     _print_methods(evaluation_report(home, DEMO_CORPUS, shown, DEMO_SPLIT, [10]), random_floor(home, DEMO_CORPUS, DEMO_SPLIT), home, left_out)
     if left_out:
@@ -175,8 +175,9 @@ def demo() -> None:
             highlight=False,
         )
     console.print(f"\nThe lake is {home}. Next:", highlight=False)
-    for command, why in DEMO_NEXT:
-        console.print(f"  [bold]{escape(command)}[/]  {why}", highlight=False, soft_wrap=True)
+    for command, why in DEMO_NEXT:  # a command a line, whole; what it shows beside it where the terminal has room
+        room = console.width - len(command) - 6
+        console.print(f"  [bold]{escape(command)}[/]" + (f"  # {why}" if len(why) <= room else ""), highlight=False, soft_wrap=True)
     console.print("README.md has the rest: your own documents, choosing a method, the API.", highlight=False)
 
 
@@ -556,6 +557,7 @@ def list_methods(
     from graphlake.retrieval.reports import typical_latency
 
     home = lake_home()
+    latency = typical_latency(home) if (home / "catalog.duckdb").exists() else {}  # read first: a listing that fails changes nothing
     for entry in use or []:
         try:
             added = switch_on(home, entry)
@@ -564,7 +566,6 @@ def list_methods(
         errors.print(f"{entry}: switched on {', '.join(added) if added else 'nothing new'} ({home / 'methods.yaml'})", highlight=False, soft_wrap=True)
     declared, _ = available_methods(home)
     methods = load_methods(home)
-    latency = typical_latency(home) if (home / "catalog.duckdb").exists() else {}
     rows = {}  # paper -> (mark, name, needs, ms, about) of each method
     for name, item in declared.items():
         op = methods[name]

@@ -100,11 +100,11 @@ def plan_refresh(
             continue
         run, metrics, query_metrics = method_asset_names(name)
         run_written = lake.written_at("runs", run_partition)
-        outdated = run_written is None or any(when is None or when > run_written for when in inputs)
         ran = _first(lake, "runs", run_partition, "params")
-        # a corpus without queries has an empty run whatever the method: it is current while nothing it read changed
-        nothing_to_run = ran is None and run_written is not None and lake.rows("queries", partition) == 0
-        if outdated or not (nothing_to_run or _covers(ran, methods.params(name), split, sample)):
+        if ran is None and run_written is not None and lake.rows("queries", partition) == 0:
+            continue  # a corpus without queries: its empty run stays empty whatever changes, until queries come
+        outdated = run_written is None or any(when is None or when > run_written for when in inputs)
+        if outdated or not _covers(ran, methods.params(name), split, sample):
             refresh.add(corpus, [run, metrics, query_metrics])
         elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
             graph_complete and not _has_topological_recall(lake, run_partition)

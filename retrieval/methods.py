@@ -16,6 +16,7 @@ Only switched-on methods get run and evaluation assets; any available method may
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import os
 import uuid
@@ -54,6 +55,13 @@ class Declared:
 def catalogues() -> dict[str, dict[str, Declared]]:
     """Every packaged catalogue, in the order ``retrieval/methods.yaml`` lists them: its name -> its
     methods. A method name is declared in one catalogue only."""
+    return {name: dict(methods) for name, methods in _packaged().items()}
+
+
+@functools.cache
+def _packaged() -> dict[str, dict[str, Declared]]:
+    """The packaged catalogues, parsed once a process: they are the installed package's files (a
+    rebuild's plan asks for the methods a dozen times)."""
     listed = load_mapping(DEFAULT_METHODS).get(CATALOGUE_LIST)
     if not isinstance(listed, list) or not all(isinstance(name, str) for name in listed):
         raise ConfigFileError(f"{key_line(DEFAULT_METHODS, CATALOGUE_LIST)}: `{CATALOGUE_LIST}` lists the files of {CATALOGUES}")

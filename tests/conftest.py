@@ -150,6 +150,9 @@ def demo_reranked(demo_lake, tmp_path_factory) -> Path:
         use_lake(patch, home)
         result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
+    # training a lake-wide model is never silent: it says so, and how far it is, with the time left
+    said = " ".join(result.stderr.split())
+    assert "training the lake's cross-encoder (at most" in said and " steps (" in said and "left)" in said, result.stderr[-2000:]
     return home
 
 

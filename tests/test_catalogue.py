@@ -9,7 +9,7 @@ from test_bad_input import cli, one_line_error
 
 from graphlake.retrieval.methods import catalogues, load_methods
 
-DEFAULTS = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph_rrf", "grapher_gcs", "re2", "fastinsight", "ap_three", "grasp_fused", "graphlake_ltr"]
+DEFAULTS = ["bm25", "dense", "dense_hnsw", "splade", "rrf", "graph_rrf", "grapher_gcs", "ap_three", "grasp_fused", "graphlake_ltr"]
 
 
 def listed(stdout: str) -> dict[str, bool]:
@@ -22,7 +22,7 @@ def listed(stdout: str) -> dict[str, bool]:
     return found
 
 
-def test_the_defaults_are_a_dozen_and_every_variant_is_listed_and_switchable(tmp_path):
+def test_the_defaults_are_ten_and_every_variant_is_listed_and_switchable(tmp_path):
     packaged = {name for catalogue in catalogues().values() for name in catalogue}
     assert len(packaged) == 45 and list(load_methods(tmp_path)) == DEFAULTS
     assert "grapher_base" not in load_methods(tmp_path) and load_methods(tmp_path)["grapher_base"].op == "weighted_sum"  # an input, not run

@@ -140,3 +140,7 @@ def test_every_command_the_demo_and_the_readme_name_works_on_the_built_lake(newc
     steps = {step: int(count) for count, step in re.findall(r"(\d+) by (\w+) \(\d+ reused\)", summary)}
     assert {"dense_vectors", "splade_vectors", "entities_spacy"} <= set(steps), summary
     assert all(steps[step] == nodes for step in ("dense_vectors", "splade_vectors", "entities_spacy")), (nodes, summary)
+
+    # switching a method on in a built lake: it is written, listed, and the command exits 0
+    switched = run(newcomer, "graphlake methods --use grasp_static")
+    assert switched.returncode == 0 and "* grasp_static" in switched.stdout, switched.stderr

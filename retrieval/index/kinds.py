@@ -83,11 +83,13 @@ def learned_kind(name: str, model: Any, fitting: Fitting) -> IndexKind:
 
 def held_parts(name: str, model: Any) -> Callable[[Lake, str], set[str]]:
     """A learned kind's ``Fitting.parts`` where its stored model lists them: ``model.load(folder).held()``
-    of the corpus's artefact ``name``, none before it is built."""
+    of the corpus's artefact ``name`` (or ``model.held_in(folder)``, where the model reads that without
+    loading), none before it is built."""
 
     def parts(lake: Lake, corpus: str) -> set[str]:
         try:
-            return model.load(lake.artifact(name, {"corpus": corpus})).held()
+            folder = lake.artifact(name, {"corpus": corpus})
+            return model.held_in(folder) if hasattr(model, "held_in") else model.load(folder).held()
         except (StorageError, FileNotFoundError):
             return set()
 

@@ -136,6 +136,12 @@ class LearnedRankers:
         saved = {"features": FEATURES_VERSION, "rankers": rankers, "untrained": self.untrained, "report": self.report}
         (folder / REPORT_FILE).write_text(json.dumps(saved, indent=1), encoding="utf-8")
 
+    @staticmethod
+    def held_in(folder: Path) -> set[str]:
+        """``load(folder).held()`` from the report alone: a rebuild's plan asks this, and LightGBM takes a second to import."""
+        saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+        return set(saved["rankers"]) | set(saved["untrained"]) if saved.get("features") == FEATURES_VERSION else set()
+
     @classmethod
     def load(cls, folder: Path) -> LearnedRankers:
         import lightgbm

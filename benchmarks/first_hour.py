@@ -1,0 +1,196 @@
+"""A newcomer's first hour, timed: the demo, then a few hundred real text files of the machine's own
+documentation as a corpus of their own, built, rebuilt with nothing changed, rebuilt after a one-file
+edit and after five new files, searched, and the demo evaluated twice.
+
+Each command runs as a user runs it (the ``graphlake`` CLI, output to a pipe); for each the wall
+time, the CPU seconds of the command and its children, the exit code, the longest stretch without a
+line of output, and its last line are recorded. ``--revision`` runs the sequence on an older
+revision (a temporary worktree first on ``PYTHONPATH``, the same interpreter); each side's results
+are kept in ``first_hour.json`` and the two are written side by side to ``first_hour.md``.
+
+    .venv/bin/python benchmarks/first_hour.py --side before --revision c87661c --docs /usr/share/doc
+    .venv/bin/python benchmarks/first_hour.py --side after --docs /usr/share/doc
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from contextlib import nullcontext
+from pathlib import Path
+
+from common import ROOT, header, revision_on_path
+
+RESULTS = ROOT / "benchmarks" / "results"
+NAMES = ("README", "NEWS", "AUTHORS", "TODO", "THANKS", "copyright", "CHANGES", "HISTORY")
+SUFFIXES = (".txt", ".md", ".rst")
+
+
+def pick_documents(root: Path, target: Path, files: int, total_bytes: int) -> list[Path]:
+    """Up to ``files`` real text files under ``root`` (READMEs, NEWS, copyright notices, .txt/.md/.rst;
+    valid UTF-8 without NUL bytes, so that every revision can read them; six a package at most),
+    ``total_bytes`` at most, in a stable order, copied under ``target`` as ``<package>/<name>``, with
+    ``.txt`` added to a name without a text suffix: older revisions read only .txt and .md files."""
+    chosen, size, per_package = [], 0, Counter()
+    for path in sorted(root.rglob("*")):
+        if len(chosen) >= files or size >= total_bytes:
+            break
+        if not path.is_file() or path.is_symlink() or not (path.name.startswith(NAMES) or path.suffix in SUFFIXES) or path.suffix == ".gz":
+            continue
+        raw = path.read_bytes()
+        if not 200 <= len(raw) <= 64_000 or b"\x00" in raw:
+            continue
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+        package = path.relative_to(root).parts[0]
+        copy = target / package / (path.name if path.suffix in SUFFIXES else f"{path.name}.txt")  # what every revision reads
+        if copy.exists() or per_package[package] >= 6:  # many packages, not one package's release notes
+            continue
+        per_package[package] += 1
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(raw)
+        chosen.append(copy)
+        size += len(raw)
+    return chosen
+
+
+def timed(args: list[str], env: dict[str, str], timeout: float) -> dict:
+    """One command: wall and CPU seconds, exit code, the longest silence between output lines
+    (from the start to the first line and from the last line to the end included), its last line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = last = time.perf_counter()
+    gaps, lines = [0.0], []
+    child = subprocess.Popen(args, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    timer = threading.Timer(timeout, child.kill)
+    timer.start()
+    for line in child.stdout:
+        now = time.perf_counter()
+        gaps.append(now - last)
+        last = now
+        if line.strip():
+            lines.append(line.rstrip())
+    code = child.wait()
+    timer.cancel()
+    ended = time.perf_counter()
+    gaps.append(ended - last)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    stopped = ended - started >= timeout
+    return {
+        "wall_s": round(ended - started, 1),
+        "cpu_s": round(cpu, 1),
+        "exit": code,
+        "stopped": stopped,
+        "silent_s": round(max(gaps), 1),
+        "last": _last(lines),
+        "lines": lines[-12:],
+    }
+
+
+def _last(lines: list[str]) -> str:
+    """The last line that says something (not a table's border), shortened."""
+    return next((" ".join(line.split())[:160] for line in reversed(lines) if any(c.isalnum() for c in line)), "")
+
+
+def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float, log) -> dict[str, dict]:
+    corpus = scratch / "docs"
+    picked = pick_documents(docs, corpus, 270, 1_600_000)
+    results = {"_corpus": {"files": len(picked), "bytes": sum(path.stat().st_size for path in picked)}}
+    env = {**os.environ, "GRAPHLAKE_HOME": str(scratch / "lake"), "COLUMNS": "120", "GRAPHLAKE_LOCK_WAIT": "0"}
+    if python_path is not None:
+        env["PYTHONPATH"] = str(python_path)
+    graphlake = str(Path(sys.executable).with_name("graphlake"))
+    edited = next(path for path in picked if path.suffix in (".md", ".txt"))
+    held_back = picked[-5:]  # the five files added later
+    parked = scratch / "parked"
+    for path in held_back:
+        (parked / path.relative_to(corpus)).parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(path, parked / path.relative_to(corpus))
+
+    def edit() -> None:
+        with edited.open("a", encoding="utf-8") as handle:
+            handle.write("\n\nA paragraph added by the first-hour benchmark, to be found again.\n")
+
+    def add() -> None:
+        for path in held_back:
+            shutil.move(parked / path.relative_to(corpus), path)
+
+    steps = [
+        ("demo", ["demo"], None),
+        ("ingest files", ["ingest", "files", str(corpus), "--corpus", "docs"], None),
+        ("first build", ["materialize", "--corpus", "docs"], None),
+        ("no-op rebuild", ["materialize", "--corpus", "docs"], None),
+        ("one-file edit", ["materialize", "--corpus", "docs"], edit),
+        ("five files added", ["materialize", "--corpus", "docs"], add),
+        ("query", ["query", "--corpus", "docs", "--method", "rrf", "a paragraph added to be found again"], None),
+        ("methods", ["methods"], None),
+        ("demo no-op build", ["materialize", "--corpus", "demo"], None),
+        ("eval", ["eval", "--corpus", "demo", "--methods", "dense,bm25,rrf"], None),
+        ("eval again", ["eval", "--corpus", "demo", "--methods", "dense,bm25,rrf"], None),
+    ]
+    for name, args, before in steps:
+        if before is not None:
+            before()
+        log(f"{name}: graphlake {' '.join(args)}")
+        results[name] = {"command": "graphlake " + " ".join(args).replace(str(scratch), "$SCRATCH"), **timed([graphlake, *args], env, timeout)}
+        log(json.dumps({name: {k: v for k, v in results[name].items() if k != "lines"}}))
+    return results
+
+
+def report(sides: dict[str, dict]) -> list[str]:
+    names = [name for name, found in next(iter(sides.values())).items() if isinstance(found, dict) and "wall_s" in found]
+    columns = [f"{side}: wall s | {side}: CPU s | {side}: longest silence s | {side}: exit" for side in sides]
+    lines = ["| step | " + " | ".join(columns) + " |", "|---|" + "---:|" * (4 * len(sides))]
+    for name in names:
+        cells = []
+        for side in sides.values():
+            found = side.get(name)
+            cells.append(" | ".join(["-"] * 4) if found is None else f"{'> ' if found['stopped'] else ''}{found['wall_s']} | {found['cpu_s']} | {found['silent_s']} | {found['exit']}")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    for label, side in sides.items():
+        lines += ["", f"### {label}: the last line of each step", ""]
+        lines += [f"- {name}: `{_last(side[name]['lines'])}`" for name in names if name in side]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--side", choices=["before", "after"], help="run the sequence for this side; without it, rewrite first_hour.md from first_hour.json")
+    parser.add_argument("--revision", help="the git revision of the before side (the after side is the working tree)")
+    parser.add_argument("--docs", type=Path, help="a folder of real text documentation (Debian's /usr/share/doc)")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds a command may take before it is stopped (and marked >)")
+    options = parser.parse_args()
+    if options.side == "before" and not options.revision:
+        parser.error("--side before needs --revision")
+    if options.side and not options.docs:
+        parser.error("--side needs --docs")
+    log = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+    store = RESULTS / "first_hour.json"
+    sides = json.loads(store.read_text()) if store.is_file() else {}
+    if options.side:
+        with tempfile.TemporaryDirectory(ignore_cleanup_errors=True) as scratch, revision_on_path(options.revision) if options.side == "before" else nullcontext() as path:
+            found = sequence(options.docs, Path(scratch), path, options.timeout, log)
+        command = f"python benchmarks/first_hour.py --side {options.side}" + (f" --revision {options.revision}" if options.revision else "") + f" --docs {options.docs}"
+        sides[options.side] = {"revision": options.revision or "working tree", "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": command, **found}
+        store.write_text(json.dumps(sides, indent=1) + "\n")
+    ordered = {side: sides[side] for side in ("before", "after") if side in sides}
+    commands = "; ".join(found.get("command", f"python benchmarks/first_hour.py --side {side} ...") for side, found in ordered.items())
+    text = [*header("The first hour: demo, own documents, rebuilds, eval", commands), ""]
+    for side, found in ordered.items():
+        text.append(f"- {side}: {found['revision']}, run {found['date']}; corpus {found['_corpus']['files']} files, {found['_corpus']['bytes']:,} bytes")
+    (RESULTS / "first_hour.md").write_text("\n".join([*text, "", *report(ordered)]) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
