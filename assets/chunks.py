@@ -2,13 +2,15 @@
 
 import time
 import warnings
+from importlib.metadata import version
 
 import pyarrow as pa
 from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
 
-from graphlake.kernels.text.chunking import chunk_texts
+from graphlake.kernels.text.chunking import Chunk, chunk_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.node_cache import NodeCache
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table
 
@@ -20,8 +22,15 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
     started = time.perf_counter()
     doc_ids = documents.column("doc_id").to_pylist()
     texts = documents.column("text").to_pylist()
+    # a document chunked before, with the same text and options, is not chunked again (an edit chunks one)
+    cache = NodeCache(lake.home, "chunks", f"spacy-{version('spacy')}-{chunking.size}-{chunking.overlap}")
+    hashes, known = cache.lookup(texts)
+    missing = [i for i in range(len(texts)) if i not in known]
+    chunked = dict(zip(missing, chunk_texts([texts[i] for i in missing], chunking.size, chunking.overlap)))
+    cache.store({hashes[i]: [[c.start, c.end, c.tokens] for c in found] for i, found in chunked.items()})
+    every = [chunked[i] if i in chunked else [Chunk(*c) for c in known[i]] for i in range(len(texts))]
     rows: dict[str, list] = {k: [] for k in ("node_id", "doc_id", "chunk_idx", "text", "start", "end", "content_hash")}
-    for doc_id, text, chunks in zip(doc_ids, texts, chunk_texts(texts, chunking.size, chunking.overlap)):
+    for doc_id, text, chunks in zip(doc_ids, texts, every):
         for index, chunk in enumerate(chunks):
             piece = text[chunk.start : chunk.end]
             rows["node_id"].append(f"{doc_id}#{index}")
@@ -37,6 +46,7 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
             "chunk_size": chunking.size or "whole document",
             "chunk_overlap": chunking.overlap,
             "documents": documents.num_rows,
+            "documents_chunked": len(missing),  # the rest reused
             "multi_chunk_documents": rows["chunk_idx"].count(1),
             "seconds": round(time.perf_counter() - started, 3),
         }

@@ -289,13 +289,15 @@ def _root_cause(event, corpus: str) -> MaterializeError:
 
 class _RunProgress:
     """A progress bar over the run's materializations, read from the instance's event log; where the
-    console is no terminal (a log file, CI), one line per materialized asset instead.
+    console is no terminal (a log file, CI), one line per materialized asset instead, the steps'
+    progress lines, and a line naming the running step whenever ten seconds passed without one.
 
     Dagster's in-process events do not pass through Python logging, so a thread polls the
     event log of the run tagged with this bar's token.
     """
 
     POLL_SECONDS = 0.25
+    QUIET_SECONDS = 10.0  # on a log, a line at least this often while a step runs
 
     def __init__(self, instance: DagsterInstance, console: Console, label: str, total: int) -> None:
         self.instance = instance
@@ -319,6 +321,11 @@ class _RunProgress:
         self._run_id: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._said = time.monotonic()  # when the last line was printed (on a log)
+
+    def _say(self, line: str) -> None:
+        self.progress.console.print(line, highlight=False)
+        self._said = time.monotonic()
 
     @property
     def tags(self) -> dict[str, str]:
@@ -343,8 +350,11 @@ class _RunProgress:
             for count, record in enumerate(done[self._printed :], start=self._printed + 1):
                 asset = record.dagster_event.asset_key.to_user_string()
                 seconds = record.timestamp - self._started
-                self.progress.console.print(f"{self.label} {count}/{self.total} {asset} ({seconds:.0f} s)", highlight=False)
+                self._say(f"{self.label} {count}/{self.total} {asset} ({seconds:.0f} s)")
             self._printed = len(done)
+            if started and time.monotonic() - self._said >= self.QUIET_SECONDS:  # a long step between its own lines
+                since = time.time() - started[-1].timestamp
+                self._say(f"{self.label} {step} running for {since:.0f} s ({len(done)}/{self.total} assets done)")
 
     def _read_step_progress(self) -> None:
         """The latest progress line a long step logged (common/progress.py); on a log file, each one."""
@@ -356,7 +366,7 @@ class _RunProgress:
                 if record.event_log_entry.dagster_event is None and message.startswith(PREFIX):
                     self._step_progress = message.removeprefix(PREFIX)
                     if not self.progress.console.is_terminal:
-                        self.progress.console.print(f"{self.label} {self._step_progress}", highlight=False)
+                        self._say(f"{self.label} {self._step_progress}")
             if not page.has_more:
                 return
 

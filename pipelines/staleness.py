@@ -33,6 +33,7 @@ from graphlake.warehouse.readers.base import IngestError
 from graphlake.warehouse.storage import Lake, StorageError
 
 
+QUERY_TABLES = ("runs", "metrics", "query_metrics")  # what a method's run and evaluation assets write
 SOURCE_TAG = "graphlake/source"  # on a full build's run: the source fingerprint it was built from
 PARTITION_TAG = "dagster/partition"
 
@@ -91,6 +92,9 @@ def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: Dagste
             continue
         stale.add(key)
         todo.extend(child for child in graph.get(key).child_keys if child in keys)
+    if AssetKey("queries") not in changed and lake.rows("queries", {"corpus": corpus}) == 0:
+        # no queries, none coming: the runs and their evaluations are empty and stay so, whatever else changed
+        stale -= {key for key in stale if graph.get(key).metadata.get("table") in QUERY_TABLES and written[key] is not None}
     return stale
 
 

@@ -117,16 +117,15 @@ def test_each_input_the_probe_found_fails_in_one_line_and_writes_nothing(tmp_pat
     deep = tmp_path / "deep.jsonl"
     deep.write_text('{"id": "a", "title": "", "text": ' + "[" * 5000 + "]" * 5000 + "}\n")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(deep), "--corpus", "c"), f"{deep}:1: JSON nested deeper than the parser reads")
-    long = tmp_path / "long"
-    long.mkdir()
-    (long / "book.txt").write_text("word " * 10_000_001)  # 50,000,005 characters
-    one_line_error(cli(tmp_path, "ingest", "files", str(long), "--corpus", "c"), "book.txt", "50,000,005 characters, more than the 50,000,000")
+    long = tmp_path / "long.jsonl"  # (a folder of files splits such a file into parts instead: test_readers_basic.py)
+    long.write_text(json.dumps({"id": "book", "title": "", "text": "word " * 10_000_001}) + "\n")  # 50,000,005 characters
+    one_line_error(cli(tmp_path, "ingest", "jsonl", str(long), "--corpus", "c", GRAPHLAKE_MAX_LINE_BYTES="60000000"), "long.jsonl:1", "50,000,005 characters, more than the 50,000,000")
     fine = tmp_path / "fine.jsonl"
     fine.write_text(json.dumps({"id": "a", "title": "", "text": "alpha"}) + "\n")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "bad name!"), "corpus name 'bad name!': letters, digits")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", "--chunk-size", "10", "--chunk-overlap", "20"), "chunk overlap 20 must be smaller than chunk size 10")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", GRAPHLAKE_LOCK_WAIT="nan"), "GRAPHLAKE_LOCK_WAIT='nan' is not a finite number")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "fine.jsonl", "long"]  # nothing written, not even a lake
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "fine.jsonl", "long.jsonl"]  # nothing written, not even a lake
     one_line_error(cli(fine, "sql", "select 1"), f"GRAPHLAKE_HOME='{fine}': cannot make the lake's folder {fine}: File exists")
 
 

@@ -1,8 +1,9 @@
-"""What a deterministic per-node model (spaCy's NER and parse) said about a text, kept by the text's
-hash, so that a rebuild runs the model only on new or changed nodes, as the encoders do.
+"""What a deterministic step said about a text (spaCy's NER and parse of a node, the chunks of a
+document), kept by the text's hash, so that a rebuild runs it only on new or changed texts, as the
+encoders do.
 
 Layout: ``<lake>/node_cache/<name>/<version>.parquet`` with ``content_hash`` and ``value`` (JSON
-text). The version names the model, so an upgraded model starts a cache of its own. A cache only
+text). The version names the model and its options, so an upgraded model starts a cache of its own. A cache only
 saves work: an entry is read back only for the same text under the same model, a lost or damaged
 file costs a re-run, never a wrong row. Files are replaced atomically; two runs storing at once
 lose at most the other's new entries.
