@@ -196,7 +196,7 @@ def ingest(
     encoding: Annotated[str | None, typer.Option(help="files: decode with this encoding (latin-1, cp1252, utf-16...; default UTF-8, or what a byte-order mark says).")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="files: skip files that cannot be decoded or are binary, and list them, instead of stopping.")] = False,
     ext: Annotated[
-        list[str] | None, typer.Option("--ext", help="files: also read files with this suffix (repeatable: --ext .html --ext .py). Read anyway: .txt .md .markdown .rst .text, extension-less files, and their .gz.")
+        list[str] | None, typer.Option("--ext", help="files: also read files with this suffix (repeatable: --ext .html --ext .py). Read anyway: .txt .md .markdown .rst .text, extension-less files, README/NEWS/COPYING-style names whatever their suffix, and their .gz.")
     ] = None,
     chunk_size: Annotated[int | None, typer.Option(min=1, help="Chunk window in tokens (default: per format).")] = None,
     chunk_overlap: Annotated[int | None, typer.Option(min=0, help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,

@@ -1,4 +1,4 @@
-"""Comparing two lakes table by table, and the SQL the README shows: what the Dask and S3 tests assert."""
+"""Comparing two lakes table by table, and the SQL the README and docs/ show: what the Dask and S3 tests assert."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from pathlib import Path
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.tables import TABLES
 
-README = Path(__file__).resolve().parents[1] / "docs" / "sql.md"  # the SQL examples the README points to
+ROOT = Path(__file__).resolve().parents[1]
+DOCUMENTED = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]  # where a user reads SQL to copy
 PER_RUN = {"run_id", "latency_ms", "plan_ms"}  # which run wrote a row and how long its query took: not its content
 
 
@@ -64,6 +65,11 @@ def differing(expected: dict, got: dict) -> dict:
 
 
 def readme_queries() -> list[str]:
-    found = re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', README.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    assert len(found) >= 10, "the README's SQL examples were not found"
+    """Every ``graphlake sql`` command line of the README and docs/."""
+    found = [
+        query
+        for page in DOCUMENTED
+        for query in re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', page.read_text(encoding="utf-8"), flags=re.MULTILINE)
+    ]
+    assert len(found) >= 10, "the documented SQL examples were not found"
     return found

@@ -24,6 +24,7 @@ import pytest
 
 from conftest import copy_lake
 from graphlake.pipelines.cli import DEMO_NEXT
+from graphlake.pipelines.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
@@ -59,28 +60,37 @@ def run(env: dict[str, str], command: str, folder: Path | None = None) -> subpro
 
 
 def serve_ui(env: dict[str, str], command: str) -> None:
-    """``graphlake ui`` until its page answers, then stopped as Ctrl-C stops it: exit 0, nothing left running."""
+    """``graphlake ui`` until it shows the lake's asset graph, every asset in its stage's group; then
+    stopped as Ctrl-C stops it: exit 0, none of Dagster's advice for its own projects."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     process = subprocess.Popen([GRAPHLAKE, *shlex.split(command)[1:], "--port", str(port)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    query = json.dumps({"query": "{ assetNodes { assetKey { path } groupName } }"}).encode()
+    answer = None
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        deadline = time.monotonic() + 300  # a loaded CI machine starts it slowly
+        while answer is None and time.monotonic() < deadline:
             try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/server_info", timeout=2) as answer:
-                    assert answer.status == 200
-                    break
+                request = urllib.request.Request(f"http://127.0.0.1:{port}/graphql", query, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(request, timeout=5) as response:
+                    answer = json.loads(response.read()) if response.status == 200 else None
+                if answer is not None and not answer.get("data", {}).get("assetNodes"):
+                    answer = None  # the code location is still loading
             except OSError:
                 assert process.poll() is None, process.stdout.read()
+            if answer is None:
                 time.sleep(1)
-        else:
-            pytest.fail("graphlake ui did not answer in 120 s")
+        assert answer is not None, "graphlake ui did not answer within 300 s"
     finally:
         process.send_signal(signal.SIGINT)
         output = process.communicate(timeout=60)[0]
     assert process.returncode == 0, output
-    assert "dg dev" not in output and "Traceback" not in output, output  # none of Dagster's advice for its own projects
+    assert "dg dev" not in output and "Traceback" not in output, output
+    groups = {"/".join(node["assetKey"]["path"]): node["groupName"] for node in answer["data"]["assetNodes"]}
+    graph = build_definitions(Path(env["GRAPHLAKE_HOME"])).resolve_asset_graph()
+    assert groups == {key.to_user_string(): graph.get(key).group_name for key in graph.get_all_asset_keys()}
+    assert set(groups.values()) == {"ingest", "enrichment", "chunking", "graphs", "vectors", "indexes", "retrieval", "evaluation", "llm"}
 
 
 def write_own_files(folder: Path) -> dict[str, str]:

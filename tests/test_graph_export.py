@@ -48,7 +48,7 @@ def test_a_corpus_graph_exports_to_graphml_csv_and_parquet_with_the_counts_sql_r
     assert every_graph.number_of_edges() == total
     with Catalog(reads_demo.home).reader() as con:  # an entity end (co-occurrence) carries its name and type, as Gephi shows it
         entity, name, kind = con.execute(
-            """SELECT x.entity_id, x.name, x.type FROM edges e JOIN entities x ON x.corpus = e.corpus AND x.entity_id = e.dst
+            """SELECT x.entity_id, x.name, x.type FROM edges e JOIN entities x ON x.corpus = e.corpus AND x.entity_id = e.src
                WHERE e.corpus = 'demo' AND e.kind = 'cooccurrence' ORDER BY 1 LIMIT 1"""
         ).fetchone()
     assert (every_graph.nodes[entity]["title"], every_graph.nodes[entity]["type"]) == (name, kind) and name

@@ -222,7 +222,7 @@ def test_query_cli_prints_titled_hits(reads_demo):
 )
 def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt, built, not_built):
     CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format=fmt, path=str(tmp_path)))
-    (tmp_path / "methods.yaml").write_text("use: [gar]\n")  # fastinsight is a default
+    (tmp_path / "methods.yaml").write_text("use: [gar, fastinsight]\n")  # the cross-encoder methods are off by default
     selected = set(plan_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path).assets)
     assert built <= selected and not (not_built & selected)
     assert {"run_gar", "run_fastinsight", "reranker"} <= selected
