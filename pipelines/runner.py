@@ -290,14 +290,14 @@ def _root_cause(event, corpus: str) -> MaterializeError:
 class _RunProgress:
     """A progress bar over the run's materializations, read from the instance's event log; where the
     console is no terminal (a log file, CI), one line per materialized asset instead, the steps'
-    progress lines, and a line naming the running step whenever ten seconds passed without one.
+    progress lines, and a line naming the running step whenever eight seconds passed without one.
 
     Dagster's in-process events do not pass through Python logging, so a thread polls the
     event log of the run tagged with this bar's token.
     """
 
     POLL_SECONDS = 0.25
-    QUIET_SECONDS = 10.0  # on a log, a line at least this often while a step runs
+    QUIET_SECONDS = 8.0  # on a log, a line at least this often while a step runs (polling adds up to a second)
 
     def __init__(self, instance: DagsterInstance, console: Console, label: str, total: int) -> None:
         self.instance = instance
