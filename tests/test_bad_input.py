@@ -125,7 +125,11 @@ def test_each_input_the_probe_found_fails_in_one_line_and_writes_nothing(tmp_pat
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "bad name!"), "corpus name 'bad name!': letters, digits")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", "--chunk-size", "10", "--chunk-overlap", "20"), "chunk overlap 20 must be smaller than chunk size 10")
     one_line_error(cli(tmp_path, "ingest", "jsonl", str(fine), "--corpus", "c", GRAPHLAKE_LOCK_WAIT="nan"), "GRAPHLAKE_LOCK_WAIT='nan' is not a finite number")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "fine.jsonl", "long.jsonl"]  # nothing written, not even a lake
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.txt").write_text("alpha")
+    one_line_error(cli(tmp_path, "ingest", "files", str(notes), "--corpus", "c", "--encoding", "nonsense"), "encoding: unknown encoding 'nonsense'")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep.jsonl", "fine.jsonl", "long.jsonl", "notes"]  # nothing written, not even a lake
     one_line_error(cli(fine, "sql", "select 1"), f"GRAPHLAKE_HOME='{fine}': cannot make the lake's folder {fine}: File exists")
 
 

@@ -6,8 +6,9 @@ the bundled demo corpus is always declared. Each corpus is one Dagster partition
 
 from __future__ import annotations
 
-import re
+import codecs
 import os
+import re
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -118,6 +119,17 @@ class CorpusSpec(BaseModel):
         if not _NAME.fullmatch(name):
             raise ValueError(f"corpus name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
         return name
+
+    @field_validator("encoding")
+    @classmethod
+    def _known_encoding(cls, encoding: str | None) -> str | None:
+        """An encoding Python has, named before any file is read."""
+        if encoding is not None:
+            try:
+                codecs.lookup(encoding)
+            except LookupError:
+                raise ValueError(f"unknown encoding {encoding!r} (latin-1, cp1252, utf-16, ...)") from None
+        return encoding
 
     @field_validator("extensions")
     @classmethod

@@ -108,8 +108,6 @@ def _decode(path: Path, encoding: str | None) -> str:
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         raise IngestError(Location(path, line), f"not valid {chosen or 'UTF-8'} (byte 0x{raw[error.start]:02x})") from None
-    except LookupError:
-        raise IngestError(path, f"unknown encoding {encoding!r}") from None
     if "\x00" in text:
         raise IngestError(path, f"binary: {text.count(chr(0)):,} NUL bytes in {len(raw):,}")
     return text.removeprefix("\ufeff")
