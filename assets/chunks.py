@@ -24,11 +24,12 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
     texts = documents.column("text").to_pylist()
     # a document chunked before, with the same text and options, is not chunked again (an edit chunks one)
     cache = NodeCache(lake.home, "chunks", f"spacy-{version('spacy')}-{chunking.size}-{chunking.overlap}")
-    hashes, known = cache.lookup(texts)
-    missing = [i for i in range(len(texts)) if i not in known]
-    chunked = dict(zip(missing, chunk_texts([texts[i] for i in missing], chunking.size, chunking.overlap)))
-    cache.store({hashes[i]: [[c.start, c.end, c.tokens] for c in found] for i, found in chunked.items()})
-    every = [chunked[i] if i in chunked else [Chunk(*c) for c in known[i]] for i in range(len(texts))]
+    every, chunked = cache.apply(
+        texts,
+        lambda fresh: chunk_texts(fresh, chunking.size, chunking.overlap),
+        lambda chunks: [[c.start, c.end, c.tokens] for c in chunks],
+        lambda stored: [Chunk(*c) for c in stored],
+    )
     rows: dict[str, list] = {k: [] for k in ("node_id", "doc_id", "chunk_idx", "text", "start", "end", "content_hash")}
     for doc_id, text, chunks in zip(doc_ids, texts, every):
         for index, chunk in enumerate(chunks):
@@ -46,7 +47,7 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
             "chunk_size": chunking.size or "whole document",
             "chunk_overlap": chunking.overlap,
             "documents": documents.num_rows,
-            "documents_chunked": len(missing),  # the rest reused
+            "documents_chunked": chunked,  # the rest reused
             "multi_chunk_documents": rows["chunk_idx"].count(1),
             "seconds": round(time.perf_counter() - started, 3),
         }

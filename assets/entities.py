@@ -74,24 +74,26 @@ def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfi
     texts = nodes.column("text").to_pylist()
     source = spacy_source()
     cache = NodeCache(lake.home, "spacy", source)  # a node whose text spaCy read before is not parsed again
-    hashes, known = cache.lookup(texts)
-    missing = [i for i in range(len(texts)) if i not in known]
-    progress = StepProgress(f"spaCy on {context.partition_key}", len(missing), context.log.info, unit="nodes")
-    parse = partial(spacy_mentions_and_triples, n_process=config.n_process, batch_size=config.batch_size)
-    parsed, sharded = map_shards(parse, [texts[i] for i in missing], progress.advance, name=f"spacy-{context.partition_key}")
-    cache.store({hashes[i]: _parse_record(mentions, triples) for i, (mentions, triples) in zip(missing, parsed)})
-    found = [(known[i]["mentions"], [Triple(**t) for t in known[i]["triples"]]) if i in known else None for i in range(len(texts))]
-    for i, result in zip(missing, parsed):
-        found[i] = result
-    context.log.info(f"spaCy: parsed {len(missing)} nodes, reused {len(known)}")
-    processed = lambda: {"encoded": len(missing), "reused": len(known), **sharded.as_metadata()}  # noqa: E731  (the build summary's per-node counts)
-    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [[tuple(m) for m in mentions] for mentions, _ in found], processed, started)
+    sharded = {}
+
+    def parse(fresh: list[str]) -> list:
+        progress = StepProgress(f"spaCy on {context.partition_key}", len(fresh), context.log.info, unit="nodes")
+        pipe = partial(spacy_mentions_and_triples, n_process=config.n_process, batch_size=config.batch_size)
+        parsed, shards = map_shards(pipe, fresh, progress.advance, name=f"spacy-{context.partition_key}")
+        sharded.update(shards.as_metadata())
+        return parsed
+
+    found, parsed = cache.apply(texts, parse, _parse_record, lambda stored: ([tuple(m) for m in stored["mentions"]], [Triple(**t) for t in stored["triples"]]))
+    context.log.info(f"spaCy: parsed {parsed} nodes, reused {len(texts) - parsed}")
+    processed = lambda: {"encoded": parsed, "reused": len(texts) - parsed, **sharded}  # noqa: E731  (the build summary's per-node counts)
+    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [mentions for mentions, _ in found], processed, started)
     triples = [extracted for _, extracted in found]
-    metadata = triples_summary(triples) | {"seconds": round(time.perf_counter() - started, 3)} | sharded.as_metadata()
+    metadata = triples_summary(triples) | {"seconds": round(time.perf_counter() - started, 3)} | sharded
     yield Output(triples_table(nodes.column("node_id").to_pylist(), triples, source), "triples_spacy", metadata=metadata)
 
 
-def _parse_record(mentions: list, triples: list[Triple]) -> dict:
+def _parse_record(parsed: tuple[list, list[Triple]]) -> dict:
+    mentions, triples = parsed
     return {"mentions": [list(mention) for mention in mentions], "triples": [triple.model_dump() for triple in triples]}
 
 

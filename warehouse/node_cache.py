@@ -16,7 +16,7 @@ import json
 import os
 import re
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -56,3 +56,12 @@ class NodeCache:
         temporary = self.path.with_name(f".{self.path.name}.{uuid.uuid4().hex}.tmp")
         pq.write_table(pa.table({"content_hash": list(merged), "value": list(merged.values())}), temporary)
         os.replace(temporary, self.path)
+
+    def apply(self, texts: Sequence[str], compute: Callable[[list[str]], list], dump: Callable[[Any], Any], load: Callable[[Any], Any]) -> tuple[list, int]:
+        """``compute`` over the texts the cache lacks (only those, in order), the rest read back: every
+        text's result and how many were computed. ``dump``/``load`` turn a result into JSON-ready data and back."""
+        hashes, known = self.lookup(texts)
+        missing = [i for i in range(len(texts)) if i not in known]
+        computed = dict(zip(missing, compute([texts[i] for i in missing]), strict=True))
+        self.store({hashes[i]: dump(result) for i, result in computed.items()})
+        return [computed[i] if i in computed else load(known[i]) for i in range(len(texts))], len(missing)
