@@ -15,12 +15,24 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, ValidationInfo
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.lake import LakeIndexes
 
 METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
+
+# The upper bounds of what one query may ask for, so that no request's cost is unbounded: a stage's
+# arrays are at most MAX_CANDIDATES long (and never longer than the corpus: the kernels clamp to it),
+# a cross-encoder scores at most MAX_MODEL_CALLS pairs, a weight is finite and at most MAX_WEIGHT.
+MAX_CANDIDATES = 10_000
+MAX_MODEL_CALLS = 1_000
+MAX_WEIGHT = 1e6
+MAX_KEYWORDS = 32
+Count = Annotated[int, Field(gt=0, le=MAX_CANDIDATES)]  # k, depth, a pool of candidates, ef_search
+ModelCalls = Annotated[int, Field(gt=0, le=MAX_MODEL_CALLS)]  # a reranker's depth, a budget of cross-encoder calls
+Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
+Keyword = Annotated[str, Field(min_length=1, max_length=100)]
 
 
 def method_asset_names(name: str) -> tuple[str, str, str]:
@@ -99,7 +111,7 @@ def _resolve(value: Any, info: ValidationInfo) -> Any:
 class Op(BaseModel):
     """An operator: its parameters are its fields; ``INDEXES`` names what it reads (see ``needs``)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     INDEXES: ClassVar[frozenset[str]] = frozenset()
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
 
@@ -116,17 +128,17 @@ class Op(BaseModel):
         return False
 
     def at_query_time(self, values: Mapping[str, Any]) -> Op:
-        """This operator with a request's values of its query-time parameters, validated as a declaration is."""
+        """This operator with a request's values of its query-time parameters, validated as a declaration is
+        but strictly: a number is not read from a string or a boolean (a request's ``"5"`` is refused)."""
         fields = type(self).model_fields
         refused = sorted(name for name in values if name not in self.QUERY_TIME or name not in fields)
         if refused:
             takes = ", ".join(sorted(self.QUERY_TIME & set(fields))) or "none"
             raise MethodError(f"{self.op}: {', '.join(refused)} cannot be set per query (it takes: {takes})")
         try:
-            return type(self).model_validate({**{name: getattr(self, name) for name in fields}, **values})
+            return type(self).model_validate({**{name: getattr(self, name) for name in fields}, **values}, strict=True)
         except ValidationError as error:
-            problem = error.errors()[0]
-            raise MethodError(f"{self.op}: {'.'.join(map(str, problem['loc']))}: {problem['msg']}") from None
+            raise MethodError(f"{self.op}: {problem(error)}") from None
 
     def first_stage(self) -> Op | None:
         """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
@@ -154,6 +166,15 @@ def register(cls: OpClass) -> OpClass:
         raise MethodError(f"operator {name!r} is registered twice: {known.__module__}.{known.__qualname__} and {cls.__module__}.{cls.__qualname__}")
     OPERATORS[name] = cls
     return cls
+
+
+def problem(error: ValidationError) -> str:
+    """One line for a validation error: where and what. Of a union's alternatives the one that is not a
+    mismatched literal (``weights``' mapping, not ``'tuned_two'``), named without pydantic's branch tags."""
+    problems = error.errors()
+    chosen = next((p for p in problems if p["type"] != "literal_error"), problems[0])
+    where = ".".join(str(part) for part in chosen["loc"] if isinstance(part, int) or part.isidentifier())  # not `constrained-float`, `list[str]`
+    return f"{where}: {chosen['msg']}"
 
 
 def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:

@@ -371,7 +371,7 @@ def search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool: 
     visited bitmaps fit ``VISITED_BYTES``."""
     xp = vectors.xp
     chunk = max(1, VISITED_BYTES // max(1, len(vectors)))
-    parts = [_search(vectors, graph, batch.take(start, start + chunk), max(pool, k), k, width) for start in range(0, len(batch), chunk)]
+    parts = [_search(vectors, graph, batch.take(start, start + chunk), max(min(pool, len(vectors)), k), k, width) for start in range(0, len(batch), chunk)]
     return xp.concatenate([rows for rows, _ in parts]), xp.concatenate([scores for _, scores in parts])
 
 

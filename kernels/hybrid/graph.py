@@ -581,8 +581,11 @@ class Searcher:
         self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None = None, kg: KGQuery | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated) plus the KG
-        reward, best first; with ``required`` BM25 token ids, only rows holding all of them."""
+        reward, best first; with ``required`` BM25 token ids, only rows holding all of them. The pool and
+        ``k`` are clamped to the corpus: its arrays are never longer than the graph has nodes."""
         vectors = self.vectors
+        k = max(1, min(k, len(vectors)))
+        pool_size = max(k, min(pool_size, len(vectors)))
         if kg is not None and self.graph.kg is None:
             raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
         use = np.asarray(weights, dtype=np.float64) != 0
@@ -607,7 +610,7 @@ class Searcher:
             self.graph.entry,
             self.graph.deleted,
             np.sort(np.asarray(required if required is not None else [], dtype=np.int32)),
-            max(pool_size, k),
+            pool_size,
             k,
             visited,
             stamp,

@@ -17,7 +17,7 @@ from pydantic import Field, model_validator
 
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
-from graphlake.retrieval.core import Candidates, Input, MethodError, Op, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, ranked, register, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 
 Extractor = Literal["spacy", "regex"]
@@ -41,7 +41,7 @@ class PPR(Op):
     query_entities: bool = True
     extractor: Extractor = "spacy"
     entity_delta: float = Field(0.5, ge=0)
-    seed_k: int = Field(5, gt=0)
+    seed_k: Count = 5
     seed_weighting: Weighting = "rank"
     mixing: Mixing = "mass"
     alpha: float = Field(0.15, gt=0, lt=1)
@@ -51,7 +51,7 @@ class PPR(Op):
     hub_prune_percent: float = Field(0.0, ge=0, lt=100)
     degree_cap: int = Field(0, ge=0)
     fallback: Input | None = Field("bm25", validate_default=True)  # a declared method, by name
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     @model_validator(mode="before")
     @classmethod
@@ -132,7 +132,7 @@ class GraphRerank(Op):
     proximity: Literal["auto", "structural", "conceptual", "contextual"] = "auto"
     extractor: Extractor = "spacy"
     alpha: float | None = Field(None, gt=0, lt=1)
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     def indexes(self) -> frozenset[str]:
         found = {"structural", "contextual", f"mentions_{self.extractor}"}

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
 from graphlake.kernels.text import encoders
-from graphlake.retrieval.core import Candidates, Input, Op, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, register, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 
 if TYPE_CHECKING:
@@ -41,7 +41,7 @@ class SkbPlan(Op):
     rescore: bool = True
     max_rows: int = Field(100_000, gt=0)
     timeout_s: float = Field(10.0, gt=0)
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     def settings(self) -> StageOneSettings:
         from graphlake.retrieval.index.skb import StageOneSettings  # spaCy and the SKB builders load with the first GRASP query only
@@ -72,7 +72,7 @@ class PlanRRF(Op):
     constant: float = Field(60.0, gt=0)
     w_bucket: list[float] = Field(default_factory=lambda: [1.0] * len(BUCKETS))
     m_risk: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.0])
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     @model_validator(mode="after")
     def _sizes(self) -> PlanRRF:
@@ -118,12 +118,12 @@ class GraspRerank(Op):
     op: Literal["grasp_rerank"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     model: Literal["base", "grasp"] = "grasp"
-    depth: int = Field(100, gt=0)
+    depth: ModelCalls = 100
     fuse: Literal["tuned", "none"] | FuseSetting = "tuned"
     serialize: Literal["skb", "text"] = "skb"
     max_neighbours: int = Field(10, gt=0)
     max_field_tokens: int = Field(300, gt=0)
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     def first_stage(self) -> Op:
         return self.inputs[0]

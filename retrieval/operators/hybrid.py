@@ -32,7 +32,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.core import Candidates, Op, from_dict, ranked, register
+from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, Op, Weight, from_dict, ranked, register
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
@@ -43,10 +43,10 @@ DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
 class PathWeights(BaseModel):
     """How much each path counts, in calibrated units."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    dense: float = Field(1.0, ge=0)
-    sparse: float = Field(1.0, ge=0)
-    lexical: float = Field(1.0, ge=0)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    dense: Weight = 1.0
+    sparse: Weight = 1.0
+    lexical: Weight = 1.0
 
     @model_validator(mode="after")
     def _some(self) -> PathWeights:
@@ -65,12 +65,12 @@ class Hybrid(Op):
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights", "keywords", "kg_weight", "candidates", "depth"})  # any path weights, no rebuild
     weights: PathWeights | Literal["tuned_two", "tuned_three"] = PathWeights()
     calibrate: bool = True
-    keywords: Literal["none", "idf_top1"] | list[str] = "none"
+    keywords: Literal["none", "idf_top1"] | Annotated[list[Keyword], Field(min_length=1, max_length=MAX_KEYWORDS)] = "none"
     kg: bool = False
-    kg_weight: Annotated[float, Field(ge=0)] | Literal["tuned"] = "tuned"  # calibrated units; tuned on the training queries, else 0.5
+    kg_weight: Weight | Literal["tuned"] = "tuned"  # calibrated units; tuned on the training queries, else 0.5
     kg_hops: int = Field(3, ge=0)  # hybrid_kg.HOPS (not imported here: it would load spaCy for every query)
     kg_edges: bool = True
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
     def indexes(self) -> frozenset[str]:
         tuned = isinstance(self.weights, str) or (self.kg and self.kg_weight == "tuned")
@@ -172,7 +172,7 @@ class HybridGraphSearch(Hybrid):
     """Allan-Poe (Algorithm 2): best-first search of the hybrid graph with a pool of ``candidates``."""
 
     op: Literal["hybrid_graph"]
-    candidates: int = Field(128, gt=0)
+    candidates: Count = 128
     keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
@@ -222,7 +222,7 @@ class Multipath(Hybrid):
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "dense_hnsw", "splade", "bm25"})
     op: Literal["multipath"]
-    depth: int = Field(100, gt=0)
+    depth: Count = 100
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         paths = (DenseHNSW(op="dense_hnsw", k=self.depth), Splade(op="splade", k=self.depth), BM25(op="bm25", k=self.depth))

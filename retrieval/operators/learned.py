@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Input, Op, from_dict, register, run_inputs, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, Op, from_dict, register, run_inputs, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
 
@@ -38,8 +38,8 @@ class LearnedFusion(Op):
 
     op: Literal["learned_fusion"]
     inputs: list[Input] = Field(min_length=2)
-    depth: int = Field(100, gt=0)  # each input's top this many form the candidates
-    k: int = Field(100, gt=0)
+    depth: Count = 100  # each input's top this many form the candidates
+    k: Count = 100
 
     def indexes(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains

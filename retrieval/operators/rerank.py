@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
-from graphlake.retrieval.core import Candidates, Input, Op, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, Weight, ranked, register, run_inputs
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
@@ -66,8 +66,8 @@ class CrossEncoderRerank(Op):
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "depth"})
     op: Literal["cross_encoder"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
-    depth: int = Field(100, gt=0)
-    k: int = Field(100, gt=0)
+    depth: ModelCalls = 100
+    k: Count = 100
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         (base,) = run_inputs(self, query, indexes)
@@ -86,9 +86,9 @@ class GraphBudgeted(Op):
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "batch", "budget", "alpha", "beta"})
 
     graph: Literal["auto"] | list[EdgeKind] = "auto"
-    batch: int = Field(10, gt=0)
-    budget: int = Field(100, gt=0)
-    k: int = Field(100, gt=0)
+    batch: ModelCalls = 10
+    budget: ModelCalls = 100
+    k: Count = 100
 
     def indexes(self) -> frozenset[str]:
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
@@ -124,7 +124,7 @@ class FastInsight(GraphBudgeted):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense", "reranker"})
     op: Literal["fastinsight"]
     alpha: float = Field(0.2, ge=0, le=1)
-    beta: float = Field(1.0, ge=0)
+    beta: Weight = 1.0
 
     def first_stage(self) -> Op:
         return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``

@@ -10,14 +10,14 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Input, MethodError, Op, from_dict, min_max, ranked, register, run_inputs, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 
 
 class TopK(Op):
     """O_vs over one index: the top ``k`` nodes by its score."""
 
-    k: int = Field(100, gt=0)
+    k: Count = 100
 
 
 @register
@@ -60,7 +60,7 @@ class DenseHNSW(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense", "dense_hnsw"})
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "ef_search"})
     op: Literal["dense_hnsw"]
-    ef_search: int = Field(128, gt=0)
+    ef_search: Count = 128
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
         return self.run_batch([query], indexes)[0]
@@ -68,8 +68,9 @@ class DenseHNSW(TopK):
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
 
-        depth = faiss.SearchParametersHNSW(efSearch=max(self.ef_search, self.k))
-        scores, rows = indexes.get("dense_hnsw").search(np.stack([indexes.encode_dense(q) for q in queries]), self.k, params=depth)
+        index = indexes.get("dense_hnsw")
+        depth = faiss.SearchParametersHNSW(efSearch=min(max(self.ef_search, self.k), max(index.ntotal, 1)))  # no deeper than the corpus
+        scores, rows = index.search(np.stack([indexes.encode_dense(q) for q in queries]), min(self.k, max(index.ntotal, 1)), params=depth)
         return [Candidates(r[r >= 0].astype(np.int64), s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
 
 
@@ -98,8 +99,8 @@ class Fusion(Op):
 
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights"})
     inputs: list[Input] = Field(min_length=1)
-    weights: list[float] | None = None
-    k: int = Field(100, gt=0)
+    weights: list[Weight] | None = None
+    k: Count = 100
 
     def input_weights(self) -> list[float]:
         if self.weights is None:
