@@ -41,7 +41,8 @@ def test_serialisation_follows_app_b6():
 def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
     indexes = LakeIndexes(Lake(demo_lake.home), "demo")
     skb = indexes.get("skb")("auto")
-    cited = skb.con.execute("SELECT dst, src FROM skb_edges WHERE relation = 'CITES' LIMIT 1").fetchone()
+    with skb.cursor() as con:
+        cited = con.execute("SELECT dst, src FROM skb_edges WHERE relation = 'CITES' LIMIT 1").fetchone()
     assert cited is not None, "the demo's SKB has citations"
     target_row = skb.node_row[skb.by_id[cited[0]]]
     text = skb.serialised(int(target_row), "body")

@@ -93,7 +93,9 @@ class Stage1:
 
 class LoadedSKB:
     """One (corpus, source) SKB ready to execute plans: its tables in an in-memory DuckDB, its node
-    vectors (name, and document: the ``dense`` index's rows for passage and table nodes), its schema."""
+    vectors (name, and document: the ``dense`` index's rows for passage and table nodes), its schema.
+    Shared by the requests served at once: each statement runs on a cursor of its own (``cursor``), as
+    one DuckDB connection runs one statement at a time and refuses a second."""
 
     def __init__(self, indexes: LakeIndexes, source: str) -> None:
         self.corpus, self.source = indexes.corpus, source
@@ -103,13 +105,13 @@ class LoadedSKB:
             nodes, edges = lake.read("skb_nodes", partition), lake.read("skb_edges", partition)
         except StorageError:
             raise StorageError(f"corpus {indexes.corpus!r} has no {source!r} SKB; materialize skb (sources: {source})") from None
-        self.con = duckdb.connect()
-        self.con.register("nodes_in", nodes)
-        self.con.register("edges_in", edges)
-        self.con.execute("CREATE TABLE skb_nodes AS SELECT * FROM nodes_in")
-        self.con.execute("CREATE TABLE skb_edges AS SELECT * FROM edges_in")
-        self.con.unregister("nodes_in")
-        self.con.unregister("edges_in")
+        self._database = duckdb.connect()
+        self._database.register("nodes_in", nodes)
+        self._database.register("edges_in", edges)
+        self._database.execute("CREATE TABLE skb_nodes AS SELECT * FROM nodes_in")
+        self._database.execute("CREATE TABLE skb_edges AS SELECT * FROM edges_in")
+        self._database.unregister("nodes_in")
+        self._database.unregister("edges_in")
         self.ids: list[str] = nodes.column("skb_id").to_pylist()
         self.labels = np.asarray(nodes.column("label").to_pylist(), dtype=object)
         self.names: list[str] = nodes.column("name").to_pylist()
@@ -119,10 +121,15 @@ class LoadedSKB:
         self.by_id = {skb_id: i for i, skb_id in enumerate(self.ids)}
         self.by_label = {label: np.flatnonzero(self.labels == label) for label in set(self.labels.tolist())}
         self._load_vectors(indexes)
-        rows = self.con.execute(
-            "SELECT s.label, e.relation, d.label FROM skb_edges e JOIN skb_nodes s ON s.skb_id = e.src JOIN skb_nodes d ON d.skb_id = e.dst GROUP BY ALL"
-        ).fetchall()
+        with self.cursor() as con:
+            rows = con.execute(
+                "SELECT s.label, e.relation, d.label FROM skb_edges e JOIN skb_nodes s ON s.skb_id = e.src JOIN skb_nodes d ON d.skb_id = e.dst GROUP BY ALL"
+            ).fetchall()
         self.schema = Schema.of(rows, set(self.labels.tolist()))
+
+    def cursor(self) -> duckdb.DuckDBPyConnection:
+        """A connection of this thread's own to the SKB's tables (close it: ``with skb.cursor() as con``)."""
+        return self._database.cursor()
 
     def _load_vectors(self, indexes: LakeIndexes) -> None:
         """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
@@ -172,10 +179,11 @@ class LoadedSKB:
     def _neighbours(self) -> dict[str, dict[str, list[str]]]:
         """skb_id -> relation -> neighbour names (both directions, by name), for serialisation."""
         found: dict[str, dict[str, list[str]]] = {}
-        rows = self.con.execute(
-            "SELECT a, relation, n.name FROM (SELECT src AS a, relation, dst AS b FROM skb_edges UNION SELECT dst, relation, src FROM skb_edges) "
-            "JOIN skb_nodes n ON n.skb_id = b ORDER BY a, relation, n.name, b"
-        ).fetchall()
+        with self.cursor() as con:
+            rows = con.execute(
+                "SELECT a, relation, n.name FROM (SELECT src AS a, relation, dst AS b FROM skb_edges UNION SELECT dst, relation, src FROM skb_edges) "
+                "JOIN skb_nodes n ON n.skb_id = b ORDER BY a, relation, n.name, b"
+            ).fetchall()
         for skb_id, relation, name in rows:
             found.setdefault(skb_id, {}).setdefault(relation, []).append(name)
         return found
@@ -321,7 +329,8 @@ def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, set
         bindings[anchor.var] = skb.link(vector, anchor.label, anchor.match_mode, k, tau)
     sql = compile_sql(plan, bindings, skb.corpus, skb.source, settings.emit, settings.max_rows)
     try:
-        found = run_sql(skb.con, sql, settings.timeout_s)
+        with skb.cursor() as con:
+            found = run_sql(con, sql, settings.timeout_s)
     except TimeoutError as error:
         return Stage1(empty, plan, False, str(error), "no_trade", 0, sql, _ms(started))
     positions = np.fromiter((skb.by_id[skb_id] for skb_id, _ in found), np.int64, len(found))
