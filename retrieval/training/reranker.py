@@ -272,12 +272,23 @@ def reranker_report(lake: Lake) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _lake_reranker(indexes: LakeIndexes) -> Any:
+    """The lake's cross-encoder; where it was never trained (a method switched on after the last build,
+    read by the API before any ``materialize``), its ``Untrained`` marker, so the reranking methods
+    answer with their first stage and say why instead of failing."""
+    try:
+        folder = indexes.lake.artifact("reranker", {})
+    except StorageError:
+        return Untrained(f"the lake has not trained one yet (`graphlake materialize --corpus {indexes.corpus} --select key:reranker` trains it)")
+    return load_reranker(folder)
+
+
 declare(
     IndexKind(
         "reranker",
         ("reranker",),
         Stored(artifact="reranker", lake_wide=True),
-        lambda indexes: load_reranker(indexes.lake.artifact("reranker", {})),
+        _lake_reranker,
         Fitting(lambda home, corpus: reranker_sources(home), reads),
     )
 )
