@@ -10,31 +10,32 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 
-from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
-from graphlake.retrieval.core import MethodError, Methods, Op, needs
+from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, needs
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import available_methods, load_methods
-from graphlake.warehouse.catalog import Catalog, SandboxError
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.corpora import CORPUS_NAME, CorpusRegistry
 from graphlake.warehouse.home import ENV_VAR, home_of
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
+from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import Lake
 
 MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
+MAX_NAME_CHARS = 200
 
 
 def open_lake(location: str | Path = "") -> GraphLake:
@@ -86,15 +87,20 @@ class GraphLake:
 
     def warm(self, corpus: str, method: str) -> None:
         """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is the search's."""
+        _check_names(corpus, method)
         warm = self._current(corpus)
         _method(warm.methods, method, {}, 1).run("warm up", warm.indexes.request())
 
     def search(self, corpus: str, method: str, query: str, k: int = 10, **overrides: Any) -> SearchResult:
         """The ``k`` best nodes for ``query``; ``overrides`` set the method's query-time parameters (``methods()`` lists them)."""
+        if not isinstance(query, str):
+            raise RequestError(f"query: a string, got {_kind(query)}")
         return self.search_batch(corpus, method, [query], k, **overrides)[0]
 
     def search_batch(self, corpus: str, method: str, queries: list[str], k: int = 10, **overrides: Any) -> list[SearchResult]:
-        """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path."""
+        """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
+        Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
+        _check_names(corpus, method)
         _check(queries, k)
         warm = self._current(corpus)
         op = _method(warm.methods, method, overrides, k)
@@ -123,13 +129,21 @@ class GraphLake:
             for candidates in found
         ]
 
-    def sql(self, statement: str) -> pa.Table:
-        """A read-only SQL query over the lake's catalog (the sandbox ``graphlake sql`` uses)."""
+    def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
+        """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses
+        (a process of its own, within ``$GRAPHLAKE_SQL_TIMEOUT`` and ``$GRAPHLAKE_SQL_MEMORY_MB``): at most
+        ``limit`` rows, with a ``RowsCut`` warning when there were more."""
+        if not isinstance(statement, str) or not statement.strip():
+            raise RequestError(f"statement: SQL text, got {_kind(statement)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ROWS:
+            raise RequestError(f"limit: a whole number of rows from 1 to {MAX_ROWS:,}, got {limit!r}")
         try:
-            with Catalog(self.home).sandbox() as con:
-                return Catalog.read_only_table(con, statement)
-        except (duckdb.Error, SandboxError) as error:
+            answer = run_sql(self.home, statement, limit)
+        except SandboxError as error:
             raise RequestError(str(error).splitlines()[0]) from None
+        if answer.cut:
+            warnings.warn(RowsCut(f"the first {limit:,} rows of more; sql(..., limit=N) returns up to {MAX_ROWS:,}"), stacklevel=2)
+        return answer.table
 
     def _current(self, corpus: str) -> _Warm:
         """The corpus's warm indexes as of the lake's current snapshots, loaded when a build committed newer ones."""
@@ -171,12 +185,31 @@ def _mtime(path: str) -> int:
         return -1
 
 
+def _kind(value: Any) -> str:
+    return "an empty string" if isinstance(value, str) and not value.strip() else type(value).__name__
+
+
+def _check_names(corpus: Any, method: Any) -> None:
+    for what, value, pattern in (("corpus", corpus, CORPUS_NAME), ("method", method, METHOD_NAME)):
+        if not isinstance(value, str) or not value:
+            raise RequestError(f"{what}: a name, got {_kind(value)}")
+        if len(value) > MAX_NAME_CHARS or not pattern.fullmatch(value):
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            raise RequestError(f"{what}: {shown!r} is not a {what} name (letters, digits and {'_ . -' if what == 'corpus' else '_'})")
+
+
 def _check(queries: list[str], k: int) -> None:
+    if isinstance(queries, str) or not isinstance(queries, list | tuple):
+        raise RequestError(f"queries: a list of strings, got {_kind(queries)} (search() takes one query)")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise RequestError(f"k: an integer, got {k!r}")
     if not queries:
         raise RequestError("queries: give at least one")
     if len(queries) > MAX_BATCH:
         raise RequestError(f"queries: at most {MAX_BATCH} in one batch, got {len(queries)}")
     for i, query in enumerate(queries):
+        if not isinstance(query, str):
+            raise RequestError(f"query {i}: a string, got {_kind(query)}")
         if not query.strip():
             raise RequestError(f"query {i}: empty")
         if len(query) > MAX_QUERY_CHARS:

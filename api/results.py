@@ -17,6 +17,10 @@ class RequestError(ValueError):
     """A request the lake cannot answer as asked (a parameter out of bounds, one a method does not take)."""
 
 
+class RowsCut(UserWarning):
+    """An SQL answer cut to its row limit: there were more rows."""
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     rank: int

@@ -86,7 +86,7 @@ FORMAT_SKB: dict[str, tuple[str, ...]] = {
 # the formats that read a separate query file (``--queries``) or gold file (``--qrels``)
 READS = {"queries": {"hipporag", "jsonl", "spider", "bird", "files"}, "qrels": {"jsonl", "files"}}
 
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
+CORPUS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
 class CorpusSpec(BaseModel):
@@ -116,7 +116,7 @@ class CorpusSpec(BaseModel):
     @classmethod
     def _plain_name(cls, name: str) -> str:
         """A name that is a folder, a partition key and a SQL string alike."""
-        if not _NAME.fullmatch(name):
+        if not CORPUS_NAME.fullmatch(name):
             raise ValueError(f"corpus name {name!r}: letters, digits, '_', '.' and '-', starting with a letter or digit")
         return name
 
