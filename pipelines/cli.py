@@ -22,12 +22,13 @@ from rich.table import Table
 
 from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.retrieval.core import MethodError
-from graphlake.warehouse.catalog import Catalog, SandboxError
+from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.config_files import ConfigFileError, load_yaml, one_line
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.home import HomeError, lake_home
+from graphlake.warehouse.home import HomeError, lake_home, require_writable
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
+from graphlake.warehouse.sql_sandbox import MAX_ROWS, PermissionRefused, SandboxError, run_sql
 from graphlake.warehouse.storage import Lake, StorageError
 
 console = Console()
@@ -278,7 +279,9 @@ def forget(
 def gc() -> None:
     """Remove what failed or killed runs left and the versions no snapshot refers to any more (each
     corpus keeps its current and its previous snapshot), one corpus at a time under its writer lock."""
-    lake = Lake(lake_home())
+    home = lake_home()
+    require_writable(home, "`graphlake gc` removes files from it and")
+    lake = Lake(home)
     for scope in lake.snapshots.scopes():
         try:
             with lake.writing(scope, "graphlake gc") as removed:
@@ -346,25 +349,25 @@ def _run_config(path: Path) -> dict:
 def sql(
     query: Annotated[str, typer.Argument(help="SQL over the lake's tables (read-only).")],
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of row objects.")] = False,
+    limit: Annotated[int, typer.Option(min=1, max=MAX_ROWS, help="Print at most this many rows (a note says when there were more).")] = 1000,
 ) -> None:
-    """Run SQL queries on a read-only connection to the lake's DuckDB catalog that reads only the lake's folder."""
-    import duckdb
-
+    """Run SQL queries on a read-only connection to the lake's committed tables, within the time and
+    memory limits of $GRAPHLAKE_SQL_TIMEOUT and $GRAPHLAKE_SQL_MEMORY_MB."""
     home = lake_home()
-    catalog = Catalog(home)
     try:
-        with catalog.sandbox() as con:
-            result = Catalog.run_read_only(con, query)
-            names = [column[0] for column in result.description or []]
-            rows = result.fetchall()
-    except duckdb.PermissionException as error:
-        _fail(f"refused: {str(error).splitlines()[0]} (graphlake sql reads only the lake's tables, {home / 'tables'}; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
-    except (duckdb.Error, SandboxError) as error:
+        answer = run_sql(home, query, limit)
+    except PermissionRefused as error:
+        _fail(f"refused: {error} (graphlake sql reads only the lake's committed tables; any DuckDB client can open {home / 'catalog.duckdb'} for a full session)")
+    except SandboxError as error:
         _fail(str(error).strip())  # DuckDB's own lines too: "Did you mean", the statement and a caret under the fault
-    for line in catalog.left_out:
+    for line in answer.left_out:
         errors.print(f"[yellow]note:[/] {line}", highlight=False, soft_wrap=True)
+    if answer.cut:
+        errors.print(f"[yellow]note:[/] the first {limit:,} rows are shown; there are more (--limit N shows up to {MAX_ROWS:,})", highlight=False, soft_wrap=True)
+    names = answer.table.column_names
+    rows = list(zip(*(column.to_pylist() for column in answer.table.columns), strict=True)) if names else []
     if as_json:
-        print(json.dumps([dict(zip(names, row)) for row in rows], default=str, ensure_ascii=False))
+        print(json.dumps([dict(zip(names, row, strict=True)) for row in rows], default=str, ensure_ascii=False))
         return
     table = Table(show_lines=False)
     for name in names:  # a row a line: a long value (a JSON metadata column) is cut, --json has it whole

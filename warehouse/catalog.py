@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import re
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +22,6 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from graphlake.common.settings import number_from_env
 from graphlake.warehouse.graph_sql import install_macros
 from graphlake.warehouse.snapshots import SnapshotError, Snapshots
 from graphlake.warehouse.tables import TABLES, TableSpec
@@ -43,29 +40,13 @@ _DUCKDB_TYPES = {
 }
 
 
-_READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
-_EXPLAINED = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)  # what precedes the explained statement
-TIMEOUT_ENV, MEMORY_ENV = "GRAPHLAKE_SQL_TIMEOUT", "GRAPHLAKE_SQL_MEMORY_MB"
-
-
-class SandboxError(ValueError):
-    """A statement the lake's read-only SQL refuses or stops."""
-
-
-class ReadOnlyError(SandboxError):
-    """A statement that would write, sent to the lake's read-only SQL."""
-
-
-class LimitError(SandboxError):
-    """A statement that ran past the sandbox's time or memory limit."""
-
-
 class Catalog:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
         self.path = self.home / CATALOG_FILE
         self._lock_path = self.home / f".{CATALOG_FILE}.lock"
         self.left_out: list[str] = []  # the scopes the last catalog built left out, and why
+        self.files: list[str] = []  # every data file the last catalog built reads
 
     def refresh(self) -> None:
         """Rewrite ``catalog.duckdb`` for outside clients from the current snapshots: built in a temporary
@@ -92,54 +73,10 @@ class Catalog:
 
     def _create(self, con: duckdb.DuckDBPyConnection) -> None:
         files = self._committed_files()
+        self.files = sorted(path for paths in files.values() for path in paths)
         for spec in TABLES.values():
             con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
         install_macros(con)
-
-    @contextmanager
-    def sandbox(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A read-only connection that reads only the lake's committed tables (not its configuration,
-        snapshots or Dagster's storage), writes nowhere (not even spill files), stops a statement past
-        ``GRAPHLAKE_SQL_TIMEOUT`` seconds or ``GRAPHLAKE_SQL_MEMORY_MB``, and cannot be reconfigured:
-        what ``graphlake sql`` and the API hand a user. Statements go through :meth:`run_read_only`; a
-        full DuckDB session is any client opening ``catalog.duckdb``."""
-        seconds = number_from_env(TIMEOUT_ENV, 60.0, least=0.1, error=SandboxError)
-        megabytes = number_from_env(MEMORY_ENV, 2048, kind=int, least=64, error=SandboxError)
-        with self.reader() as con:
-            tables = str((self.home / "tables").resolve()).replace("'", "''")
-            con.execute(f"SET memory_limit = '{megabytes}MB'")
-            con.execute("SET temp_directory = ''")  # past the memory limit a statement fails, it never spills into the lake
-            con.execute(f"SET allowed_directories = ['{tables}/']")
-            con.execute("SET enable_external_access = false")  # files outside those, extensions, ATTACH
-            con.execute("SET lock_configuration = true")  # no SET/RESET can lift the ones above
-            timer = threading.Timer(seconds, con.interrupt)
-            timer.start()
-            try:
-                yield con
-            except duckdb.InterruptException:
-                raise LimitError(f"the statement ran past {seconds:g} s and was stopped (set {TIMEOUT_ENV} for a longer limit)") from None
-            except duckdb.OutOfMemoryException as error:
-                raise LimitError(f"{str(error).splitlines()[0]} (the limit is {megabytes} MB: set {MEMORY_ENV} for more)") from None
-            finally:
-                timer.cancel()
-
-    @staticmethod
-    def run_read_only(con: duckdb.DuckDBPyConnection, query: str) -> duckdb.DuckDBPyConnection:
-        """Execute ``query`` if DuckDB's own parser finds only queries in it (SELECT, and EXPLAIN);
-        else refuse it naming the statement. COPY ... TO, EXPORT, SET, CALL and any DDL or DML would
-        change a file, the catalog or the session."""
-        result = con
-        for statement in _reading_statements(con, query):
-            result = con.execute(statement)
-        return result
-
-    @staticmethod
-    def read_only_table(con: duckdb.DuckDBPyConnection, query: str) -> pa.Table:
-        """The last statement's rows as Arrow, the statements checked as :meth:`run_read_only` checks them."""
-        *before, last = _reading_statements(con, query) or [None]
-        for statement in before:
-            con.execute(statement)
-        return con.sql(last.query).to_arrow_table() if last is not None else pa.table({})
 
     def _committed_files(self) -> dict[str, list[str]]:
         """Table -> the data files of every scope's current snapshot, where the lake is now. A scope
@@ -177,21 +114,3 @@ def _looks_whole(path: Path) -> bool:
             return handle.read(4) == b"PAR1"
     except OSError:
         return False
-
-
-def _reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
-    """``query``'s statements, if DuckDB's parser finds only queries among them (an EXPLAIN only of a
-    query: EXPLAIN ANALYZE runs what it explains); else the refusal naming the first other."""
-    statements = con.extract_statements(query)
-    for statement in statements:
-        explained = _EXPLAINED.sub("", statement.query, count=1) if statement.type == duckdb.StatementType.EXPLAIN else None
-        if explained is not None and explained != statement.query:
-            _reading_statements(con, explained)
-        elif statement.type not in _READING or explained is not None:  # an EXPLAIN of a form not recognised: refused
-            shown = " ".join(statement.query.split())
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
-            raise ReadOnlyError(
-                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
-                "its tables change only through `graphlake ingest` / `graphlake materialize`"
-            )
-    return statements

@@ -1,0 +1,212 @@
+"""The lake's read-only SQL (``graphlake sql``, the API's ``sql``): each statement runs in a child
+process of its own, so that its limits hold for every shape of statement and for its result too.
+
+DuckDB's ``memory_limit`` bounds its buffer pool only: a 1.5 GB ``repeat`` or a 400-million element
+list is allocated outside it, and a result turned into Python objects is outside DuckDB altogether.
+The child caps its whole address space at what it needs to start plus the limit, keeps at most
+``limit`` rows of the result (saying when it cut), and stops itself at the time limit; the parent kills
+it past that, so even a statement that never checks for an interrupt ends on time, and a statement
+that fails however it fails costs the caller nothing but the child.
+
+The child reads only the committed snapshots' files (DuckDB's ``allowed_paths`` is their list: no
+glob over the lake's folders reaches a staged file or an older version), writes nowhere, and cannot
+be reconfigured. The statements must all be queries (SELECT, and EXPLAIN of one), checked by DuckDB's
+own parser.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+
+from graphlake.common.settings import number_from_env
+
+TIMEOUT_ENV, MEMORY_ENV = "GRAPHLAKE_SQL_TIMEOUT", "GRAPHLAKE_SQL_MEMORY_MB"
+MAX_ROWS = 1_000_000  # the most rows one answer may carry
+STARTUP_SECONDS = 20.0  # the child's own start (imports, the catalog), on top of the statement's time limit
+HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding
+
+_READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+_EXPLAINED = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)  # what precedes the explained statement
+
+
+class SandboxError(ValueError):
+    """A statement the lake's read-only SQL refuses or stops (the message keeps DuckDB's own lines)."""
+
+
+class ReadOnlyError(SandboxError):
+    """A statement that would write, sent to the lake's read-only SQL."""
+
+
+class LimitError(SandboxError):
+    """A statement that ran past the sandbox's time or memory limit."""
+
+
+class PermissionRefused(SandboxError):
+    """A statement that reads a file the sandbox does not let it read."""
+
+
+_ERRORS = {cls.__name__: cls for cls in (SandboxError, ReadOnlyError, LimitError, PermissionRefused)}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The last statement's rows (at most the limit), whether rows were cut, and the catalog's notes."""
+
+    table: pa.Table
+    cut: bool = False
+    left_out: list[str] = field(default_factory=list)
+
+
+def limits() -> tuple[float, int]:
+    """The time limit (seconds) and the memory limit (MB) from the environment, checked."""
+    seconds = number_from_env(TIMEOUT_ENV, 60.0, least=0.1, error=SandboxError)
+    megabytes = int(number_from_env(MEMORY_ENV, 2048, kind=int, least=64, error=SandboxError))
+    return seconds, megabytes
+
+
+def run_sql(home: Path, statement: str, limit: int) -> Answer:
+    """Run ``statement`` on the lake at ``home`` in a child process; at most ``limit`` rows come back."""
+    seconds, megabytes = limits()
+    if not 1 <= limit <= MAX_ROWS:
+        raise SandboxError(f"limit: between 1 and {MAX_ROWS:,} rows, got {limit}")
+    command = [sys.executable, "-m", "graphlake.warehouse.sql_sandbox", str(home), str(limit), repr(seconds), str(megabytes)]
+    env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas would reserve address space the cap counts
+    try:
+        done = subprocess.run(command, input=statement.encode("utf-8", "surrogatepass"), capture_output=True, timeout=seconds + STARTUP_SECONDS, env=env)
+    except subprocess.TimeoutExpired:
+        raise LimitError(_past_time(seconds)) from None
+    header, _, body = done.stdout.partition(b"\n")
+    if done.returncode != 0 or not header:
+        if done.returncode < 0 or not header:  # killed (the kernel's OOM killer) or aborted where it could not say why
+            raise LimitError(f"the statement stopped the SQL process ({_how(done.returncode)}), most likely past the memory limit of {megabytes} MB (set {MEMORY_ENV} for more)")
+        said = json.loads(header)
+        raise _ERRORS[said["error"]](said["message"])
+    said = json.loads(header)
+    table = pa.ipc.open_stream(body).read_all() if body else pa.table({})
+    return Answer(table, said["cut"], said["left_out"])
+
+
+def _past_time(seconds: float) -> str:
+    return f"the statement ran past {seconds:g} s and was stopped (set {TIMEOUT_ENV} for a longer limit)"
+
+
+def _how(returncode: int) -> str:
+    import signal
+
+    try:
+        return f"signal {signal.Signals(-returncode).name}"
+    except ValueError:
+        return f"exit status {returncode}"
+
+
+def reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
+    """``query``'s statements, if DuckDB's parser finds only queries among them (an EXPLAIN only of a
+    query: EXPLAIN ANALYZE runs what it explains); else the refusal naming the first other. COPY ... TO,
+    EXPORT, SET, CALL and any DDL or DML would change a file, the catalog or the session."""
+    statements = con.extract_statements(query)
+    for statement in statements:
+        explained = _EXPLAINED.sub("", statement.query, count=1) if statement.type == duckdb.StatementType.EXPLAIN else None
+        if explained is not None and explained != statement.query:
+            reading_statements(con, explained)
+        elif statement.type not in _READING or explained is not None:  # an EXPLAIN of a form not recognised: refused
+            shown = " ".join(statement.query.split())
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            raise ReadOnlyError(
+                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
+                "its tables change only through `graphlake ingest` / `graphlake materialize`"
+            )
+    return statements
+
+
+def _confine(con: duckdb.DuckDBPyConnection, files: list[str], megabytes: int) -> None:
+    """Only the committed files readable, nothing written (not even spill files), and no setting liftable."""
+    listed = ", ".join("'" + path.replace("'", "''") + "'" for path in files)
+    con.execute(f"SET memory_limit = '{megabytes}MB'")
+    con.execute("SET temp_directory = ''")  # past the memory limit a statement fails, it never spills into the lake
+    con.execute(f"SET allowed_paths = [{listed}]")
+    con.execute("SET enable_external_access = false")  # every other file, extensions, ATTACH
+    con.execute("SET lock_configuration = true")  # no SET/RESET can lift the ones above
+
+
+def _cap_address_space(megabytes: int) -> None:
+    """What the child has mapped now (Python, DuckDB, the catalog) plus the limit and some headroom: an
+    allocation past it fails, in DuckDB as an out-of-memory error, whatever allocates it."""
+    with open("/proc/self/status") as status:
+        mapped_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
+    cap = (mapped_kb << 10) + ((megabytes + HEADROOM_MB) << 20)
+    resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def _rows(con: duckdb.DuckDBPyConnection, query: str, most: int, megabytes: int) -> pa.Table:
+    """The first ``most`` rows of ``query``, read a batch at a time: the rest are never produced."""
+    reader = con.sql(query).to_arrow_reader(2048)
+    batches, rows, size = [], 0, 0
+    for batch in reader:
+        batches.append(batch)
+        rows, size = rows + batch.num_rows, size + batch.nbytes
+        if size > megabytes << 20:
+            raise LimitError(f"the result is over the memory limit of {megabytes} MB; select fewer rows or columns (or set {MEMORY_ENV})")
+        if rows >= most:
+            break
+    return pa.Table.from_batches(batches, reader.schema).slice(0, most)
+
+
+def _answer(home: Path, statement: str, limit: int, seconds: float, megabytes: int) -> tuple[dict, bytes]:
+    from graphlake.warehouse.catalog import Catalog
+
+    catalog = Catalog(home)
+    with catalog.reader() as con:
+        _confine(con, catalog.files, megabytes)
+        *before, last = reading_statements(con, statement) or [None]
+        _cap_address_space(megabytes)
+        timer = threading.Timer(seconds, con.interrupt)
+        timer.start()
+        try:
+            for earlier in before:
+                con.execute(earlier).fetchall()
+            table = _rows(con, last.query, limit + 1, megabytes) if last is not None else pa.table({})
+        except duckdb.InterruptException:
+            raise LimitError(_past_time(seconds)) from None
+        finally:
+            timer.cancel()
+    cut = table.num_rows > limit
+    table = table.slice(0, limit)
+    sink = io.BytesIO()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return {"cut": cut, "left_out": catalog.left_out}, sink.getvalue()
+
+
+def _main(home: str, limit: str, seconds: str, megabytes: str) -> int:
+    statement = sys.stdin.buffer.read().decode("utf-8", "surrogatepass")
+    try:
+        header, body = _answer(Path(home), statement, int(limit), float(seconds), int(megabytes))
+    except SandboxError as error:
+        said = {"error": type(error).__name__, "message": str(error)}
+    except duckdb.OutOfMemoryException as error:
+        said = {"error": "LimitError", "message": f"{str(error).splitlines()[0]} (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
+    except duckdb.PermissionException as error:
+        said = {"error": "PermissionRefused", "message": str(error).splitlines()[0]}
+    except duckdb.Error as error:
+        said = {"error": "SandboxError", "message": str(error).strip()}  # DuckDB's own lines: "Did you mean", the statement, a caret
+    else:
+        sys.stdout.buffer.write(json.dumps(header).encode() + b"\n" + body)
+        return 0
+    sys.stdout.buffer.write(json.dumps(said).encode() + b"\n")
+    return 3
+
+
+if __name__ == "__main__":
+    sys.exit(_main(*sys.argv[1:]))
