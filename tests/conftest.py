@@ -117,6 +117,18 @@ def demo_lake(tmp_path_factory) -> DemoLake:
     return DemoLake(home, result.stdout, result.stderr)
 
 
+@pytest.fixture(scope="session")
+def served(demo_lake, tmp_path_factory):
+    """The shared demo lake served by ``graphlake serve`` with an API key (``served.KEY``); it only reads it."""
+    from served import KEY, Server
+
+    server = Server(demo_lake.home, tmp_path_factory.mktemp("serve") / "server.log", KEY)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
 @pytest.fixture
 def reads_demo(demo_lake, monkeypatch) -> DemoLake:
     """The shared demo lake as the CLI's lake, for a test that only reads it."""

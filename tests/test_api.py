@@ -13,64 +13,20 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import pytest
-from conftest import free_port
 from dagster import AssetSelection
 from rich.console import Console
+from served import KEY, Server
 
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import Lake
 
-KEY = "test-key-7f3a"
 METHODS = ("bm25", "dense", "rrf", "ap_three", "graph_rrf", "grasp_fused")  # batched paths; SPRIG's entity graph and GRASP's SKB, loaded by views
-
-
-class Server:
-    """A ``graphlake serve`` process on a free loopback port; its output kept in a file."""
-
-    def __init__(self, home: Path, log: Path, key: str | None = None) -> None:
-        self.port, self.log = free_port(), log
-        env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
-        env.pop("GRAPHLAKE_API_KEY", None)
-        env.update({"GRAPHLAKE_API_KEY": key} if key else {})
-        command = [shutil.which("graphlake") or str(Path(sys.executable).parent / "graphlake"), "serve", "--port", str(self.port)]
-        self.process = subprocess.Popen(command, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 120
-        while not self._up():
-            assert self.process.poll() is None and time.monotonic() < deadline, log.read_text(errors="replace")[-3000:]
-            time.sleep(0.25)
-
-    def _up(self) -> bool:
-        try:
-            return httpx.get(f"{self.url}/health", timeout=2).status_code == 200
-        except httpx.HTTPError:
-            return False
-
-    def stop(self) -> str:
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        return self.log.read_text(errors="replace")
-
-
-@pytest.fixture(scope="module")
-def served(demo_lake, tmp_path_factory) -> Iterator[Server]:
-    """The shared demo lake served with an API key (the server only reads it)."""
-    server = Server(demo_lake.home, tmp_path_factory.mktemp("serve") / "server.log", KEY)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 def test_the_server_answers_as_the_stored_runs_and_guards_itself(served, demo_lake):

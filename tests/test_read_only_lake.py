@@ -75,4 +75,9 @@ def test_a_read_only_lake_answers_sql_query_eval_and_the_api(read_only_lake, tmp
         f"error: the lake at {home} cannot be written by this process (read-only, or not its folder): `graphlake materialize` on corpus 'demo' "
         "builds what is missing or stale and writes to it; reading it (sql, query, eval of what is built, the API) needs no write"
     ]
+    collected = graphlake("gc")  # it would remove files: refused the same way, in one line
+    assert collected.returncode == 1 and collected.stderr.strip().splitlines() == [
+        f"error: the lake at {home} cannot be written by this process (read-only, or not its folder): `graphlake gc` removes files from it and "
+        "writes to it; reading it (sql, query, eval of what is built, the API) needs no write"
+    ], collected.stderr
     assert listing(home) == before

@@ -1,8 +1,10 @@
 """``graphlake sql`` is read-only for real: no statement it runs writes a file, reads outside the lake's
-tables, loads code or lifts those limits, or runs without bound; every query the README shows still runs."""
+tables' committed files, loads code or lifts those limits, or runs or answers without bound (in time,
+memory or rows); every query the README shows still runs."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import duckdb
@@ -52,6 +54,9 @@ def test_every_escape_is_refused_naming_what_and_every_readme_query_runs(reads_d
         f"SELECT * FROM read_parquet('{outside / 'mine.parquet'}')": "mine.parquet",
         "SELECT * FROM glob('/etc/*')": "/etc/*",
         f"SELECT * FROM read_blob('{home.parent}/*')": str(home.parent),
+        # only the committed snapshots' files: a glob over a table's folder would add older versions and staged files
+        f"SELECT * FROM read_parquet('{committed.parent}/*.parquet')": str(committed.parent),
+        f"SELECT * FROM glob('{home}/tables/**')": "tables/**",
     }
     for statement, named in escapes.items():
         refused = sql(statement)
@@ -80,6 +85,17 @@ def test_a_runaway_statement_is_stopped_in_one_line(reads_demo, monkeypatch):
     monkeypatch.setenv("GRAPHLAKE_SQL_MEMORY_MB", "64")
     stopped = sql("SELECT count(DISTINCT i) FROM range(100000000) t(i)")  # a hash table past 64 MB, and no spilling
     assert stopped.exit_code == 1 and "64 MB" in stopped.stderr and len(stopped.stderr.strip().splitlines()) == 1, stopped.output
+    # allocations outside DuckDB's buffer pool (one huge string, one huge list) are bounded too
+    monkeypatch.setenv("GRAPHLAKE_SQL_MEMORY_MB", "256")
+    for statement in ("SELECT length(repeat('x', 1500000000))", "SELECT len(range(400000000))"):
+        stopped = sql(statement)
+        assert stopped.exit_code == 1 and "Out of Memory" in stopped.stderr and "256 MB" in stopped.stderr and len(stopped.stderr.strip().splitlines()) == 1, stopped.output
+    # a result is produced within the limits: rows past --limit are never produced, and a note says they were cut
+    monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "1")
+    cut = sql("SELECT range FROM range(300000000)", "--json")
+    assert cut.exit_code == 0 and len(json.loads(cut.stdout)) == 1000 and "the first 1,000 rows are shown" in cut.stderr, cut.output
+    whole = sql("SELECT range FROM range(5)", "--json", "--limit", "5")
+    assert json.loads(whole.stdout) == [{"range": i} for i in range(5)] and "note" not in whole.stderr
     monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "nan")
     assert "GRAPHLAKE_SQL_TIMEOUT='nan'" in sql("SELECT 1").stderr
 
