@@ -3,12 +3,19 @@
 1. Per method, the p50 per-query latency of the method run in process on warm indexes (as a stored
    run's ``latency_ms`` is taken) and of a warm ``GraphLake.search``, query by query, interleaved.
 2. ``search_batch`` of the queries against as many single ``search`` calls: wall and CPU seconds.
-3. A ``graphlake serve`` process on a copy of the lake, ``--clients`` threads asking it for
-   ``--seconds`` (the methods in turn), while a side corpus in the copy is edited and rebuilt twice (two
-   committed reindexes): requests, errors, p50 / p95 latency, requests per second, snapshots seen.
+3. A ``graphlake serve`` process on a copy of the lake, ``--clients`` threads on each method in turn for
+   ``--seconds``, one request in ten hostile (an unbounded pool, a 20 MB body, NaN weights, ...), while a
+   side corpus in the copy is edited and reindexed in each window: requests, errors, p50 / p95 latency,
+   requests per second, and the server's peak resident memory against its idle size.
 
     GRAPHLAKE_HOME=<lake with the corpus built> .venv/bin/python benchmarks/serve.py --corpus scifact \
         --methods dense,ap_three,bm25,rrf [--queries 100] [--seconds 60] [--clients 4]
+
+``--side before --revision REV`` / ``--side after`` run part 3 alone, the server on ``REV``'s code or on
+the working tree's, into ``results/serve_load.md`` (the load acceptance of issue 57):
+
+    GRAPHLAKE_HOME=<demo lake> .venv/bin/python benchmarks/serve.py --corpus demo --clients 8 --seconds 60 \
+        --methods bm25,dense,dense_hnsw,splade,rrf,graph_rrf,grapher_gcs,ap_three,grasp_fused,graphlake_ltr --side after
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import time
 from pathlib import Path
 
 import httpx
-from common import ROOT, header, table
+from common import ROOT, header, revision_on_path, table
 from dagster import AssetSelection
 from rich.console import Console
 
@@ -86,8 +93,38 @@ def side_texts(version: int) -> list[dict]:
     return [{"id": f"s{i}", "title": f"Harbour log {i}", "text": f"Entry {i} (edition {version}): the tide gauge read {i % 7} metres; boats {i % 5} went out."} for i in range(300)]
 
 
-def load(home: Path, corpus: str, methods: list[str], queries: list[str], seconds: float, clients: int) -> tuple[list[str], dict]:
-    """Part 3: a server on a copy of the lake under ``clients`` threads while the side corpus is reindexed twice."""
+# What a hostile or careless client sends, one in every HOSTILE_EVERY requests of each client: the server
+# must refuse each in one 4xx line without a cost beyond a bounded request (the body, as sent; None: JSON of
+# the method's request with these fields). A pool of 3*10^7 candidates is a 0.5 GB allocation where unbounded.
+HOSTILE_EVERY = 10
+HOSTILE: list[tuple[str, dict | str]] = [
+    ("candidates 3e7", {"method": "ap_three", "candidates": 30_000_000}),
+    ("400,000 keywords", {"method": "ap_three", "keywords": ["sled"] * 400_000}),
+    ("a 20 MB body", {"query": "x" * 20_000_000}),
+    ("NaN weights", '{"corpus": "demo", "method": "rrf", "query": "sled", "weights": [NaN, 1]}'),
+    ("ef_search 2^31", {"method": "dense_hnsw", "ef_search": 2**31}),
+    ("k as a string", {"k": "5"}),
+    ("JSON 50,000 deep", '{"corpus": "demo", "query": "sled", "k": ' + "[" * 50_000 + "]" * 50_000 + "}"),
+    ("a NUL in corpus", {"corpus": "de\x00mo"}),
+]
+
+
+def _rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:"))) / 1024
+
+
+def _hostile_body(corpus: str, method: str, query: str, turn: int) -> tuple[str, bytes]:
+    label, body = HOSTILE[turn % len(HOSTILE)]
+    if isinstance(body, str):
+        return label, body.replace('"demo"', json.dumps(corpus)).encode()
+    return label, json.dumps({"corpus": corpus, "method": method, "query": query, "k": 10, **body}).encode()
+
+
+def load(home: Path, corpus: str, methods: list[str], queries: list[str], seconds: float, clients: int, pythonpath: str = "") -> tuple[list[str], dict]:
+    """Part 3: a server on a copy of the lake, ``clients`` threads on one method at a time for ``seconds``
+    each (one request in HOSTILE_EVERY hostile), while the side corpus is reindexed once in each window;
+    the server's resident memory sampled every 0.1 s against its size idle after warming every method."""
     with tempfile.TemporaryDirectory() as scratch:
         copy = Path(scratch) / "lake"
         shutil.copytree(home, copy, symlinks=True, ignore=shutil.ignore_patterns("locks"))
@@ -100,9 +137,10 @@ def load(home: Path, corpus: str, methods: list[str], queries: list[str], second
         selection = AssetSelection.assets(*index_assets({"bm25", "dense"})).upstream().required_multi_asset_neighbors()
         materialize_corpus(copy, SIDE, selection, Console(file=io.StringIO()))
         port = 8765
-        env = {"GRAPHLAKE_HOME": str(copy), "DAGSTER_HOME": str(copy / "dagster"), "PATH": str(Path(sys.executable).parent)}
+        env = {"GRAPHLAKE_HOME": str(copy), "DAGSTER_HOME": str(copy / "dagster"), "PATH": str(Path(sys.executable).parent), "PYTHONPATH": pythonpath}
         server = subprocess.Popen([str(Path(sys.executable).parent / "graphlake"), "serve", "--port", str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         url = f"http://127.0.0.1:{port}"
+        rows, summary = [], {"methods": {}}
         try:
             for _ in range(240):
                 try:
@@ -110,51 +148,107 @@ def load(home: Path, corpus: str, methods: list[str], queries: list[str], second
                         break
                 except httpx.HTTPError:
                     time.sleep(0.5)
-            asks = [(corpus, m) for m in methods] + [(SIDE, "bm25"), (SIDE, "dense")]
-            for target, method in asks:  # warm every (corpus, method) before the clock starts
-                httpx.post(f"{url}/search", json={"corpus": target, "method": method, "query": queries[0]}, timeout=600)
-            results: list[tuple[int, float, str, int]] = []
-            stop = threading.Event()
-
-            def client(offset: int) -> None:
-                with httpx.Client(timeout=600) as session:
-                    turn = offset
-                    while not stop.is_set():
-                        target, method = asks[turn % len(asks)]
-                        started = time.perf_counter()
-                        answer = session.post(f"{url}/search", json={"corpus": target, "method": method, "query": queries[turn % len(queries)], "k": 10})
-                        elapsed = (time.perf_counter() - started) * 1000
-                        results.append((answer.status_code, elapsed, target, answer.json().get("snapshot", -1) if answer.status_code == 200 else -1))
-                        turn += 1
-
-            threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
-            began = time.perf_counter()
-            for thread in threads:
-                thread.start()
-            reindexes = []
-            for version in (1, 2):  # two reindexes committed while the clients ask
-                time.sleep(seconds / 3)
-                source.write_text("".join(json.dumps(d) + "\n" for d in side_texts(version)))
-                started = time.perf_counter()
-                materialize_corpus(copy, SIDE, selection, Console(file=io.StringIO()))
-                reindexes.append(time.perf_counter() - started)
-            time.sleep(max(0.0, seconds - (time.perf_counter() - began)))
-            stop.set()
-            for thread in threads:
-                thread.join()
-            elapsed = time.perf_counter() - began
+            for method in methods:  # warm every method (and the side corpus) before measuring the idle size
+                httpx.post(f"{url}/search", json={"corpus": corpus, "method": method, "query": queries[0]}, timeout=600)
+            httpx.post(f"{url}/search", json={"corpus": SIDE, "method": "bm25", "query": queries[0]}, timeout=600)
+            time.sleep(2)
+            idle = _rss_mb(server.pid)
+            summary["idle_mb"] = round(idle, 1)
+            for version, method in enumerate(methods, start=1):
+                results, peak = _window(url, server.pid, corpus, method, queries, seconds, clients, source, copy, selection, version)
+                normal = [(status, ms) for status, ms, hostile in results if not hostile]
+                hostile = [status for status, _, hostile in results if hostile]
+                errors = sum(status != 200 for status, _ in normal) + sum(status >= 500 or status < 0 for status in hostile)
+                latencies = [ms for status, ms in normal if status == 200] or [0.0]
+                rows.append(
+                    f"| {method} | {clients} | {len(normal)} | {len(hostile)} | {errors} | {len(normal) / seconds:.1f} | {statistics.median(latencies):.0f} | "
+                    f"{statistics.quantiles(latencies, n=20)[18] if len(latencies) > 1 else latencies[0]:.0f} | {peak:.0f} | {peak / idle:.2f} |"
+                )
+                summary["methods"][method] = {"requests": len(normal), "hostile": len(hostile), "errors": errors, "peak_mb": round(peak, 1), "peak_over_idle": round(peak / idle, 3)}
+                print(rows[-1], file=sys.stderr, flush=True)
+                if server.poll() is not None:
+                    raise SystemExit(f"the server died during {method} (exit status {server.returncode})")
         finally:
             server.terminate()
             server.wait(timeout=30)
-    latencies = [ms for _, ms, _, _ in results]
-    errors = sum(status != 200 for status, _, _, _ in results)
-    side_snapshots = sorted({snapshot for status, _, target, snapshot in results if target == SIDE and status == 200})
-    summary = {"requests": len(results), "errors": errors, "seconds": round(elapsed, 1), "reindex_seconds": [round(s, 1) for s in reindexes]}
-    rows = [
-        f"| {clients} | {len(results)} | {errors} | {elapsed:.0f} | {len(results) / elapsed:.1f} | {statistics.median(latencies):.1f} | "
-        f"{statistics.quantiles(latencies, n=20)[18]:.1f} | {', '.join(f'{s:.0f}' for s in reindexes)} | {', '.join(map(str, side_snapshots))} |"
-    ]
     return rows, summary
+
+
+def _window(url: str, pid: int, corpus: str, method: str, queries: list[str], seconds: float, clients: int, source: Path, copy: Path, selection, version: int):
+    """One method's window: its clients, one reindex of the side corpus, the memory sampler; the
+    (status, ms, hostile) of every request (status -1: no answer) and the peak resident MiB."""
+    results: list[tuple[int, float, bool]] = []
+    stop = threading.Event()
+    peak = [0.0]
+
+    def client(offset: int) -> None:
+        with httpx.Client(timeout=600) as session:
+            turn = offset
+            while not stop.is_set():
+                query = queries[turn % len(queries)]
+                hostile = turn % HOSTILE_EVERY == HOSTILE_EVERY - 1
+                if hostile:
+                    _, body = _hostile_body(corpus, method, query, turn // HOSTILE_EVERY)
+                else:
+                    body = json.dumps({"corpus": corpus, "method": method, "query": query, "k": 10}).encode()
+                started = time.perf_counter()
+                try:
+                    status = session.post(f"{url}/search", content=body, headers={"Content-Type": "application/json"}).status_code
+                except httpx.HTTPError:
+                    status = -1
+                results.append((status, (time.perf_counter() - started) * 1000, hostile))
+                turn += 1
+
+    def sample() -> None:
+        while not stop.is_set():
+            try:
+                peak[0] = max(peak[0], _rss_mb(pid))
+            except (FileNotFoundError, StopIteration):
+                return
+            time.sleep(0.1)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)] + [threading.Thread(target=sample)]
+    began = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    time.sleep(seconds / 3)
+    source.write_text("".join(json.dumps(d) + "\n" for d in side_texts(version)))
+    materialize_corpus(copy, SIDE, selection, Console(file=io.StringIO()))
+    time.sleep(max(0.0, seconds - (time.perf_counter() - began)))
+    stop.set()
+    for thread in threads:
+        thread.join()
+    return results, peak[0]
+
+
+def load_only(options, home: Path, methods: list[str], texts: list[str]) -> None:
+    """``--side before|after``: part 3 alone, the server running ``--revision`` (before) or the working
+    tree (after), each side kept in serve_load.json; serve_load.md shows both."""
+    out = ROOT / "benchmarks" / "results" / "serve_load.json"
+    stored = json.loads(out.read_text()) if out.exists() else {}
+    command = f"python benchmarks/serve.py --corpus {options.corpus} --methods {options.methods} --seconds {options.seconds:g} --clients {options.clients} --side {options.side}"
+    if options.side == "before":
+        with revision_on_path(options.revision) as shim:
+            rows, summary = load(home, options.corpus, methods, texts, options.seconds, options.clients, str(shim))
+        command += f" --revision {options.revision}"
+    else:
+        rows, summary = load(home, options.corpus, methods, texts, options.seconds, options.clients)
+    stored[options.side] = {"header": header("", command)[2:5], "rows": rows, "summary": summary, "revision": options.revision if options.side == "before" else "working tree"}
+    out.write_text(json.dumps(stored, indent=1) + "\n")
+    lines = [f"# A server under load and hostile input, while corpus {SIDE!r} is reindexed", ""]
+    lines += [
+        f"Each method in turn for {options.seconds:g} s: {options.clients} clients, one request in {HOSTILE_EVERY} hostile "
+        f"({'; '.join(label for label, _ in HOSTILE)}), and one committed reindex of {SIDE!r} in each window. "
+        "errors: a normal request not answered 200, or a hostile one answered 5xx or not at all. Memory: the server's "
+        "resident size sampled every 0.1 s, against its size idle after warming every method.",
+    ]
+    for side in ("before", "after"):
+        if side in stored:
+            part = stored[side]
+            lines += ["", f"## {side} ({part['revision']}; idle {part['summary']['idle_mb']:.0f} MiB)", "", *part["header"]]
+            lines += table("", ["method", "clients", "requests", "hostile", "errors", "requests/s", "p50 ms", "p95 ms", "peak MiB", "peak / idle"])[2:]
+            lines += part["rows"]
+    (ROOT / "benchmarks" / "results" / "serve_load.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 def main() -> None:
@@ -164,16 +258,23 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--clients", type=int, default=4)
+    parser.add_argument("--side", choices=["before", "after"], help="part 3 alone, for serve_load.md: the server of --revision, or of the working tree")
+    parser.add_argument("--revision", default="HEAD", help="with --side before: the git revision the server runs")
     options = parser.parse_args()
     home, methods = lake_home(), options.methods.split(",")
     texts = [q["text"] for q in Lake(home).read("queries", {"corpus": options.corpus}).to_pylist() if q["split"] == "test"][: options.queries]
+    if options.side:
+        return load_only(options, home, methods, texts)
     lines = [*header("Retrieval for applications: the API and `graphlake serve`", f"python benchmarks/serve.py --corpus {options.corpus} --methods {options.methods} --queries {options.queries} --seconds {options.seconds:g} --clients {options.clients}")]
     lines += table(f"1. Warm API search against the method run in process ({options.corpus}, test queries)", ["method", "queries", "in-process p50 ms", "API search p50 ms", "API / in-process"])
     lines += in_process(home, options.corpus, methods, texts)
     lines += table(f"2. One search_batch of {len(texts)} queries against {len(texts)} single searches", ["method", "queries", "single s", "batch s", "speed-up", "single CPU-s", "batch CPU-s", "CPU speed-up", "same top-10"])
     lines += batches(home, options.corpus, methods, texts)
     rows, summary = load(home, options.corpus, methods, texts, options.seconds, options.clients)
-    lines += table(f"3. A server under load while corpus {SIDE!r} is reindexed twice", ["clients", "requests", "errors", "seconds", "requests/s", "p50 ms", "p95 ms", "reindexes (s)", f"{SIDE} snapshots served"])
+    lines += table(
+        f"3. A server under load while corpus {SIDE!r} is reindexed, one request in {HOSTILE_EVERY} hostile",
+        ["method", "clients", "requests", "hostile", "errors", "requests/s", "p50 ms", "p95 ms", "peak MiB", "peak / idle"],
+    )
     lines += rows
     text = "\n".join(lines) + "\n"
     print(text)
