@@ -187,8 +187,8 @@ def _window(url: str, pid: int, corpus: str, method: str, queries: list[str], se
             while not stop.is_set():
                 query = queries[turn % len(queries)]
                 hostile = turn % HOSTILE_EVERY == HOSTILE_EVERY - 1
-                if hostile:
-                    _, body = _hostile_body(corpus, method, query, turn // HOSTILE_EVERY)
+                if hostile:  # each client starts at another kind, so that every kind is sent early
+                    _, body = _hostile_body(corpus, method, query, turn // HOSTILE_EVERY + offset)
                 else:
                     body = json.dumps({"corpus": corpus, "method": method, "query": query, "k": 10}).encode()
                 started = time.perf_counter()

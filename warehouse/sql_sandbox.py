@@ -21,6 +21,7 @@ import json
 import os
 import re
 import resource
+import signal
 import subprocess
 import sys
 import threading
@@ -88,9 +89,12 @@ def run_sql(home: Path, statement: str, limit: int) -> Answer:
     except subprocess.TimeoutExpired:
         raise LimitError(_past_time(seconds)) from None
     header, _, body = done.stdout.partition(b"\n")
-    if done.returncode != 0 or not header:
-        if done.returncode < 0 or not header:  # killed (the kernel's OOM killer) or aborted where it could not say why
-            raise LimitError(f"the statement stopped the SQL process ({_how(done.returncode)}), most likely past the memory limit of {megabytes} MB (set {MEMORY_ENV} for more)")
+    if done.returncode < 0:  # killed (the kernel's OOM killer) or aborted where it could not say why
+        raise LimitError(f"the statement stopped the SQL process ({_how(done.returncode)}), most likely past the memory limit of {megabytes} MB (set {MEMORY_ENV} for more)")
+    if not header:
+        said = (done.stderr.decode(errors="replace").strip().splitlines() or ["no output"])[-1]
+        raise SandboxError(f"the SQL process failed (exit status {done.returncode}): {said}")
+    if done.returncode != 0:
         said = json.loads(header)
         raise _ERRORS[said["error"]](said["message"])
     said = json.loads(header)
@@ -103,8 +107,6 @@ def _past_time(seconds: float) -> str:
 
 
 def _how(returncode: int) -> str:
-    import signal
-
     try:
         return f"signal {signal.Signals(-returncode).name}"
     except ValueError:
@@ -197,6 +199,8 @@ def _main(home: str, limit: str, seconds: str, megabytes: str) -> int:
         said = {"error": type(error).__name__, "message": str(error)}
     except duckdb.OutOfMemoryException as error:
         said = {"error": "LimitError", "message": f"{str(error).splitlines()[0]} (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
+    except MemoryError:  # the result's conversion, past the cap
+        said = {"error": "LimitError", "message": f"Out of Memory Error: the result did not fit (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
     except duckdb.PermissionException as error:
         said = {"error": "PermissionRefused", "message": str(error).splitlines()[0]}
     except duckdb.Error as error:
