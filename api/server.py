@@ -22,7 +22,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import KEY_ENV, key_matches
-from graphlake.api.lake import MAX_BATCH, MAX_K, MAX_QUERY_CHARS, GraphLake
+from graphlake.api.lake import MAX_BATCH, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
 from graphlake.warehouse.storage import StorageError
 
@@ -35,8 +35,8 @@ class _Search(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    corpus: str = Field(min_length=1, max_length=200)
-    method: str = Field(min_length=1, max_length=200)
+    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     k: int = Field(10, ge=1, le=MAX_K)
 
     def overrides(self) -> dict[str, Any]:
