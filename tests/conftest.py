@@ -2,9 +2,10 @@
 
 ``graphlake demo`` (every packaged method switched on, the graph rankers trained; the cross-encoder,
 which the demo leaves untrained, is trained by ``demo_reranked``) is the most expensive thing the
-suite does, so it runs once per session: tests that only read share
-``demo_lake``; tests that write get ``demo_copy``, a private copy (Parquet files, artefacts and the
-Dagster instance are small, and copying keeps their modification times, which freshness reads).
+suite does, so it runs once per session, by the first of the session's workers (pytest-xdist) that
+needs it: tests that only read share ``demo_lake``; tests that write get ``demo_copy``, a private copy
+(Parquet files, artefacts and the Dagster instance are small, and copying keeps their modification
+times, which freshness reads).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 import yaml
+from filelock import FileLock
 
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text.encoders import PRECISION_ENV
@@ -98,23 +100,45 @@ class DemoLake:
         }
 
 
+def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+    """A folder that ``build`` fills once for the whole session: under pytest-xdist, the first worker
+    that needs it builds it while the others wait on a lock, then every worker reads it."""
+    root = factory.getbasetemp()
+    if "PYTEST_XDIST_WORKER" in os.environ:
+        root = root.parent  # the folder the workers' own temporary folders share
+    folder, done = root / name, root / f"{name}.built"
+    with FileLock(str(root / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a worker that failed building it left a part
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
+
 @pytest.fixture(scope="session")
 def demo_lake(tmp_path_factory) -> DemoLake:
     """``graphlake demo`` run once for the session, as a newcomer runs it; read it, never write to it."""
-    from typer.testing import CliRunner
 
-    from graphlake.pipelines.cli import app
+    def build(folder: Path) -> None:
+        from typer.testing import CliRunner
 
-    home = tmp_path_factory.mktemp("demo") / "lake"
-    home.mkdir(parents=True)
-    # every packaged method switched on: the suite checks each variant through its catalogue (a newcomer's
-    # lake runs the dozen defaults; tests/test_catalogue.py checks those)
-    (home / "methods.yaml").write_text(f"use: {json.dumps(EVERY_METHOD)}\n")
-    with pytest.MonkeyPatch.context() as patch:
-        use_lake(patch, home)
-        result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return DemoLake(home, result.stdout, result.stderr)
+        from graphlake.pipelines.cli import app
+
+        home = folder / "lake"
+        home.mkdir()
+        # every packaged method switched on: the suite checks each variant through its catalogue (a newcomer's
+        # lake runs the dozen defaults; tests/test_catalogue.py checks those)
+        (home / "methods.yaml").write_text(f"use: {json.dumps(EVERY_METHOD)}\n")
+        with pytest.MonkeyPatch.context() as patch:
+            use_lake(patch, home)
+            result = CliRunner().invoke(app, ["demo"], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        (folder / "stdout").write_text(result.stdout)
+        (folder / "stderr").write_text(result.stderr)
+
+    folder = built_once(tmp_path_factory, "demo", build)
+    return DemoLake(folder / "lake", (folder / "stdout").read_text(), (folder / "stderr").read_text())
 
 
 @pytest.fixture(scope="session")
@@ -150,22 +174,25 @@ def copy_lake(source: Path, target: Path) -> Path:
 def demo_reranked(demo_lake, tmp_path_factory) -> Path:
     """A copy of the demo lake with the cross-encoder trained as the demo's run config sizes it (what
     ``graphlake eval --methods re2,...`` would do on the demo); read it, never write to it."""
-    from typer.testing import CliRunner
 
-    from graphlake.pipelines.cli import app
-    from graphlake.warehouse.corpora import DEMO_CONFIG
+    def build(folder: Path) -> None:
+        from typer.testing import CliRunner
 
-    home = copy_lake(demo_lake.home, tmp_path_factory.mktemp("reranked") / "lake")
-    config = home.parent / "reranker.yaml"
-    config.write_text(json.dumps({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
-    with pytest.MonkeyPatch.context() as patch:
-        use_lake(patch, home)
-        result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    # training a lake-wide model is never silent: it says so, and how far it is, with the time left
-    said = " ".join(result.stderr.split())
-    assert "training the lake's cross-encoder (at most" in said and " steps (" in said and "left)" in said, result.stderr[-2000:]
-    return home
+        from graphlake.pipelines.cli import app
+        from graphlake.warehouse.corpora import DEMO_CONFIG
+
+        home = copy_lake(demo_lake.home, folder / "lake")
+        config = folder / "reranker.yaml"
+        config.write_text(json.dumps({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
+        with pytest.MonkeyPatch.context() as patch:
+            use_lake(patch, home)
+            result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        # training a lake-wide model is never silent: it says so, and how far it is, with the time left
+        said = " ".join(result.stderr.split())
+        assert "training the lake's cross-encoder (at most" in said and " steps (" in said and "left)" in said, result.stderr[-2000:]
+
+    return built_once(tmp_path_factory, "reranked", build) / "lake"
 
 
 @pytest.fixture
