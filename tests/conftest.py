@@ -74,6 +74,19 @@ def use_lake(patch: pytest.MonkeyPatch, home: Path) -> Path:
     return home
 
 
+# The slowest files first, so that the two workers (``addopts``) stay busy to the end; the first
+# builds the shared demo lake and its reranked copy while the second runs files that need neither.
+SLOWEST_FIRST = (
+    "test_grasp_reranker.py", "test_crash_consistency.py", "test_grasp_llm.py", "test_reranker.py", "test_dask.py",
+    "test_s3_lake.py", "test_first_hour.py", "test_edits_propagate.py", "test_own_corpus.py", "test_rankings.py", "test_api.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: position for position, name in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture
 def lake(tmp_path, monkeypatch) -> Path:
     """A fresh lake (and Dagster home inside it) that the CLI and Definitions will use."""
