@@ -596,6 +596,37 @@ def _needs_tail(needed: list[str], room: int) -> str:
     return ""
 
 
+@app.command(name="models")
+def list_models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of the models.")] = False,
+) -> None:
+    """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
+    roles and corpora use it, and whether it is ready."""
+    from graphlake.kernels.text.query_encoders import cache_dir
+    from graphlake.warehouse.models import ROLES, declared_models, listing
+
+    home = lake_home()
+    declared = declared_models(home)
+    registry = CorpusRegistry(home)
+    chosen = {}
+    for name, spec in registry.all().items():
+        for role in ROLES:  # a corpus that names an unknown model fails here, naming its declaration
+            declared.choice(role, spec.models, where=f"{registry.path}: corpus {name!r}")
+        chosen[name] = spec.models
+    trained = Lake(home).artifact_written_at("reranker", {}) is not None
+    rows = listing(declared, chosen, cache_dir(), trained)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("model", "kind", "source", "dim", "used by", "ready")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["source"], str(row["dimension"] or "-"), ", ".join(row["used_by"]) or "-", "yes" if row["ready"] else "no")
+    console.print(table)
+    for row in rows:
+        if not row["ready"]:
+            console.print(f"{row['name']}: {row['problem']}", highlight=False, markup=False)
+
+
 @app.command()
 def corpora(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of declarations, chunking resolved.")] = False,

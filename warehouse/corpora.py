@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
+from graphlake.warehouse.models import Role
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
 
@@ -111,6 +112,9 @@ class CorpusSpec(BaseModel):
     # the corpus whose queries pick GraphER's alpha (GraphER A.3 tunes it once, on BIRD, and fixes it
     # for every data set); unset: the training queries above
     alpha_corpus: str | None = None
+    # the models this corpus uses where the lake's choice (models.yaml) does not suit it, by role:
+    # ``{dense: my-bge}``; ``graphlake models`` lists the declared ones
+    models: dict[Role, str] = {}
 
     @field_validator("name")
     @classmethod

@@ -19,7 +19,6 @@ torch and transformers are imported when a model is first loaded: the model name
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
@@ -27,6 +26,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from graphlake.kernels.text.model_files import model_config
 
 DENSE_MODEL = "all-MiniLM-L6-v2"
 SPLADE_MODEL = "splade-tiny"
@@ -139,11 +140,6 @@ def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = Non
             pooled = torch.stack([head.decoder(hidden[i][real[i]]).amax(dim=0) for i in range(len(rows))])
             parts.append(sp.csr_matrix(torch.log1p(torch.relu(pooled.float())).cpu().numpy()))
     return sp.vstack(parts, format="csr")[np.argsort(order)]
-
-
-def model_config(path: Path) -> dict:
-    """A model folder's ``config.json``: its sizes without loading torch."""
-    return json.loads((path / "config.json").read_text())
 
 
 def splade_vocab_size() -> int:

@@ -32,7 +32,8 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, model_config, splade_model_path, splade_vocab_size
+from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, splade_model_path, splade_vocab_size
+from graphlake.kernels.text.model_files import model_config
 
 CACHE_ENV = "GRAPHLAKE_MODEL_CACHE"
 FORMAT = 1  # bump when what a graph computes changes: older files are then ignored

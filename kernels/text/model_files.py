@@ -1,0 +1,67 @@
+"""What a model folder says about itself without loading torch: its vectors' size, whether it holds
+weights, and a revision that changes when its weights do.
+
+A folder is a sentence-transformers one (``modules.json``, ``config.json``, a pooling folder) or a plain
+Hugging Face one (``config.json``). The revision is a content hash of every file in it, kept in the
+model cache beside the exported query graphs, keyed by the files' sizes and modification times, so a
+400 MB folder is read once, not at every command.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+REVISION_CHARS = 16
+_CHUNK = 1 << 20
+
+
+def model_config(path: Path) -> dict:
+    """A model folder's ``config.json``: its sizes without loading torch."""
+    return json.loads((path / "config.json").read_text())
+
+
+def dense_dimension(path: Path) -> int:
+    """The size of a dense encoder's vectors: the pooling's, else the transformer's hidden size (a
+    ``Dense`` projection module, when there is one, sets its own)."""
+    modules = _modules(path)
+    for module in reversed(modules):
+        if module.get("type", "").endswith("Dense"):
+            return int(json.loads((path / module["path"] / "config.json").read_text())["out_features"])
+    for module in modules:
+        if module.get("type", "").endswith("Pooling"):
+            return int(json.loads((path / module["path"] / "config.json").read_text())["word_embedding_dimension"])
+    return int(model_config(path)["hidden_size"])
+
+
+def has_weights(path: Path) -> bool:
+    """Whether the folder holds a model's weights (safetensors or a PyTorch checkpoint), not its configuration alone."""
+    return any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()
+
+
+def _modules(path: Path) -> list[dict]:
+    listed = path / "modules.json"
+    return json.loads(listed.read_text()) if listed.is_file() else []
+
+
+def folder_revision(path: Path, cache: Path) -> str:
+    """A content hash of the folder's files (names and bytes), cached by their sizes and times."""
+    files = sorted(p for p in path.rglob("*") if p.is_file() and not p.name.startswith("."))
+    stamp = hashlib.sha256(json.dumps([(str(p.relative_to(path)), p.stat().st_size, p.stat().st_mtime_ns) for p in files]).encode()).hexdigest()
+    remembered = cache / "revisions" / f"{stamp[:32]}.txt"
+    if remembered.is_file():
+        return remembered.read_text().strip()
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            while block := handle.read(_CHUNK):
+                digest.update(block)
+    revision = digest.hexdigest()[:REVISION_CHARS]
+    remembered.parent.mkdir(parents=True, exist_ok=True)
+    scratch = remembered.with_suffix(f".{os.getpid()}.part")
+    scratch.write_text(revision)
+    os.replace(scratch, remembered)
+    return revision

