@@ -58,7 +58,7 @@ def scifact(datasets: Path) -> tuple[list[str], list[str], dict[str, dict[str, i
 
 
 def dense_paths(scratch: Path) -> dict[str, Callable[[list[str]], np.ndarray]]:
-    model = encoders._dense()
+    model = encoders._dense(None)
     tokenizer, bert = model.tokenizer, model[0].auto_model.eval()
 
     def pooled(run: Callable) -> Callable[[list[str]], np.ndarray]:

@@ -52,3 +52,28 @@ def test_the_query_encoders_give_the_float32_vectors_whatever_the_batch(monkeypa
     finally:
         query_encoders._encoder.cache_clear()  # the other tests' sessions read the default cache
 
+
+
+def test_a_model_folder_of_ones_own_is_encoded_alike_at_build_and_query_time(monkeypatch, tmp_path):
+    """A sentence-transformers folder that pools by [CLS] (MiniLM's weights, its pooling config changed):
+    the passages (sentence-transformers) and the queries (the exported graph) get the same unit vectors,
+    which are not the packaged model's mean-pooled ones."""
+    import json
+    import shutil
+
+    from graphlake.kernels.text.model_files import pooling
+
+    monkeypatch.setenv(encoders.PRECISION_ENV, "float32")
+    monkeypatch.setenv(query_encoders.CACHE_ENV, str(tmp_path / "cache"))
+    folder = shutil.copytree(encoders.dense_model_path(), tmp_path / "cls-minilm")
+    config = folder / "1_Pooling" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    assert pooling(folder) == "cls"
+    try:
+        passages, queries = encoders.encode_dense(TEXTS, folder=folder), query_encoders.encode_queries_dense(TEXTS, folder=folder)
+        np.testing.assert_allclose(queries, passages, atol=1e-5)
+        np.testing.assert_allclose(np.linalg.norm(passages, axis=1), 1.0, atol=1e-5)
+        assert _cosines(passages, encoders.encode_dense(TEXTS)).max() < 0.99  # another model's vectors
+        assert query_encoders.graph_path("dense", folder) != query_encoders.graph_path("dense")
+    finally:
+        query_encoders._encoder.cache_clear()

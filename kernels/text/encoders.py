@@ -79,43 +79,44 @@ def _autocast(dtype: str | None = None) -> AbstractContextManager:
     return nullcontext() if dtype == "float32" else torch.autocast(device(), dtype=getattr(torch, dtype))
 
 
-@lru_cache(maxsize=1)
-def _dense():
+@lru_cache(maxsize=2)
+def _dense(folder: Path | None):
     import transformers
     from sentence_transformers import SentenceTransformer
 
     transformers.utils.logging.disable_progress_bar()  # weights load from disk; a bar per load is noise
-    model = SentenceTransformer(str(dense_model_path()), device=device(), local_files_only=True)
-    model.max_seq_length = MAX_TOKENS
+    model = SentenceTransformer(str(folder or dense_model_path()), device=device(), local_files_only=True)
+    model.max_seq_length = min(MAX_TOKENS, model.max_seq_length or MAX_TOKENS)
     return model
 
 
-def encode_dense(texts: list[str], batch_size: int = 0, dtype: str | None = None) -> np.ndarray:
-    """``(len(texts), 384)`` float32, unit length, so inner product is cosine. sentence-transformers
-    sorts the texts by length, so batches carry little padding. ``batch_size`` 0: the device's default;
-    ``dtype`` None: :func:`precision`. Queries go through ``query_encoders``."""
+def encode_dense(texts: list[str], batch_size: int = 0, dtype: str | None = None, folder: Path | None = None) -> np.ndarray:
+    """``(len(texts), dimension)`` float32, unit length, so inner product is cosine, from the
+    sentence-transformers folder ``folder`` (None: the packaged MiniLM). sentence-transformers sorts the
+    texts by length, so batches carry little padding. ``batch_size`` 0: the device's default; ``dtype``
+    None: :func:`precision`. Queries go through ``query_encoders``."""
     if not texts:
-        return np.zeros((0, _dense().get_embedding_dimension()), dtype=np.float32)
+        return np.zeros((0, _dense(folder).get_embedding_dimension()), dtype=np.float32)
     with _autocast(dtype):
-        vectors = _dense().encode(texts, batch_size=batch_size or BATCHES[device()]["dense"], normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False)
+        vectors = _dense(folder).encode(texts, batch_size=batch_size or BATCHES[device()]["dense"], normalize_embeddings=True, convert_to_tensor=True, show_progress_bar=False)
     return vectors.float().cpu().numpy()
 
 
-@lru_cache(maxsize=1)
-def _splade():
+@lru_cache(maxsize=2)
+def _splade(folder: Path | None):
     import transformers
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     transformers.utils.logging.disable_progress_bar()
-    path = splade_model_path()
+    path = folder or splade_model_path()
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     model = AutoModelForMaskedLM.from_pretrained(str(path), local_files_only=True).eval().to(device())
     return tokenizer, model
 
 
-def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = None) -> sp.csr_matrix:
-    """``(len(texts), vocab)`` sparse float32 term weights (``batch_size`` 0: the device's default;
-    ``dtype`` as for :func:`encode_dense`).
+def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = None, folder: Path | None = None) -> sp.csr_matrix:
+    """``(len(texts), vocab)`` sparse float32 term weights from the masked-LM folder ``folder`` (None: the
+    packaged SPLADE; ``batch_size`` 0: the device's default; ``dtype`` as for :func:`encode_dense`).
 
     Texts are batched by length (less padding). The vocabulary projection is most of the cost and all
     of the memory, so it runs text by text over that text's real tokens only, and the max over tokens
@@ -124,7 +125,7 @@ def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = Non
     """
     import torch
 
-    tokenizer, model = _splade()
+    tokenizer, model = _splade(folder)
     if not texts:
         return sp.csr_matrix((0, model.config.vocab_size), dtype=np.float32)
     body, head = model.base_model, model.cls.predictions

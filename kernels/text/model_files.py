@@ -36,6 +36,19 @@ def dense_dimension(path: Path) -> int:
     return int(model_config(path)["hidden_size"])
 
 
+def pooling(path: Path) -> str:
+    """How a dense encoder pools its token vectors: ``mean``, ``cls`` or ``max``, as its
+    sentence-transformers pooling config says (``mean`` without one, sentence-transformers' own default)."""
+    for module in _modules(path):
+        if module.get("type", "").endswith("Pooling"):
+            config = json.loads((path / module["path"] / "config.json").read_text())
+            modes = [mode for mode, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"), ("mean", "pooling_mode_mean_tokens")) if config.get(key)]
+            if len(modes) != 1 or config.get("pooling_mode_mean_sqrt_len_tokens"):
+                raise ValueError(f"{path}: pooling {modes or 'none'} is not one of mean, cls or max alone")
+            return modes[0]
+    return "mean"
+
+
 def has_weights(path: Path) -> bool:
     """Whether the folder holds a model's weights (safetensors or a PyTorch checkpoint), not its configuration alone."""
     return any(path.glob("*.safetensors")) or (path / "pytorch_model.bin").is_file()

