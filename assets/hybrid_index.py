@@ -16,14 +16,15 @@ from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.update import update
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
-from graphlake.retrieval.index.kinds import index_assets, write_index
+from graphlake.retrieval.index.kinds import index_assets, read_models, write_index
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.training.hybrid_weights import tune
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.models import made_before_identities
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import StorageError
 
 KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
 
@@ -57,7 +58,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     texts = indexes.texts()
     nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(texts))
     keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.node_ids, texts, strict=True)]
-    previous, previous_keys = _previous(lake.lake, context.partition_key)
+    previous, previous_keys = _previous(indexes)
     settings = config.model_dump()
     rebuild_share, extractor = settings.pop("rebuild_share"), settings.pop("kg")
     graph, report = update(previous, previous_keys, keys, vectors, nodes, BuildConfig(**settings), rebuild_share)
@@ -67,7 +68,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
         graph.save(folder)
         (folder / KEYS_FILE).write_text(json.dumps(keys), encoding="utf-8")
 
-    write_index(lake.lake, "hybrid_graph", context.partition_key, indexes.node_ids, fill)
+    write_index(lake.lake, "hybrid_graph", context.partition_key, indexes.node_ids, fill, {role: indexes.identity(role) for role in ("dense", "sparse")})
     keyword = (graph.keyword >= 0).sum(axis=1)
     context.add_output_metadata(
         {
@@ -128,11 +129,15 @@ def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
     )
 
 
-def _previous(lake: Lake, corpus: str) -> tuple[HybridGraph | None, list[str] | None]:
-    """The corpus's current index and its node keys (``None`` for keys an older artefact lacks)."""
+def _previous(indexes: LakeIndexes) -> tuple[HybridGraph | None, list[str] | None]:
+    """The corpus's current index and its node keys (``None`` for keys an older artefact lacks); none
+    when it holds other models' vectors than the corpus's now."""
     try:
-        folder = lake.artifact("hybrid_graph", {"corpus": corpus})
+        folder = indexes.lake.artifact("hybrid_graph", {"corpus": indexes.corpus})
     except StorageError:
+        return None, None
+    made_by = read_models(folder)
+    if any(made_by.get(role, made_before_identities(role)) != indexes.identity(role) for role in ("dense", "sparse")):
         return None, None
     keys = folder / KEYS_FILE
     return HybridGraph.load(folder), json.loads(keys.read_text(encoding="utf-8")) if keys.is_file() else None

@@ -27,7 +27,6 @@ from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMClient, LLMOutputError, lake_client
 from graphlake.kernels.hybrid.candidates import dense_candidates
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links, llm_citations
-from graphlake.kernels.text.encoders import DENSE_MODEL
 from graphlake.retrieval.index.lake import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -255,11 +254,12 @@ def _exact_neighbours(unit: np.ndarray, k: int, rows: np.ndarray | None = None) 
 
 @asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("semantic"))
 def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense_vectors: pa.Table) -> pa.Table:
-    """Each node to its k nearest other nodes by cosine of their all-MiniLM-L6-v2 vectors: exact on
-    small corpora, from an HNSW graph above ``exact_up_to`` nodes (its recall against exact recorded)."""
+    """Each node to its k nearest other nodes by cosine of their dense vectors (the corpus's dense model's):
+    exact on small corpora, from an HNSW graph above ``exact_up_to`` nodes (its recall against exact recorded)."""
     started = time.perf_counter()
     node_ids = dense_vectors.column("node_id").to_pylist()
-    matrix = dense_matrix(dense_vectors)
+    model = dense_vectors.column("model")[0].as_py() if dense_vectors.num_rows else "none"
+    matrix = dense_matrix(dense_vectors, 0)  # no rows, no neighbours: an empty corpus's width does not matter
     neighbours, cosines = nearest_neighbours(matrix, config.k, config.exact_up_to)
     exact = len(node_ids) <= config.exact_up_to
     weights = {
@@ -268,9 +268,9 @@ def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense
         for col, cos in zip(neighbours[row], cosines[row], strict=True)
         if col >= 0
     }
-    table = edge_table(weights, "semantic", dict.fromkeys(weights, DENSE_MODEL))
+    table = edge_table(weights, "semantic", dict.fromkeys(weights, model))
     recall = {} if exact or not len(node_ids) else {"knn_recall": neighbour_recall(matrix, neighbours)}
-    context.add_output_metadata({**graph_metadata(table, node_ids, started), "k": config.k, "model": DENSE_MODEL, "knn": "exact" if exact else "hnsw", **recall})
+    context.add_output_metadata({**graph_metadata(table, node_ids, started), "k": config.k, "model": model, "knn": "exact" if exact else "hnsw", **recall})
     return table
 
 

@@ -5,6 +5,7 @@ and the rules planner's plan for every query (``skb_plans``), so plans can be re
 import json
 import time
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -13,11 +14,14 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
+from graphlake.assets.vectors import corpus_model
 from graphlake.kernels.text import encoders
+from graphlake.retrieval.index.kinds import MODELS_FILE, read_models
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, load_vectors, planned, save_vectors, stage_one, vectors_for
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.models import made_before_identities
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import row_schema
 
@@ -62,32 +66,42 @@ def _counts(column: pa.ChunkedArray) -> dict[str, int]:
     return {c["values"]: c["counts"] for c in counts}
 
 
-@asset(partitions_def=corpus_partitions, group_name="vectors", deps=[AssetKey("skb")])
+@asset(partitions_def=corpus_partitions, group_name="vectors", deps=[AssetKey("skb"), AssetKey("dense_vectors")])
 def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     """MiniLM vectors of every SKB node's name, and of the text of nodes with no ``nodes`` row (passages and
     tables reuse dense_vectors): what anchors are linked against. Each distinct text is encoded once, and
     only if the previous build did not encode it."""
     corpus = context.partition_key
     sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
-    previous = _previous_vectors(lake, corpus)
+    spec, made_by = corpus_model(lake, corpus, "dense")
+    previous = _previous_vectors(lake, corpus, made_by)
+
     def encode(texts: list[str]) -> np.ndarray:  # in slices, so that a long encoding reports progress
         progress = StepProgress("SKB encoding", len(texts), context.log.info, unit="texts")
         parts = []
         for start in range(0, len(texts), PROGRESS_SLICE):
-            parts.append(encoders.encode_dense(texts[start : start + PROGRESS_SLICE]))
+            parts.append(encoders.encode_dense(texts[start : start + PROGRESS_SLICE], folder=spec.path()))
             progress.advance(len(parts[-1]))
-        return np.concatenate(parts) if parts else encoders.encode_dense([])
+        return np.concatenate(parts) if parts else encoders.encode_dense([], folder=spec.path())
+
+    def fill(folder: Path) -> None:
+        save_vectors(folder, vectors)
+        (folder / MODELS_FILE).write_text(json.dumps({"dense": made_by}), encoding="utf-8")
 
     vectors, encoded = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encode, previous)
-    lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, lambda folder: save_vectors(folder, vectors))
+    lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, fill)
     context.add_output_metadata({"nodes": len(vectors["ids"]), "texts": len(vectors["hash"]), "encoded": encoded, "reused": len(vectors["hash"]) - encoded})
 
 
-def _previous_vectors(lake: LakeResource, corpus: str) -> dict | None:
-    """The last build's vectors, if they are in the layout that caches by content hash."""
+def _previous_vectors(lake: LakeResource, corpus: str, made_by: dict[str, str]) -> dict | None:
+    """The last build's vectors, if the same model made them (an older build that did not record its
+    model: the packaged one) and they are in the layout that caches by content hash."""
     if lake.lake.artifact_written_at(VECTORS_ARTIFACT, {"corpus": corpus}) is None:
         return None
-    stored = load_vectors(lake.lake.artifact(VECTORS_ARTIFACT, {"corpus": corpus}))
+    folder = lake.lake.artifact(VECTORS_ARTIFACT, {"corpus": corpus})
+    if read_models(folder).get("dense", made_before_identities("dense")) != made_by:
+        return None
+    stored = load_vectors(folder)
     return stored if "hash" in stored else None
 
 
@@ -112,7 +126,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
         for query in queries:
             started = time.perf_counter()
             plan, failure = planned(query["text"], loaded, planner, indexes)
-            result = stage_one(query["text"], loaded, plan, Settings(), encoders.encode_dense, failure)
+            result = stage_one(query["text"], loaded, plan, Settings(), indexes.dense_encoder(), failure)
             rows.append(
                 {
                     "query_id": query["query_id"],

@@ -20,6 +20,8 @@ from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, made_before_identities, model_identity
+from graphlake.warehouse.storage import StorageError
 from graphlake.warehouse.partitions import corpus_partitions
 
 VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
@@ -31,15 +33,21 @@ class EncoderConfig(Config):
 
 
 def _encode_with_cache(
-    context: AssetExecutionContext, lake: LakeResource, model: str, nodes: pa.Table, documents: pa.Table, encode: Callable[[list[str]], list[dict]]
+    context: AssetExecutionContext, lake: LakeResource, role: str, made_by: dict[str, str], nodes: pa.Table, documents: pa.Table, encode: Callable[[list[str]], list[dict]]
 ) -> tuple[pa.Table, dict]:
-    """Reuse the previous vectors of unchanged inputs; encode only new or changed nodes, in shards
-    (``common/shards.py``: tasks of their own on a Dask cluster). Reused rows are taken from the
-    previous table as Arrow columns: no vector becomes Python objects."""
+    """Reuse the previous vectors of unchanged inputs made by the same model (name and revision);
+    encode only new or changed nodes, in shards (``common/shards.py``: tasks of their own on a Dask
+    cluster). Reused rows are taken from the previous table as Arrow columns: no vector becomes Python
+    objects."""
+    model, revision = made_by["name"], made_by["revision"]
     texts = retrieval_texts(nodes, documents)
     hashes = [content_hash(t) for t in texts]
     partition = {"corpus": context.partition_key, "model": model}
-    previous = lake.lake.read("vectors", partition).select(VECTOR_COLUMNS) if lake.lake.has("vectors", partition) else None
+    previous = lake.lake.read("vectors", partition) if lake.lake.has("vectors", partition) else None
+    if previous is not None and _revision_of(previous, role) != revision:
+        context.log.info(f"{model}: its weights changed ({_revision_of(previous, role)} -> {revision}): every node is encoded again")
+        previous = None
+    previous = previous.select(VECTOR_COLUMNS) if previous is not None else None
     row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
     # by length, so that a shard's texts pad alike and the batches do not depend on where shards run
     missing = sorted((i for i, h in enumerate(hashes) if h not in row_of), key=lambda i: len(texts[i]))
@@ -60,9 +68,11 @@ def _encode_with_cache(
     position = np.empty(len(hashes), np.int64)  # each node's row in the concatenation
     position[missing], position[reused] = np.arange(len(missing)), len(missing) + np.arange(len(reused))
     vectors = pa.concat_tables(parts).take(position)
-    table = pa.table({"model": [model] * len(hashes), "node_id": nodes.column("node_id"), **{name: vectors.column(name) for name in VECTOR_COLUMNS}})
+    rows = len(hashes)
+    table = pa.table({"model": [model] * rows, "node_id": nodes.column("node_id"), **{name: vectors.column(name) for name in VECTOR_COLUMNS}, "revision": [revision] * rows})
     metadata = {
         "model": model,
+        "revision": revision,
         "encoded": len(missing),
         "reused": len(reused),
         "encode_seconds": round(seconds, 2),
@@ -73,10 +83,27 @@ def _encode_with_cache(
     return table, metadata
 
 
-def _vector_asset(name: str, model: str, queries: str, encode_rows: Callable[..., list[dict]], description: str):
-    """An asset writing ``model``'s partition of ``vectors``, encoding only new or changed nodes; it
-    also exports the model's query encoder (``queries``), so that the first query pays no export."""
-    metadata = {"table": "vectors", "partition": {"model": model}}
+def _revision_of(vectors: pa.Table, role: str) -> str | None:
+    """The revision of the model that made stored vectors: their ``revision`` column (none for no rows)."""
+    if "revision" in vectors.column_names:
+        return vectors.column("revision")[0].as_py() if vectors.num_rows else None
+    return made_before_identities(role)["revision"]
+
+
+def corpus_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:
+    """The model ``corpus`` uses for ``role`` and its identity; refused, naming it, where it cannot encode here."""
+    spec = lake.registry.model(corpus, role)
+    problem = spec.problem() or ("graphlake encodes with local models only so far: choose a folder or package model" if spec.endpoint is not None else None)
+    if problem:
+        raise StorageError(f"corpus {corpus!r}: {role} model {spec.name!r} ({spec.source}) cannot encode: {problem}")
+    return spec, model_identity(spec, query_encoders.cache_dir())
+
+
+def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[..., list[dict]], description: str):
+    """An asset writing the vectors of the corpus's ``role`` model (its partition of ``vectors``),
+    encoding only new or changed nodes; it also exports the model's query encoder (``queries``), so
+    that the first query pays no export."""
+    metadata = {"table": "vectors", "partition": {"model": f"{ROLE_MARK}{role}"}}
 
     @asset(name=name, partitions_def=corpus_partitions, group_name="vectors", metadata=metadata, description=description)
     def vectors(context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> pa.Table:
@@ -84,29 +111,33 @@ def _vector_asset(name: str, model: str, queries: str, encode_rows: Callable[...
             import torch
 
             torch.set_num_threads(config.threads)
-        table, metadata = _encode_with_cache(context, lake, model, nodes, documents, partial(encode_rows, batch_size=config.batch_size))
-        query_encoders.prepare(queries)
+        spec, made_by = corpus_model(lake, context.partition_key, role)
+        encode = partial(encode_rows, batch_size=config.batch_size, folder=spec.path())
+        table, metadata = _encode_with_cache(context, lake, role, made_by, nodes, documents, encode)
+        query_encoders.prepare(queries, spec.path())
         context.add_output_metadata(metadata)
         return table
 
     return vectors
 
 
-def _dense_rows(texts: list[str], batch_size: int) -> list[dict]:
-    vectors = encoders.encode_dense(texts, batch_size=batch_size)
+def _dense_rows(texts: list[str], batch_size: int, folder: Path | None) -> list[dict]:
+    vectors = encoders.encode_dense(texts, batch_size=batch_size, folder=folder)
     return [{"dense": v, "indices": None, "values": None} for v in vectors]
 
 
-def _splade_rows(texts: list[str], batch_size: int) -> list[dict]:
-    matrix = encoders.encode_splade(texts, batch_size=batch_size)
+def _splade_rows(texts: list[str], batch_size: int, folder: Path | None) -> list[dict]:
+    matrix = encoders.encode_splade(texts, batch_size=batch_size, folder=folder)
     return [
         {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
         for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
     ]
 
 
-dense_vectors = _vector_asset("dense_vectors", encoders.DENSE_MODEL, "dense", _dense_rows, "all-MiniLM-L6-v2 vectors (unit length, 256 tokens), cached by input hash.")
-splade_vectors = _vector_asset("splade_vectors", encoders.SPLADE_MODEL, "splade", _splade_rows, "SPLADE term weights (vocabulary ids and weights), cached by input hash.")
+dense_vectors = _vector_asset("dense_vectors", "dense", "dense", _dense_rows, "The corpus's dense model's vectors (unit length, 256 tokens; models.yaml), cached by input hash.")
+splade_vectors = _vector_asset("splade_vectors", "sparse", "splade", _splade_rows, "The corpus's learned-sparse model's term weights (vocabulary ids and weights), cached by input hash.")
+
+
 class BM25Config(Config):
     k1: float = 0.9
     b: float = 0.4
@@ -138,13 +169,17 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
     import faiss
 
     started = time.perf_counter()
-    matrix = dense_matrix(dense_vectors)
+    spec, made_by = corpus_model(lake, context.partition_key, "dense")
+    matrix = dense_matrix(dense_vectors, dimension(spec))
     index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = config.ef_construction
     index.add(matrix)
     node_ids = dense_vectors.column("node_id").to_pylist()
 
-    folder = write_index(lake.lake, "dense_hnsw", context.partition_key, node_ids, lambda folder: faiss.write_index(index, str(folder / "hnsw.faiss")))
+    def fill(folder: Path) -> None:
+        faiss.write_index(index, str(folder / "hnsw.faiss"))
+
+    folder = write_index(lake.lake, "dense_hnsw", context.partition_key, node_ids, fill, {"dense": made_by})
     context.add_output_metadata(
         {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )

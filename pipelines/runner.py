@@ -40,6 +40,7 @@ from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build,
 from graphlake.retrieval.index.kinds import INDEX_KINDS
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR, HomeError, require_writable
+from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError
@@ -251,7 +252,7 @@ def _materialized(definition, key, lake: Lake, corpus: str) -> bool:
     else the stored output of the index kind it builds; an asset that declares neither counts as present."""
     metadata = definition.specs_by_key[key].metadata
     if "table" in metadata:
-        return lake.written_at(metadata["table"], {"corpus": corpus, **(metadata.get("partition") or {})}) is not None
+        return output_written_at(lake, metadata, corpus) is not None
     kinds = [kind for kind in INDEX_KINDS.values() if kind.stored is not None and kind.assets[-1] == key.to_user_string()]
     return all(kind.stored.written_at(lake, corpus) is not None for kind in kinds)
 

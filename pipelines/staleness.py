@@ -29,6 +29,7 @@ from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.kinds import asset_written_at
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusSpec
+from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.readers.base import IngestError
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -113,7 +114,7 @@ def _written(lake: Lake, instance: DagsterInstance, corpus: str, key: AssetKey, 
     """When the asset's current output for the corpus was written, None if it has none."""
     name = key.to_user_string()
     if "table" in metadata:
-        return lake.written_at(metadata["table"], {"corpus": corpus, **(metadata.get("partition") or {})})
+        return output_written_at(lake, metadata, corpus)
     try:
         return asset_written_at(lake, corpus, name)
     except (KeyError, StorageError):  # no table or index of its name: an artefact (the report), or one named at run time

@@ -258,6 +258,16 @@ LLM_MODEL = "smollm2-135m-instruct"
 SERVER_START_S = 180
 
 
+def cls_pooled_minilm(folder: Path) -> Path:
+    """A dense model folder of the test's own: MiniLM's weights pooled by [CLS], so other vectors."""
+    from graphlake.kernels.text.encoders import dense_model_path
+
+    shutil.copytree(dense_model_path(), folder)
+    config = folder / "1_Pooling" / "config.json"
+    config.write_text(json.dumps({**json.loads(config.read_text()), "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    return folder
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -58,16 +58,13 @@ def test_a_model_folder_of_ones_own_is_encoded_alike_at_build_and_query_time(mon
     """A sentence-transformers folder that pools by [CLS] (MiniLM's weights, its pooling config changed):
     the passages (sentence-transformers) and the queries (the exported graph) get the same unit vectors,
     which are not the packaged model's mean-pooled ones."""
-    import json
-    import shutil
+    from conftest import cls_pooled_minilm
 
     from graphlake.kernels.text.model_files import pooling
 
     monkeypatch.setenv(encoders.PRECISION_ENV, "float32")
     monkeypatch.setenv(query_encoders.CACHE_ENV, str(tmp_path / "cache"))
-    folder = shutil.copytree(encoders.dense_model_path(), tmp_path / "cls-minilm")
-    config = folder / "1_Pooling" / "config.json"
-    config.write_text(json.dumps({**json.loads(config.read_text()), "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    folder = cls_pooled_minilm(tmp_path / "cls-minilm")
     assert pooling(folder) == "cls"
     try:
         passages, queries = encoders.encode_dense(TEXTS, folder=folder), query_encoders.encode_queries_dense(TEXTS, folder=folder)

@@ -11,6 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+from conftest import cls_pooled_minilm
 from typer.testing import CliRunner
 
 from graphlake.kernels.text.encoders import dense_model_path
@@ -84,3 +86,46 @@ def test_a_declaration_that_cannot_be_used_fails_in_one_line(lake):
     # as the command says it: one line on stderr, exit 1
     done = subprocess.run([GRAPHLAKE, "models"], env={**os.environ, "GRAPHLAKE_HOME": str(lake)}, capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {lake / 'models.yaml'}:1: `use` maps roles (dense, sparse, cross_encoder) to model names, e.g. `use: {{dense: mine}}`"], done.stderr
+
+
+def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(lake, tmp_path):
+    """A small corpus built with the packaged models; then models.yaml switches the dense model: the next
+    build encodes every node with it and no other model runs; vectors and the HNSW index record it; a
+    query reads it; new weights in its folder make the stored vectors another model's, refused in one
+    line until the next build."""
+    from crash_corpus import CORPUS, SELECTION, TEXTS, write_corpus
+
+    from graphlake.api import GraphLake
+    from graphlake.retrieval.index.kinds import read_models
+    from graphlake.warehouse.storage import Lake, StorageError
+
+    source = tmp_path / "raw"
+    write_corpus(source, TEXTS)
+    selection = f"{SELECTION} or key:splade_vectors"
+    for args in (["ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS],
+                 ["materialize", "--corpus", CORPUS, "--select", selection]):
+        done = CliRunner().invoke(app, args, catch_exceptions=False)
+        assert done.exit_code == 0, done.output
+    before = GraphLake(lake).search(CORPUS, "dense", "storm on the cape", 3).hits
+
+    mine = cls_pooled_minilm(tmp_path / "mine")
+    (lake / "models.yaml").write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {mine}}}\n")
+    switched = CliRunner().invoke(app, ["materialize", "--corpus", CORPUS, "--select", selection], catch_exceptions=False)
+    assert switched.exit_code == 0, switched.output
+    summary = next(line for line in switched.stderr.splitlines() if "nodes through a model" in line)
+    assert f"{len(TEXTS)} by dense_vectors (0 reused)" in summary and f"0 by splade_vectors ({len(TEXTS)} reused)" in summary, summary
+    lake_files = Lake(lake)
+    stored = {row["model"]: row["revision"] for row in lake_files.read("vectors", {"corpus": CORPUS, "model": "mine"}).select(["model", "revision"]).to_pylist()}
+    [revision] = stored.values()
+    assert list(stored) == ["mine"] and read_models(lake_files.artifact("dense_hnsw", {"corpus": CORPUS})) == {"dense": {"name": "mine", "revision": revision}}
+    after = GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3).hits
+    assert len(after) == 3 and [h.score for h in after] != [h.score for h in before]
+
+    (mine / "README.md").write_text("fine-tuned since\n")  # another revision of the folder
+    with pytest.raises(StorageError) as refused:
+        GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3)
+    said = str(refused.value)
+    assert len(said.splitlines()) == 1 and f"made by mine ({revision})" in said and "queries are encoded by mine (" in said, said
+    rebuilt = CliRunner().invoke(app, ["materialize", "--corpus", CORPUS, "--select", selection], catch_exceptions=False)
+    assert rebuilt.exit_code == 0 and f"{len(TEXTS)} by dense_vectors (0 reused)" in rebuilt.stderr, rebuilt.stderr
+    assert len(GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3).hits) == 3

@@ -10,18 +10,22 @@ import codecs
 import os
 import re
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
-from graphlake.warehouse.models import Role
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
+
+if TYPE_CHECKING:
+    from graphlake.warehouse.storage import Lake
 
 REGISTRY_FILE = "corpora.yaml"
 DEMO_CORPUS = "demo"
@@ -254,6 +258,30 @@ class CorpusRegistry:
         if name not in corpora:
             raise UnknownCorpus(f"corpus {name!r} is not declared in {self.path}; declared: {', '.join(sorted(corpora))}{did_you_mean(name, corpora)}")
         return corpora[name]
+
+    def model(self, corpus: str, role: str) -> ModelSpec:
+        """The model ``corpus`` uses for ``role``: its own choice in this file, else the lake's (models.yaml)."""
+        return declared_models(self.path.parent).choice(role, self.get(corpus).models, where=key_line(self.path, "corpora", corpus))
+
+    def resolved(self, corpus: str, partition: Mapping[str, str]) -> dict[str, str]:
+        """A table partition in which a value may name a model role (``@dense``), with the name of the
+        model the corpus uses for that role in its place: the vectors of each model keep a partition of their own."""
+        return {key: self.model(corpus, value[1:]).name if value.startswith(ROLE_MARK) else value for key, value in partition.items()}
+
+    def written_at(self, lake: Lake, corpus: str, table: str, partition: Mapping[str, str]) -> float | None:
+        """When the output in ``partition`` was written, None if it has none; for the vectors of a model
+        role (``@dense``), None too when another revision of the model made them: new weights are a rebuild."""
+        roles = [value[1:] for value in partition.values() if value.startswith(ROLE_MARK)]
+        resolved = self.resolved(corpus, partition)
+        written = lake.written_at(table, resolved)
+        if written is None or not roles:
+            return written
+        from graphlake.kernels.text.query_encoders import cache_dir
+
+        if not lake.rows(table, resolved):
+            return written  # nothing encoded: nothing to encode again
+        stored = lake.first_value(table, resolved, "revision") or made_before_identities(roles[0])["revision"]
+        return written if stored == model_identity(self.model(corpus, roles[0]), cache_dir())["revision"] else None
 
     def add(self, spec: CorpusSpec) -> None:
         """Declare or redeclare a corpus; the file is replaced atomically."""

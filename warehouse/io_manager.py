@@ -10,6 +10,7 @@ stages its versions and reads its own, and they become visible when the run comm
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,6 +18,7 @@ from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitRes
 from pydantic import PrivateAttr
 
 from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.models import ROLE_MARK
 from graphlake.warehouse.row_changes import row_changes
 from graphlake.warehouse.storage import Lake, conform
 from graphlake.warehouse.tables import table_spec
@@ -49,7 +51,7 @@ class LakeResource(_RunBoundLake, ConfigurableResource):
 
 class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
-        table, partition = _address(context.definition_metadata, context.partition_key)
+        table, partition = asset_address(Path(self.home), context.definition_metadata, context.partition_key)
         committed = Lake(Path(self.home))  # the version readers see now, not this run's
         previous = committed.read(table, partition) if committed.has(table, partition) else None
         spec = table_spec(table)
@@ -70,15 +72,30 @@ class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
     def load_input(self, context: InputContext) -> pa.Table:
         upstream = context.upstream_output
         assert upstream is not None, "graphlake tables are always produced by assets"
-        table, partition = _address(upstream.definition_metadata, context.asset_partition_key)
+        table, partition = asset_address(Path(self.home), upstream.definition_metadata, context.asset_partition_key)
         return self.lake.read(table, partition)
 
 
-def _address(metadata: dict, corpus: str) -> tuple[str, dict[str, str]]:
+def output_written_at(lake: Lake, metadata: Mapping, corpus: str) -> float | None:
+    """When the asset's table output for the corpus was written, None if it has none or, for the
+    vectors of a model role, if another revision of the model made them."""
+    table = metadata["table"]
+    partition = {"corpus": corpus, **(metadata.get("partition") or {})}
+    if any(value.startswith(ROLE_MARK) for value in partition.values()):
+        return CorpusRegistry(lake.home).written_at(lake, corpus, table, partition)
+    return lake.written_at(table, partition)
+
+
+def asset_address(home: Path, metadata: Mapping, corpus: str) -> tuple[str, dict[str, str]]:
+    """The table and partition an asset writes for a corpus; a model role there (``{model: "@dense"}``)
+    is the model the corpus uses for it."""
     table = metadata.get("table")
     if table is None:
         raise ValueError("graphlake assets declare their table in definition metadata ('table')")
-    return table, {"corpus": corpus, **metadata.get("partition", {})}
+    partition = {"corpus": corpus, **(metadata.get("partition") or {})}
+    if any(value.startswith(ROLE_MARK) for value in partition.values()):
+        partition = CorpusRegistry(home).resolved(corpus, partition)
+    return table, partition
 
 
 def markdown_preview(table: pa.Table) -> str:

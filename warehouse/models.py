@@ -31,6 +31,7 @@ MODELS_FILE = "models.yaml"
 ROLES = ("dense", "sparse", "cross_encoder")
 Role = Literal["dense", "sparse", "cross_encoder"]
 MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"  # a partition value and a folder name alike
+ROLE_MARK = "@"  # ``@dense`` in an asset's partition: the name of the model the corpus uses for the role
 
 
 class ModelSpec(BaseModel):
@@ -191,14 +192,29 @@ def dimension(spec: ModelSpec) -> int | None:
     return dense_dimension(path) if spec.kind == "dense" else int(model_config(path)["vocab_size"])
 
 
-def revision(spec: ModelSpec, cache: Path) -> str:
-    """What changes when the model's weights do: a package's version, a folder's content hash, an
-    endpoint's model name (an endpoint cannot tell more), the lake's training for the trained one."""
+def model_identity(spec: ModelSpec, cache: Path | None) -> dict[str, str]:
+    """Who made a vector: the model's name and revision, recorded beside vectors and the indexes built
+    from them, and compared with the model that encodes the queries."""
+    return {"name": spec.name, "revision": revision(spec, cache)}
+
+
+def made_before_identities(role: str) -> dict[str, str]:
+    """Who made vectors or an index written before graphlake recorded it: the role's packaged model,
+    the only one there was."""
+    return model_identity(PACKAGED[DEFAULTS[role]], None)
+
+
+def revision(spec: ModelSpec, cache: Path | None) -> str:
+    """What changes when the model's weights do: a package's version, a folder's content hash (cached
+    in ``cache``), an endpoint's model name (an endpoint cannot tell more), the lake's training for the
+    trained one."""
     from graphlake.kernels.text.model_files import folder_revision
 
     if spec.package:
         return f"{spec.package}=={importlib.metadata.version(spec.package)}"
     if spec.folder:
+        if cache is None:
+            raise ValueError(f"model {spec.name!r}: a folder's revision needs the model cache")
         return folder_revision(spec.path(), cache)
     if spec.endpoint is not None:
         return f"{spec.model}@{spec.endpoint}"

@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
@@ -225,6 +226,15 @@ class Lake:
         """The partition's row count from its file's footer (0 when it has no version)."""
         path = self._file(table, partition)
         return pq.ParquetFile(path).metadata.num_rows if path is not None else 0
+
+    def first_value(self, table: str, partition: Mapping[str, str], column: str) -> Any:
+        """The column's value in the partition's first row, read from that column alone (None: no
+        version, no rows, or no such column)."""
+        path = self._file(table, partition)
+        if path is None or column not in pq.ParquetFile(path).schema_arrow.names:
+            return None
+        values = pq.read_table(path, columns=[column]).column(column)
+        return values[0].as_py() if len(values) else None
 
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
         path = self._file(table, partition)

@@ -20,13 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlake.retrieval.core import MethodError, Methods, needs
-from graphlake.warehouse.corpora import CorpusSpec
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.models import ROLE_MARK
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.lake import LakeIndexes
 
 NODE_IDS_FILE = "node_ids.json"
+MODELS_FILE = "models.json"  # beside an index built from vectors: the models that made them
 EDGE_KINDS = ("cooccurrence", "structural", "contextual", "citation", "semantic", "conceptual")
 CORPUS_GRAPH = "corpus_graph"  # what ``graph: auto`` reads: the corpus's own edge kinds, known only per corpus
 
@@ -37,13 +39,15 @@ class Stored:
 
     table: str | None = None
     artifact: str | None = None
-    partition: tuple[tuple[str, str], ...] = ()
+    partition: tuple[tuple[str, str], ...] = ()  # a value may be a model role (``@dense``): see ``CorpusRegistry.resolved``
     lake_wide: bool = False
 
     def written_at(self, lake: Lake, corpus: str) -> float | None:
         partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
         if self.artifact is not None:
             return lake.artifact_written_at(self.artifact, partition)
+        if any(value.startswith(ROLE_MARK) for value in partition.values()):  # the vectors of the corpus's model
+            return CorpusRegistry(lake.home).written_at(lake, corpus, self.table, partition)
         return lake.written_at(self.table, partition)
 
 
@@ -167,15 +171,24 @@ def index_assets(names) -> list[str]:
     return list(dict.fromkeys(asset for name in sorted(names) for asset in index_kind(name).assets))
 
 
-def write_index(lake: Lake, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None]) -> Path:
+def write_index(lake: Lake, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None], models: dict[str, dict] | None = None) -> Path:
     """Write the corpus's index artefact ``name`` with ``fill``, and beside it the node order its rows
-    follow, which ``LakeIndexes`` checks against the nodes table when it loads the index."""
+    follow and the models whose vectors it holds (role -> ``model_identity``), which ``LakeIndexes``
+    checks against the nodes table and the corpus's query encoders when it loads the index."""
 
     def filled(folder: Path) -> None:
         fill(folder)
         (folder / NODE_IDS_FILE).write_text(json.dumps(node_ids), encoding="utf-8")
+        if models:
+            (folder / MODELS_FILE).write_text(json.dumps(models), encoding="utf-8")
 
     return lake.write_artifact(name, {"corpus": corpus}, filled)
+
+
+def read_models(folder: Path) -> dict[str, dict]:
+    """The models whose vectors an index holds, by role (none for an index built from text alone, or before identities were recorded)."""
+    path = folder / MODELS_FILE
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
 
 
 def read_node_order(folder: Path) -> list[str]:

@@ -18,8 +18,9 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from graphlake.retrieval.core import MethodError
-from graphlake.retrieval.index.kinds import index_kind, read_node_order
+from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.models import ModelSpec, made_before_identities, model_identity
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -39,10 +40,11 @@ def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
     ]
 
 
-def dense_matrix(vectors: pa.Table) -> np.ndarray:
+def dense_matrix(vectors: pa.Table, dimension: int) -> np.ndarray:
+    """The dense vectors as one ``(nodes, dimension)`` float32 matrix (``dimension``: an empty table's)."""
     column = vectors.column("dense").combine_chunks()
     if len(column) == 0:
-        return np.zeros((0, 384), dtype=np.float32)
+        return np.zeros((0, dimension), dtype=np.float32)
     return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
 
 
@@ -98,8 +100,8 @@ class LakeIndexes:
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return
-        vectors = query_encoders.encode_queries_dense(texts) if dense else [None] * len(texts)
-        weights = query_encoders.encode_queries_splade(texts) if splade else None
+        vectors = query_encoders.encode_queries_dense(texts, self.model("dense").path()) if dense else [None] * len(texts)
+        weights = query_encoders.encode_queries_splade(texts, self.model("sparse").path()) if splade else None
         for i, text in enumerate(texts):
             self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
 
@@ -114,11 +116,38 @@ class LakeIndexes:
     def artifact(self, name: str) -> Path:
         folder = self.lake.artifact(name, {"corpus": self.corpus})
         self.check_order(name, read_node_order(folder))
+        for role, made_by in read_models(folder).items():
+            self.check_model(name, role, made_by)
         return folder
 
-    def vectors(self, model: str) -> pa.Table:
-        table = self.lake.read("vectors", {"corpus": self.corpus, "model": model})
-        self.check_order(f"{model} vectors", table.column("node_id").to_pylist())
+    def model(self, role: str) -> ModelSpec:
+        """The model this corpus uses for ``role`` (models.yaml, or its own choice in corpora.yaml)."""
+        return self.memo(("model", role), lambda: CorpusRegistry(self.lake.home).model(self.corpus, role))
+
+    def identity(self, role: str) -> dict:
+        """The model's name and revision, as vectors and indexes record who made them."""
+        from graphlake.kernels.text.query_encoders import cache_dir
+
+        return self.memo(("identity", role), lambda: model_identity(self.model(role), cache_dir()))
+
+    def check_model(self, what: str, role: str, made_by: dict[str, str]) -> None:
+        """Refuse vectors or an index made by another model than the one that encodes this corpus's queries."""
+        current = self.identity(role)
+        if (made_by["name"], made_by["revision"]) != (current["name"], current["revision"]):
+            raise StorageError(
+                f"{what} of corpus {self.corpus!r}: made by {made_by['name']} ({made_by['revision']}), but the corpus's {role} queries are encoded by "
+                f"{current['name']} ({current['revision']}): materialize the corpus again"
+            )
+
+    def vectors(self, role: str) -> pa.Table:
+        """The corpus's vectors of its ``role`` model, checked to be that model's and in node order."""
+        name = self.model(role).name
+        table = self.lake.read("vectors", {"corpus": self.corpus, "model": name})
+        self.check_order(f"{name} vectors", table.column("node_id").to_pylist())
+        if "revision" not in table.column_names:
+            self.check_model(f"{name} vectors", role, made_before_identities(role))
+        for revision in table.column("revision").unique().to_pylist() if "revision" in table.column_names else []:
+            self.check_model(f"{name} vectors", role, {"name": name, "revision": revision})
         return table
 
     def node_rows(self, node_ids: list[str], table: str) -> np.ndarray:
@@ -157,7 +186,15 @@ class LakeIndexes:
             return primed
         from graphlake.kernels.text import query_encoders
 
-        return query_encoders.encode_queries_dense([text])[0]
+        return query_encoders.encode_queries_dense([text], self.model("dense").path())[0]
+
+    def dense_encoder(self) -> Callable[[list[str]], np.ndarray]:
+        """The corpus's dense model as the passages were encoded (torch): what GRASP links a plan's anchors with."""
+        from functools import partial
+
+        from graphlake.kernels.text import encoders
+
+        return partial(encoders.encode_dense, folder=self.model("dense").path())
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         primed = self._queries.get(text, (None, None))[1]
@@ -165,7 +202,7 @@ class LakeIndexes:
             return primed
         from graphlake.kernels.text import query_encoders
 
-        return query_encoders.encode_queries_splade([text])
+        return query_encoders.encode_queries_splade([text], self.model("sparse").path())
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's

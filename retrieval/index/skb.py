@@ -24,6 +24,7 @@ from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wi
 from graphlake.kernels.plan.sql import Emit, Linked, compile_sql, link, run_sql
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
+from graphlake.retrieval.index.kinds import read_models
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -135,6 +136,8 @@ class LoadedSKB:
         """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
         node and kind: two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros."""
         folder = indexes.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
+        for role, made_by in read_models(folder).items():
+            indexes.check_model(VECTORS_ARTIFACT, role, made_by)
         stored = load_vectors(folder)
         if "vector" not in stored:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} are in an older layout; materialize skb_vectors again")
@@ -268,7 +271,6 @@ class LLMPlanner:
 
 def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
     """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
-    from graphlake.kernels.text import encoders
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.queries import gold_by_query, training_source
 
@@ -288,7 +290,7 @@ def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) 
     found = []
     for position in np.random.default_rng(0).permutation(len(queries))[:scan].tolist():
         query = queries[position]
-        result = stage_one(query["text"], skb, None, StageOneSettings(k=10), encoders.encode_dense)
+        result = stage_one(query["text"], skb, None, StageOneSettings(k=10), train.dense_encoder())
         if result.valid and any(doc_ids[r] in gold.get(query["query_id"], {}) for r in result.candidates.rows.tolist()):
             found.append((query["text"], result.plan))
             if len(found) == limit:

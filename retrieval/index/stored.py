@@ -10,7 +10,6 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.text.encoders import DENSE_MODEL, SPLADE_MODEL
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored, declare
 from graphlake.retrieval.index.lake import EntityEdges, LakeIndexes, dense_matrix, hybrid_vectors
 
@@ -21,6 +20,12 @@ def _bm25(indexes: LakeIndexes):
     return BM25Index.load(indexes.artifact("bm25"))
 
 
+def _dense(indexes: LakeIndexes) -> np.ndarray:
+    from graphlake.warehouse.models import dimension
+
+    return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")))
+
+
 def _hnsw(indexes: LakeIndexes):
     import faiss
 
@@ -28,12 +33,13 @@ def _hnsw(indexes: LakeIndexes):
 
 
 def _splade(indexes: LakeIndexes) -> sp.csc_matrix:
-    from graphlake.kernels.text.encoders import splade_vocab_size
+    from graphlake.kernels.text.model_files import model_config
 
-    table = indexes.vectors(SPLADE_MODEL)
+    table = indexes.vectors("sparse")
+    vocabulary = int(model_config(indexes.model("sparse").path())["vocab_size"])
     values, positions = table.column("values").combine_chunks(), table.column("indices").combine_chunks()
     indptr = np.asarray(positions.offsets, dtype=np.int64)
-    matrix = sp.csr_matrix((values.flatten().to_numpy(), positions.flatten().to_numpy(), indptr), shape=(len(table), splade_vocab_size()))
+    matrix = sp.csr_matrix((values.flatten().to_numpy(), positions.flatten().to_numpy(), indptr), shape=(len(table), vocabulary))
     return matrix.tocsc()
 
 
@@ -92,9 +98,9 @@ def _skb(indexes: LakeIndexes):
 
 declare(
     IndexKind("bm25", ("bm25_index",), Stored(artifact="bm25"), _bm25),
-    IndexKind("dense", ("dense_vectors",), Stored("vectors", partition=(("model", DENSE_MODEL),)), lambda ix: dense_matrix(ix.vectors(DENSE_MODEL))),
+    IndexKind("dense", ("dense_vectors",), Stored("vectors", partition=(("model", "@dense"),)), _dense),
     IndexKind("dense_hnsw", ("dense_hnsw_index",), Stored(artifact="dense_hnsw"), _hnsw),
-    IndexKind("splade", ("splade_vectors",), Stored("vectors", partition=(("model", SPLADE_MODEL),)), _splade),
+    IndexKind("splade", ("splade_vectors",), Stored("vectors", partition=(("model", "@sparse"),)), _splade),
     IndexKind("cooccurrence", ("cooccurrence_edges",), Stored("edges", partition=(("kind", "cooccurrence"),)), EntityEdges),
     *(IndexKind(k, (f"{k}_edges",), Stored("edges", partition=(("kind", k),)), _linked(k)) for k in EDGE_KINDS[1:]),
     # one multi-asset each: entities and mentions are built together

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
-from graphlake.kernels.text import encoders
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, register, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 
@@ -56,7 +55,7 @@ class SkbPlan(Op):
 
         skb = indexes.get("skb")(self.source)
         plan, failure = planned(query, skb, self.planner, indexes)
-        result = stage_one(query, skb, plan, self.settings(), encoders.encode_dense, failure)
+        result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure)
         return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
 
 

@@ -185,7 +185,7 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
     from graphlake.kernels.text import query_encoders
 
     indexes = examples[0]["indexes"]
-    vectors = query_encoders.encode_queries_dense([e["query"] for e in examples])
+    vectors = query_encoders.encode_queries_dense([e["query"] for e in examples], indexes.model("dense").path())
     graphs = []
     for example, query in zip(examples, vectors, strict=True):
         if not example["labels"].any():
