@@ -134,7 +134,8 @@ def test_nearest_neighbours_above_the_exact_limit_come_from_hnsw_with_their_reca
 
 
 def test_semantic_edges_asset_on_a_tiny_vector_table():
-    vectors = pa.table({"node_id": ["a#0", "b#0", "c#0"], "dense": pa.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]], pa.list_(pa.float32()))})
+    # as the IO manager hands the partition over: with its model column (the edges' source)
+    vectors = pa.table({"model": ["all-MiniLM-L6-v2"] * 3, "node_id": ["a#0", "b#0", "c#0"], "dense": pa.array([[1.0, 0.0], [0.8, 0.6], [0.0, 1.0]], pa.list_(pa.float32()))})
     edges = semantic_edges(build_asset_context(), SemanticConfig(k=1), vectors).to_pylist()
     assert [(e["src"], e["dst"], round(e["weight"], 6), e["kind"], e["source"]) for e in edges] == [
         ("a#0", "b#0", 0.8, "semantic", "all-MiniLM-L6-v2"),
