@@ -19,8 +19,9 @@ from graphlake.kernels.text import encoders, query_encoders
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
+from graphlake.warehouse.corpora import stored_revision
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, made_before_identities, model_identity
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, model_identity
 from graphlake.warehouse.storage import StorageError
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -44,8 +45,8 @@ def _encode_with_cache(
     hashes = [content_hash(t) for t in texts]
     partition = {"corpus": context.partition_key, "model": model}
     previous = lake.lake.read("vectors", partition) if lake.lake.has("vectors", partition) else None
-    if previous is not None and _revision_of(previous, role) != revision:
-        context.log.info(f"{model}: its weights changed ({_revision_of(previous, role)} -> {revision}): every node is encoded again")
+    if previous is not None and previous.num_rows and (stored := stored_revision(lake.lake, "vectors", partition, role)) != revision:
+        context.log.info(f"{model}: its weights changed ({stored} -> {revision}): every node is encoded again")
         previous = None
     previous = previous.select(VECTOR_COLUMNS) if previous is not None else None
     row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
@@ -81,13 +82,6 @@ def _encode_with_cache(
     }
     context.log.info(f"{model}: encoded {len(missing)} nodes, reused {len(reused)}")
     return table, metadata
-
-
-def _revision_of(vectors: pa.Table, role: str) -> str | None:
-    """The revision of the model that made stored vectors: their ``revision`` column (none for no rows)."""
-    if "revision" in vectors.column_names:
-        return vectors.column("revision")[0].as_py() if vectors.num_rows else None
-    return made_before_identities(role)["revision"]
 
 
 def corpus_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:

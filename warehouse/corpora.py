@@ -202,6 +202,29 @@ class UnknownCorpus(KeyError):
         return str(self.args[0])
 
 
+def table_written_at(lake: Lake, corpus: str, table: str, partition: Mapping[str, str]) -> float | None:
+    """When the output in ``partition`` was written, None if it has none; for the vectors of a model
+    role (``@dense``), None too when another revision of the model made them: new weights are a rebuild."""
+    roles = [value[1:] for value in partition.values() if value.startswith(ROLE_MARK)]
+    if not roles:  # no role to resolve: the registry (on an object store, a download) is not read
+        return lake.written_at(table, partition)
+    registry = CorpusRegistry(lake.home)
+    resolved = registry.resolved(corpus, partition)
+    written = lake.written_at(table, resolved)
+    if written is None or not lake.rows(table, resolved):
+        return written  # nothing encoded: nothing to encode again
+    from graphlake.kernels.text.query_encoders import cache_dir
+
+    current = model_identity(registry.model(corpus, roles[0]), cache_dir())["revision"]
+    return written if stored_revision(lake, table, resolved, roles[0]) == current else None
+
+
+def stored_revision(lake: Lake, table: str, partition: Mapping[str, str], role: str) -> str:
+    """The revision of the model that made stored vectors; for vectors written before revisions were
+    recorded, the role's packaged model's (the only one there was)."""
+    return lake.first_value(table, partition, "revision") or made_before_identities(role)["revision"]
+
+
 class CorpusRegistry:
     def __init__(self, home: Path) -> None:
         from graphlake.warehouse.object_store import remote_of
@@ -267,21 +290,6 @@ class CorpusRegistry:
         """A table partition in which a value may name a model role (``@dense``), with the name of the
         model the corpus uses for that role in its place: the vectors of each model keep a partition of their own."""
         return {key: self.model(corpus, value[1:]).name if value.startswith(ROLE_MARK) else value for key, value in partition.items()}
-
-    def written_at(self, lake: Lake, corpus: str, table: str, partition: Mapping[str, str]) -> float | None:
-        """When the output in ``partition`` was written, None if it has none; for the vectors of a model
-        role (``@dense``), None too when another revision of the model made them: new weights are a rebuild."""
-        roles = [value[1:] for value in partition.values() if value.startswith(ROLE_MARK)]
-        resolved = self.resolved(corpus, partition)
-        written = lake.written_at(table, resolved)
-        if written is None or not roles:
-            return written
-        from graphlake.kernels.text.query_encoders import cache_dir
-
-        if not lake.rows(table, resolved):
-            return written  # nothing encoded: nothing to encode again
-        stored = lake.first_value(table, resolved, "revision") or made_before_identities(roles[0])["revision"]
-        return written if stored == model_identity(self.model(corpus, roles[0]), cache_dir())["revision"] else None
 
     def add(self, spec: CorpusSpec) -> None:
         """Declare or redeclare a corpus; the file is replaced atomically."""

@@ -17,7 +17,7 @@ import pyarrow as pa
 from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitResourceContext, InputContext, MetadataValue, OutputContext
 from pydantic import PrivateAttr
 
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.corpora import CorpusRegistry, table_written_at
 from graphlake.warehouse.models import ROLE_MARK
 from graphlake.warehouse.row_changes import row_changes
 from graphlake.warehouse.storage import Lake, conform
@@ -79,11 +79,7 @@ class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
 def output_written_at(lake: Lake, metadata: Mapping, corpus: str) -> float | None:
     """When the asset's table output for the corpus was written, None if it has none or, for the
     vectors of a model role, if another revision of the model made them."""
-    table = metadata["table"]
-    partition = {"corpus": corpus, **(metadata.get("partition") or {})}
-    if any(value.startswith(ROLE_MARK) for value in partition.values()):
-        return CorpusRegistry(lake.home).written_at(lake, corpus, table, partition)
-    return lake.written_at(table, partition)
+    return table_written_at(lake, corpus, metadata["table"], {"corpus": corpus, **(metadata.get("partition") or {})})
 
 
 def asset_address(home: Path, metadata: Mapping, corpus: str) -> tuple[str, dict[str, str]]:

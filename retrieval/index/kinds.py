@@ -20,8 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlake.retrieval.core import MethodError, Methods, needs
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.models import ROLE_MARK
+from graphlake.warehouse.corpora import CorpusSpec, table_written_at
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -46,9 +45,7 @@ class Stored:
         partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
         if self.artifact is not None:
             return lake.artifact_written_at(self.artifact, partition)
-        if any(value.startswith(ROLE_MARK) for value in partition.values()):  # the vectors of the corpus's model
-            return CorpusRegistry(lake.home).written_at(lake, corpus, self.table, partition)
-        return lake.written_at(self.table, partition)
+        return table_written_at(lake, corpus, self.table, partition)
 
 
 @dataclass(frozen=True)
