@@ -14,14 +14,13 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
-from graphlake.assets.vectors import corpus_model
-from graphlake.kernels.text import encoders
+from graphlake.assets.vectors import EMBEDDING_CACHE, corpus_model
 from graphlake.retrieval.index.kinds import MODELS_FILE, read_models
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, load_vectors, planned, save_vectors, stage_one, vectors_for
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import made_before_identities
+from graphlake.warehouse.models import encode_dense, made_before_identities
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import row_schema
 
@@ -80,9 +79,9 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
         progress = StepProgress("SKB encoding", len(texts), context.log.info, unit="texts")
         parts = []
         for start in range(0, len(texts), PROGRESS_SLICE):
-            parts.append(encoders.encode_dense(texts[start : start + PROGRESS_SLICE], folder=spec.path()))
+            parts.append(encode_dense(spec, texts[start : start + PROGRESS_SLICE], cache=lake.lake.home / EMBEDDING_CACHE))
             progress.advance(len(parts[-1]))
-        return np.concatenate(parts) if parts else encoders.encode_dense([], folder=spec.path())
+        return np.concatenate(parts) if parts else encode_dense(spec, [])
 
     def fill(folder: Path) -> None:
         save_vectors(folder, vectors)

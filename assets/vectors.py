@@ -21,11 +21,12 @@ from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.corpora import stored_revision
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, model_identity
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, encode_dense, model_identity
 from graphlake.warehouse.storage import StorageError
 from graphlake.warehouse.partitions import corpus_partitions
 
 VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
+EMBEDDING_CACHE = "embedding_cache"  # folder in the lake root: a hosted model's answered batches (common/embeddings.py)
 
 
 class EncoderConfig(Config):
@@ -87,7 +88,7 @@ def _encode_with_cache(
 def corpus_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:
     """The model ``corpus`` uses for ``role`` and its identity; refused, naming it, where it cannot encode here."""
     spec = lake.registry.model(corpus, role)
-    problem = spec.problem() or ("graphlake encodes with local models only so far: choose a folder or package model" if spec.endpoint is not None else None)
+    problem = spec.problem()
     if problem:
         raise StorageError(f"corpus {corpus!r}: {role} model {spec.name!r} ({spec.source}) cannot encode: {problem}")
     return spec, model_identity(spec, query_encoders.cache_dir())
@@ -106,22 +107,23 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
 
             torch.set_num_threads(config.threads)
         spec, made_by = corpus_model(lake, context.partition_key, role)
-        encode = partial(encode_rows, batch_size=config.batch_size, folder=spec.path())
+        encode = partial(encode_rows, batch_size=config.batch_size, spec=spec, cache=lake.lake.home / EMBEDDING_CACHE)
         table, metadata = _encode_with_cache(context, lake, role, made_by, nodes, documents, encode)
-        query_encoders.prepare(queries, spec.path())
+        if spec.endpoint is None:  # a hosted model encodes the queries too
+            query_encoders.prepare(queries, spec.path())
         context.add_output_metadata(metadata)
         return table
 
     return vectors
 
 
-def _dense_rows(texts: list[str], batch_size: int, folder: Path | None) -> list[dict]:
-    vectors = encoders.encode_dense(texts, batch_size=batch_size, folder=folder)
+def _dense_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path) -> list[dict]:
+    vectors = encode_dense(spec, texts, batch_size=batch_size, cache=cache)
     return [{"dense": v, "indices": None, "values": None} for v in vectors]
 
 
-def _splade_rows(texts: list[str], batch_size: int, folder: Path | None) -> list[dict]:
-    matrix = encoders.encode_splade(texts, batch_size=batch_size, folder=folder)
+def _splade_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path) -> list[dict]:
+    matrix = encoders.encode_splade(texts, batch_size=batch_size, folder=spec.path())
     return [
         {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
         for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
@@ -164,7 +166,7 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
 
     started = time.perf_counter()
     spec, made_by = corpus_model(lake, context.partition_key, "dense")
-    matrix = dense_matrix(dense_vectors, dimension(spec))
+    matrix = dense_matrix(dense_vectors, dimension(spec) or 0)
     index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = config.ef_construction
     index.add(matrix)

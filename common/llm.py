@@ -32,12 +32,12 @@ import re
 import time
 import uuid
 from dataclasses import dataclass, field
-from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from graphlake.common.openai_retries import Retries, retrying
 from graphlake.common.redact import redact
 from graphlake.common.settings import number_from_env
 
@@ -210,40 +210,21 @@ class LLMClient:
         raise AssertionError("the plain-text request has no response_format to refuse")
 
     def _with_retries(self, messages: list[dict[str, str]], response_format: dict | None):
-        """Retry timeouts, lost connections, 429 and 5xx with exponential backoff, or after the server's
-        ``Retry-After``, within ``timeout × (retries + 1)`` seconds in all; other errors at once."""
-        import openai
-
-        retryable = (openai.InternalServerError, openai.RateLimitError)  # 5xx, 429; connection errors are retried too
+        """One chat completion, retried as every OpenAI-compatible call is (``openai_retries.py``)."""
         extra = {"response_format": response_format} if response_format else {}
         config = self.config
-        attempts = config.max_retries + 1
-        deadline = time.monotonic() + config.timeout_s * attempts
-        for attempt in range(1, attempts + 1):
-            said = f"{config.describe()}, attempt {attempt} of {attempts}"
-            try:
-                return self._client.with_options(timeout=max(1e-3, min(config.timeout_s, deadline - time.monotonic()))).chat.completions.create(
-                    model=config.model, messages=messages, temperature=0.0, max_tokens=config.max_tokens, **extra
-                )
-            except openai.APIStatusError as error:
-                if response_format is not None and "response_format" in str(error):
-                    raise _FormatRefused from error
-                if not isinstance(error, retryable):
-                    raise LLMError(f"{said}: refused the request ({error.status_code}): {error}") from error
-                failure, wait = f"{error.status_code}: {error}", _retry_after(error.response.headers.get("retry-after"))
-            except openai.APIConnectionError as error:  # includes timeouts
-                failure, wait = f"{type(error).__name__}: {error}", None
-            except (json.JSONDecodeError, openai.APIResponseValidationError) as error:
-                raise LLMError(f"{said}: answered with a body that is not an OpenAI chat completion (the server's fault, not the model's): {error}") from error
-            pause = max(config.backoff_s * 2 ** (attempt - 1), wait or 0.0)
-            if attempt == attempts or time.monotonic() + pause >= deadline:
-                asked = f"; it asked to retry after {wait:.0f} s" if wait else ""
-                raise LLMUnavailable(
-                    f"{config.describe()} failed after {attempt} of {attempts} attempts within {config.timeout_s * attempts:.0f} s "
-                    f"({ENV_TIMEOUT}={config.timeout_s:g} s x {attempts}){asked}: {failure}"
-                )
-            time.sleep(pause)
-        raise AssertionError("unreachable: the last attempt returns or raises")
+
+        def refused_format(error: Exception) -> None:
+            if response_format is not None and "response_format" in str(error):
+                raise _FormatRefused from error
+
+        def complete(timeout: float):
+            return self._client.with_options(timeout=timeout).chat.completions.create(
+                model=config.model, messages=messages, temperature=0.0, max_tokens=config.max_tokens, **extra
+            )
+
+        retries = Retries(config.timeout_s, config.max_retries, config.backoff_s, ENV_TIMEOUT)
+        return retrying(complete, retries, config.describe(), "an OpenAI chat completion", LLMUnavailable, LLMError, refused_format)
 
     def _store(self, path: Path, entry: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -253,20 +234,6 @@ class LLMClient:
 
 
 LAKE_CACHE = "llm_cache"  # folder in the lake root holding every cached answer
-
-
-def _retry_after(header: str | None) -> float | None:
-    """A ``Retry-After`` header in seconds (delta-seconds or an HTTP date), None when absent or unreadable."""
-    if not header:
-        return None
-    try:
-        return max(0.0, float(header))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, parsedate_to_datetime(header).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def lake_client(home: Path) -> LLMClient:

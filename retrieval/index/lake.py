@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.models import ModelSpec, made_before_identities, model_identity
+from graphlake.warehouse.models import ModelSpec, encode_dense, made_before_identities, model_identity
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -100,7 +100,7 @@ class LakeIndexes:
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return
-        vectors = query_encoders.encode_queries_dense(texts, self.model("dense").path()) if dense else [None] * len(texts)
+        vectors = self.encode_dense_queries(texts) if dense else [None] * len(texts)
         weights = query_encoders.encode_queries_splade(texts, self.model("sparse").path()) if splade else None
         for i, text in enumerate(texts):
             self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
@@ -184,17 +184,18 @@ class LakeIndexes:
         primed = self._queries.get(text, (None, None))[0]
         if primed is not None:
             return primed
-        from graphlake.kernels.text import query_encoders
+        return self.encode_dense_queries([text])[0]
 
-        return query_encoders.encode_queries_dense([text], self.model("dense").path())[0]
+    def encode_dense_queries(self, texts: list[str]) -> np.ndarray:
+        """Queries encoded by the corpus's dense model: ONNX for a local one, its endpoint for a hosted one."""
+        return encode_dense(self.model("dense"), texts, queries=True)
 
     def dense_encoder(self) -> Callable[[list[str]], np.ndarray]:
-        """The corpus's dense model as the passages were encoded (torch): what GRASP links a plan's anchors with."""
+        """The corpus's dense model as the passages were encoded (torch, or the endpoint): what GRASP
+        links a plan's anchors with."""
         from functools import partial
 
-        from graphlake.kernels.text import encoders
-
-        return partial(encoders.encode_dense, folder=self.model("dense").path())
+        return partial(encode_dense, self.model("dense"))
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         primed = self._queries.get(text, (None, None))[1]

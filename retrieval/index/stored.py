@@ -23,7 +23,7 @@ def _bm25(indexes: LakeIndexes):
 def _dense(indexes: LakeIndexes) -> np.ndarray:
     from graphlake.warehouse.models import dimension
 
-    return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")))
+    return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")) or 0)
 
 
 def _hnsw(indexes: LakeIndexes):

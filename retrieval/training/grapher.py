@@ -182,10 +182,9 @@ def mean_perfect_recall(examples: list[dict], score, k: int) -> float:
 def train_networks(examples: list[dict], alpha: float, config: Any, networks: list[str]) -> tuple[dict, dict]:
     """The asked-for networks on GCS scores at the tuned alpha; a seeded share of queries validates."""
     from graphlake.kernels.graph.grapher_networks import train_ranker
-    from graphlake.kernels.text import query_encoders
 
     indexes = examples[0]["indexes"]
-    vectors = query_encoders.encode_queries_dense([e["query"] for e in examples], indexes.model("dense").path())
+    vectors = indexes.encode_dense_queries([e["query"] for e in examples])
     graphs = []
     for example, query in zip(examples, vectors, strict=True):
         if not example["labels"].any():

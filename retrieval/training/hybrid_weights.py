@@ -55,8 +55,7 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
     bm25 = indexes.get("bm25")
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
     texts = [q["text"] for q in rows]
-    dense, splade = (indexes.model(role).path() for role in ("dense", "sparse"))
-    queries = Queries(query_encoders.encode_queries_dense(texts, dense), query_encoders.encode_queries_splade(texts, splade), bm25.token_counts(texts))
+    queries = Queries(indexes.encode_dense_queries(texts), query_encoders.encode_queries_splade(texts, indexes.model("sparse").path()), bm25.token_counts(texts))
     scorer = _Scorer(vectors, queries, scales, indexes.doc_ids(), [gold[q["query_id"]] for q in rows])
     single = {path: scorer.ndcg(np.eye(3)[p]) for p, path in enumerate(("dense", "sparse", "lexical"))}
     two_grid = {alpha: scorer.ndcg(np.array([alpha, 1 - alpha, 0.0])) for alpha in GRID}
