@@ -150,11 +150,12 @@ def timing_sample(corpus: str, split: str):
 # The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and
 # reranker_training.py on a GPU machine): which corpora, which queries teach, which are evaluated.
 HOTPOT = "hotpotqa/ircot/processed_data/hotpotqa/dev_subsampled.jsonl.gz"
+HOTPOT_TRAIN = "hotpotqa/hipporag/data"
 WIKI_TRAIN = "2wikimultihopqa/migres/data/wikihop_train_preprocess.json.gz"
 WIKI_DEV = "2wikimultihopqa/migres/data/wikihop.json.gz"
 INGEST = {  # corpus: format, path under the datasets folder
     "scifact": ("beir", "scifact"),
-    "hotpotqa-train": ("hipporag", "hotpotqa/hipporag/data"),
+    "hotpotqa-train": ("hipporag", HOTPOT_TRAIN),
     "2wiki-train": ("2wiki", WIKI_TRAIN),
     "hotpotqa": ("hotpotqa-ircot", HOTPOT),
     "2wiki-dev": ("2wiki", WIKI_DEV),

