@@ -14,7 +14,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
-from graphlake.assets.vectors import EMBEDDING_CACHE, corpus_model
+from graphlake.assets.vectors import EMBEDDING_CACHE, encoding_model
 from graphlake.retrieval.index.kinds import MODELS_FILE, read_models
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, build, coverage, load_vectors, planned, save_vectors, stage_one, vectors_for
@@ -72,7 +72,7 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     only if the previous build did not encode it."""
     corpus = context.partition_key
     sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
-    spec, made_by = corpus_model(lake, corpus, "dense")
+    spec, made_by = encoding_model(lake, corpus, "dense")
     previous = _previous_vectors(lake, corpus, made_by)
 
     def encode(texts: list[str]) -> np.ndarray:  # in slices, so that a long encoding reports progress

@@ -4,6 +4,7 @@ Every index is built over the nodes in the order of the ``nodes`` table and keep
 node ids beside it, so a row number means the same node in every index of a corpus.
 """
 
+import json
 import time
 from collections.abc import Callable
 from functools import partial
@@ -19,9 +20,9 @@ from graphlake.kernels.text import encoders, query_encoders
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
 from graphlake.warehouse.digest import content_hash
-from graphlake.warehouse.corpora import stored_revision
+from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import ROLE_MARK, ModelSpec, dimension, encode_dense, model_identity
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, declared_models, dimension, encode_dense, model_identity, revision
 from graphlake.warehouse.storage import StorageError
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -29,9 +30,21 @@ VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
 EMBEDDING_CACHE = "embedding_cache"  # folder in the lake root: a hosted model's answered batches (common/embeddings.py)
 
 
+class TuningConfig(Config):
+    """How a dense model the lake tunes (``tune:`` in models.yaml) learns; retrieval/training/dense_tuning.py."""
+
+    epochs: int = 1
+    learning_rate: float = 2e-5
+    batch_size: int = 16
+    validation_share: float = 0.2
+    pool: int = 30
+    seed: int = 0
+
+
 class EncoderConfig(Config):
     batch_size: int = 0  # texts per batch; 0 = the encoder's fastest measured on its device (kernels/text/encoders.py)
     threads: int = 0  # 0 = torch's default (all cores)
+    tuning: TuningConfig = TuningConfig()
 
 
 def _encode_with_cache(
@@ -85,9 +98,9 @@ def _encode_with_cache(
     return table, metadata
 
 
-def corpus_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:
+def encoding_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:
     """The model ``corpus`` uses for ``role`` and its identity; refused, naming it, where it cannot encode here."""
-    spec = lake.registry.model(corpus, role)
+    spec = corpus_model(lake.lake, corpus, role)
     problem = spec.problem()
     if problem:
         raise StorageError(f"corpus {corpus!r}: {role} model {spec.name!r} ({spec.source}) cannot encode: {problem}")
@@ -106,7 +119,9 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
             import torch
 
             torch.set_num_threads(config.threads)
-        spec, made_by = corpus_model(lake, context.partition_key, role)
+        if role == "dense" and lake.registry.model(context.partition_key, role).tune:
+            context.add_output_metadata(_tuned(context, lake, config.tuning))
+        spec, made_by = encoding_model(lake, context.partition_key, role)
         encode = partial(encode_rows, batch_size=config.batch_size, spec=spec, cache=lake.lake.home / EMBEDDING_CACHE)
         table, metadata = _encode_with_cache(context, lake, role, made_by, nodes, documents, encode)
         if spec.endpoint is None:  # a hosted model encodes the queries too
@@ -115,6 +130,33 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
         return table
 
     return vectors
+
+
+def _tuned(context: AssetExecutionContext, lake: LakeResource, config: TuningConfig) -> dict:
+    """Tune the corpus's dense model on its training queries unless the kept decision was made from the
+    same base weights, settings and training data; its metadata (which encoder was kept, and why)."""
+    from graphlake.retrieval.training.dense_tuning import TuningSettings, training_set, tune
+
+    corpus = context.partition_key
+    declared = lake.registry.model(corpus, "dense")
+    base = declared_models(lake.lake.home).models[declared.tune]
+    settings = TuningSettings(**config.model_dump())
+    data = training_set(lake.lake, corpus)
+    fingerprint = data.fingerprint(revision(base, query_encoders.cache_dir()), settings)
+    partition = {"corpus": corpus}
+    if lake.lake.artifact_written_at(TUNED_ARTIFACT, partition) is not None:
+        decision = json.loads((lake.lake.artifact(TUNED_ARTIFACT, partition) / TUNING_DECISION).read_text(encoding="utf-8"))
+        if decision.get("fingerprint") == fingerprint:
+            return {"tuning": decision["kept"], "note": f"{declared.name}: tuned before on the same data; the {decision['kept']} encoder stays"}
+
+    def fill(folder: Path) -> None:
+        decision.update(tune(data, base.path(), settings, folder / "model", context.log.info), base=base.name, fingerprint=fingerprint)
+        (folder / TUNING_DECISION).write_text(json.dumps(decision, indent=1), encoding="utf-8")
+
+    decision: dict = {}
+    lake.lake.write_artifact(TUNED_ARTIFACT, partition, fill)
+    held = decision.get("held_out", {})
+    return {"tuning": decision["kept"], "note": decision["said"], **({"held_out_ndcg_tuned": held["tuned"], "held_out_ndcg_untuned": held["untuned"]} if held else {})}
 
 
 def _dense_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path) -> list[dict]:
@@ -165,7 +207,7 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
     import faiss
 
     started = time.perf_counter()
-    spec, made_by = corpus_model(lake, context.partition_key, "dense")
+    spec, made_by = encoding_model(lake, context.partition_key, "dense")
     matrix = dense_matrix(dense_vectors, dimension(spec) or 0)
     index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = config.ef_construction

@@ -7,6 +7,7 @@ the bundled demo corpus is always declared. Each corpus is one Dagster partition
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import re
 import uuid
@@ -215,8 +216,26 @@ def table_written_at(lake: Lake, corpus: str, table: str, partition: Mapping[str
         return written  # nothing encoded: nothing to encode again
     from graphlake.kernels.text.query_encoders import cache_dir
 
-    current = model_identity(registry.model(corpus, roles[0]), cache_dir())["revision"]
+    current = model_identity(corpus_model(lake, corpus, roles[0]), cache_dir())["revision"]
     return written if stored_revision(lake, table, resolved, roles[0]) == current else None
+
+
+TUNED_ARTIFACT = "tuned_dense"  # per corpus: decision.json, and model/ where the tuned encoder was kept
+TUNING_DECISION = "decision.json"
+
+
+def corpus_model(lake: Lake, corpus: str, role: str) -> ModelSpec:
+    """The model ``corpus`` uses for ``role``; a model the lake tunes, as the weights it kept for this
+    corpus (its tuned folder, or the model it started from), named as declared. Unresolved (its
+    ``problem`` says so) until the corpus's first dense build tunes it."""
+    registry = CorpusRegistry(lake.home)
+    spec = registry.model(corpus, role)
+    if not spec.tune or lake.artifact_written_at(TUNED_ARTIFACT, {"corpus": corpus}) is None:
+        return spec
+    folder = lake.artifact(TUNED_ARTIFACT, {"corpus": corpus})
+    decision = json.loads((folder / TUNING_DECISION).read_text(encoding="utf-8"))
+    kept = folder / "model" if decision["kept"] == "tuned" else declared_models(registry.path.parent).models[spec.tune].path()
+    return ModelSpec(name=spec.name, kind="dense", folder=str(kept), about=f"{spec.tune}, {decision['kept']} for corpus {corpus}")
 
 
 def stored_revision(lake: Lake, table: str, partition: Mapping[str, str], role: str) -> str:

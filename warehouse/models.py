@@ -54,13 +54,16 @@ class ModelSpec(BaseModel):
     timeout_s: float | None = Field(None, gt=0)  # seconds one request may take (60)
     retries: int | None = Field(None, ge=0, le=20)  # requests after a failed one (4), with exponential backoff
     trained: bool = False  # cross_encoder: the one the lake trains on its corpora's training queries
+    tune: str | None = Field(None, pattern=MODEL_NAME)  # dense: this local dense model, tuned per corpus on its training queries
     about: str = ""
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
-        sources = [name for name in ("package", "folder", "endpoint", "trained") if getattr(self, name)]
+        sources = [name for name in ("package", "folder", "endpoint", "trained", "tune") if getattr(self, name)]
         if len(sources) != 1:
-            raise ValueError(f"give exactly one of package, folder, endpoint (or trained: true for a cross_encoder), got {sources or 'none'}")
+            raise ValueError(f"give exactly one of package, folder, endpoint, tune (or trained: true for a cross_encoder), got {sources or 'none'}")
+        if self.tune and self.kind != "dense":
+            raise ValueError("only a dense model is tuned by the lake (tune: the dense model it starts from)")
         if self.endpoint is not None and (self.kind != "dense" or not self.model):
             raise ValueError("an endpoint serves dense embeddings and needs `model:` (its model name)")
         if self.trained and self.kind != "cross_encoder":
@@ -78,6 +81,8 @@ class ModelSpec(BaseModel):
             return f"folder {self.folder}"
         if self.endpoint is not None:
             return f"endpoint {self.endpoint} ({self.model})"
+        if self.tune:
+            return f"{self.tune}, tuned per corpus by the lake"
         return "trained by the lake"
 
     def endpoint_settings(self) -> Endpoint:
@@ -86,7 +91,8 @@ class ModelSpec(BaseModel):
         return Endpoint(str(self.endpoint).rstrip("/"), self.model, self.key_env, self.dimension, **{k: v for k, v in given.items() if v is not None})
 
     def path(self) -> Path | None:
-        """The weights folder of a local model; None for an endpoint or the lake-trained cross-encoder."""
+        """The weights folder of a local model; None for an endpoint, the lake-trained cross-encoder and
+        a tuned model not yet resolved for a corpus (``corpora.corpus_model``)."""
         if self.folder:
             return Path(os.path.expandvars(self.folder)).expanduser()
         if self.package:
@@ -113,6 +119,8 @@ class ModelSpec(BaseModel):
                 return f"{path} holds no model (config.json and *.safetensors or pytorch_model.bin)"
         if self.key_env and not os.environ.get(self.key_env):
             return f"${self.key_env} is not set"
+        if self.tune:
+            return "not tuned for this corpus yet: building its dense_vectors tunes it"
         return None
 
 
@@ -210,6 +218,10 @@ def declared_models(home: Path | None) -> Declared:
     use = content.get("use") or {}
     if not isinstance(use, dict) or set(use) - set(ROLES):
         raise ConfigFileError(f"{key_line(path, 'use')}: `use` maps roles ({', '.join(ROLES)}) to model names, e.g. `use: {{dense: mine}}`")
+    for name, spec in models.items():
+        base = models.get(spec.tune) if spec.tune else None
+        if spec.tune and (base is None or base.kind != "dense" or not (base.package or base.folder)):
+            raise ConfigFileError(f"{key_line(path, 'models', name)}: model {name!r}: tune names {spec.tune!r}, which is not a local dense model (package or folder)")
     declared = Declared(models, {**DEFAULTS, **{role: str(name) for role, name in use.items()}}, path)
     for role in use:
         declared.choice(role, where=key_line(path, "use", role))
@@ -269,6 +281,8 @@ def revision(spec: ModelSpec, cache: Path | None) -> str:
         return folder_revision(spec.path(), cache)
     if spec.endpoint is not None:
         return f"{spec.model}@{spec.endpoint}"
+    if spec.tune:
+        return "not tuned yet"
     return "the lake's training"
 
 
@@ -276,8 +290,8 @@ def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch
     """``texts`` encoded by the dense model ``spec``: through its endpoint (answered batches kept in
     ``cache``), or locally, by ONNX Runtime for ``queries`` and by torch for passages (``batch_size``
     0: the encoder's measured best). The one place that tells a hosted model from a local one."""
-    if spec.kind != "dense":
-        raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one")
+    if spec.kind != "dense" or spec.tune:
+        raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one" if spec.tune is None else f"model {spec.name!r} is not tuned for this corpus yet")
     if spec.endpoint is not None:
         from graphlake.common.embeddings import embed
 

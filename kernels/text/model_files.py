@@ -32,7 +32,8 @@ def dense_dimension(path: Path) -> int:
             return int(json.loads((path / module["path"] / "config.json").read_text())["out_features"])
     for module in modules:
         if module.get("type", "").endswith("Pooling"):
-            return int(json.loads((path / module["path"] / "config.json").read_text())["word_embedding_dimension"])
+            config = json.loads((path / module["path"] / "config.json").read_text())
+            return int(config.get("word_embedding_dimension") or config["embedding_dimension"])  # the older name, or sentence-transformers 6's
     return int(model_config(path)["hidden_size"])
 
 
@@ -43,7 +44,9 @@ def pooling(path: Path) -> str:
         if module.get("type", "").endswith("Pooling"):
             config = json.loads((path / module["path"] / "config.json").read_text())
             modes = [mode for mode, key in (("cls", "pooling_mode_cls_token"), ("max", "pooling_mode_max_tokens"), ("mean", "pooling_mode_mean_tokens")) if config.get(key)]
-            if len(modes) != 1 or config.get("pooling_mode_mean_sqrt_len_tokens"):
+            named = config.get("pooling_mode")  # sentence-transformers 6 writes the mode by name
+            modes += [named] if isinstance(named, str) else list(named or [])
+            if len(modes) != 1 or modes[0] not in ("cls", "max", "mean") or config.get("pooling_mode_mean_sqrt_len_tokens"):
                 raise ValueError(f"{path}: pooling {modes or 'none'} is not one of mean, cls or max alone")
             return modes[0]
     return "mean"

@@ -19,7 +19,7 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.models import ModelSpec, encode_dense, made_before_identities, model_identity
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -122,7 +122,7 @@ class LakeIndexes:
 
     def model(self, role: str) -> ModelSpec:
         """The model this corpus uses for ``role`` (models.yaml, or its own choice in corpora.yaml)."""
-        return self.memo(("model", role), lambda: CorpusRegistry(self.lake.home).model(self.corpus, role))
+        return self.memo(("model", role), lambda: corpus_model(self.lake, self.corpus, role))
 
     def identity(self, role: str) -> dict:
         """The model's name and revision, as vectors and indexes record who made them."""
