@@ -129,12 +129,13 @@ def switch_on(home: Path, entry: str) -> list[str]:
     if entry in listed:
         return []
     flow = "[" + ", ".join(json.dumps(item) for item in [*listed, entry]) + "]"
-    node = next((value for key, value in yaml.compose(text).value if key.value == USE), None) if USE in content else None
-    if node is None:
+    pair = next(((key, value) for key, value in yaml.compose(text).value if key.value == USE), None) if USE in content else None
+    if pair is None:
         separator = "" if not text or text.endswith("\n") else "\n"
         text = f"{text}{separator}{USE}: {flow}\n"
-    else:
-        text = text[: node.start_mark.index] + flow + text[node.end_mark.index :]
+    else:  # from the key on: a block list (``- x`` lines) ends where the next key starts, a flow one at its bracket
+        rest = text[pair[1].end_mark.index :]
+        text = text[: pair[0].end_mark.index] + f": {flow}" + ("" if rest.startswith(("\n", " ", "#")) or not rest else "\n") + rest
     candidate = path.with_name(f".methods.yaml.{uuid.uuid4().hex}.tmp")
     path.parent.mkdir(parents=True, exist_ok=True)
     candidate.write_text(text, encoding="utf-8")

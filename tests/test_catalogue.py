@@ -51,3 +51,14 @@ def test_the_defaults_are_ten_and_every_variant_is_listed_and_switchable(tmp_pat
 
     (tmp_path / "methods.yaml").write_text("use: [grasp/nope*]\n")
     one_line_error(cli(tmp_path, "eval", "--corpus", "demo"), f"{tmp_path / 'methods.yaml'}:1: `use` names 'grasp/nope*'")
+
+
+def test_switching_on_keeps_a_block_list_and_the_methods_after_it(tmp_path):
+    from graphlake.retrieval.methods import switch_on
+
+    (tmp_path / "methods.yaml").write_text("use:\n- bm25\n- dense\nmine: {op: rrf, inputs: [bm25, dense]}  # my fusion\n")
+    assert switch_on(tmp_path, "graph_dense") == ["graph_dense"]
+    assert yaml.safe_load((tmp_path / "methods.yaml").read_text()) == {"use": ["bm25", "dense", "graph_dense"], "mine": {"op": "rrf", "inputs": ["bm25", "dense"]}}
+    assert (tmp_path / "methods.yaml").read_text().endswith("  # my fusion\n")
+    assert switch_on(tmp_path, "grasp_static") == ["grasp_static"]  # and the flow list it became
+    assert yaml.safe_load((tmp_path / "methods.yaml").read_text())["use"] == ["bm25", "dense", "graph_dense", "grasp_static"]
