@@ -6,17 +6,17 @@ next run asks only for what the outage kept it from; the key reaches the server 
 from __future__ import annotations
 
 import json
-import threading
 import urllib.error
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from conftest import llama_server
 from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
+from fake_llm import LoopbackServer, send_json
 from typer.testing import CliRunner
 
 from graphlake.pipelines.cli import app
@@ -32,7 +32,7 @@ def embedding_server(tmp_path_factory) -> Iterator[str]:
         yield url
 
 
-class Proxy:
+class Proxy(LoopbackServer):
     """Forwards /v1/embeddings to ``upstream``, keeping the texts it forwarded (``sent``); once
     ``down_after`` texts have been forwarded it answers 503 instead; ``throttle`` answers 429
     (Retry-After: 0) that many times first. Records the Authorization headers it was sent."""
@@ -50,10 +50,10 @@ class Proxy:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 proxy.keys.add(self.headers.get("Authorization", ""))
                 if proxy.down_after is not None and len(proxy.sent) >= proxy.down_after:
-                    return self._send(503, b'{"error": {"message": "down for maintenance"}}')
+                    return send_json(self, 503, b'{"error": {"message": "down for maintenance"}}')
                 if proxy.throttle:
                     proxy.throttle -= 1
-                    return self._send(429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
+                    return send_json(self, 429, b'{"error": {"message": "slow down"}}', {"Retry-After": "0"})
                 request = urllib.request.Request(upstream + self.path.removeprefix("/v1"), body, {"Content-Type": "application/json"})
                 try:
                     with urllib.request.urlopen(request, timeout=60) as answer:
@@ -61,24 +61,9 @@ class Proxy:
                 except urllib.error.HTTPError as error:
                     status, content = error.code, error.read()
                 proxy.sent += json.loads(body)["input"]
-                self._send(status, content)
+                send_json(self, status, content)
 
-            def _send(self, status: int, body: bytes, headers: dict | None = None) -> None:
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                for name, value in (headers or {}).items():
-                    self.send_header(name, value)
-                self.end_headers()
-                self.wfile.write(body)
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        super().__init__(Handler)
 
 
 def materialize() -> tuple[int, str]:
