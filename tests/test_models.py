@@ -124,7 +124,7 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     from crash_corpus import CORPUS, SELECTION, TEXTS, write_corpus
 
     from graphlake.api import GraphLake
-    from graphlake.retrieval.index.kinds import read_models
+    from graphlake.retrieval.index.kinds import index_kind, read_models
     from graphlake.warehouse.storage import Lake, StorageError
 
     source = tmp_path / "raw"
@@ -136,8 +136,11 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
         assert done.exit_code == 0, done.output
     before = GraphLake(lake).search(CORPUS, "dense", "storm on the cape", 3).hits
 
+    hnsw = index_kind("dense_hnsw").stored
+    assert hnsw.written_at(Lake(lake), CORPUS) is not None
     mine = cls_pooled_minilm(tmp_path / "mine")
     (lake / "models.yaml").write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {mine}}}\n")
+    assert hnsw.written_at(Lake(lake), CORPUS) is None  # an index of another model's vectors is out of date, as they are (eval's planner rebuilds it)
     switched = CliRunner().invoke(app, ["materialize", "--corpus", CORPUS, "--select", selection], catch_exceptions=False)
     assert switched.exit_code == 0, switched.output
     summary = next(line for line in switched.stderr.splitlines() if "nodes through a model" in line)

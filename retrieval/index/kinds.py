@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from graphlake.retrieval.core import MethodError, Methods, needs
-from graphlake.warehouse.corpora import CorpusSpec, table_written_at
+from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
+from graphlake.warehouse.models import model_identity
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -42,10 +43,21 @@ class Stored:
     lake_wide: bool = False
 
     def written_at(self, lake: Lake, corpus: str) -> float | None:
+        """When the index was written; None when it never was, or when a model whose vectors it holds is
+        no longer the one the corpus uses (the index is then rebuilt, as the vectors are re-encoded)."""
         partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
-        if self.artifact is not None:
-            return lake.artifact_written_at(self.artifact, partition)
-        return table_written_at(lake, corpus, self.table, partition)
+        if self.artifact is None:
+            return table_written_at(lake, corpus, self.table, partition)
+        written = lake.artifact_written_at(self.artifact, partition)
+        if written is None or self.lake_wide:
+            return written
+        from graphlake.kernels.text.query_encoders import cache_dir
+
+        for role, made_by in read_models(lake.artifact(self.artifact, partition)).items():
+            current = model_identity(corpus_model(lake, corpus, role), cache_dir())
+            if (made_by["name"], made_by["revision"]) != (current["name"], current["revision"]):
+                return None
+        return written
 
 
 @dataclass(frozen=True)
