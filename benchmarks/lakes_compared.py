@@ -41,6 +41,17 @@ def compared(first: Lake, second: Lake, corpus: str, method: str) -> dict | None
     return {"queries": len(shared), "first": float(np.mean([a[q] for q in shared])), "second": float(np.mean([b[q] for q in shared])), **found}
 
 
+def tuning_said(lake: Lake, corpus: str) -> str | None:
+    """The lake's tuning decision for the corpus, as its build said it (None where it tuned nothing)."""
+    import json
+
+    from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION
+
+    if lake.artifact_written_at(TUNED_ARTIFACT, {"corpus": corpus}) is None:
+        return None
+    return json.loads((lake.artifact(TUNED_ARTIFACT, {"corpus": corpus}) / TUNING_DECISION).read_text(encoding="utf-8"))["said"]
+
+
 def cpu_per_passage(lake: Lake, corpus: str, count: int) -> float:
     """CPU-seconds (user + system) per passage for the corpus's dense model, on ``count`` of its passages
     (a seeded sample), encoded for the build (torch, its default batch)."""
@@ -93,6 +104,8 @@ def main() -> None:
     lines += table("Per method (primary metric)", ["set", "metric", "method", "queries", name_a, name_b, f"Δ {name_b} − {name_a} [95% CI]"])
     lines += rows
     lines += ["", "## In short", "", *verdicts]
+    tunings = [f"- {corpus}: {tuning_said(second, corpus)}" for corpus in sets if tuning_said(second, corpus)]
+    lines += ["", f"## What {name_b}'s lake decided when it tuned its dense encoder", "", *tunings] if tunings else []
     if args.cpu_sample:
         lines += table(f"Dense encoding cost: CPU-seconds per passage ({args.cpu_sample} passages a set, torch, this machine)", ["set", name_a, name_b, "ratio"])
         for corpus in sets:
