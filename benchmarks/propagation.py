@@ -53,6 +53,7 @@ import scipy.sparse as sp
 from common import machine
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
+from graphlake.retrieval.core import run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.graph import candidate_graph
@@ -79,7 +80,8 @@ def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexes, EntityGr
     texts = lake.read("queries", {"corpus": corpus}).column("text").to_pylist()
     started, seeds, rows, scores = time.perf_counter(), [], [], []
     for i, text in enumerate(texts):
-        vector = methods["graph_rrf"].seeds(text, indexes)
+        ppr = methods["graph_rrf"]
+        vector = ppr.seeds(text, run_inputs(ppr, text, indexes), indexes)
         if vector.any():
             seeds.append(sp.csr_matrix(vector))
             candidates = methods["grapher_base"].run(text, indexes)

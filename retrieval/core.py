@@ -9,13 +9,15 @@ its ``op`` name with ``@register``; what it reads is its ``INDEXES`` (index kind
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, ValidationInfo
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.lake import LakeIndexes
@@ -29,6 +31,7 @@ MAX_CANDIDATES = 10_000
 MAX_MODEL_CALLS = 1_000
 MAX_WEIGHT = 1e6
 MAX_KEYWORDS = 32
+MAX_THREADS = 8  # a batch's queries at once, for an operator whose kernel releases the GIL
 Count = Annotated[int, Field(gt=0, le=MAX_CANDIDATES)]  # k, depth, a pool of candidates, ef_search
 ModelCalls = Annotated[int, Field(gt=0, le=MAX_MODEL_CALLS)]  # a reranker's depth, a budget of cross-encoder calls
 Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
@@ -109,11 +112,27 @@ def _resolve(value: Any, info: ValidationInfo) -> Any:
 
 
 class Op(BaseModel):
-    """An operator: its parameters are its fields; ``INDEXES`` names what it reads (see ``needs``)."""
+    """An operator: its parameters are its fields; ``INDEXES`` names what it reads (see ``needs``).
+
+    ``run_batch`` is the contract: each query's candidates for a batch of queries, inputs run once for
+    the whole batch; ``run`` is a batch of one."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     INDEXES: ClassVar[frozenset[str]] = frozenset()
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
+    _key: str | None = PrivateAttr(None)
+
+    def canonical(self) -> str:
+        """The canonical declaration (every parameter, inputs expanded): equal keys rank alike, so a
+        request runs each distinct operator once however many methods share it."""
+        if self._key is None:
+            self._key = self.model_dump_json(serialize_as_any=True)
+        return self._key
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Op:
+        copy = super().model_copy(update=update, deep=deep)
+        copy._key = None  # its parameters may differ: the key is computed again
+        return copy
 
     def indexes(self) -> frozenset[str]:
         """Index kinds it reads itself; ``kind/part`` where it needs one part of a kind (a trained network)."""
@@ -145,12 +164,33 @@ class Op(BaseModel):
         return None
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        raise NotImplementedError
+        """One query's candidates: a batch of one."""
+        return self.run_batch([query], indexes)[0]
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
-        """Each query's candidates, as ``run`` gives them; an operator with a batched path (one matrix
-        product, one index search for all) overrides it. The queries' encodings are computed ahead."""
-        return [self.run(query, indexes) for query in queries]
+        """Each query's candidates, in the queries' order; the queries' encodings are computed ahead
+        (``LakeIndexes.prime``) where the caller could."""
+        raise NotImplementedError
+
+
+class PerQuery(Op):
+    """An operator whose kernel takes one query at a time (a graph walk, a plan, a cross-encoder's
+    budget): the batch runs its inputs once for all queries, then ``run_one`` per query, on a thread
+    per core where ``THREADED`` says the kernel releases the GIL."""
+
+    THREADED: ClassVar[bool] = False
+
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        inputs = run_inputs_batch(self, queries, indexes)
+        workers = min(len(queries), os.cpu_count() or 1, MAX_THREADS) if self.THREADED else 1
+        if workers < 2:
+            return [self.run_one(query, found, indexes) for query, found in zip(queries, inputs, strict=True)]
+        with ThreadPoolExecutor(workers) as pool:
+            return list(pool.map(lambda i: self.run_one(queries[i], inputs[i], indexes), range(len(queries))))
+
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+        """One query's candidates, given its inputs' (``inputs``, in the declared order)."""
+        raise NotImplementedError
 
 
 Input = Annotated[Op, BeforeValidator(_resolve)]  # a method's name or an inline operator, resolved when parsed
@@ -177,14 +217,24 @@ def problem(error: ValidationError) -> str:
     return f"{where}: {chosen['msg']}"
 
 
-def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:
-    return [item.run(query, indexes) for item in op.inputs]
+def shared_run(op: Op, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    """``op``'s candidates for each query, run on the queries the request has not run it on yet: within
+    one request (``LakeIndexes.request``) an operator that several methods or inputs share runs once."""
+    return indexes.shared(op.canonical(), queries, lambda missing: op.run_batch(missing, indexes))
 
 
 def run_inputs_batch(op: Op, queries: list[str], indexes: LakeIndexes) -> list[list[Candidates]]:
-    """Per query, its inputs' candidates (each input run on the whole batch)."""
-    per_input = [item.run_batch(queries, indexes) for item in op.inputs]
+    """Per query, its inputs' candidates (each input run once on the whole batch)."""
+    inputs = getattr(op, "inputs", ())
+    if not inputs:
+        return [[] for _ in queries]
+    per_input = [shared_run(item, queries, indexes) for item in inputs]
     return [list(found) for found in zip(*per_input, strict=True)]
+
+
+def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:
+    """One query's inputs' candidates."""
+    return run_inputs_batch(op, [query], indexes)[0]
 
 
 def parse_operator(spec: Mapping[str, Any], method: str, resolve: Callable[[str], Op] | None = None) -> Op:

@@ -42,14 +42,18 @@ def run_method(
         params = {**params, SAMPLE_PARAM: sample}
     indexes = LakeIndexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
-    method.run("warm up", indexes)  # load indexes and models outside the timed loop
+    warm = indexes.request()
+    method.run("warm up", warm)  # load indexes and models outside the timed loop
+    notes = dict(warm.notes)
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
     latencies = []
     progress = StepProgress(f"{name} on {corpus}", queries.num_rows, report, unit="queries")
     for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
         started = time.perf_counter()
-        candidates = method.run(text, indexes)
+        request = indexes.request()  # one query as the API answers one: its shared inputs run once
+        candidates = method.run(text, request)
         latency = (time.perf_counter() - started) * 1000
+        notes.update(request.notes)
         latencies.append(latency)
         for rank, (row, score) in enumerate(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True), start=1):
             columns["query_id"].append(query_id)
@@ -67,5 +71,5 @@ def run_method(
     summary = {"queries": len(latencies), **summary}
     if indexes.pair_cache:
         summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
-    notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(indexes.notes)
+    notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(notes)
     return table, summary | ({"note": "\n".join(notes)} if notes else {})

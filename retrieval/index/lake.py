@@ -58,6 +58,7 @@ class LakeIndexes:
         self._loading = threading.RLock()  # requests served on several threads load each index once
         self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
         self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
+        self._ran: dict[tuple[str, str], Any] | None = None  # a request's operators' candidates per query (``shared``)
         self.root: LakeIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
         self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
 
@@ -84,12 +85,22 @@ class LakeIndexes:
         return self._loaded[key]
 
     def request(self) -> LakeIndexes:
-        """These indexes for one request: what is loaded stays shared (warm), the notes and the queries
-        encoded ahead are the request's own."""
+        """These indexes for one request: what is loaded stays shared (warm), the notes, the queries
+        encoded ahead and the operators' candidates (``shared``) are the request's own."""
         _ = self.spec, self._positions, self.pair_cache  # computed once here, so that every view shares them
         view = copy.copy(self)
-        view.notes, view._queries = {}, {}
+        view.notes, view._queries, view._ran = {}, {}, {}
         return view
+
+    def shared(self, key: str, queries: list[str], compute: Callable[[list[str]], list]) -> list:
+        """Per query, what ``compute`` gives for the operator ``key`` names, computed for the queries this
+        request has not asked it of yet (all of them outside a request: nothing is kept across requests)."""
+        if self._ran is None:
+            return compute(queries)
+        missing = [q for q in dict.fromkeys(queries) if (key, q) not in self._ran]
+        if missing:
+            self._ran.update(((key, q), found) for q, found in zip(missing, compute(missing), strict=True))
+        return [self._ran[key, q] for q in queries]
 
     def prime(self, texts: list[str], read: set[str] | frozenset[str]) -> None:
         """Encode a batch of queries at once (each encoder one batched call) for a method reading the index

@@ -17,14 +17,14 @@ from pydantic import Field, model_validator
 
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
-from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, PerQuery, ranked, register, shared_run
 from graphlake.retrieval.index.lake import LakeIndexes
 
 Extractor = Literal["spacy", "regex"]
 
 
 @register
-class PPR(Op):
+class PPR(PerQuery):
     """SPRIG: Personalized PageRank over the entity-passage graph; passages ranked by their score.
 
     Seeds: the entities found in the query (``query_entities``; each ``df ** -entity_delta``) and
@@ -67,8 +67,9 @@ class PPR(Op):
     def graph(self, indexes: LakeIndexes):
         return indexes.get("cooccurrence").graph(self.hub_prune_percent, self.degree_cap)
 
-    def seeds(self, query: str, indexes: LakeIndexes) -> np.ndarray:
-        """The seed vector over the graph's rows (passages first, then entities); all zeros if none."""
+    def seeds(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> np.ndarray:
+        """The seed vector over the graph's rows (passages first, then entities) from the query and its
+        inputs' candidates; all zeros if none."""
         graph = self.graph(indexes)
         size = graph.walk.size
         if self.query_entities:
@@ -76,18 +77,18 @@ class PPR(Op):
         else:
             entities = np.zeros(0, np.int64)
         entity_weights = entity_seed_weights(graph.df(entities), self.entity_delta)
-        passages = [c.top(self.seed_k) for c in run_inputs(self, query, indexes)]
+        passages = [c.top(self.seed_k) for c in inputs]
         passage_rows = np.concatenate([c.rows for c in passages]) if passages else np.zeros(0, np.int64)
         passage_weights = np.concatenate([passage_seed_weights(c.scores, self.seed_weighting) for c in passages]) if passages else np.zeros(0)
         seeds = mix_seeds(size, entities, entity_weights, passage_rows, passage_weights, self.mixing)
         if not seeds.any() and self.fallback is not None:
-            backup = self.fallback.run(query, indexes).top(self.seed_k)
+            backup = shared_run(self.fallback, [query], indexes)[0].top(self.seed_k)
             seeds = mix_seeds(size, entities[:0], entity_weights[:0], backup.rows, passage_seed_weights(backup.scores, self.seed_weighting))
         return seeds
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         graph = self.graph(indexes)
-        seeds = self.seeds(query, indexes)
+        seeds = self.seeds(query, inputs, indexes)
         if not seeds.any():
             return Candidates(np.zeros(0, np.int64), np.zeros(0))
         if self.mode == "push":
@@ -116,7 +117,7 @@ def candidate_graph(indexes: LakeIndexes, rows: np.ndarray, proximity: str, extr
 
 
 @register
-class GraphRerank(Op):
+class GraphRerank(PerQuery):
     """GraphER: rerank one retriever's candidates over the graph their proximity edges make.
 
     ``proximity: auto`` takes the corpus format's (structural for tables, conceptual for multi-hop
@@ -142,11 +143,10 @@ class GraphRerank(Op):
             found.add("dense")
         return frozenset(found)
 
-    def candidate_graph(self, query: str, indexes: LakeIndexes) -> tuple[Candidates, sp.csr_matrix]:
-        """The base retriever's candidates and the adjacency among them."""
-        (base,) = run_inputs(self, query, indexes)
+    def candidate_graph(self, base: Candidates, indexes: LakeIndexes) -> sp.csr_matrix:
+        """The adjacency among the base retriever's candidates."""
         proximity = indexes.spec.proximity if self.proximity == "auto" else self.proximity
-        return base, candidate_graph(indexes, base.rows, proximity, self.extractor)
+        return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
     def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, indexes: LakeIndexes, alpha: float | None = None) -> np.ndarray:
         """New scores for the candidates, in their order; ``alpha`` overrides for tuning."""
@@ -181,8 +181,8 @@ class GraphRerank(Op):
             indexes.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
         return rankers.alpha[ranker]
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        base, adjacency = self.candidate_graph(query, indexes)
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+        (base,) = inputs
         if len(base.rows) == 0:
             return base
-        return ranked(base.rows, self.rerank(query, base, adjacency, indexes), self.k)
+        return ranked(base.rows, self.rerank(query, base, self.candidate_graph(base, indexes), indexes), self.k)

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
-from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, register
 from graphlake.retrieval.index.lake import LakeIndexes
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 @register
-class SkbPlan(Op):
+class SkbPlan(PerQuery):
     """Stage 1: plan (``rules``, or ``llm``), link the anchors (top-K within tau of the best cosine), run the plan as one
     DuckDB query over the SKB, add the cosine of ``relevance_text`` with each candidate's document."""
 
@@ -50,7 +50,7 @@ class SkbPlan(Op):
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         from graphlake.retrieval.index.skb import planned, stage_one
 
         skb = indexes.get("skb")(self.source)
@@ -60,7 +60,7 @@ class SkbPlan(Op):
 
 
 @register
-class PlanRRF(Op):
+class PlanRRF(PerQuery):
     """Stage 2: ``static`` is ``w / (k + rank_g) + (1 - w) / (k + rank_m)``; ``dynamic`` weighs the graph by
     ``w_bucket[bucket(n_cand)] * m_risk[risk_level]`` (0 for an invalid or empty plan: the partner's ranking)."""
 
@@ -86,8 +86,8 @@ class PlanRRF(Op):
 
         return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        graph, partner = run_inputs(self, query, indexes)
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+        graph, partner = inputs
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
             fusion = indexes.get("grasp_fusion")
@@ -108,7 +108,7 @@ class FuseSetting(BaseModel):
 
 
 @register
-class GraspRerank(Op):
+class GraspRerank(PerQuery):
     """Stage 3: a cross-encoder scores Stage 2's top ``depth`` candidates, serialised with their SKB
     neighbours (``serialize: skb``, App. B.6) or as plain text, and its ranking is fused with Stage 2's
     by static RRF (``fuse: tuned`` reads the (w, k) chosen on validation). ``model: base`` is the lake's
@@ -131,11 +131,11 @@ class GraspRerank(Op):
         tuned = self.model == "grasp" or self.fuse == "tuned"
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         from graphlake.retrieval.models.grasp_reranker import candidate_texts
         from graphlake.retrieval.models.untrained import Untrained
 
-        (stage,) = run_inputs(self, query, indexes)
+        (stage,) = inputs
         top = stage.rows[: self.depth]
         tuned = indexes.get("grasp_reranker") if "grasp_reranker" in self.indexes() else None
         encoder = tuned.model if self.model == "grasp" else indexes.get("reranker")

@@ -23,8 +23,6 @@ A query naming no KG entity is ranked exactly as without ``kg``.
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -32,12 +30,11 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, Op, Weight, from_dict, ranked, register
+from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
 
-MAX_THREADS = 8  # a batch's graph walks at once
 DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
 
 class PathWeights(BaseModel):
@@ -58,7 +55,7 @@ class PathWeights(BaseModel):
         return np.array([self.dense, self.sparse, self.lexical], dtype=np.float64)
 
 
-class Hybrid(Op):
+class Hybrid(PerQuery):
     """What the fused-vector operators share: weights, calibration, and the query on the three paths."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "splade", "bm25"})
@@ -171,11 +168,12 @@ class Hybrid(Op):
 class HybridGraphSearch(Hybrid):
     """Allan-Poe (Algorithm 2): best-first search of the hybrid graph with a pool of ``candidates``."""
 
+    THREADED: ClassVar[bool] = True  # the graph walk releases the GIL, each thread with its own visited stamps
     op: Literal["hybrid_graph"]
     candidates: Count = 128
     keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         encoded, scaled = self.encode(query, indexes), self.scaled(indexes)
         required, kg = self.required(query, indexes), self.kg_query(query, indexes)
         if required is not None:
@@ -189,15 +187,6 @@ class HybridGraphSearch(Hybrid):
         rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, required, kg)
         return self.keep(rows, scores, indexes)
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
-        """The queries on a thread per core: the graph walk releases the GIL, each thread with its own visited stamps."""
-        indexes.get("hybrid_graph")  # loaded once, before the threads ask for it
-        workers = min(len(queries), os.cpu_count() or 1, MAX_THREADS)
-        if workers < 2:
-            return super().run_batch(queries, indexes)
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(lambda query: self.run(query, indexes), queries))
-
 
 @register
 class FusedExact(Hybrid):
@@ -205,7 +194,7 @@ class FusedExact(Hybrid):
 
     op: Literal["fused_exact"]
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         encoded = self.encode(query, indexes)
         required = self.required(query, indexes)
         rows = None if required is None else self.holders(required, indexes)
@@ -224,12 +213,12 @@ class Multipath(Hybrid):
     op: Literal["multipath"]
     depth: Count = 100
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         paths = (DenseHNSW(op="dense_hnsw", k=self.depth), Splade(op="splade", k=self.depth), BM25(op="bm25", k=self.depth))
         fused: dict[int, float] = {}
         for weight, path in zip(self.scaled(indexes), paths, strict=True):
             if weight:
-                found = path.run(query, indexes)
+                (found,) = shared_run(path, [query], indexes)
                 for row, score in zip(found.rows.tolist(), found.scores.tolist(), strict=True):
                     fused[row] = fused.get(row, 0.0) + weight * score
         required = self.required(query, indexes)

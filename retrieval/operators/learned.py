@@ -16,7 +16,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Count, Input, Op, from_dict, register, run_inputs, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, Op, from_dict, register, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
 
@@ -43,9 +43,6 @@ class LearnedFusion(Op):
 
     def indexes(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
-
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        return self.order(query, run_inputs(self, query, indexes), indexes)
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         return [self.order(query, found, indexes) for query, found in zip(queries, run_inputs_batch(self, queries, indexes), strict=True)]

@@ -22,7 +22,7 @@ import numpy as np
 from pydantic import Field
 
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
-from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, Weight, ranked, register, run_inputs
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Weight, ranked, register
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
@@ -59,7 +59,7 @@ def _untrained(indexes: LakeIndexes, instead: str) -> bool:
 
 
 @register
-class CrossEncoderRerank(Op):
+class CrossEncoderRerank(PerQuery):
     """O_m: the cross-encoder scores the input's top ``depth`` candidates (Re2: dense top-100)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"reranker"})
@@ -69,8 +69,8 @@ class CrossEncoderRerank(Op):
     depth: ModelCalls = 100
     k: Count = 100
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        (base,) = run_inputs(self, query, indexes)
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+        (base,) = inputs
         rows = base.rows[: self.depth]
         if len(rows) == 0 or _untrained(indexes, "cross_encoder returns its input's ranking"):
             return base.top(self.k)
@@ -80,7 +80,7 @@ class CrossEncoderRerank(Op):
         return self.inputs[0]
 
 
-class GraphBudgeted(Op):
+class GraphBudgeted(PerQuery):
     """What GAR and FastInsight share: a corpus graph, a batch size and a budget of cross-encoder calls."""
 
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "batch", "budget", "alpha", "beta"})
@@ -105,8 +105,8 @@ class GAR(GraphBudgeted):
     op: Literal["gar"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        (initial,) = run_inputs(self, query, indexes)
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+        (initial,) = inputs
         if _untrained(indexes, "gar returns its input's ranking"):
             return initial.top(self.k)
         graph, _ = self.corpus_graph(indexes)
@@ -129,7 +129,7 @@ class FastInsight(GraphBudgeted):
     def first_stage(self) -> Op:
         return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         vector = indexes.encode_dense(query)
         if _untrained(indexes, "fastinsight returns its first stage, the dense ranking"):
             scores = indexes.get("dense") @ vector

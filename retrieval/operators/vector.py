@@ -1,6 +1,6 @@
 """The operators every method starts from: vector search over one index (``O_vs``) and the fusions that
-combine rankings. ``run`` takes one query, so a run's per-query latency is what a user would wait;
-``run_batch`` takes many in one matrix product or index search (``search_batch`` of the API)."""
+combine rankings. Each searches a batch of queries in one matrix product or index search; a run's
+per-query latency is a batch of one, what a user would wait."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.lake import LakeIndexes
 
 
@@ -27,9 +27,6 @@ class BM25(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"bm25"})
     op: Literal["bm25"]
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        return self.run_batch([query], indexes)[0]
-
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         scores, rows = indexes.get("bm25").search(queries, self.k)
         return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
@@ -42,10 +39,6 @@ class Dense(TopK):
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense"})
     op: Literal["dense"]
-
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        scores = indexes.get("dense") @ indexes.encode_dense(query)
-        return ranked(np.arange(len(scores)), scores, self.k)
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         matrix = indexes.get("dense")
@@ -62,9 +55,6 @@ class DenseHNSW(TopK):
     op: Literal["dense_hnsw"]
     ef_search: Count = 128
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        return self.run_batch([query], indexes)[0]
-
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
 
@@ -80,9 +70,6 @@ class Splade(TopK):
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"splade"})
     op: Literal["splade"]
-
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        return self.run_batch([query], indexes)[0]
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
@@ -117,9 +104,6 @@ class RRF(Fusion):
     op: Literal["rrf"]
     constant: float = Field(60.0, ge=0)
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        return self.fuse(run_inputs(self, query, indexes))
-
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         return [self.fuse(inputs) for inputs in run_inputs_batch(self, queries, indexes)]
 
@@ -139,12 +123,14 @@ class WeightedSum(Fusion):
     op: Literal["weighted_sum"]
     normalise: list[bool] | None = None
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        fused: dict[int, float] = {}
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         normalise = self.normalise if self.normalise is not None else [True] * len(self.inputs)
         if len(normalise) != len(self.inputs):
             raise MethodError(f"weighted_sum: {len(normalise)} normalise flags for {len(self.inputs)} inputs")
-        inputs = run_inputs(self, query, indexes)
+        return [self.fuse(inputs, normalise) for inputs in run_inputs_batch(self, queries, indexes)]
+
+    def fuse(self, inputs: list[Candidates], normalise: list[bool]) -> Candidates:
+        fused: dict[int, float] = {}
         for weight, scale, candidates in zip(self.input_weights(), normalise, inputs, strict=True):
             if len(candidates.scores) == 0:
                 continue

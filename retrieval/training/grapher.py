@@ -158,11 +158,10 @@ def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Meth
     indexes = LakeIndexes(lake, corpus)
     doc_ids = indexes.doc_ids()
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
+    queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]
     examples = []
-    for query in queries:
-        if (split and query["split"] != split) or query["query_id"] not in gold:
-            continue
-        candidates, adjacency = op.candidate_graph(query["text"], indexes)
+    for query, candidates in zip(queries, op.inputs[0].run_batch([query["text"] for query in queries], indexes), strict=True):
+        adjacency = op.candidate_graph(candidates, indexes)
         labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
         examples.append(
             {"query": query["text"], "base": candidates, "adjacency": adjacency, "labels": labels, "gold": len(gold[query["query_id"]]), "indexes": indexes}

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.retrieval.core import Candidates, Methods, Op, needs, walk
+from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run, walk
 from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
@@ -143,20 +143,23 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
 
 
 def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
-    """Each distinct input's candidates per query (an input several fusions share runs once), as the
-    operator sees them at query time, encoded a chunk at a time; and the inputs that cannot run here."""
+    """Each distinct input's candidates per query, as the operator sees them at query time: a chunk of
+    queries at a time, as one request (an input, or an input's input, that several share runs once);
+    and the inputs that cannot run here."""
     inputs = {id(item): item for op in fusions for item in op.inputs}
-    runs, failed = {}, {}
-    for name, item in inputs.items():
-        try:
-            runs[name] = []
-            for start in range(0, len(texts), CHUNK):
-                chunk = texts[start : start + CHUNK]
-                indexes.prime(chunk, needs(item))
-                runs[name] += item.run_batch(chunk, indexes)
-        except StorageError as error:
-            failed[name] = error
-    return runs, failed
+    runs: dict[int, list[Candidates]] = {name: [] for name in inputs}
+    failed: dict[int, StorageError] = {}
+    for start in range(0, len(texts), CHUNK):
+        chunk, request = texts[start : start + CHUNK], indexes.request()
+        for name, item in inputs.items():
+            if name in failed:
+                continue
+            try:
+                request.prime(chunk, needs(item))
+                runs[name] += shared_run(item, chunk, request)
+            except StorageError as error:
+                failed[name] = error
+    return {name: found for name, found in runs.items() if name not in failed}, failed
 
 
 def _grouped(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str, int]], doc_ids: np.ndarray, each: tuple[str, ...]) -> Grouped:
