@@ -19,7 +19,6 @@ import pyarrow as pa
 
 from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.suggest import did_you_mean
-from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
 from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, needs
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.index.lake import LakeIndexes

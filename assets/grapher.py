@@ -5,7 +5,9 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.training.grapher import DEFAULT_BASE, learn, reads
+from graphlake.retrieval.learned_kinds import grapher_reads
+from graphlake.retrieval.models.grapher import DEFAULT_BASE
+from graphlake.retrieval.training.grapher import learn
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -25,7 +27,7 @@ class GraphRankersConfig(Config):
 @asset(
     partitions_def=corpus_partitions,
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("nodes", "qrels", *index_assets(reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "qrels", *index_assets(grapher_reads(load_methods())))],
 )
 def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:
     """Tuned alpha per propagation ranker and trained GAT / MLP rankers, as an artefact folder."""

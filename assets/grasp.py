@@ -7,7 +7,8 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training import grasp_reranker as stage3
-from graphlake.retrieval.training.grasp_fusion import learn, reads
+from graphlake.retrieval.learned_kinds import grasp_fusion_reads, grasp_reranker_reads
+from graphlake.retrieval.training.grasp_fusion import learn
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -20,7 +21,7 @@ class GraspFusionConfig(Config):
 @asset(
     partitions_def=corpus_partitions,
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(grasp_fusion_reads(load_methods())))],
 )
 def grasp_fusion(context: AssetExecutionContext, config: GraspFusionConfig, lake: LakeResource) -> None:
     """Static or dynamic RRF and its weights per tuned fusion, chosen by validation Hit@1 over 1,290,429 settings."""
@@ -45,7 +46,7 @@ class GraspRerankerConfig(Config):
 @asset(
     partitions_def=corpus_partitions,
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", "reranker", "grasp_fusion", *index_assets(stage3.reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", "reranker", "grasp_fusion", *index_assets(grasp_reranker_reads(load_methods())))],
 )
 def grasp_reranker(context: AssetExecutionContext, config: GraspRerankerConfig, lake: LakeResource) -> None:
     """The lake's reranker fine-tuned on serialised Stage-2 candidates of the training queries, with the final fusion's (w, k)."""

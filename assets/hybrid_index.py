@@ -7,14 +7,12 @@ and rebuilt every time."""
 
 import json
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
-from graphlake.kernels.hybrid.update import update
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
 from graphlake.retrieval.index.kinds import index_assets, read_models, write_index
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
@@ -25,6 +23,9 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.models import made_before_identities
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
+
+if TYPE_CHECKING:
+    from graphlake.kernels.hybrid.graph import HybridGraph
 
 KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
 
@@ -53,6 +54,9 @@ class HybridIndexConfig(Config):
 )
 def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig, lake: LakeResource) -> None:
     """The hybrid graph (semantic and keyword edges, entry points, per-path calibration), as an artefact folder."""
+    from graphlake.kernels.hybrid.graph import BuildConfig  # numba: loaded when the index is built, not with the Definitions
+    from graphlake.kernels.hybrid.update import update
+
     indexes = LakeIndexes(lake.lake, context.partition_key)
     vectors = hybrid_vectors(indexes)
     texts = indexes.texts()
@@ -129,7 +133,7 @@ def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
     )
 
 
-def _previous(indexes: LakeIndexes) -> tuple[HybridGraph | None, list[str] | None]:
+def _previous(indexes: LakeIndexes) -> tuple["HybridGraph | None", list[str] | None]:
     """The corpus's current index and its node keys (``None`` for keys an older artefact lacks); none
     when it holds other models' vectors than the corpus's now."""
     try:
@@ -139,5 +143,7 @@ def _previous(indexes: LakeIndexes) -> tuple[HybridGraph | None, list[str] | Non
     made_by = read_models(folder)
     if any(made_by.get(role, made_before_identities(role)) != indexes.identity(role) for role in ("dense", "sparse")):
         return None, None
+    from graphlake.kernels.hybrid.graph import HybridGraph
+
     keys = folder / KEYS_FILE
     return HybridGraph.load(folder), json.loads(keys.read_text(encoding="utf-8")) if keys.is_file() else None

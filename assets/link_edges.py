@@ -25,7 +25,6 @@ from dagster import AssetExecutionContext, Config, MetadataValue, asset
 
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMClient, LLMOutputError, lake_client
-from graphlake.kernels.hybrid.candidates import dense_candidates
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links, llm_citations
 from graphlake.retrieval.index.lake import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
@@ -213,6 +212,8 @@ def nearest_neighbours(matrix: np.ndarray, k: int, exact_up_to: int = EXACT_UP_T
         return np.zeros((n, 0), np.int64), np.zeros((n, 0), np.float32)
     if n <= exact_up_to:
         return _exact_neighbours(unit, k)
+    from graphlake.kernels.hybrid.candidates import dense_candidates  # numba: loaded by a large corpus's build only
+
     found = dense_candidates(unit, k).astype(np.int64)
     scores = np.zeros(found.shape, np.float32)
     for column in range(k):  # one neighbour column at a time: n × dim floats, not n × k × dim

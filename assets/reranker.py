@@ -6,7 +6,8 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.training.reranker import MINERS, learn, reads
+from graphlake.retrieval.learned_kinds import RERANKER_MINERS, reranker_reads
+from graphlake.retrieval.training.reranker import learn
 from graphlake.warehouse.io_manager import LakeResource
 
 
@@ -14,7 +15,7 @@ class RerankerConfig(Config):
     corpora: list[str] = []  # whose train-split queries teach; empty: every declared corpus that has some
     negatives: int = 7  # hard negatives per group
     mine_depth: int = 30  # negatives come from each miner's top this many
-    miners: list[str] = list(MINERS)  # methods (retrieval/methods.yaml) that mine them
+    miners: list[str] = list(RERANKER_MINERS)  # methods (retrieval/methods.yaml) that mine them
     max_queries_per_corpus: int = 0  # a seeded sample of each corpus's train queries; 0: all
     validation_share: float = 0.05
     validation_depth: int = 30  # reranking depth of the held-out queries' dense ranking
@@ -29,7 +30,7 @@ class RerankerConfig(Config):
 
 @asset(
     group_name="retrieval",
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(reranker_reads(load_methods())))],
 )
 def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeResource) -> None:
     """A cross-encoder fine-tuned on the lake's training queries, stored with its curve and validation."""

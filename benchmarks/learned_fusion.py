@@ -82,7 +82,6 @@ def difference(lake: Lake, corpus: str, split: str, metric: str, method: str, ba
 
 def latency(corpus: str, split: str, count: int) -> dict:
     """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
-    from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the inputs read)
     from graphlake.retrieval.core import run_inputs
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods

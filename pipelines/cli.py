@@ -107,7 +107,7 @@ def _print_notes(notes: dict[str, str], corpus: str, build: bool) -> None:
     In a ``build`` of a corpus without queries, one line says what that means (empty runs and
     evaluations, trained models standing in their defaults) rather than one a method or a model."""
     if build and notes and Lake(lake_home()).rows("queries", {"corpus": corpus}) == 0:
-        from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds)
+        from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds)
         from graphlake.retrieval.index.kinds import INDEX_KINDS
 
         learned = {asset for kind in INDEX_KINDS.values() if kind.fitting is not None for asset in kind.assets}
@@ -553,7 +553,6 @@ def list_methods(
 ) -> None:
     """List every method, switched on (*) or available, by paper: what it does, the trained models or
     server it needs, its median query time on this lake; --use switches more on."""
-    from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds)
     from graphlake.retrieval.core import needs, uses_llm
     from graphlake.retrieval.index.kinds import index_kind
     from graphlake.retrieval.methods import available_methods, load_methods, switch_on

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS
-from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds whose fitting this plans)
+from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds whose fitting this plans)
 from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
 from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, index_kind

@@ -3,5 +3,6 @@ and their fitting, the run loop, evaluation and reports.
 
 Storage-aware but orchestration-free: Dagster assets (``assets/``) and the command line call it. Its
 layers, each importing only those below: ``runs``/``reports`` > ``training`` > ``evaluation`` >
-``methods`` > ``operators`` > ``models`` > ``index`` > ``core``/``queries`` (``docs/architecture.md``).
+``methods`` > ``learned_kinds`` > ``operators`` > ``models`` > ``index`` > ``core``/``queries``
+(``docs/architecture.md``).
 """

@@ -121,6 +121,7 @@ class Op(BaseModel):
     INDEXES: ClassVar[frozenset[str]] = frozenset()
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
     _key: str | None = PrivateAttr(None)
+    _needs: frozenset[str] | None = PrivateAttr(None)
 
     def canonical(self) -> str:
         """The canonical declaration (every parameter, inputs expanded): equal keys rank alike, so a
@@ -131,7 +132,7 @@ class Op(BaseModel):
 
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Op:
         copy = super().model_copy(update=update, deep=deep)
-        copy._key = None  # its parameters may differ: the key is computed again
+        copy._key = copy._needs = None  # its parameters may differ: both are computed again
         return copy
 
     def indexes(self) -> frozenset[str]:
@@ -284,9 +285,12 @@ def walk(op: Op) -> Iterator[Op]:
         yield from walk(child)
 
 
-def needs(op: Op) -> set[str]:
-    """The index kinds (``kind`` or ``kind/part``) a method reads, through its inputs."""
-    return {name for node in walk(op) for name in node.indexes()}
+def needs(op: Op) -> frozenset[str]:
+    """The index kinds (``kind`` or ``kind/part``) a method reads, through its inputs; computed once
+    per operator (a learned part's name hashes the declaration)."""
+    if op._needs is None:
+        op._needs = frozenset(name for node in walk(op) for name in node.indexes())
+    return op._needs
 
 
 def uses_llm(op: Op) -> bool:

@@ -12,7 +12,6 @@ import numpy as np
 import pyarrow as pa
 
 from graphlake.common.progress import StepProgress
-from graphlake.retrieval import training  # noqa: F401  (declares the learned index kinds the methods read)
 from graphlake.retrieval.core import Op
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries

@@ -70,7 +70,6 @@ def test_every_asset_dependency_is_a_defined_asset(tmp_path, monkeypatch):
 
 
 def test_every_index_an_operator_reads_is_declared():
-    from graphlake.retrieval import training  # noqa: F401  (declares the learned kinds)
     from graphlake.retrieval.core import OPERATORS
     from graphlake.retrieval.index.kinds import INDEX_KINDS, index_assets
     from graphlake.retrieval.methods import load_methods  # noqa: F401  (registers the operators)

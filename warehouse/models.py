@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import importlib.metadata
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal
 
@@ -286,20 +288,26 @@ def revision(spec: ModelSpec, cache: Path | None) -> str:
     return "the lake's training"
 
 
-def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> np.ndarray:
-    """``texts`` encoded by the dense model ``spec``: through its endpoint (answered batches kept in
-    ``cache``), or locally, by ONNX Runtime for ``queries`` and by torch for passages (``batch_size``
-    0: the encoder's measured best). The one place that tells a hosted model from a local one."""
+def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> Callable[[list[str]], np.ndarray]:
+    """The dense model ``spec`` as one function of texts, resolved once (its folder, or its endpoint),
+    so that a warm index calls the encoder itself: its endpoint (answered batches kept in ``cache``), or
+    locally ONNX Runtime for ``queries`` and torch for passages (``batch_size`` 0: the encoder's measured
+    best). The one place that tells a hosted model from a local one."""
     if spec.kind != "dense" or spec.tune:
         raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one" if spec.tune is None else f"model {spec.name!r} is not tuned for this corpus yet")
     if spec.endpoint is not None:
         from graphlake.common.embeddings import embed
 
-        return embed(spec.endpoint_settings(), texts, cache)
+        return partial(embed, spec.endpoint_settings(), cache=cache)
     if queries:
         from graphlake.kernels.text.query_encoders import encode_queries_dense
 
-        return encode_queries_dense(texts, spec.path())
+        return partial(encode_queries_dense, folder=spec.path())
     from graphlake.kernels.text.encoders import encode_dense as encode_passages
 
-    return encode_passages(texts, batch_size=batch_size, folder=spec.path())
+    return partial(encode_passages, batch_size=batch_size, folder=spec.path())
+
+
+def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> np.ndarray:
+    """``texts`` encoded by the dense model ``spec`` (see :func:`dense_encoder`)."""
+    return dense_encoder(spec, queries, batch_size, cache)(texts)

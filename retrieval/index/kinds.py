@@ -4,7 +4,7 @@ A declaration (:class:`IndexKind`) names the kind, the assets that build it, whe
 it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
 reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
 ``LakeIndexes.get`` all follow from the declarations. The stored kinds are declared in
-``retrieval/index/stored.py``, the learned ones beside their fitting in ``retrieval/training/``.
+``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``.
 
 Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's node
 ids beside it (:func:`write_node_order`), or is a table keyed by node id, so a row number means the

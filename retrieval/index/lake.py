@@ -20,7 +20,7 @@ import scipy.sparse as sp
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
-from graphlake.warehouse.models import ModelSpec, encode_dense, made_before_identities, model_identity
+from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
@@ -112,13 +112,17 @@ class LakeIndexes:
         if not texts:
             return
         vectors = self.encode_dense_queries(texts) if dense else [None] * len(texts)
-        weights = query_encoders.encode_queries_splade(texts, self.model("sparse").path()) if splade else None
+        weights = query_encoders.encode_queries_splade(texts, self.splade_folder()) if splade else None
         for i, text in enumerate(texts):
             self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
 
     @cached_property
     def spec(self) -> CorpusSpec:
         return CorpusRegistry(self.lake.home).get(self.corpus)
+
+    def setting(self, name: str) -> Any:
+        """A setting the corpus's declaration resolves (``proximity``, ``corpus_graph``, ``skb_sources``), resolved once."""
+        return self.memo(("setting", name), lambda: getattr(self.spec, name))
 
     def check_order(self, name: str, node_ids: list[str]) -> None:
         if node_ids != self.node_ids:
@@ -199,14 +203,16 @@ class LakeIndexes:
 
     def encode_dense_queries(self, texts: list[str]) -> np.ndarray:
         """Queries encoded by the corpus's dense model: ONNX for a local one, its endpoint for a hosted one."""
-        return encode_dense(self.model("dense"), texts, queries=True)
+        return self.memo(("query encoder",), lambda: dense_encoder(self.model("dense"), queries=True))(texts)
 
     def dense_encoder(self) -> Callable[[list[str]], np.ndarray]:
         """The corpus's dense model as the passages were encoded (torch, or the endpoint): what GRASP
         links a plan's anchors with."""
-        from functools import partial
+        return self.memo(("passage encoder",), lambda: dense_encoder(self.model("dense")))
 
-        return partial(encode_dense, self.model("dense"))
+    def splade_folder(self) -> Path:
+        """The folder of the corpus's SPLADE model, which encodes its queries."""
+        return self.memo(("splade folder",), lambda: self.model("sparse").path())
 
     def encode_splade(self, text: str) -> sp.csr_matrix:
         primed = self._queries.get(text, (None, None))[1]
@@ -214,7 +220,7 @@ class LakeIndexes:
             return primed
         from graphlake.kernels.text import query_encoders
 
-        return query_encoders.encode_queries_splade([text], self.model("sparse").path())
+        return query_encoders.encode_queries_splade([text], self.splade_folder())
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's

@@ -1,6 +1,6 @@
 """The stored index kinds, declared: BM25, dense (exact and HNSW), SPLADE, each edge kind, the entity
-mentions, Allan-Poe's hybrid graph and GRASP's SKBs. The learned kinds are declared with their fitting
-in ``retrieval/training/``."""
+mentions, Allan-Poe's hybrid graph and GRASP's SKBs. The learned kinds are declared in
+``retrieval/learned_kinds.py``."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def _skb(indexes: LakeIndexes):
 
     def load(source: str) -> LoadedSKB:
         indexes = owner()
-        source = indexes.spec.skb_sources[0] if source == "auto" else source
+        source = indexes.setting("skb_sources")[0] if source == "auto" else source
         return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source))
 
     return load

@@ -1,2 +1,2 @@
-"""Stored learned models: how each is loaded and what it holds at query time. Their fitting is in
-``retrieval/training/``, where each learned index kind is declared."""
+"""Stored learned models: how each is loaded and what it holds at query time. Each learned index kind is
+declared in ``retrieval/learned_kinds.py``, its fitting is in ``retrieval/training/``."""

@@ -145,7 +145,7 @@ class GraphRerank(PerQuery):
 
     def candidate_graph(self, base: Candidates, indexes: LakeIndexes) -> sp.csr_matrix:
         """The adjacency among the base retriever's candidates."""
-        proximity = indexes.spec.proximity if self.proximity == "auto" else self.proximity
+        proximity = indexes.setting("proximity") if self.proximity == "auto" else self.proximity
         return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
     def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, indexes: LakeIndexes, alpha: float | None = None) -> np.ndarray:

@@ -93,7 +93,7 @@ class PlanRRF(PerQuery):
             fusion = indexes.get("grasp_fusion")
             if not fusion.choices:
                 indexes.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
-            mode, chosen = fusion.choice(self)
+            mode, chosen = indexes.memo(("grasp_fusion choice", self.canonical()), lambda: fusion.choice(self))
             constant = chosen["constant"]
             weight, w_bucket, m_risk = chosen.get("weight", weight), chosen.get("w_bucket", w_bucket), chosen.get("m_risk", m_risk)
         setting = {"weight": weight, "constant": constant, "w_bucket": w_bucket, "m_risk": m_risk}

@@ -94,7 +94,7 @@ class GraphBudgeted(PerQuery):
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
     def corpus_graph(self, indexes: LakeIndexes):
-        return corpus_graph(indexes, tuple(indexes.spec.corpus_graph if self.graph == "auto" else self.graph))
+        return corpus_graph(indexes, tuple(indexes.setting("corpus_graph") if self.graph == "auto" else self.graph))
 
 
 @register

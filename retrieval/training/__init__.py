@@ -1,5 +1,3 @@
 """The fitting of the learned indexes: GraphER's rankers, Allan-Poe's path weights, GRASP's fusion and
-reranker, graphlake's learned fusion, the lake's cross-encoder. Each module declares its index kind
-with its fitting; importing this package declares them all."""
-
-from graphlake.retrieval.training import grapher, grasp_fusion, grasp_reranker, hybrid_weights, learned_fusion, reranker  # noqa: F401
+reranker, graphlake's learned fusion, the lake's cross-encoder, the tuned dense encoder. Builds import
+it (the assets); a query never does: the kinds are declared in ``retrieval/learned_kinds.py``."""

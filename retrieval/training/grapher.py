@@ -28,24 +28,19 @@ import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs
-from graphlake.retrieval.index.kinds import Fitting, asset_written_at, declare, index_kind, learned_kind
+from graphlake.retrieval.index.kinds import asset_written_at, index_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, DEFAULT_BASE, NETWORKS, TunedRankers, ranking_graph
+from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.graph import GraphRerank
-from graphlake.retrieval.queries import alpha_source, gold_by_query, graph_ranker_sources, held_out, training_source
+from graphlake.retrieval.learned_kinds import grapher_reads
+from graphlake.retrieval.queries import alpha_source, gold_by_query, held_out, training_source
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
-
-
-def reads(methods: Methods, base: str = DEFAULT_BASE) -> frozenset[str]:
-    """The index kinds tuning reads on a training corpus: the base method's and the candidate graphs'."""
-    tuner = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs", alpha=0.5)
-    return frozenset(needs(tuner))
 
 
 def networks_used(methods: Methods) -> list[str]:
@@ -63,7 +58,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> d
     if config.base not in methods.available:
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
     networks = networks_used(methods) if config.networks is None else [n for n in NETWORKS if n in config.networks]
-    inputs = ["nodes", "queries", "qrels", *(index_kind(name).assets[-1] for name in sorted(reads(methods, config.base)))]
+    inputs = ["nodes", "queries", "qrels", *(index_kind(name).assets[-1] for name in sorted(grapher_reads(methods, config.base)))]
     content = {"config": {**config.model_dump(), "networks": networks}, "sources": [(train_corpus, split), (alpha_corpus, alpha_split)]}
     content["written"] = {source: {name: asset_written_at(lake, source, name) for name in inputs} for source in (train_corpus, alpha_corpus)}
     digest = fingerprint(content)
@@ -207,15 +202,3 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
         )
         models[name], reports[name] = model, asdict(report)
     return models, reports
-
-
-def _parts(lake: Lake, corpus: str) -> set[str]:
-    """The networks the corpus's stored rankers hold."""
-    try:
-        folder = lake.artifact("graph_rankers", {"corpus": corpus})
-    except StorageError:
-        return set()
-    return {name for name in NETWORKS if (folder / name).is_dir()}
-
-
-declare(learned_kind("graph_rankers", TunedRankers, Fitting(graph_ranker_sources, reads, _parts, lambda parts: {"networks": sorted(parts)})))

@@ -18,28 +18,13 @@ import numpy as np
 
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
-from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
+from graphlake.retrieval.core import Op
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TUNED_MODES, TunedFusion, key
-from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_corpora, training_queries
+from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TunedFusion
+from graphlake.retrieval.learned_kinds import tuned_fusions
+from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import Lake, StorageError
-
-
-def tuned_fusions(methods: Methods) -> dict[str, Op]:
-    """Every ``plan_rrf`` with a tuned mode in the declared methods (inputs included), by :func:`key`."""
-    found: dict[str, Op] = {}
-    for method in methods.values():
-        for op in walk(method):
-            if op.op == "plan_rrf" and getattr(op, "mode", None) in TUNED_MODES:
-                found.setdefault(key(op), op)
-    return found
-
-
-def reads(methods: Methods) -> frozenset[str]:
-    """The index kinds tuning reads on the training corpus: what the tuned fusions' inputs read."""
-    return frozenset(name for op in tuned_fusions(methods).values() for child in op.children() for name in needs(child))
 
 
 def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
@@ -115,6 +100,3 @@ def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs
             recalls.append(recall_at_k(ranking, gold_docs.get(query["query_id"], {}), 20))
         out[mode] = {"hit@1": setting["hits"] / len(items), "recall@20": float(np.mean(recalls))}
     return out
-
-
-declare(learned_kind("grasp_fusion", TunedFusion, Fitting(training_corpora, reads, held_parts("grasp_fusion", TunedFusion))))

@@ -25,14 +25,14 @@ from typing import Any
 import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
-from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
+from graphlake.retrieval.core import Op
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
-from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts, stage_key
+from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.queries import check_disjoint, training_corpora
+from graphlake.retrieval.learned_kinds import grasp_rerankers
+from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
@@ -50,21 +50,6 @@ class Recipe:
 
 
 RECIPES = {"cpu": Recipe(group_size=8, max_tokens=256, groups_per_step=4, batched=False), "gpu": Recipe(group_size=24, max_tokens=512, groups_per_step=16, batched=True)}
-
-
-def rerankers(methods: Methods) -> dict[str, Op]:
-    """The Stage-2 operators that a declared ``grasp_rerank`` with ``model: grasp`` reranks, by fingerprint."""
-    found: dict[str, Op] = {}
-    for method in methods.values():
-        for op in walk(method):
-            if op.op == "grasp_rerank":
-                found.setdefault(stage_key(op.inputs[0]), op.inputs[0])
-    return found
-
-
-def reads(methods: Methods) -> frozenset[str]:
-    """What mining reads on the training corpus: the Stage-2 inputs' indexes (the fusion's choice is the evaluated corpus's)."""
-    return frozenset(name for op in rerankers(methods).values() for child in op.children() for name in needs(child) if not name.startswith("grasp_fusion"))
 
 
 def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexes, depth: int) -> np.ndarray:
@@ -93,7 +78,7 @@ class TrainingData:
 def training_data(lake: Lake, corpus: str, config: Any, group_size: int) -> TrainingData | str:
     """Mine the records and the validation lists of ``corpus``'s reranker; why not, when there is nothing to learn."""
     methods = load_methods(lake.home)
-    stages = rerankers(methods)
+    stages = grasp_rerankers(methods)
     source, validation, learning = validation_queries(lake, corpus, config.validation_share, config.seed)
     if not stages or not learning:
         return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
@@ -219,6 +204,3 @@ def final_fusion(encoder, validation: list[dict]) -> dict:
         queries.append(ValidationQuery(rows[order], rows, frozenset(item["gold"]), True, len(rows), "normal"))
     best, hits = search_static(queries)
     return best | {"grid": hits.tolist(), "queries": len(queries)}
-
-
-declare(learned_kind("grasp_reranker", TunedReranker, Fitting(training_corpora, reads)))

@@ -23,12 +23,10 @@ from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text import query_encoders
-from graphlake.retrieval.core import Methods, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, learned_kind
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.queries import gold_by_query, training_corpora, training_source
+from graphlake.retrieval.queries import gold_by_query, training_source
 from graphlake.warehouse.storage import Lake, StorageError
 
 GRID = tuple(round(0.1 * step, 1) for step in range(11))
@@ -124,13 +122,3 @@ class _Scorer:
             for i, ordered in enumerate(top):
                 values.append(ndcg_at_k(list(dict.fromkeys(self.doc_ids[ordered].tolist())), self.gold[start + i], 10))
         return round(float(np.mean(values)), 6)
-
-
-def _reads(methods: Methods) -> frozenset[str]:
-    """What tuning reads on the training corpus: its vectors and BM25, and its hybrid graph (the KG)
-    when a method tunes the KG reward's weight there; without it the weight fell back to the default."""
-    tunes_kg = any(getattr(op, "kg", None) and getattr(op, "kg_weight", None) == "tuned" for method in methods.values() for op in walk(method))
-    return frozenset({"dense", "splade", "bm25", *(("hybrid_graph",) if tunes_kg else ())})
-
-
-declare(learned_kind("hybrid_weights", TunedWeights, Fitting(training_corpora, _reads)))

@@ -17,13 +17,13 @@ from typing import Any
 
 import numpy as np
 
-from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run, walk
-from graphlake.retrieval.index.kinds import Fitting, declare, held_parts, learned_kind
+from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, key, per_input
+from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, per_input
 from graphlake.retrieval.operators.learned import rrf
-from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_corpora, training_queries
+from graphlake.retrieval.learned_kinds import learned_fusions
+from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import Lake, StorageError
 
 CUTOFF = 10  # early stopping and the report's nDCG cut-off
@@ -38,16 +38,6 @@ class Grouped:
     labels: np.ndarray
     groups: list[int]
     query_ids: list[str]
-
-
-def learned_fusions(methods: Methods) -> dict[str, Op]:
-    """Every ``learned_fusion`` in the switched-on methods (inputs included), by :func:`key`."""
-    return {key(op): op for method in methods.values() for op in walk(method) if op.op == "learned_fusion"}
-
-
-def reads(methods: Methods) -> frozenset[str]:
-    """The index kinds training reads on the training corpus: what the fusions' inputs read."""
-    return frozenset(name for op in learned_fusions(methods).values() for child in op.children() for name in needs(child))
 
 
 def input_names(methods: Methods, op: Op) -> list[str]:
@@ -197,6 +187,3 @@ def _importance(ranker: Ranker, names: list[str]) -> dict[str, float]:
     gains = ranker.booster.feature_importance("gain")
     columns = feature_names(names, per_input(ranker.across_corpora))
     return {name: round(float(gain), 3) for name, gain in sorted(zip(columns, gains, strict=True), key=lambda item: -item[1])}
-
-
-declare(learned_kind("learned_fusion", LearnedRankers, Fitting(training_corpora, reads, held_parts("learned_fusion", LearnedRankers))))

@@ -30,27 +30,20 @@ import numpy as np
 
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
-from graphlake.retrieval.core import Methods, needs
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare, index_assets, index_kind
+from graphlake.retrieval.core import Methods
+from graphlake.retrieval.index.kinds import index_assets, index_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out, reranker_sources
+from graphlake.retrieval.learned_kinds import reranker_reads
+from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
     from graphlake.kernels.rerank.cross_encoder import Group
-
-MINERS = ("bm25", "dense")  # the methods that mine hard negatives by default
-
-
-def reads(methods: Methods, miners=MINERS) -> frozenset[str]:
-    """The index kinds mining reads on a training corpus: its miners' (and dense, which picks positives)."""
-    return frozenset({"dense"}.union(*(needs(methods[m]) for m in miners)))
-
 
 @dataclass(frozen=True)
 class TrainingQuery:
@@ -197,7 +190,7 @@ def training_queries(lake: Lake, corpora: list[str], max_per_corpus: int, seed: 
 
 def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> LakeIndexes:
     """A training corpus's indexes; the miners need theirs built."""
-    kinds = sorted(reads(methods, miners))
+    kinds = sorted(reranker_reads(methods, miners))
     missing = [index_kind(name).assets[-1] for name in kinds if index_kind(name).stored.written_at(lake, corpus) is None]
     if missing:
         raise StorageError(
@@ -270,25 +263,3 @@ def reranker_report(lake: Lake) -> dict | None:
         return None
     path = folder / TRAINING_FILE
     return json.loads(path.read_text()) if path.is_file() else None
-
-
-def _lake_reranker(indexes: LakeIndexes) -> Any:
-    """The lake's cross-encoder; where it was never trained (a method switched on after the last build,
-    read by the API before any ``materialize``), its ``Untrained`` marker, so the reranking methods
-    answer with their first stage and say why instead of failing."""
-    try:
-        folder = indexes.lake.artifact("reranker", {})
-    except StorageError:
-        return Untrained(f"the lake has not trained one yet (`graphlake materialize --corpus {indexes.corpus} --select key:reranker` trains it)")
-    return load_reranker(folder)
-
-
-declare(
-    IndexKind(
-        "reranker",
-        ("reranker",),
-        Stored(artifact="reranker", lake_wide=True),
-        _lake_reranker,
-        Fitting(lambda home, corpus: reranker_sources(home), reads),
-    )
-)

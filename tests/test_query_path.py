@@ -1,0 +1,59 @@
+"""A query's path stays short and stays in its layers: a warm search calls into the API, retrieval and
+the kernels only (never the warehouse or the pipelines, which it left behind when the indexes loaded),
+answering a query imports nothing of ``retrieval/training``, and the Definitions load neither numba
+nor torch (a kernel loads them when it first runs).
+
+Each check runs in a fresh interpreter, so that what it imports is what the path imports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACE = """
+import json, sys, threading
+from pathlib import Path
+from graphlake.api import open_lake
+from graphlake.retrieval.methods import load_methods
+
+root, home, defaults = sys.argv[1], sys.argv[2], sys.argv[3]
+lake = open_lake(home)
+called = {}
+for name in load_methods(Path(defaults)):
+    lake.search("demo", name, "Which vessel carried the sled?", 5)  # loads what it reads: not traced
+    files = set()
+
+    def profile(frame, event, arg):
+        path = frame.f_code.co_filename
+        if event == "call" and path.startswith(root) and "/.venv/" not in path:
+            files.add(path[len(root):])
+
+    sys.setprofile(profile), threading.setprofile(profile)
+    lake.search("demo", name, "Where did the expedition winter?", 5)
+    sys.setprofile(None), threading.setprofile(None)
+    called[name] = sorted(files)
+print(json.dumps({"called": called, "modules": sorted(sys.modules)}))
+"""
+
+
+def test_a_warm_search_stays_in_the_api_retrieval_and_the_kernels(demo_lake, tmp_path):
+    done = subprocess.run([sys.executable, "-c", TRACE, f"{ROOT}/", str(demo_lake.home), str(tmp_path)], capture_output=True, text=True, check=True)
+    found = json.loads(done.stdout.splitlines()[-1])
+    called = found["called"]
+    assert {"bm25", "ap_three", "grasp_fused", "graphlake_ltr"} <= set(called)  # the defaults, every one traced
+    assert len(called["ap_three"]) <= 8, called["ap_three"]
+    assert "kernels/hybrid/graph.py" in called["ap_three"]  # the trace reaches the kernel: it can fail
+    strays = {name: [f for f in files if f.startswith(("warehouse/", "pipelines/", "assets/"))] for name, files in called.items()}
+    assert not any(strays.values()), strays
+    assert not [m for m in found["modules"] if m.startswith("graphlake.retrieval.training")]
+
+
+def test_the_definitions_load_neither_numba_nor_torch(tmp_path):
+    code = "import sys; from pathlib import Path; from graphlake.pipelines.definitions import build_definitions; build_definitions(Path(sys.argv[1])); print(sorted(sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lake")], capture_output=True, text=True, check=True)
+    modules = set(json.loads(done.stdout.splitlines()[-1].replace("'", '"')))
+    assert "dagster" in modules and "graphlake.assets.hybrid_index" in modules  # the assets were loaded
+    assert not {name.partition(".")[0] for name in modules} & {"numba", "torch"}
