@@ -45,6 +45,7 @@ from graphlake.kernels.hybrid.cuda_search import CudaSearcher
 from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.results import unfilled
 
 SETS = ("scifact",)
 KNN_K, SINGLE = 64, 16
@@ -196,13 +197,13 @@ def correctness(data: Set) -> list[str]:
     for label, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights) * graph.scales
         batch = batched.QueryBatch.of(cupy, data.queries, scaled)
-        found, scores = (batched.host(part) for part in batched.search(device, index, batch, 128, 10))
-        expected = [searcher.search(data.queries.take([i]), scaled, 128, 10) for i in range(len(data.queries))]
+        scores, found = (batched.host(part) for part in batched.search(device, index, batch, 128, 10))
+        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, scaled, 128, 10), strict=True)]
         identical = np.mean([np.array_equal(found[i][found[i] >= 0], rows) for i, (rows, _) in enumerate(expected)])
         gap = max(float(np.abs(scores[i][: len(s)] - s).max()) for i, (_, s) in enumerate(expected))
         lines.append(f"| {label}, L 128: batched cupy search = numba search (top-10 lists identical; largest score difference) | {identical:.2%}; {gap:.1e} |")
         truth = exact(device, batch, 10)
-        halved = batched.host(batched.search(half, index, batched.QueryBatch.of(cupy, data.queries, scaled), 128, 10)[0])
+        halved = batched.host(batched.search(half, index, batched.QueryBatch.of(cupy, data.queries, scaled), 128, 10)[1])
         lines.append(f"| {label}, L 128: recall@10 vs exact, float32 → float16 dense | {recall(found, truth):.4f} → {recall(halved, truth):.4f} |")
     lines += kernel_correctness(data, graph)
     return lines
@@ -218,8 +219,8 @@ def kernel_correctness(data: Set, graph: HybridGraph) -> list[str]:
     lines = []
     for label, weights, tokens in [*((label, w, None) for label, w in WEIGHTINGS.items()), ("ap_three 1/1/1, one required keyword", (1.0, 1.0, 1.0), required)]:
         scaled = np.asarray(weights) * graph.scales
-        found = kernel.search(data.queries, scaled, 128, 10, tokens)
-        expected = [searcher.search(data.queries.take([i]), scaled, 128, 10, None if tokens is None else tokens[i]) for i in range(len(data.queries))]
+        found = kernel.walk(data.queries, scaled, 128, 10, tokens)
+        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, scaled, 128, 10, tokens), strict=True)]
         identical = np.mean([np.array_equal(found.rows[i, : found.counts[i]], rows) for i, (rows, _) in enumerate(expected)])
         gap = max(float(np.abs(found.scores[i, : len(s)] - s).max(initial=0.0)) for i, (_, s) in enumerate(expected))
         lines.append(f"| {label}, L 128: fused kernel = numba search on float16 dense (top-10 lists identical; largest score difference) | {identical:.2%}; {gap:.1e} |")
@@ -261,13 +262,13 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
             truth = exact(device, batch, 10)
             singles = [batch.take(i, i + 1) for i in range(len(picked))] if size == 1 else [batch]
             runs = {
-                f"graph L={pool} width={width}": (lambda pool=pool, width=width, singles=singles: [batched.host(batched.search(device, index, b, pool, 10, width)[0]) for b in singles])
+                f"graph L={pool} width={width}": (lambda pool=pool, width=width, singles=singles: [batched.host(batched.search(device, index, b, pool, 10, width)[1]) for b in singles])
                 for pool in POOLS
                 for width in WIDTHS
             }
             single_queries = [queries.take(picked[i : i + 1]) for i in range(len(picked))] if size == 1 else [queries.take(picked)]
             runs |= {
-                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, scaled, pool, 10).rows for q in single_queries]) for pool in POOLS
+                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, scaled, pool, 10)[1] for q in single_queries]) for pool in POOLS
             }
             runs["brute force (fused_exact)"] = lambda singles=singles: [exact(device, b, 10) for b in singles]
             if weights == (1.0, 1.0, 1.0):
@@ -298,7 +299,7 @@ def floors(label: str, vectors: HybridVectors, queries: Queries, graph: HybridGr
     speed = bandwidth()
     lines = [f"| {label} | bandwidth floors ({speed / 1e12:.2f} TB/s; a node scored reads {per_node:,.0f} B) | | | |"]
     for pool in POOLS:
-        scored = float(kernel.search(queries.take(picked), scaled, pool, 10).scored.mean())
+        scored = float(kernel.walk(queries.take(picked), scaled, pool, 10).scored.mean())
         started = time.perf_counter()
         for i in picked[:200]:
             searcher.search(queries.take([i]), scaled, pool, 10)
@@ -333,7 +334,7 @@ def configurations(data: Set, sizes: tuple[int, ...]) -> list[str]:
             for weights in WEIGHTINGS.values():
                 batch = batched.QueryBatch.of(cupy, data.queries, np.asarray(weights) * graph.scales)
                 truth = exact(device, batch, 10)
-                recalls += [recall(batched.host(batched.search(device, index, batch, pool, 10, 4)[0]), truth) for pool in (128, 512)]
+                recalls += [recall(batched.host(batched.search(device, index, batch, pool, 10, 4)[1]), truth) for pool in (128, 512)]
             lines.append(f"| {n:,} | {config or 'defaults'} | {seconds:.1f} | {reachable:.4f} | " + " | ".join(f"{r:.3f}" for r in recalls) + " |")
             print(lines[-1], flush=True)
     return lines

@@ -9,10 +9,8 @@ its ``op`` name with ``@register``; what it reads is its ``INDEXES`` (index kind
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Callable, Iterator, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
 
@@ -31,7 +29,6 @@ MAX_CANDIDATES = 10_000
 MAX_MODEL_CALLS = 1_000
 MAX_WEIGHT = 1e6
 MAX_KEYWORDS = 32
-MAX_THREADS = 8  # a batch's queries at once, for an operator whose kernel releases the GIL
 Count = Annotated[int, Field(gt=0, le=MAX_CANDIDATES)]  # k, depth, a pool of candidates, ef_search
 ModelCalls = Annotated[int, Field(gt=0, le=MAX_MODEL_CALLS)]  # a reranker's depth, a budget of cross-encoder calls
 Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
@@ -175,19 +172,12 @@ class Op(BaseModel):
 
 
 class PerQuery(Op):
-    """An operator whose kernel takes one query at a time (a graph walk, a plan, a cross-encoder's
-    budget): the batch runs its inputs once for all queries, then ``run_one`` per query, on a thread
-    per core where ``THREADED`` says the kernel releases the GIL."""
-
-    THREADED: ClassVar[bool] = False
+    """An operator whose kernel takes one query at a time (a graph walk over Python structures, a plan,
+    a cross-encoder's budget): the batch runs its inputs once for all queries, then ``run_one`` per query."""
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         inputs = run_inputs_batch(self, queries, indexes)
-        workers = min(len(queries), os.cpu_count() or 1, MAX_THREADS) if self.THREADED else 1
-        if workers < 2:
-            return [self.run_one(query, found, indexes) for query, found in zip(queries, inputs, strict=True)]
-        with ThreadPoolExecutor(workers) as pool:
-            return list(pool.map(lambda i: self.run_one(queries[i], inputs[i], indexes), range(len(queries))))
+        return [self.run_one(query, found, indexes) for query, found in zip(queries, inputs, strict=True)]
 
     def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         """One query's candidates, given its inputs' (``inputs``, in the declared order)."""

@@ -46,6 +46,15 @@ if CACHE_ENV not in os.environ:
 EVERY_METHOD = ["*"]  # a lake's methods.yaml `use` entry switching on every packaged method
 
 
+def walk_one(searcher, query, weights, pool: int, k: int, required=None, kg=None):
+    """One query's ``(rows, scores)`` through a hybrid searcher's batch search, without the fill."""
+    from graphlake.kernels.results import unfilled
+
+    scores, rows = searcher.search(query, weights, pool, k, None if required is None else [required], None if kg is None else [kg])
+    kept_scores, kept_rows = unfilled(scores[0], rows[0])
+    return kept_rows, kept_scores
+
+
 def materialize_committed(home: Path, assets, **kwargs):
     """Dagster's ``materialize``, then the commit that the CLI and the committing executor make after
     a successful run (``materialize`` runs in-process with neither): its tables become visible."""

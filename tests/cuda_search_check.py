@@ -11,7 +11,7 @@ import json
 import sys
 
 import numpy as np
-from conftest import noisy_queries, synthetic
+from conftest import noisy_queries, synthetic, walk_one
 
 from graphlake.kernels.hybrid import cuda_search
 from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build
@@ -34,10 +34,10 @@ def compare(queries: int, threads: int, seed: int = 3) -> dict[str, dict]:
     for name, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights) * graph.scales
         required = [np.sort(rng.choice(common, 1 + i % 2, replace=False)) for i in range(queries)] if name == "keywords" else None
-        rows, scores, counts, scored = gpu.search(asked, scaled, POOL, K, required)
+        rows, scores, counts, scored = gpu.walk(asked, scaled, POOL, K, required)
         differ, gap = [], 0.0
         for i in range(queries):
-            expected, expected_scores = cpu.search(asked.take([i]), scaled, POOL, K, None if required is None else required[i])
+            expected, expected_scores = walk_one(cpu, asked.take([i]), scaled, POOL, K, None if required is None else required[i])
             if not np.array_equal(rows[i, : counts[i]], expected):
                 differ.append(i)
             else:

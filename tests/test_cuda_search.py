@@ -39,3 +39,15 @@ def test_the_kernel_on_the_device_returns_the_numba_searchers_top_ten():
     from cuda_search_check import compare
 
     check({"as_built": compare(queries=100, threads=128)})
+
+
+def test_the_index_loader_picks_the_kernel_where_a_device_is_and_it_ranks_as_the_cpu(demo_lake):
+    """The simulator stands for a device: the demo's hybrid graph loads its CUDA searcher, ap_three goes
+    through it (and says so), and both queries get the CPU searcher's rows."""
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
+    done = subprocess.run([sys.executable, "cuda_loader_check.py", str(demo_lake.home)], cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    assert found["device"] == "cuda" and any("cuda kernel" in note for note in found["notes"])
+    assert found["rows"] == found["cpu_rows"] and all(len(rows) == 10 for rows in found["rows"])
+    assert found["score_gap"] < 1e-5

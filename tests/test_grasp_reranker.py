@@ -17,11 +17,12 @@ from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.retrieval.index.skb import stage_one
+from graphlake.retrieval.learned_kinds import grasp_rerankers, tuned_fusions
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import validation_queries
-from graphlake.retrieval.training.grasp_reranker import RECIPES, gold_rows, mine, rerankers, stage_two
+from graphlake.retrieval.training.grasp_reranker import RECIPES, gold_rows, mine, stage_two
 from graphlake.warehouse.storage import Lake, StorageError
 
 GOLDEN = """[Type] film
@@ -98,7 +99,7 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
     """An oracle method declared beside the others (as benchmarks/grasp.py declares them) must not stop
     the corpus's other fusions from being tuned; running it names what is missing."""
     from graphlake.assets.grasp import GraspFusionConfig
-    from graphlake.retrieval.training.grasp_fusion import learn, tuned_fusions
+    from graphlake.retrieval.training.grasp_fusion import learn
 
     (demo_copy / "methods.yaml").write_text(
         "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
@@ -120,7 +121,7 @@ def test_records_hold_one_positive_and_the_pools_hardest_negatives(demo_lake):
     _, _, learning = validation_queries(lake, "demo", 0.2, 0)
     indexes = LakeIndexes(lake, "demo")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": "demo"}))
-    stage = next(iter(rerankers(load_methods(demo_lake.home)).values()))
+    stage = next(iter(grasp_rerankers(load_methods(demo_lake.home)).values()))
     gold = gold_rows(lake, "demo", indexes)
     pools = mine(stage, fusion, learning, indexes, gold, lambda rows: [str(r) for r in rows.tolist()], 100, 30, 8)
     assert pools

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic, with_near_copies
+from conftest import noisy_queries, synthetic, walk_one, with_near_copies
 
 from graphlake.kernels.hybrid import batched
 from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
@@ -72,16 +72,16 @@ def test_the_batched_search_is_the_numba_search(device, weights):
     searcher = Searcher(graph, vectors)
     exact = vectors.fused(queries, scaled)
     for pool in (16, 96):
-        rows, scores = (batched.host(part) for part in batched.search(on_device, index, batch, pool, 10))
+        scores, rows = (batched.host(part) for part in batched.search(on_device, index, batch, pool, 10))
         same = 0
         for i in range(len(queries)):
-            expected_rows, expected_scores = searcher.search(queries.take([i]), scaled, pool, 10)
+            expected_rows, expected_scores = walk_one(searcher, queries.take([i]), scaled, pool, 10)
             found = rows[i][rows[i] >= 0]
             same += np.array_equal(found, expected_rows)
             np.testing.assert_allclose(scores[i][: len(found)], exact[i, found], rtol=1e-5, atol=1e-5)
             assert not graph.deleted[found].any() and len(found) == 10
         assert same >= 0.99 * len(queries), (pool, same)
-    wide, _ = batched.search(on_device, index, batch, 96, 10, width=4)  # four expansions per step: fewer steps
+    _, wide = batched.search(on_device, index, batch, 96, 10, width=4)  # four expansions per step: fewer steps
     live = np.where(graph.deleted, -np.inf, exact)
     truth = np.argsort(-live, axis=1, kind="stable")[:, :10]
     recall = np.mean([len(set(r.tolist()) & set(t.tolist())) / 10 for r, t in zip(batched.host(wide), truth, strict=True)])

@@ -9,7 +9,7 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import synthetic, with_near_copies
+from conftest import synthetic, walk_one, with_near_copies
 from typer.testing import CliRunner
 
 from graphlake.kernels.hybrid.candidates import DENSE, SPARSE, candidate_knn
@@ -122,12 +122,12 @@ def test_graph_search_finds_the_exact_fused_top_ten(weights):
     exact = vectors.fused(queries, scaled)
     recall = []
     for i in range(100):
-        rows, scores = searcher.search(queries.take([i]), scaled, 128, 10)
+        rows, scores = walk_one(searcher, queries.take([i]), scaled, 128, 10)
         np.testing.assert_allclose(scores, exact[i, rows], rtol=1e-5, atol=1e-6)  # the walk scores what exact fusion does
         recall.append(len(set(rows.tolist()) & set(np.argsort(-exact[i], kind="stable")[:10].tolist())) / 10)
     assert np.mean(recall) >= 0.95, np.mean(recall)
     graph.deleted[np.argsort(-exact[0])[:5]] = True  # mark-deleted: never returned, k still come back
-    rows, _ = searcher.search(queries.take([0]), scaled, 16, 10)
+    rows, _ = walk_one(searcher, queries.take([0]), scaled, 16, 10)
     assert len(rows) == 10 and not graph.deleted[rows].any()
 
 
@@ -145,7 +145,7 @@ def test_required_keywords_hold_in_every_result_and_the_walk_finds_the_filtered_
         required = np.sort(rng.choice(common, 1 + i % 2, replace=False))  # one keyword, then two
         holders = vectors.containing(required)
         assert all(set(required) <= set(vectors.lexical[row].indices.tolist()) for row in holders[:5])
-        rows, _ = searcher.search(queries.take([i]), graph.scales, 128, 10, required)
+        rows, _ = walk_one(searcher, queries.take([i]), graph.scales, 128, 10, required)
         assert np.isin(rows, holders).all() and len(rows) == min(10, len(holders))  # every result holds every keyword
         exact = vectors.fused(queries.take([i]), graph.scales, holders)[0]
         truth = holders[np.lexsort((holders, -exact))[:10]]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic
+from conftest import noisy_queries, synthetic, walk_one
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
@@ -97,15 +97,15 @@ def test_the_walk_ranks_fused_score_plus_reward_as_the_exact_scorer_does(indexed
         hops = kg.hops(rng.choice(len(kg.entities), 2, replace=False), 3)
         fused = vectors.fused(query, weights)[0]
         exact = fused + reward(kg.node_hops(hops), 0.5)
-        rows, scores = searcher.search(query, weights, 128, 10, kg=KGQuery(hops, 0.5))
+        rows, scores = walk_one(searcher, query, weights, 128, 10, kg=KGQuery(hops, 0.5))
         np.testing.assert_allclose(scores, exact[rows], rtol=1e-5, atol=1e-5)
         recall.append(len(set(rows.tolist()) & set(np.argsort(-exact, kind="stable")[:10].tolist())) / 10)
         # weight 0: the walk still enters and follows the KG, yet every score is the fused score
-        rows, scores = searcher.search(query, weights, 128, 10, kg=KGQuery(hops, 0.0))
+        rows, scores = walk_one(searcher, query, weights, 128, 10, kg=KGQuery(hops, 0.0))
         np.testing.assert_allclose(scores, fused[rows], rtol=1e-5, atol=1e-5)
         # no entity reached at all: the same ranking as without the KG
-        none = searcher.search(query, weights, 128, 10, kg=KGQuery(np.full(len(kg.entities), -1, np.int32), 0.5))
-        plain = searcher.search(query, weights, 128, 10)
+        none = walk_one(searcher, query, weights, 128, 10, kg=KGQuery(np.full(len(kg.entities), -1, np.int32), 0.5))
+        plain = walk_one(searcher, query, weights, 128, 10)
         assert none[0].tolist() == plain[0].tolist()
     assert np.mean(recall) >= 0.95
 
@@ -114,7 +114,7 @@ def test_a_graph_without_a_knowledge_graph_refuses_a_kg_query(indexed):
     vectors, nodes, graph = indexed
     bare = HybridGraph(graph.semantic, graph.keyword, graph.entry, graph.scales, graph.deleted)
     with pytest.raises(ValueError, match="kg: none"):
-        Searcher(bare, vectors).search(nodes.take([0]), graph.scales, 32, 10, kg=KGQuery(np.zeros(1, np.int32), 0.5))
+        walk_one(Searcher(bare, vectors), nodes.take([0]), graph.scales, 32, 10, kg=KGQuery(np.zeros(1, np.int32), 0.5))
 
 
 def test_evidence_triples_land_on_the_nodes_their_ends_name():

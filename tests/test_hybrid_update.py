@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic
+from conftest import noisy_queries, synthetic, walk_one
 
 from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid.update import insert, splice, update
@@ -21,7 +21,7 @@ def recall(graph, vectors: HybridVectors, queries: Queries, pool: int, live: np.
     if live is not None:
         exact[:, ~live] = -np.inf
     searcher = Searcher(graph, vectors)
-    found = [searcher.search(queries.take([i]), scaled, pool, 10)[0] for i in range(len(queries))]
+    found = [walk_one(searcher, queries.take([i]), scaled, pool, 10)[0] for i in range(len(queries))]
     truth = np.argsort(-exact, axis=1, kind="stable")[:, :10]
     return float(np.mean([len(set(f.tolist()) & set(t.tolist())) / 10 for f, t in zip(found, truth, strict=True)]))
 
@@ -70,7 +70,7 @@ def test_removed_nodes_are_spliced_out_and_mark_deleted_ones_never_returned():
     searcher = Searcher(graph, vectors)
     for pool in (16, 128):
         for i in range(len(queries)):
-            rows, _ = searcher.search(queries.take([i]), graph.scales, pool, 10)
+            rows, _ = walk_one(searcher, queries.take([i]), graph.scales, pool, 10)
             assert len(rows) == 10 and not graph.deleted[rows].any()
     assert recall(graph, vectors, queries, 128, live=~graph.deleted) >= 0.95
 

@@ -367,12 +367,12 @@ class DeviceGraph:
 
 
 def search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool: int, k: int, width: int = 1) -> tuple[Any, Any]:
-    """Top ``k`` live rows of every query (−1 pads), best first, and their scores; in chunks whose
-    visited bitmaps fit ``VISITED_BYTES``."""
+    """``(scores, rows)``, each ``(len(batch), k)``: every query's top ``k`` live rows, best first, a short
+    list filled with −inf and −1 (``kernels/results.py``); in chunks whose visited bitmaps fit ``VISITED_BYTES``."""
     xp = vectors.xp
     chunk = max(1, VISITED_BYTES // max(1, len(vectors)))
     parts = [_search(vectors, graph, batch.take(start, start + chunk), max(min(pool, len(vectors)), k), k, width) for start in range(0, len(batch), chunk)]
-    return xp.concatenate([rows for rows, _ in parts]), xp.concatenate([scores for _, scores in parts])
+    return xp.concatenate([scores for _, scores in parts]), xp.concatenate([rows for rows, _ in parts])
 
 
 def _search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool: int, k: int, width: int) -> tuple[Any, Any]:

@@ -28,8 +28,9 @@ import numpy as np
 import scipy.sparse as sp
 from numba import config, cuda, float32, int8, int32, int64
 
-from graphlake.kernels.hybrid.graph import HybridGraph
+from graphlake.kernels.hybrid.graph import HybridGraph, KGQuery, Searcher
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE
 
 POOL_MAX = 256  # the largest candidate pool (L) a block holds
 K_MAX = 128  # the largest k
@@ -267,10 +268,19 @@ class CudaSearcher:
         self.blocks = BLOCKS_PER_SM * _multiprocessors()
 
     def search(
-        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray] | None = None
+        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``(len(queries), k)``, as every search kernel returns them (``kernels/results.py``):
+        see :meth:`walk`."""
+        found = self.walk(queries, weights, pool_size, k, required)
+        return np.where(found.rows >= 0, found.scores, FILL_SCORE).astype(np.float32), np.where(found.rows >= 0, found.rows, FILL_ROW)
+
+    def walk(
+        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None
     ) -> Found:
         """Top ``k`` live rows per query by ``Σ weights[p]·sim_p`` (``weights`` calibrated, ``(3,)`` or one row
-        per query); with ``required`` (per query, BM25 token ids), only rows holding all of them."""
+        per query); with ``required`` (per query, BM25 token ids or None), only rows holding all of them;
+        with the counts and how many nodes each query scored."""
         b = len(queries)
         pool = max(pool_size, k)
         if pool > POOL_MAX or k > K_MAX:
@@ -278,7 +288,7 @@ class CudaSearcher:
         weights = np.broadcast_to(np.asarray(weights, dtype=np.float64), (b, 3))
         q_dense = (weights[:, :1] * queries.dense).astype(np.float32)
         q_sparse, q_lexical = (_weighted(part, weights[:, p]) for p, part in ((1, queries.sparse), (2, queries.lexical)))
-        tokens = [np.sort(np.asarray(r, dtype=np.int32)) for r in (required if required is not None else [()] * b)]
+        tokens = [np.sort(np.asarray(r if r is not None else (), dtype=np.int32)) for r in (required if required is not None else [()] * b)]
         r_ptr = np.concatenate([[0], np.cumsum([len(r) for r in tokens])]).astype(np.int64)
         r_idx = np.concatenate([*tokens, np.zeros(1, np.int32)])  # one unread entry: never an empty device array
         blocks = max(1, min(b, self.blocks))
@@ -293,6 +303,54 @@ class CudaSearcher:
             out_ids, out_scores, out_found, out_scored,
         )  # fmt: skip
         return Found(out_ids.copy_to_host().astype(np.int64), out_scores.copy_to_host(), out_found.copy_to_host(), out_scored.copy_to_host())
+
+
+class DeviceSearcher:
+    """A hybrid graph index searched on the CUDA device with the CPU searcher's contract (``graph.Searcher``),
+    what the index loader picks where a device is: dense rows in float32, so it returns the CPU searcher's
+    rows. A query the kernel does not serve (a KG query, a pool above ``POOL_MAX``, ``k`` above ``K_MAX``) is
+    searched by the CPU searcher it holds."""
+
+    device = "cuda"
+
+    def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
+        self.graph, self.vectors = graph, vectors
+        self.kernel, self.cpu = CudaSearcher(graph, vectors, half=False), Searcher(graph, vectors)
+
+    def search(
+        self,
+        queries: Queries,
+        weights: np.ndarray,
+        pool_size: int,
+        k: int,
+        required: list[np.ndarray | None] | None = None,
+        kg: list[KGQuery | None] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search``."""
+        n = len(queries)
+        required, kg = required or [None] * n, kg or [None] * n
+        if max(pool_size, k) > POOL_MAX or k > K_MAX:
+            return self.cpu.search(queries, weights, pool_size, k, required, kg)
+        scores, rows = np.full((n, k), FILL_SCORE, np.float32), np.full((n, k), FILL_ROW, np.int64)
+        for on_device, searcher in ((True, self.kernel), (False, self.cpu)):
+            picked = np.array([i for i in range(n) if (kg[i] is None) == on_device], dtype=np.int64)
+            if not len(picked):
+                continue
+            extra = {} if on_device else {"kg": [kg[i] for i in picked]}
+            found_scores, found_rows = searcher.search(queries.take(picked), weights, pool_size, k, [required[i] for i in picked], **extra)
+            scores[picked], rows[picked] = found_scores, found_rows
+        return scores, rows
+
+
+def cuda_searcher(graph: HybridGraph, vectors: HybridVectors) -> DeviceSearcher | None:
+    """The device searcher of this index, or None where no CUDA device is or the kernel cannot hold it
+    (degree, entry points or dense dimension beyond its shared memory)."""
+    if not cuda.is_available():
+        return None
+    try:
+        return DeviceSearcher(graph, vectors)
+    except ValueError:
+        return None
 
 
 def _weighted(rows: sp.csr_matrix, weights: np.ndarray) -> tuple:

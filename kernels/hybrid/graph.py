@@ -22,8 +22,10 @@ seen are kept apart from the pool (which makes the paper's twin pool unnecessary
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,7 +39,10 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.results import filled
 from graphlake.kernels.text.triples import HUB_NODES
+
+MAX_THREADS = 8  # a batch's queries walked at once
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
@@ -568,7 +573,9 @@ class KGQuery:
 
 class Searcher:
     """Searches one index with one set of vectors; keeps the visited stamps between queries, one array per
-    thread, so that threads search at once (the walk releases the GIL) without sharing them."""
+    thread, so that a batch's queries walk on a thread each (the walk releases the GIL) without sharing them."""
+
+    device = "cpu"
 
     def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
         self.graph, self.vectors = graph, vectors
@@ -578,22 +585,49 @@ class Searcher:
         self.kg_arrays = tuple(a for m in matrices for a in (m.indptr.astype(np.int64), m.indices.astype(np.int32)))
 
     def search(
-        self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None = None, kg: KGQuery | None = None
+        self,
+        queries: Queries,
+        weights: np.ndarray,
+        pool_size: int,
+        k: int,
+        required: list[np.ndarray | None] | None = None,
+        kg: list[KGQuery | None] | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top ``k`` live rows for one query by ``Σ weights[p]·sim_p`` (weights calibrated) plus the KG
-        reward, best first; with ``required`` BM25 token ids, only rows holding all of them. The pool and
-        ``k`` are clamped to the corpus: its arrays are never longer than the graph has nodes."""
-        vectors = self.vectors
-        k = max(1, min(k, len(vectors)))
-        pool_size = max(k, min(pool_size, len(vectors)))
-        if kg is not None and self.graph.kg is None:
+        """``(scores, rows)``, each ``(len(queries), k)``: per query the top ``k`` live rows by
+        ``Σ weights[p]·sim_p`` (weights calibrated) plus its KG reward, best first, a short list filled
+        with score −inf and row −1 (``kernels/results.py``). Per query, ``required`` BM25 token ids keep
+        only the rows holding all of them. The pool and ``k`` are clamped to the corpus."""
+        n = len(queries)
+        required, kg = required or [None] * n, kg or [None] * n
+        if any(item is not None for item in kg) and self.graph.kg is None:
             raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
-        use = np.asarray(weights, dtype=np.float64) != 0
+        scores, rows = filled(n, k, np.float64)
+        k = max(1, min(k, len(self.vectors)))
+        pool_size = max(k, min(pool_size, len(self.vectors)))
+        weights = np.asarray(weights, dtype=np.float64)
+
+        def one(i: int) -> None:
+            found, values = self._walk(queries.take([i]), weights, pool_size, k, required[i], kg[i])
+            rows[i, : len(found)], scores[i, : len(found)] = found, values
+
+        workers = min(n, os.cpu_count() or 1, MAX_THREADS)
+        if workers < 2:
+            for i in range(n):
+                one(i)
+        else:
+            with ThreadPoolExecutor(workers) as pool:
+                list(pool.map(one, range(n)))
+        return scores, rows
+
+    def _walk(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None, kg: KGQuery | None) -> tuple[np.ndarray, np.ndarray]:
+        """One query's walk: its found rows and scores, best first."""
+        vectors = self.vectors
+        use = weights != 0
         q_dense = (weights[0] * query.dense[0]).astype(np.float32)
         q_sparse = _scatter(query.sparse, weights[1], vectors.sparse.shape[1])
         q_lexical = _scatter(query.lexical, weights[2], vectors.lexical.shape[1])
         visited, stamp = self._stamped()
-        rows, scores = _search(
+        return _search(
             q_dense,
             q_sparse,
             q_lexical,
@@ -620,7 +654,6 @@ class Searcher:
             3 if kg is None else int(kg.hops),
             kg is not None and kg.edges,
         )
-        return rows, scores
 
     def _stamped(self) -> tuple[np.ndarray, int]:
         """This thread's visited array and a stamp no earlier search of it used."""

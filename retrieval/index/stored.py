@@ -76,9 +76,14 @@ def _mentions(extractor: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
 
 
 def _hybrid_graph(indexes: LakeIndexes):
+    """The index's searcher: the CUDA kernel's where a CUDA device is (``NUMBA_ENABLE_CUDASIM=1``: numba's
+    simulator) and the kernel holds the index, else the CPU walk; both take a batch and return
+    ``(scores, rows)``, and ``device`` says which it is."""
+    from graphlake.kernels.hybrid.cuda_search import cuda_searcher
     from graphlake.kernels.hybrid.graph import HybridGraph, Searcher
 
-    return Searcher(HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes))
+    graph, vectors = HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes)
+    return cuda_searcher(graph, vectors) or Searcher(graph, vectors)
 
 
 def _skb(indexes: LakeIndexes):

@@ -30,6 +30,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
+from graphlake.kernels.results import unfilled
 from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
@@ -130,8 +131,10 @@ class Hybrid(PerQuery):
         return float(self.vector(indexes)[0])
 
     @staticmethod
-    def encode(query: str, indexes: LakeIndexes) -> Queries:
-        return Queries(indexes.encode_dense(query)[None, :], sp.csr_matrix(indexes.encode_splade(query)), indexes.get("bm25").token_counts([query]))
+    def encode(queries: list[str], indexes: LakeIndexes) -> Queries:
+        """The queries on the three paths, as the kernels take a batch."""
+        dense = np.stack([indexes.encode_dense(query) for query in queries])
+        return Queries(dense, sp.vstack([indexes.encode_splade(query) for query in queries], format="csr"), indexes.get("bm25").token_counts(queries))
 
     def required(self, query: str, indexes: LakeIndexes) -> np.ndarray | None:
         """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
@@ -168,24 +171,37 @@ class Hybrid(PerQuery):
 class HybridGraphSearch(Hybrid):
     """Allan-Poe (Algorithm 2): best-first search of the hybrid graph with a pool of ``candidates``."""
 
-    THREADED: ClassVar[bool] = True  # the graph walk releases the GIL, each thread with its own visited stamps
     op: Literal["hybrid_graph"]
     candidates: Count = 128
     keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
-        encoded, scaled = self.encode(query, indexes), self.scaled(indexes)
-        required, kg = self.required(query, indexes), self.kg_query(query, indexes)
-        if required is not None:
-            holders = self.holders(required, indexes)
-            if len(holders) < self.keyword_exact_below:
-                indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
-                scores = hybrid_vectors(indexes).fused(encoded, scaled, holders)[0] + self.kg_reward(kg, indexes, holders)
-                top = ranked(holders, scores, self.k)
-                return self.keep(top.rows, top.scores, indexes)
-            indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
-        rows, scores = indexes.get("hybrid_graph").search(encoded, scaled, self.candidates, self.k, required, kg)
-        return self.keep(rows, scores, indexes)
+    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+        """The batch's walks in one call of the index's searcher (its CPU or its CUDA kernel); a query whose
+        required keywords few nodes hold scores those nodes exactly instead."""
+        scaled = self.scaled(indexes)
+        found: list[Candidates | None] = [None] * len(queries)
+        walked, required, kg = [], [], []
+        for i, query in enumerate(queries):
+            needed, reward = self.required(query, indexes), self.kg_query(query, indexes)
+            if needed is not None:
+                holders = self.holders(needed, indexes)
+                if len(holders) < self.keyword_exact_below:
+                    indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
+                    scores = hybrid_vectors(indexes).fused(self.encode([query], indexes), scaled, holders)[0] + self.kg_reward(reward, indexes, holders)
+                    top = ranked(holders, scores, self.k)
+                    found[i] = self.keep(top.rows, top.scores, indexes)
+                    continue
+                indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
+            walked.append(i), required.append(needed), kg.append(reward)
+        if walked:
+            encoded, searcher = self.encode([queries[i] for i in walked], indexes), indexes.get("hybrid_graph")
+            if searcher.device != "cpu":
+                indexes.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
+            scores, rows = searcher.search(encoded, scaled, self.candidates, self.k, required, kg)
+            for j, i in enumerate(walked):
+                kept_scores, kept_rows = unfilled(scores[j], rows[j])
+                found[i] = self.keep(kept_rows, kept_scores, indexes)
+        return found
 
 
 @register
@@ -195,7 +211,7 @@ class FusedExact(Hybrid):
     op: Literal["fused_exact"]
 
     def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
-        encoded = self.encode(query, indexes)
+        encoded = self.encode([query], indexes)
         required = self.required(query, indexes)
         rows = None if required is None else self.holders(required, indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]

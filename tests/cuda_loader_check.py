@@ -1,0 +1,32 @@
+"""Run with NUMBA_ENABLE_CUDASIM=1 (a subprocess of test_cuda_search.py): the hybrid graph index of a lake
+loads its CUDA searcher, and ap_three through it returns the CPU searcher's rows. Prints one JSON line."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from graphlake.kernels.hybrid.graph import Searcher
+from graphlake.retrieval.core import needs
+from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.methods import load_methods
+from graphlake.warehouse.storage import Lake
+
+QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
+
+home = sys.argv[1]
+indexes = LakeIndexes(Lake(home), "demo").request()
+op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
+indexes.prime(QUERIES, needs(op))
+found = op.run_batch(QUERIES, indexes)
+searcher = indexes.get("hybrid_graph")
+cpu_scores, cpu_rows = Searcher(searcher.graph, searcher.vectors).search(op.encode(QUERIES, indexes), op.scaled(indexes), op.candidates, op.k)
+print(json.dumps({
+    "device": searcher.device,
+    "rows": [c.rows.tolist() for c in found],
+    "cpu_rows": [r[r >= 0].tolist() for r in cpu_rows],
+    "score_gap": max(float(np.abs(c.scores - s[: len(c.scores)]).max(initial=0.0)) for c, s in zip(found, cpu_scores, strict=True)),
+    "notes": list(indexes.notes),
+}))
