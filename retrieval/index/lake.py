@@ -206,9 +206,10 @@ class LakeIndexes:
         return self.memo(("query encoder",), lambda: dense_encoder(self.model("dense"), queries=True))(texts)
 
     def dense_encoder(self) -> Callable[[list[str]], np.ndarray]:
-        """The corpus's dense model as the passages were encoded (torch, or the endpoint): what GRASP
-        links a plan's anchors with."""
-        return self.memo(("passage encoder",), lambda: dense_encoder(self.model("dense")))
+        """The corpus's dense model as a function of texts, what GRASP links a plan's anchors with: its
+        query encoder (ONNX for a local model, whose vectors are the passage encoder's to float32 noise;
+        the endpoint for a hosted one), so a query loads no torch."""
+        return self.encode_dense_queries
 
     def splade_folder(self) -> Path:
         """The folder of the corpus's SPLADE model, which encodes its queries."""
