@@ -479,12 +479,14 @@ def query(
     server: Annotated[
         str | None, typer.Option(envvar=SERVER_ENV, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER_ENV}).")
     ] = None,
+    build: Annotated[bool, typer.Option("--build", help="First build what the method reads that is missing or stale (as `materialize` would).")] = False,
 ) -> None:
-    """Search a corpus with one method and print the top hits with their titles."""
+    """Search a corpus with one method and print the top hits with their titles: the Python API's
+    search, on what the lake has built (--build builds what the method reads first)."""
     if server:
         result = _ask_server(server, {"corpus": corpus, "method": method, "query": text, "k": top})
     else:
-        result = _search_here(corpus, method, text, top)
+        result = _search_here(corpus, method, text, top, build)
     if as_json:
         print(json.dumps(result))
         return
@@ -498,23 +500,31 @@ def query(
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _search_here(corpus: str, method: str, text: str, top: int) -> dict:
-    """One query through the API on this machine, after building what the method reads if it is stale."""
+def _search_here(corpus: str, method: str, text: str, top: int, build: bool) -> dict:
+    """One query through the API on this machine; with ``build``, after building what the method reads
+    that is missing or stale. Without, a missing or stale index is named with the command that builds it."""
     from graphlake.api import GraphLake, RequestError, UnknownName
-    from graphlake.pipelines.freshness import plan_refresh
 
     home = lake_home()
     try:
         CorpusRegistry(home).get(corpus)
-        refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
     except (KeyError, ValueError, StorageError) as error:
         _fail(str(error))
-    _materialize(refresh, "query")
+    if build:
+        from graphlake.pipelines.freshness import plan_refresh
+
+        try:
+            refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
+        except (KeyError, ValueError, StorageError) as error:
+            _fail(str(error))
+        _materialize(refresh, "query")
     lake = GraphLake(home)
     try:
         lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
         return dataclasses.asdict(lake.search(corpus, method, text, top))
-    except (MethodError, StorageError, RequestError, UnknownName) as error:
+    except StorageError as error:
+        _fail(f"{error} (`graphlake query --build ...` or `graphlake materialize --corpus {corpus}` builds it)")
+    except (ConfigFileError, MethodError, RequestError, UnknownName) as error:
         _fail(str(error))
 
 

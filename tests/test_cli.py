@@ -75,7 +75,7 @@ def test_query_prints_each_hit_on_two_lines_of_80_columns_with_its_whole_node_id
     assert [line.split()[2] for line in lines[1::2]] == [hit["node_id"] for hit in hits]  # rank, score, the node id whole
 
 
-def test_ingest_jsonl_then_query_it_with_sql(lake, tmp_path):
+def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(lake, tmp_path):
     docs = tmp_path / "docs.jsonl"
     docs.write_text(
         "".join(json.dumps({"id": f"x{i}", "title": f"T{i}", "text": f"Sentence {i}. Another one."}) + "\n" for i in range(3)),
@@ -91,6 +91,13 @@ def test_ingest_jsonl_then_query_it_with_sql(lake, tmp_path):
     ]
     listed = invoke("corpora")
     assert "mine" in listed.stdout and "jsonl" in listed.stdout
+    # query searches what the lake has built: nothing yet, said in one line with the commands that build it
+    unbuilt = invoke("query", "--corpus", "mine", "--method", "bm25", "Another sentence")
+    assert unbuilt.exit_code == 1 and "graphlake materialize --corpus mine" in unbuilt.stderr and "--build" in unbuilt.stderr, unbuilt.stderr
+    assert "Traceback" not in unbuilt.stderr and unbuilt.stderr.strip().count("\n") == 0
+    built = invoke("query", "--corpus", "mine", "--method", "bm25", "--build", "--json", "Sentence 2")
+    assert built.exit_code == 0, built.stderr
+    assert json.loads(built.stdout)["hits"][0]["doc_id"] == "x2"
 
 
 def test_bad_input_fails_with_file_and_line_and_writes_nothing(lake, tmp_path):

@@ -162,6 +162,6 @@ def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(reranked_co
     assert all(isinstance(rankers.models[name], Untrained) for name in ("gat", "mlp"))
     # the lake's cross-encoder, trained on the demo's train split, serves the new corpus as it is; the
     # demo's 11 queries train it to no better than dense, and the answer says so, nothing else
-    answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--json", "Who filmed the seabed?").stdout)
+    answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--build", "--json", "Who filmed the seabed?").stdout)
     trained, dense = held_out_quality(Lake(reranked_copy).artifact("reranker", {}))
     assert answer["hits"] and len(answer["notes"]) == (trained <= dense) and all("no better than dense retrieval" in note for note in answer["notes"])

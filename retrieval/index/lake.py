@@ -60,7 +60,12 @@ class LakeIndexes:
         self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
         self._ran: dict[tuple[str, str], Any] | None = None  # a request's operators' candidates per query (``shared``)
         self.root: LakeIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
-        self.node_ids: list[str] = self.nodes().column("node_id").to_pylist()  # the row order every index shares
+
+    @cached_property
+    def node_ids(self) -> list[str]:
+        """The row order every index shares: the nodes table's (read when first asked, so that a request's
+        other mistakes, an unknown method, are named before a corpus never built is)."""
+        return self.nodes().column("node_id").to_pylist()
 
     def get(self, name: str) -> Any:
         """The loaded index ``name``, loaded once."""
