@@ -64,9 +64,10 @@ class Walk:
 
 
 def _distribution(seeds, xp: ModuleType = np):
+    """The seeds scaled to a distribution (each column, for a batch of seed vectors)."""
     seeds = xp.asarray(seeds, dtype=xp.float64)
-    total = seeds.sum()
-    if not total > 0:
+    total = seeds.sum(axis=0)
+    if not (total > 0).all():
         raise ValueError("seed scores must have positive mass")
     return seeds / total
 
@@ -76,16 +77,18 @@ def ppr_power(
 ) -> tuple[np.ndarray, int]:
     """PPR by power iteration, ``p <- alpha s + (1 - alpha) (P^T p + dangling mass * s)``, from ``p = s``.
 
-    Stops after ``max_iter`` iterations (SPRIG runs a fixed 5) or once the L1 change is below
-    ``tol``; returns the scores, a distribution, and the iterations run.
+    ``seeds`` is one seed vector, or a batch of them as the columns of an ``(nodes, queries)`` array
+    (one sparse product a step for the whole batch). Stops after ``max_iter`` iterations (SPRIG runs a
+    fixed 5) or once the L1 change (the largest of the batch's) is below ``tol``; returns the scores,
+    each column a distribution, and the iterations run.
     """
     s = _distribution(seeds, xp)
     dangling = xp.flatnonzero(xp.asarray(walk.dangling))  # an index array sums faster than a mask
     restart = alpha * s
     p = s.copy()
     for iteration in range(1, max_iter + 1):
-        updated = restart + (1 - alpha) * (walk.flow @ p + p[dangling].sum() * s)
-        change = float(xp.abs(updated - p).sum())
+        updated = restart + (1 - alpha) * (walk.flow @ p + p[dangling].sum(axis=0) * s)
+        change = float(xp.abs(updated - p).sum(axis=0).max())
         p = updated
         if change < tol:
             return p, iteration
