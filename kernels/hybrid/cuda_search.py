@@ -317,16 +317,8 @@ class DeviceSearcher:
         self.graph, self.vectors = graph, vectors
         self.kernel, self.cpu = CudaSearcher(graph, vectors, half=False), Searcher(graph, vectors)
 
-    def search(
-        self,
-        queries: Queries,
-        weights: np.ndarray,
-        pool_size: int,
-        k: int,
-        required: list[np.ndarray | None] | None = None,
-        kg: list[KGQuery | None] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search``."""
+    def search(self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list | None = None, kg: list[KGQuery | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search`` returns them."""
         n = len(queries)
         required, kg = required or [None] * n, kg or [None] * n
         if max(pool_size, k) > POOL_MAX or k > K_MAX:
