@@ -13,11 +13,6 @@ FILL_ROW = -1
 FILL_SCORE = -np.inf
 
 
-def filled(queries: int, k: int, dtype: type = np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores, rows)`` for ``queries`` lists of ``k``, all fill: ``dtype`` scores, int64 rows."""
-    return np.full((queries, k), FILL_SCORE, dtype), np.full((queries, k), FILL_ROW, np.int64)
-
-
 def unfilled(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """One query's ``(scores, rows)`` without the fill."""
     kept = rows != FILL_ROW

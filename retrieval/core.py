@@ -127,6 +127,13 @@ class Op(BaseModel):
             self._key = self.model_dump_json(serialize_as_any=True)
         return self._key
 
+    def __eq__(self, other: object) -> bool:
+        """Equal declarations (the cached key and reads are not part of what an operator is)."""
+        return isinstance(other, Op) and self.canonical() == other.canonical()
+
+    def __hash__(self) -> int:
+        return hash(self.canonical())
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Op:
         copy = super().model_copy(update=update, deep=deep)
         copy._key = copy._needs = None  # its parameters may differ: both are computed again
@@ -211,6 +218,8 @@ def problem(error: ValidationError) -> str:
 def shared_run(op: Op, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
     """``op``'s candidates for each query, run on the queries the request has not run it on yet: within
     one request (``LakeIndexes.request``) an operator that several methods or inputs share runs once."""
+    if not queries:
+        return []
     return indexes.shared(op.canonical(), queries, lambda missing: op.run_batch(missing, indexes))
 
 

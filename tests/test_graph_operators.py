@@ -61,6 +61,12 @@ class GraphIndexes:
     def get(self, name: str):
         return self.loaded[name]
 
+    def setting(self, name: str):
+        return getattr(self.spec, name)
+
+    def shared(self, key: str, queries: list[str], compute):
+        return compute(queries)  # as LakeIndexes outside a request: nothing kept
+
 
 METHODS = {
     "bm25": {"op": "bm25", "k": 10},

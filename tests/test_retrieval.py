@@ -37,6 +37,9 @@ class HandIndexes:
     def get(self, name: str):
         return self.loaded[name]
 
+    def shared(self, key: str, queries: list[str], compute):
+        return compute(queries)  # as LakeIndexes outside a request: nothing kept
+
     def encode_dense(self, text: str) -> np.ndarray:
         return np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32)  # dense ranking: rows 2, 3, 1, 0
 

@@ -39,7 +39,7 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.results import filled
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE
 from graphlake.kernels.text.triples import HUB_NODES
 
 MAX_THREADS = 8  # a batch's queries walked at once
@@ -601,7 +601,7 @@ class Searcher:
         required, kg = required or [None] * n, kg or [None] * n
         if any(item is not None for item in kg) and self.graph.kg is None:
             raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
-        scores, rows = filled(n, k, np.float64)
+        scores, rows = np.full((n, k), FILL_SCORE), np.full((n, k), FILL_ROW, np.int64)
         k = max(1, min(k, len(self.vectors)))
         pool_size = max(k, min(pool_size, len(self.vectors)))
         weights = np.asarray(weights, dtype=np.float64)

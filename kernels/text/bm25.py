@@ -34,10 +34,12 @@ class BM25Index:
 
     def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)`` of shape ``(len(queries), k')``, best first, k' = min(k, corpus size)."""
+        k = min(k, self.retriever.scores["num_docs"])
+        if not queries:
+            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         # token ids, not the (ids, vocab) tuple: from a tuple bm25s rebuilds a reverse vocabulary on every
         # call (7x slower per query, see benchmarks/results/bm25_throughput.md); n_threads=0 skips its pool
         tokens = self.tokenizer.tokenize(queries, update_vocab=False, show_progress=False, return_as="ids")
-        k = min(k, self.retriever.scores["num_docs"])
         rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0)
         return scores, rows
 

@@ -30,7 +30,7 @@ import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.kernels.results import unfilled
+from graphlake.kernels.results import FILL_ROW
 from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
@@ -199,8 +199,8 @@ class HybridGraphSearch(Hybrid):
                 indexes.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
             scores, rows = searcher.search(encoded, scaled, self.candidates, self.k, required, kg)
             for j, i in enumerate(walked):
-                kept_scores, kept_rows = unfilled(scores[j], rows[j])
-                found[i] = self.keep(kept_rows, kept_scores, indexes)
+                kept = rows[j] != FILL_ROW
+                found[i] = self.keep(rows[j][kept], scores[j][kept], indexes)
         return found
 
 

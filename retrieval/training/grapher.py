@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
-from graphlake.retrieval.core import Methods, needs
+from graphlake.retrieval.core import Methods, needs, shared_run
 from graphlake.retrieval.index.kinds import asset_written_at, index_kind
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods
@@ -155,7 +155,7 @@ def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Meth
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]
     examples = []
-    for query, candidates in zip(queries, op.inputs[0].run_batch([query["text"] for query in queries], indexes), strict=True):
+    for query, candidates in zip(queries, shared_run(op.inputs[0], [query["text"] for query in queries], indexes), strict=True):
         adjacency = op.candidate_graph(candidates, indexes)
         labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
         examples.append(
