@@ -594,6 +594,11 @@ def list_methods(
             tail = _needs_tail(needed, console.width - len(head) - 2)
             room = max(1, console.width - len(head) - len(tail))
             console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
+    if any("hybrid_graph" in needs(op) for op in methods.values()):
+        from graphlake.kernels.hybrid.cuda_search import cuda_present
+
+        where = "by its CUDA kernel (a CUDA device is here)" if cuda_present() else "on the CPU (no CUDA device here)"
+        console.print(f"The hybrid graph methods search {where}.", highlight=False, markup=False)
 
 
 def _needs_tail(needed: list[str], room: int) -> str:

@@ -33,6 +33,7 @@ def test_the_defaults_are_ten_and_every_variant_is_listed_and_switchable(tmp_pat
     assert set(lines) == packaged and {name for name, on in lines.items() if on} == set(DEFAULTS), shown.stdout
     assert all(len(line) <= 80 for line in shown.stdout.splitlines()[2:]), shown.stdout  # one line a method at 80 columns
     assert next(line for line in shown.stdout.splitlines() if " fastinsight " in line).endswith("[reranker]")
+    assert shown.stdout.splitlines()[-1].startswith("The hybrid graph methods search ")  # which searcher ap_three loads here
 
     switched = cli(tmp_path, "methods", "--use", "grapher/*", "--use", "ap_*_kg", COLUMNS="80")
     assert switched.returncode == 0, switched.stderr

@@ -334,10 +334,15 @@ class DeviceSearcher:
         return scores, rows
 
 
+def cuda_present() -> bool:
+    """Whether numba sees a CUDA device (or runs its simulator): where the hybrid graph loads its kernel."""
+    return cuda.is_available()
+
+
 def cuda_searcher(graph: HybridGraph, vectors: HybridVectors) -> DeviceSearcher | None:
     """The device searcher of this index, or None where no CUDA device is or the kernel cannot hold it
     (degree, entry points or dense dimension beyond its shared memory)."""
-    if not cuda.is_available():
+    if not cuda_present():
         return None
     try:
         return DeviceSearcher(graph, vectors)
