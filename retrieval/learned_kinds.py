@@ -28,6 +28,11 @@ from graphlake.warehouse.storage import Lake, StorageError
 RERANKER_MINERS = ("bm25", "dense")  # the methods that mine the cross-encoder's hard negatives by default
 
 
+def _inputs_read(ops: dict[str, Op]) -> frozenset[str]:
+    """What the inputs of these operators read: what fitting them reads on the training corpus."""
+    return frozenset(name for op in ops.values() for child in op.children() for name in needs(child))
+
+
 def grapher_reads(methods: Methods, base: str = DEFAULT_BASE) -> frozenset[str]:
     """What GraphER's tuning reads on a training corpus: the base method's and the candidate graphs' kinds."""
     return frozenset(needs(GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs", alpha=0.5)))
@@ -54,7 +59,7 @@ def tuned_fusions(methods: Methods) -> dict[str, Op]:
 
 def grasp_fusion_reads(methods: Methods) -> frozenset[str]:
     """What GRASP's fusion tuning reads on the training corpus: what the tuned fusions' inputs read."""
-    return frozenset(name for op in tuned_fusions(methods).values() for child in op.children() for name in needs(child))
+    return _inputs_read(tuned_fusions(methods))
 
 
 def grasp_rerankers(methods: Methods) -> dict[str, Op]:
@@ -69,7 +74,7 @@ def grasp_rerankers(methods: Methods) -> dict[str, Op]:
 
 def grasp_reranker_reads(methods: Methods) -> frozenset[str]:
     """What mining reads on the training corpus: the Stage-2 inputs' kinds (the fusion's choice is the evaluated corpus's)."""
-    return frozenset(name for op in grasp_rerankers(methods).values() for child in op.children() for name in needs(child) if not name.startswith("grasp_fusion"))
+    return frozenset(name for name in _inputs_read(grasp_rerankers(methods)) if not name.startswith("grasp_fusion"))
 
 
 def hybrid_weights_reads(methods: Methods) -> frozenset[str]:
@@ -86,7 +91,7 @@ def learned_fusions(methods: Methods) -> dict[str, Op]:
 
 def learned_fusion_reads(methods: Methods) -> frozenset[str]:
     """What the learned fusion's training reads on the training corpus: what the fusions' inputs read."""
-    return frozenset(name for op in learned_fusions(methods).values() for child in op.children() for name in needs(child))
+    return _inputs_read(learned_fusions(methods))
 
 
 def reranker_reads(methods: Methods, miners: tuple[str, ...] = RERANKER_MINERS) -> frozenset[str]:
