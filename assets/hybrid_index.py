@@ -60,7 +60,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     indexes = LakeIndexes(lake.lake, context.partition_key)
     vectors = hybrid_vectors(indexes)
     texts = indexes.texts()
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(texts))
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(texts))
     keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.node_ids, texts, strict=True)]
     previous, previous_keys = _previous(indexes)
     settings = config.model_dump()

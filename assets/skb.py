@@ -120,7 +120,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
     summary = {}
     built = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
     for source, planner in ((s, p) for s in built for p in config.planners):
-        loaded = indexes.get("skb")(source)
+        loaded = indexes.skb(source)
         rows = []
         for query in queries:
             started = time.perf_counter()

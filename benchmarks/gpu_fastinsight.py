@@ -73,7 +73,7 @@ def export(folder: Path, datasets: Path) -> None:
             compression="zstd",
         )
         pq.write_table(pa.table({"text": indexes.texts(), "doc_id": indexes.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
-        np.save(out / "vectors.npy", np.asarray(indexes.get("dense"), dtype=np.float16))
+        np.save(out / "vectors.npy", np.asarray(indexes.dense, dtype=np.float16))
         graph, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
         sp.save_npz(out / "graph.npz", sp.csr_matrix(graph))
         (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.spec.corpus_graph)}))

@@ -71,7 +71,7 @@ def export(folder: Path) -> None:
         split = EVALUATED[corpus]
         indexes = LakeIndexes(lake, corpus)
         vectors = hybrid_vectors(indexes)
-        counts = indexes.get("bm25").token_counts(indexes.texts())
+        counts = indexes.bm25.token_counts(indexes.texts())
         texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
         queries, _ = encoded(indexes, texts)
         nodes = Queries(vectors.dense, vectors.sparse, counts)

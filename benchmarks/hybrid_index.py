@@ -83,7 +83,7 @@ def encoded(indexes: LakeIndexes, texts: list[str]) -> tuple[Queries, float]:
     from graphlake.kernels.text import encoders
 
     started = time.perf_counter()
-    queries = Queries(encoders.encode_dense(texts), sp.csr_matrix(encoders.encode_splade(texts)), indexes.get("bm25").token_counts(texts))
+    queries = Queries(encoders.encode_dense(texts), sp.csr_matrix(encoders.encode_splade(texts)), indexes.bm25.token_counts(texts))
     return queries, (time.perf_counter() - started) * 1000 / len(texts)
 
 
@@ -130,7 +130,7 @@ def speed(corpus: str, split: str) -> list[str]:
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, encode_ms = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]  # sliced once: a query arrives as one row
-    searcher: Searcher = indexes.get("hybrid_graph")
+    searcher: Searcher = indexes.hybrid_graph
     vectors = hybrid_vectors(indexes)
     lines = ["", f"Encoding the {len(texts)} queries (dense + SPLADE + BM25 tokens): {encode_ms:.1f} ms per query, excluded below."]
     lines += table(f"{corpus}: recall@10 against exact fusion, queries per second (1 thread)", ["weights", "system", "parameter", "recall@10", "QPS"])
@@ -144,7 +144,7 @@ def speed(corpus: str, split: str) -> list[str]:
         for name, (qps, found) in timed(runs, len(texts)).items():
             system, _, parameter = name.partition(" ")
             lines.append(f"| {label} | {system} | {parameter} | {np.mean([recall(f, t) for f, t in zip(found, truth, strict=True)]):.4f} | {qps:,.0f} |")
-    hnsw = indexes.get("dense_hnsw")
+    hnsw = indexes.dense_hnsw
     truth = [top10(vectors.dense @ queries.dense[i]) for i in range(len(texts))]
 
     def faiss_search(i: int, ef: int) -> np.ndarray:
@@ -163,7 +163,7 @@ def speed(corpus: str, split: str) -> list[str]:
 
 def multipath(indexes: LakeIndexes, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
     """Separate-then-fuse with the query encoded once: each path's own top ``depth``, summed with the weights."""
-    hnsw = indexes.get("dense_hnsw")
+    hnsw = indexes.dense_hnsw
     hnsw.hnsw.efSearch = max(128, depth)
     fused: dict[int, float] = {}
     scores, rows = hnsw.search(query.dense, depth)
@@ -180,7 +180,7 @@ def multipath(indexes: LakeIndexes, vectors, query: Queries, scaled: np.ndarray,
 
 
 def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(indexes.texts()))
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
     started = time.perf_counter()
     graph = build(vectors, nodes, BuildConfig())
     hybrid_seconds = time.perf_counter() - started
@@ -194,7 +194,7 @@ def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
     hnsw_seconds = time.perf_counter() - started
     lake = Lake(lake_home())
     folder_bytes = lambda name: sum(p.stat().st_size for p in lake.artifact(name, {"corpus": corpus}).iterdir())  # noqa: E731
-    splade = indexes.get("splade")
+    splade = indexes.splade
     n = len(vectors)
     lines = table(f"{corpus}: build (1 thread) and size, {n:,} nodes", ["what", "seconds", "bytes", "bytes per node"])
     steps = ", ".join(f"{step} {value:.1f} s" for step, value in graph.build["seconds"].items())
@@ -224,7 +224,7 @@ def inserts(corpus: str, split: str) -> list[str]:
     queries, _ = encoded(indexes, [q["text"] for q in asked])
     one = [queries.take([i]) for i in range(len(asked))]
     vectors, doc_ids = hybrid_vectors(indexes), indexes.doc_ids()
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(indexes.texts()))
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
     started = time.perf_counter()
     full = build(vectors, nodes, BuildConfig())
     full_seconds = time.perf_counter() - started
@@ -265,7 +265,7 @@ def knowledge_graph(corpus: str, split: str) -> list[str]:
     lines: list[str] = []
     for extractor in ("spacy", "evidence") if evidences else ("spacy",):
         index_with_kg(corpus, extractor)
-        graph = LakeIndexes(lake, corpus).get("hybrid_graph").graph
+        graph = LakeIndexes(lake, corpus).hybrid_graph.graph
         report = {row["method"]: row for row in json.loads(graphlake("eval", "--corpus", corpus, "--split", split, "--methods", ",".join([*KG_PAIRS, *set(KG_PAIRS.values())]), "--json"))}
         oracle = " — ORACLE: the questions' own gold evidence triples" if extractor == "evidence" else ""
         title = f"{corpus} / {split}: kg {extractor}{oracle} ({len(graph.kg.entities):,} entities, {len(graph.kg.source):,} relations)"
@@ -296,7 +296,7 @@ def kg_speed(corpus: str, split: str) -> list[str]:
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, _ = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]
-    searcher: Searcher = indexes.get("hybrid_graph")
+    searcher: Searcher = indexes.hybrid_graph
     vectors, kg = hybrid_vectors(indexes), searcher.graph.kg
     operator = parse_methods({"kg": {"op": "hybrid_graph", "kg": True}})["kg"]
     started = time.perf_counter()

@@ -70,7 +70,7 @@ def pooled(lake: Lake, sets: list[str], most: int) -> tuple[HybridVectors, Queri
     for corpus in sets:
         try:
             indexes = LakeIndexes(lake, corpus)
-            vectors, splade = indexes.get("dense"), indexes.get("splade").tocsr()
+            vectors, splade = indexes.dense, indexes.splade.tocsr()
         except StorageError:
             continue
         keep = [i for i, text in enumerate(indexes.texts()) if text not in seen]

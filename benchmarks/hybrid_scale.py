@@ -63,7 +63,7 @@ def main() -> None:
     command = ".venv/bin/python benchmarks/hybrid_scale.py " + shlex.join(sys.argv[1:])
     indexes = LakeIndexes(Lake(lake_home()), args.corpus)
     vectors = hybrid_vectors(indexes)
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.get("bm25").token_counts(indexes.texts()))
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
     asked, _ = encoded(indexes, questions(args.datasets, args.queries))
     lines = header("Allan-Poe's hybrid graph index on the 100k real-text set (CPU)", command)
     lines += [f"- corpus: `{args.corpus}`, {len(vectors):,} nodes; {len(asked)} queries (SciFact test, HotpotQA dev, 2Wiki dev)"]

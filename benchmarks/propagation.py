@@ -69,7 +69,7 @@ def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexes, EntityGr
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
     lake = Lake(home)
     indexes = LakeIndexes(lake, corpus)
-    graph = indexes.get("cooccurrence").graph()
+    graph = indexes.cooccurrence.graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")
         saved = np.load(cache)

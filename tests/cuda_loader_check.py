@@ -21,7 +21,7 @@ indexes = LakeIndexes(Lake(home), "demo").request()
 op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
 indexes.prime(QUERIES, needs(op))
 found = op.run_batch(QUERIES, indexes)
-searcher = indexes.get("hybrid_graph")
+searcher = indexes.hybrid_graph
 cpu_scores, cpu_rows = Searcher(searcher.graph, searcher.vectors).search(op.encode(QUERIES, indexes), op.scaled(indexes), op.candidates, op.k)
 print(json.dumps({
     "device": searcher.device,

@@ -102,7 +102,7 @@ def test_ppr_falls_back_to_bm25_and_prunes_hubs():
     fallback = methods["graph"].run("whale song", indexes)  # no entity in the query
     assert set(fallback.rows.tolist()) == {2, 3}
     assert len(methods["graph_nofallback"].run("whale song", indexes).rows) == 0
-    assert indexes.get("cooccurrence").graph(50, 0).entity_rows.keys() == {"beta"}  # alpha (ties broken by code) is the pruned hub
+    assert indexes.cooccurrence.graph(50, 0).entity_rows.keys() == {"beta"}  # alpha (ties broken by code) is the pruned hub
     assert len(methods["graph_pruned"].run("alpha", indexes).rows) == 0
     with pytest.raises(MethodError, match="ppr needs seeds"):
         parse_methods({"g": {"op": "ppr", "query_entities": False}})

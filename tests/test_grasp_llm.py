@@ -55,7 +55,7 @@ def test_smollm2_plans_ten_2wiki_questions_or_its_failures_fall_back_to_the_part
     plans = lake.read("skb_plans", {"corpus": "wiki10", "source": "wiki_rules", "planner": "llm"}).to_pylist()
     assert len(plans) == QUESTIONS
     indexes = LakeIndexes(lake, "wiki10")
-    schema = indexes.get("skb")("wiki_rules").schema
+    schema = indexes.skb("wiki_rules").schema
     dense = load_methods(home)["dense"]
     for row in plans:
         if row["valid"]:

@@ -41,7 +41,7 @@ def test_serialisation_follows_app_b6():
 
 def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
     indexes = LakeIndexes(Lake(demo_lake.home), "demo")
-    skb = indexes.get("skb")("auto")
+    skb = indexes.skb("auto")
     with skb.cursor() as con:
         cited = con.execute("SELECT dst, src FROM skb_edges WHERE relation = 'CITES' LIMIT 1").fetchone()
     assert cited is not None, "the demo's SKB has citations"
@@ -55,7 +55,7 @@ def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
 
 def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(demo_lake):
     indexes = LakeIndexes(Lake(demo_lake.home), "demo")
-    skb = indexes.get("skb")("auto")
+    skb = indexes.skb("auto")
     question = "Which vessel carried the BenthoCam sled?"
     invalid = {"anchors": [{"var": "A", "text": "BenthoCam", "label": "spaceship", "match_mode": "name"}], "target": {"var": "A"}}
     result = stage_one(question, skb, invalid, Settings(), encoders.encode_dense)

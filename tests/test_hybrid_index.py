@@ -196,7 +196,7 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
     assert np.mean(overlap) >= 0.95
     vectors = hybrid_vectors(indexes)
     for text in texts[:4]:  # required keywords: the exact fallback is the filtered oracle; the walk keeps only holders
-        rarest = vectors.rarest(indexes.get("bm25").token_counts([text]).indices)
+        rarest = vectors.rarest(indexes.bm25.token_counts([text]).indices)
         holders = vectors.containing(np.array([rarest]))
         exact = run({"op": "fused_exact", "keywords": "idf_top1"}, indexes, text)
         fallback = run({"op": "hybrid_graph", "keywords": "idf_top1", "keyword_exact_below": len(holders) + 1}, indexes, text)

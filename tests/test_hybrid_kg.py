@@ -140,7 +140,7 @@ def test_kg_methods_on_the_lake(demo_copy):
     lake = Lake(demo_copy)
     assert lake.read("triples", {"corpus": "demo", "extractor": "evidence"}).num_rows == 0  # the demo's questions carry no evidences
     indexes = LakeIndexes(lake, "demo")
-    kg = indexes.get("hybrid_graph").graph.kg
+    kg = indexes.hybrid_graph.graph.kg
     spacy = lake.read("triples", {"corpus": "demo", "extractor": "spacy"})
     assert kg.extractor == "spacy" and len(kg.source) > 0
     rows = indexes.node_rows(spacy.column("node_id").to_pylist(), "triples")
@@ -164,5 +164,5 @@ def test_kg_methods_on_the_lake(demo_copy):
         np.testing.assert_allclose(walked.scores, [fused[r] for r in walked.rows.tolist()], rtol=1e-5, atol=1e-5)
         assert len(set(walked.rows[:10].tolist()) & set(exact.rows[:10].tolist())) >= 9
     assert named > 0 and changed > 0
-    tuned = indexes.get("hybrid_weights")
+    tuned = indexes.hybrid_weights
     assert tuned.kg in KG_GRID and set(tuned.report["kg"]["ndcg@10"]) == {str(w) for w in KG_GRID}

@@ -19,7 +19,8 @@ from graphlake.pipelines.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, register
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.kinds import EDGE_KINDS, INDEX_KINDS
+from graphlake.retrieval.index.lake import Index, LakeIndexes
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import select_queries
@@ -36,7 +37,7 @@ class ShortestFirst(Op):
     k: int = Field(10, gt=0)
 
     def run(self, query: str, indexes: LakeIndexes) -> Candidates:
-        scores, rows = indexes.get("bm25").search([query], self.k)
+        scores, rows = indexes.bm25.search([query], self.k)
         matched = rows[0][scores[0] > 0].astype(np.int64)
         lengths = np.array([len(indexes.texts()[row]) for row in matched], dtype=np.float64)
         order = np.lexsort((matched, lengths))
@@ -45,6 +46,16 @@ class ShortestFirst(Op):
 
 def invoke(*args: str):
     return CliRunner().invoke(app, list(args), catch_exceptions=False)
+
+
+def test_every_index_an_operator_may_read_by_name_has_one_typed_handle():
+    """Operators reach an index through ``LakeIndexes.<kind>``; only the kinds named by data (the corpus
+    graph's edge kinds and mentions) are read with ``get``."""
+    handles = {name for name, value in vars(LakeIndexes).items() if isinstance(value, Index)}
+    by_data = set(EDGE_KINDS) - {"cooccurrence"} | {"mentions_spacy", "mentions_regex"}
+    loadable = {name for name, kind in INDEX_KINDS.items() if kind.load is not None}
+    assert handles == loadable - by_data
+    assert all(getattr(LakeIndexes, name).kind == name for name in handles)
 
 
 def test_an_operator_registered_in_a_test_module_is_a_method_with_assets_that_go_stale(demo_copy):

@@ -3,7 +3,7 @@
 A declaration (:class:`IndexKind`) names the kind, the assets that build it, where it is stored, how
 it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
 reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
-``LakeIndexes.get`` all follow from the declarations. The stored kinds are declared in
+the typed handles of ``LakeIndexes`` all follow from the declarations. The stored kinds are declared in
 ``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``.
 
 Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's node

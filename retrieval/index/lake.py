@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Callable
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
 import pyarrow as pa
@@ -24,7 +24,22 @@ from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_ide
 from graphlake.warehouse.storage import Lake, StorageError
 
 if TYPE_CHECKING:
+    import faiss
+
+    from graphlake.kernels.hybrid.cuda_search import DeviceSearcher
+    from graphlake.kernels.hybrid.graph import Searcher
+    from graphlake.kernels.rerank.cross_encoder import CrossEncoder
+    from graphlake.kernels.text.bm25 import BM25Index
+    from graphlake.retrieval.index.skb import LoadedSKB
+    from graphlake.retrieval.models.grapher import TunedRankers
+    from graphlake.retrieval.models.grasp_fusion import TunedFusion
+    from graphlake.retrieval.models.grasp_reranker import TunedReranker
+    from graphlake.retrieval.models.hybrid_weights import TunedWeights
+    from graphlake.retrieval.models.learned_fusion import LearnedRankers
+    from graphlake.retrieval.models.untrained import Untrained
     from graphlake.warehouse.pair_cache import PairCache
+
+T = TypeVar("T")
 
 
 LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
@@ -48,9 +63,45 @@ def dense_matrix(vectors: pa.Table, dimension: int) -> np.ndarray:
     return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
 
 
+class Index(Generic[T]):
+    """A typed handle on the declared index kind of its attribute's name: ``indexes.bm25`` is the corpus's
+    loaded BM25 index, so an operator's call into its kernel (``indexes.bm25.search(queries, k)``) is a
+    method call a reader and a type checker can follow. The kind's declaration (``retrieval/index/``)
+    says how it loads."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.kind = name
+
+    @overload
+    def __get__(self, indexes: None, owner: type) -> Index[T]: ...
+
+    @overload
+    def __get__(self, indexes: LakeIndexes, owner: type) -> T: ...
+
+    def __get__(self, indexes, owner):
+        return self if indexes is None else indexes.get(self.kind)
+
+
 class LakeIndexes:
     """One corpus's indexes, each loaded through the registry on first use and checked to share the
-    nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions)."""
+    nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions).
+
+    Operators read an index through its typed handle below; ``get(name)`` is for a kind named by data
+    (an edge kind of the corpus graph)."""
+
+    bm25: Index[BM25Index] = Index()
+    dense: Index[np.ndarray] = Index()  # (nodes, dimension) float32, the corpus's dense model's
+    dense_hnsw: Index[faiss.Index] = Index()
+    splade: Index[sp.csc_matrix] = Index()  # (nodes, vocabulary)
+    cooccurrence: Index[EntityEdges] = Index()
+    hybrid_graph: Index[Searcher | DeviceSearcher] = Index()
+    skb: Index[Callable[[str], LoadedSKB]] = Index()  # by source, ``auto`` the corpus's first
+    reranker: Index[CrossEncoder | Untrained] = Index()
+    graph_rankers: Index[TunedRankers] = Index()
+    grasp_fusion: Index[TunedFusion] = Index()
+    grasp_reranker: Index[TunedReranker] = Index()
+    hybrid_weights: Index[TunedWeights] = Index()
+    learned_fusion: Index[LearnedRankers] = Index()
 
     def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
         self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
@@ -231,7 +282,7 @@ class LakeIndexes:
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's
         pair cache when this index set reuses pairs (``graphlake eval --reuse-pairs``)."""
-        encoder, texts = self.get("reranker"), self.texts()
+        encoder, texts = self.reranker, self.texts()
 
         def compute(missing: np.ndarray) -> np.ndarray:
             return encoder.features(query, [texts[r] for r in missing])
@@ -306,4 +357,4 @@ def hybrid_vectors(indexes: LakeIndexes):
     """Allan-Poe's stored side: the corpus's dense, SPLADE and BM25-weight rows, in node order."""
     from graphlake.kernels.hybrid.vectors import HybridVectors
 
-    return indexes.memo(("hybrid_vectors",), lambda: HybridVectors.of(indexes.get("dense"), indexes.get("splade"), indexes.get("bm25").weights()))
+    return indexes.memo(("hybrid_vectors",), lambda: HybridVectors.of(indexes.dense, indexes.splade, indexes.bm25.weights()))

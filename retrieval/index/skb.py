@@ -147,7 +147,7 @@ class LoadedSKB:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} lack SKB node {missing!r}; materialize skb_vectors again")
         order = np.fromiter((row_of[skb_id] for skb_id in self.ids), np.int64, len(self.ids))
         self._texts, self._name_row, self._doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
-        self._dense = indexes.get("dense") if (self.node_row >= 0).any() else None
+        self._dense = indexes.dense if (self.node_row >= 0).any() else None
 
     def name_vectors(self, positions: np.ndarray) -> np.ndarray:
         """The name vectors of these SKB nodes."""
@@ -282,7 +282,7 @@ def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) 
         return []
     train = indexes if train_corpus == indexes.corpus else LakeIndexes(indexes.lake, train_corpus)
     try:
-        skb = train.get("skb")(source)
+        skb = train.skb(source)
     except StorageError:
         return []
     gold = gold_by_query(indexes.lake.read("qrels", {"corpus": train_corpus}))

@@ -54,6 +54,6 @@ def candidate_texts(indexes: LakeIndexes, rows: np.ndarray, serialize: str, max_
     texts = indexes.texts()
     if serialize == "text":
         return [texts[r] for r in rows.tolist()]
-    skb = indexes.get("skb")("auto")
+    skb = indexes.skb("auto")
     nodes = indexes.nodes().column("text")
     return [skb.serialised(r, nodes[r].as_py(), max_neighbours, max_field_tokens) for r in rows.tolist()]

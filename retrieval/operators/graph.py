@@ -66,7 +66,7 @@ class PPR(PerQuery):
         return [*self.inputs, *([self.fallback] if self.fallback is not None else [])]
 
     def graph(self, indexes: LakeIndexes):
-        return indexes.get("cooccurrence").graph(self.hub_prune_percent, self.degree_cap)
+        return indexes.cooccurrence.graph(self.hub_prune_percent, self.degree_cap)
 
     def seeds(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> np.ndarray:
         """The seed vector over the graph's rows (passages first, then entities) from the query and its
@@ -74,7 +74,7 @@ class PPR(PerQuery):
         graph = self.graph(indexes)
         size = graph.walk.size
         if self.query_entities:
-            entities = graph.match(indexes.get("cooccurrence").query_entities(query, self.extractor))
+            entities = graph.match(indexes.cooccurrence.query_entities(query, self.extractor))
         else:
             entities = np.zeros(0, np.int64)
         entity_weights = entity_seed_weights(graph.df(entities), self.entity_delta)
@@ -182,19 +182,19 @@ class GraphRerank(PerQuery):
         from graphlake.retrieval.models.grapher import ranking_graph
         from graphlake.retrieval.models.untrained import Untrained
 
-        model = indexes.get("graph_rankers").models.get(self.ranker)
+        model = indexes.graph_rankers.models.get(self.ranker)
         if model is None:
             raise MethodError(f"graph_rerank: no trained {self.ranker} ranker; materialize graph_rankers")
         if isinstance(model, Untrained):
             indexes.note(f"graph_rerank: no {self.ranker} for corpus {indexes.corpus!r}: {model.reason}")
             return smoothed
-        graph = ranking_graph(smoothed, indexes.encode_dense(query), indexes.get("dense")[base.rows], adjacency)
+        graph = ranking_graph(smoothed, indexes.encode_dense(query), indexes.dense[base.rows], adjacency)
         return score(model, graph)
 
     @staticmethod
     def tuned_alpha(ranker: str, indexes: LakeIndexes) -> float:
         """The alpha ``graph_rankers`` holds for the ranker; noted when it is the untuned default."""
-        rankers = indexes.get("graph_rankers")
+        rankers = indexes.graph_rankers
         if rankers.alpha_default:
             indexes.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
         return rankers.alpha[ranker]

@@ -53,7 +53,7 @@ class SkbPlan(PerQuery):
     def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         from graphlake.retrieval.index.skb import planned, stage_one
 
-        skb = indexes.get("skb")(self.source)
+        skb = indexes.skb(self.source)
         plan, failure = planned(query, skb, self.planner, indexes)
         result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure)
         return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
@@ -90,7 +90,7 @@ class PlanRRF(PerQuery):
         graph, partner = inputs
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
-            fusion = indexes.get("grasp_fusion")
+            fusion = indexes.grasp_fusion
             if not fusion.choices:
                 indexes.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
             mode, chosen = indexes.memo(("grasp_fusion choice", self.canonical()), lambda: fusion.choice(self))
@@ -137,8 +137,8 @@ class GraspRerank(PerQuery):
 
         (stage,) = inputs
         top = stage.rows[: self.depth]
-        tuned = indexes.get("grasp_reranker") if "grasp_reranker" in self.indexes() else None
-        encoder = tuned.model if self.model == "grasp" else indexes.get("reranker")
+        tuned = indexes.grasp_reranker if "grasp_reranker" in self.indexes() else None
+        encoder = tuned.model if self.model == "grasp" else indexes.reranker
         if encoder is None or isinstance(encoder, Untrained):
             indexes.note(f"grasp_rerank: no {'GRASP-tuned' if self.model == 'grasp' else 'trained'} reranker in this lake; Stage 2's ranking is returned")
             return stage.top(self.k)

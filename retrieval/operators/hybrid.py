@@ -77,13 +77,13 @@ class Hybrid(PerQuery):
     def scaled(self, indexes: LakeIndexes) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
         weights = self.vector(indexes)
-        return weights * indexes.get("hybrid_graph").graph.scales if self.calibrate else weights
+        return weights * indexes.hybrid_graph.graph.scales if self.calibrate else weights
 
     def vector(self, indexes: LakeIndexes) -> np.ndarray:
         """The path weights: declared, or tuned (1/1/1, noted, where the corpus had nothing to tune on)."""
         if not isinstance(self.weights, str):
             return self.weights.vector()
-        tuned = indexes.get("hybrid_weights")
+        tuned = indexes.hybrid_weights
         if isinstance(tuned, Untrained):
             indexes.note(f"{self.op}: no tuned weights ({tuned.reason})")
             return np.ones(3)
@@ -97,7 +97,7 @@ class Hybrid(PerQuery):
         from graphlake.kernels.hybrid.graph import KGQuery
         from graphlake.kernels.text.entities import title_aliases
 
-        graph = indexes.get("hybrid_graph").graph.kg
+        graph = indexes.hybrid_graph.graph.kg
         if graph is None:
             indexes.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
             return None
@@ -111,7 +111,7 @@ class Hybrid(PerQuery):
     def reward_weight(self, indexes: LakeIndexes) -> float:
         if self.kg_weight != "tuned":
             return float(self.kg_weight)
-        tuned = indexes.get("hybrid_weights")
+        tuned = indexes.hybrid_weights
         weight = None if isinstance(tuned, Untrained) else tuned.kg
         if weight is None:
             indexes.note(f"{self.op}: no tuned kg_weight ({tuned.reason if isinstance(tuned, Untrained) else 'the training corpus has no KG'}); {DEFAULT_KG_WEIGHT} stands in")
@@ -125,7 +125,7 @@ class Hybrid(PerQuery):
             return np.zeros(len(rows))
         from graphlake.kernels.hybrid.kg import reward
 
-        return reward(indexes.get("hybrid_graph").graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
+        return reward(indexes.hybrid_graph.graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
     def dense_weight(self, indexes: LakeIndexes) -> float:
         return float(self.vector(indexes)[0])
@@ -134,7 +134,7 @@ class Hybrid(PerQuery):
     def encode(queries: list[str], indexes: LakeIndexes) -> Queries:
         """The queries on the three paths, as the kernels take a batch."""
         dense = np.stack([indexes.encode_dense(query) for query in queries])
-        return Queries(dense, sp.vstack([indexes.encode_splade(query) for query in queries], format="csr"), indexes.get("bm25").token_counts(queries))
+        return Queries(dense, sp.vstack([indexes.encode_splade(query) for query in queries], format="csr"), indexes.bm25.token_counts(queries))
 
     def required(self, query: str, indexes: LakeIndexes) -> np.ndarray | None:
         """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
@@ -143,12 +143,12 @@ class Hybrid(PerQuery):
             return None
         vectors = hybrid_vectors(indexes)
         if self.keywords == "idf_top1":
-            token = vectors.rarest(indexes.get("bm25").token_counts([query]).indices)
+            token = vectors.rarest(indexes.bm25.token_counts([query]).indices)
             if token is None:
                 indexes.note(f"{self.op}: a query has no word of the corpus, so idf_top1 requires no keyword")
                 return None
             return np.array([token])
-        counts = indexes.get("bm25").token_counts(self.keywords)
+        counts = indexes.bm25.token_counts(self.keywords)
         missing = [word for word, row in zip(self.keywords, counts, strict=True) if row.nnz == 0]
         if missing:
             indexes.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
@@ -194,7 +194,7 @@ class HybridGraphSearch(Hybrid):
                 indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
             walked.append(i), required.append(needed), kg.append(reward)
         if walked:
-            encoded, searcher = self.encode([queries[i] for i in walked], indexes), indexes.get("hybrid_graph")
+            encoded, searcher = self.encode([queries[i] for i in walked], indexes), indexes.hybrid_graph
             if searcher.device != "cpu":
                 indexes.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
             scores, rows = searcher.search(encoded, scaled, self.candidates, self.k, required, kg)

@@ -49,9 +49,9 @@ class LearnedFusion(Op):
 
     def order(self, query: str, found: list[Candidates], indexes: LakeIndexes) -> Candidates:
         """The candidates ordered by the trained model, or fused by RRF where none was trained."""
-        model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.get("learned_fusion").ranker(self))
+        model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.learned_fusion.ranker(self))
         if model is None:
-            indexes.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.get('learned_fusion').why(self)}); rrf of its inputs")
+            indexes.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
             return rrf(found, self.depth, self.k)
         rows = candidate_rows(found, self.depth)
         if not len(rows):

@@ -35,7 +35,7 @@ EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextu
 
 def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
-    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.get("reranker").head)
+    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker.head)
 
 
 def _untrained(indexes: LakeIndexes, instead: str) -> bool:
@@ -43,7 +43,7 @@ def _untrained(indexes: LakeIndexes, instead: str) -> bool:
     anywhere), or the trained one reranked its held-out queries no better than dense retrieval did
     (then reranking costs minutes to lose), unless ``RERANK_ALWAYS_ENV`` asks for it; noted in one
     line, with what ranks ``instead``."""
-    model = indexes.get("reranker")
+    model = indexes.reranker
     if isinstance(model, Untrained):
         indexes.note(f"no trained cross-encoder: {model.reason}; {instead}")
         return True
@@ -132,12 +132,12 @@ class FastInsight(GraphBudgeted):
     def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
         vector = indexes.encode_dense(query)
         if _untrained(indexes, "fastinsight returns its first stage, the dense ranking"):
-            scores = indexes.get("dense") @ vector
+            scores = indexes.dense @ vector
             return ranked(np.arange(len(scores)), scores, self.k)
         graph, degrees = self.corpus_graph(indexes)
         rows, scores = fastinsight(
             vector,
-            indexes.get("dense"),
+            indexes.dense,
             graph,
             degrees,
             _scorer(query, indexes),

@@ -28,7 +28,7 @@ class BM25(TopK):
     op: Literal["bm25"]
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
-        scores, rows = indexes.get("bm25").search(queries, self.k)
+        scores, rows = indexes.bm25.search(queries, self.k)
         return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
 
 
@@ -41,7 +41,7 @@ class Dense(TopK):
     op: Literal["dense"]
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
-        matrix = indexes.get("dense")
+        matrix = indexes.dense
         scores = matrix @ np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((len(matrix), 0))
         return [ranked(np.arange(len(matrix)), np.ascontiguousarray(column), self.k) for column in scores.T]
 
@@ -58,7 +58,7 @@ class DenseHNSW(TopK):
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
 
-        index = indexes.get("dense_hnsw")
+        index = indexes.dense_hnsw
         depth = faiss.SearchParametersHNSW(efSearch=min(max(self.ef_search, self.k), max(index.ntotal, 1)))  # no deeper than the corpus
         scores, rows = index.search(np.stack([indexes.encode_dense(q) for q in queries]), min(self.k, max(index.ntotal, 1)), params=depth)
         return [Candidates(r[r >= 0].astype(np.int64), s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
@@ -73,7 +73,7 @@ class Splade(TopK):
 
     def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
         weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
-        scores = np.asarray((indexes.get("splade") @ weights.T).todense())
+        scores = np.asarray((indexes.splade @ weights.T).todense())
         found = []
         for column in scores.T:
             rows = np.flatnonzero(column > 0)

@@ -184,7 +184,7 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
         if not example["labels"].any():
             continue  # no gold among the candidates: nothing to learn from
         smoothed, _ = gcs(example["adjacency"], example["base"].scores, alpha, tol=1e-9)
-        graphs.append(ranking_graph(smoothed, query, indexes.get("dense")[example["base"].rows], example["adjacency"], example["labels"]))
+        graphs.append(ranking_graph(smoothed, query, indexes.dense[example["base"].rows], example["adjacency"], example["labels"]))
     validate, learn_on = held_out(len(graphs), config.validation_share, config.seed)
     validation, train = [graphs[i] for i in validate], [graphs[i] for i in learn_on]
     models, reports = {}, {}

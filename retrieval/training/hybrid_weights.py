@@ -50,7 +50,7 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
         return Untrained(f"{where} has no queries with gold to tune the path weights on; 1/1/1 stands in")
     indexes = LakeIndexes(lake, source)
     vectors = hybrid_vectors(indexes)
-    bm25 = indexes.get("bm25")
+    bm25 = indexes.bm25
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
     texts = [q["text"] for q in rows]
     queries = Queries(indexes.encode_dense_queries(texts), query_encoders.encode_queries_splade(texts, indexes.model("sparse").path()), bm25.token_counts(texts))
@@ -84,7 +84,7 @@ def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[f
     from graphlake.kernels.text.entities import title_aliases
 
     try:
-        kg = indexes.get("hybrid_graph").graph.kg
+        kg = indexes.hybrid_graph.graph.kg
     except StorageError as error:
         return None, {"note": f"no hybrid graph to read a KG from: {error}"}
     if kg is None:
