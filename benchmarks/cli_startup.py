@@ -23,7 +23,7 @@ from common import ROOT, child_usage, header, revision_on_path, revisions_option
 COMMANDS = {"--help": ["--help"], "sql": ["sql", "select 1"], "corpora": ["corpora"]}
 QUERY = "what causes inflammation"
 QUERIES = {f"query --method {method}": ["query", "--method", method, "--top", "3", QUERY] for method in ("bm25", "dense", "ap_three")}
-RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
+RUN = "import sys; from graphlake.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
 
 
 def measure(args: list[str], pythonpath: Path | None, home: Path) -> tuple[float, float]:

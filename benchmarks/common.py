@@ -39,7 +39,7 @@ def revision_on_path(revision: str) -> Iterator[Path]:
             for entry in worktree.iterdir():
                 if not entry.name.startswith("."):
                     (shim / "graphlake" / entry.name).symlink_to(entry)
-            code = "import graphlake.pipelines.cli as cli; print(cli.__file__)"
+            code = "import graphlake.cli as cli; print(cli.__file__)"
             found = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(shim)}, capture_output=True, text=True, check=True)
             if not Path(found.stdout.strip()).resolve().is_relative_to(worktree.resolve()):  # the editable install must not win
                 raise SystemExit(f"revision {revision} resolves to {found.stdout.strip()}, not to {worktree}")

@@ -21,7 +21,7 @@ from pathlib import Path
 
 from common import ROOT, header, revision_on_path, revisions_options
 
-DEMO = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', 'demo']; app()"
+DEMO = "import sys; from graphlake.cli import app; sys.argv = ['graphlake', 'demo']; app()"
 
 
 def measure(pythonpath: Path | None, home: Path) -> tuple[float, float, float, int]:

@@ -40,7 +40,7 @@ from fake_llm import MODEL, FakeServer  # noqa: E402  fake server, not package m
 
 FRESH = "fresh"  # bad input is ingested as a new corpus: one that an old revision accepts changes nothing of the next case's
 LLM_SELECTION = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
-RUN = "import sys; from graphlake.pipelines.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
+RUN = "import sys; from graphlake.cli import app; sys.argv = ['graphlake', *sys.argv[1:]]; app()"
 # the corpus as SQL sees it, dangling references, and one query per method; run with the side's own code
 CHECK = """
 import json, sys

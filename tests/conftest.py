@@ -146,7 +146,7 @@ def demo_lake(tmp_path_factory) -> DemoLake:
     def build(folder: Path) -> None:
         from typer.testing import CliRunner
 
-        from graphlake.pipelines.cli import app
+        from graphlake.cli import app
 
         home = folder / "lake"
         home.mkdir()
@@ -201,7 +201,7 @@ def demo_reranked(demo_lake, tmp_path_factory) -> Path:
     def build(folder: Path) -> None:
         from typer.testing import CliRunner
 
-        from graphlake.pipelines.cli import app
+        from graphlake.cli import app
         from graphlake.warehouse.corpora import DEMO_CONFIG
 
         home = copy_lake(demo_lake.home, folder / "lake")

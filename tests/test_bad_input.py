@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))

@@ -12,7 +12,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.core import uses_llm
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import TunedRankers

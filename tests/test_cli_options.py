@@ -7,7 +7,7 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.evaluation import metrics_from_run
 from graphlake.warehouse.storage import Lake
 

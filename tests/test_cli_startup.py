@@ -11,7 +11,7 @@ import sys
 HEAVY = ("torch", "transformers", "spacy", "torch_geometric", "sentence_transformers", "dagster")
 PROBE = """
 import json, sys
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 for args in json.loads(sys.argv[1]):
     try:
         app(args)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from graphlake.kernels.text.model_files import folder_revision
 from graphlake.kernels.text.query_encoders import cache_dir
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.corpora import DEMO_CONFIG, TUNED_ARTIFACT, TUNING_DECISION
 from graphlake.warehouse.storage import Lake
 

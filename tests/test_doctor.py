@@ -8,7 +8,7 @@ from __future__ import annotations
 import pyarrow as pa
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.snapshots import Snapshots
 from graphlake.warehouse.storage import Lake
 

@@ -9,7 +9,7 @@ import json
 
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.storage import Lake
 
 PASSAGES = {

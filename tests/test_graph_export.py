@@ -8,7 +8,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.catalog import Catalog
 
 COUNTS = """WITH ends AS (SELECT src AS id FROM edges WHERE corpus = 'demo' AND kind = $k UNION SELECT dst FROM edges WHERE corpus = 'demo' AND kind = $k)

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers

@@ -16,7 +16,7 @@ from dagster import DagsterEventType, DagsterInstance, asset
 from typer.testing import CliRunner
 
 from graphlake.assets.edge_checks import df_problems, edge_problems, mentions_match_df
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.pipelines.definitions import resources
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.io_manager import LakeResource

@@ -204,7 +204,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_
     query with it."""
     from typer.testing import CliRunner
 
-    from graphlake.pipelines.cli import app
+    from graphlake.cli import app
     from graphlake.retrieval.models.grasp_reranker import TunedReranker
 
     config = tmp_path / "run.yaml"

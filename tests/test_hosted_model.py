@@ -19,7 +19,7 @@ from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
 from fake_llm import LoopbackServer, send_json
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 
 ALIAS = "smol-embed"
 DIMENSION = 576  # SmolLM2-135M's hidden size

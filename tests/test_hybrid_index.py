@@ -16,7 +16,7 @@ from graphlake.kernels.hybrid.candidates import DENSE, SPARSE, candidate_knn
 from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import Lake

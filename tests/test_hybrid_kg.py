@@ -14,7 +14,7 @@ from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, KGQuery, Se
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.training.hybrid_weights import KG_GRID

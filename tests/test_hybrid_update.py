@@ -102,7 +102,7 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     from dagster import AssetKey, DagsterInstance
     from typer.testing import CliRunner
 
-    from graphlake.pipelines.cli import app
+    from graphlake.cli import app
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.storage import Lake

@@ -13,7 +13,7 @@ from pathlib import Path
 from dagster import AssetKey, Definitions, asset
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("api", "assets", "common", "kernels", "pipelines", "retrieval", "warehouse")  # folders that are graphlake.<name>
+PACKAGES = ("api", "assets", "cli", "common", "kernels", "pipelines", "retrieval", "warehouse")  # folders that are graphlake.<name>
 
 
 def tracked(*folders: str) -> list[str]:

@@ -16,7 +16,7 @@ from conftest import cls_pooled_minilm
 from typer.testing import CliRunner
 
 from graphlake.kernels.text.encoders import dense_model_path
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.warehouse.catalog import Catalog
 
 

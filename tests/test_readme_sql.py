@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 
 README = Path(__file__).resolve().parents[1] / "docs" / "sql.md"  # the SQL examples the README points to
 EXAMPLE = re.compile(r'```bash\n\.venv/bin/graphlake sql "(?P<query>[^"]+)"\n```\n```\n(?P<rows>(?:│.*\n)+)```')

@@ -15,7 +15,7 @@ from dagster import DagsterInstance
 from pydantic import Field
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, register

@@ -13,7 +13,7 @@ from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.operators.rerank import RERANK_ALWAYS_ENV
 from graphlake.retrieval.training.reranker import training_queries

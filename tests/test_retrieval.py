@@ -14,7 +14,7 @@ from dagster import AssetSelection, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import MethodError

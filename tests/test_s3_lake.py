@@ -17,7 +17,7 @@ from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
 from lake_checks import differing, of_methods, readme_queries, rows, same
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.object_store import ObjectStore, cache_for
 from graphlake.warehouse.snapshots import KEEP, Snapshot

