@@ -40,7 +40,7 @@ METRICS = ("hit@1", "hit@5", "recall@20", "mrr")
 
 def export(folder: Path, corpus: str, sample: int | None) -> None:
     """The corpus's Stage-3 data from the lake (GRAPHLAKE_HOME), its missing pieces built first."""
-    from graphlake.assets.grasp import GraspRerankerConfig
+    from graphlake.assets.retrieval.grasp import GraspRerankerConfig
     from graphlake.retrieval.evaluation import held_out_split
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods

@@ -109,7 +109,7 @@ def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int
     folds, each ranked by a ranker trained (with every feature, as on a corpus's own train split) on the
     other folds only. Not the acceptance protocol, which never trains on an evaluated query: an estimate of
     what the training pairing costs."""
-    from graphlake.assets.learned_fusion import LearnedFusionConfig
+    from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
     from graphlake.kernels.eval.metrics import evaluate, mean
     from graphlake.retrieval.index.lake import LakeIndexes
     from graphlake.retrieval.methods import load_methods

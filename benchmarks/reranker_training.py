@@ -37,7 +37,7 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     """Mine the asset's groups and held-out lists into ``folder`` (the lake built first where it lacks anything)."""
     from transformers import AutoModel, AutoTokenizer
 
-    from graphlake.assets.reranker import RerankerConfig
+    from graphlake.assets.retrieval.reranker import RerankerConfig
     from graphlake.kernels.text.encoders import dense_model_path
     from graphlake.retrieval.training.reranker import mine, training_queries
     from graphlake.warehouse.home import lake_home

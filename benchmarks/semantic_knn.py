@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from common import arguments, header, table
-from graphlake.assets.link_edges import EXACT_UP_TO, nearest_neighbours, neighbour_recall
+from graphlake.assets.graphs.link_edges import EXACT_UP_TO, nearest_neighbours, neighbour_recall
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import Lake

@@ -7,7 +7,7 @@ use them, so ``--help``, ``sql``, ``corpora`` and ``trec`` load none of them, an
 its method reads.
 """
 
-from graphlake.cli import lake, build, search, evaluate, data  # noqa: F401, I001  (each registers its commands; --help lists them in this order)
+from graphlake.cli import lake, build, search, evaluate, data  # noqa: F401  isort:skip  (each registers its commands; --help lists them in this order)
 from graphlake.cli.app import app
 
 __all__ = ["app"]

@@ -19,7 +19,6 @@ from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
 from graphlake.warehouse.storage import Lake, StorageError
 
-
 INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
 
 

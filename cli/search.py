@@ -12,8 +12,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from graphlake.cli.app import app, console, errors, fail, run_plan
 from graphlake.api.access import KEY_ENV, SERVER_ENV
+from graphlake.cli.app import app, console, errors, fail, run_plan
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -170,8 +170,9 @@ def list_models(
     """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
     roles and corpora use it, and whether it is ready."""
     from graphlake.kernels.text.query_encoders import cache_dir
-    from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES, declared_models, listing
+    from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES
     from graphlake.warehouse.models import assemble as assemble_model
+    from graphlake.warehouse.models import declared_models, listing
 
     home = lake_home()
     for model in SPLIT_PACKAGES if assemble else ():

@@ -4,11 +4,11 @@ from pathlib import Path
 
 from dagster import AssetSelection, Definitions, JobDefinition, define_asset_job, load_assets_from_package_module
 
-from graphlake import assets
-from graphlake.assets import chunks, entity_edges, knowledge_graph, link_edges
+from graphlake.assets import chunking, enrichment, graphs, indexes, ingest, llm, retrieval, vectors
+from graphlake.assets.chunking.nodes import nodes_cover_documents
 from graphlake.assets.edge_checks import edge_checks, mentions_match_df
+from graphlake.assets.method_runs import method_assets
 from graphlake.assets.report import report_asset
-from graphlake.assets.retrieval import method_assets
 from graphlake.pipelines.committing_executor import committing_executor
 from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
 from graphlake.retrieval.index.kinds import unread_index_assets
@@ -16,11 +16,13 @@ from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
 
-# every asset a module of assets/ defines; per lake, the methods' run and evaluation assets and the report
-STATIC_ASSETS = load_assets_from_package_module(assets)
-EDGE_ASSETS = [chunks.contextual_edges, *entity_edges.ASSETS, *link_edges.ASSETS, knowledge_graph.logical_edges]
+# one subpackage of assets/ a stage, its group (the UI's stage) given here, as its package's name; per lake,
+# the methods' run and evaluation assets and the report come from factories (assets/method_runs.py, report.py)
+STAGES = (ingest, chunking, enrichment, graphs, vectors, indexes, retrieval, llm)
+STATIC_ASSETS = [asset for stage in STAGES for asset in load_assets_from_package_module(stage, group_name=stage.__name__.rpartition(".")[2])]
+EDGE_ASSETS = [a for a in STATIC_ASSETS if any(meta.get("table") == "edges" for meta in a.metadata_by_key.values())]
 CHECKS = [
-    chunks.nodes_cover_documents,
+    nodes_cover_documents,
     *edge_checks(EDGE_ASSETS),
     *(mentions_match_df(f"mentions_{extractor}") for extractor in ("spacy", "regex", "llm")),
 ]

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunStatus, RunsFilter
 
-from graphlake.assets.ingest import RAW_TABLES
+from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.kinds import asset_written_at
 from graphlake.retrieval.methods import load_methods

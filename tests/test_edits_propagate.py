@@ -15,7 +15,7 @@ import yaml
 from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterEventType, DagsterInstance, RunsFilter
 from rich.console import Console
 
-from graphlake.assets.ingest import RAW_TABLES
+from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import build_definitions, default_selection
 from graphlake.pipelines.runner import materialize_corpus

@@ -9,11 +9,13 @@ import json
 
 import numpy as np
 import pytest
-from conftest import LLM_MODEL, materialize_committed
 from dagster import AssetSelection, DagsterInstance
 
-from graphlake.assets.skb import skb, skb_plans, skb_vectors
-from graphlake.assets.vectors import dense_vectors
+from conftest import LLM_MODEL, materialize_committed
+from graphlake.assets.graphs.skb import skb
+from graphlake.assets.retrieval.grasp import skb_plans
+from graphlake.assets.vectors.encoders import dense_vectors
+from graphlake.assets.vectors.skb_vectors import skb_vectors
 from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE
 from graphlake.kernels.plan.fusion import fuse_stage2
 from graphlake.kernels.plan.plans import Schema, check, parse_plan

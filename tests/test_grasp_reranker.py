@@ -98,7 +98,7 @@ def test_tuning_and_training_read_only_the_training_queries(demo_lake):
 def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_why(demo_copy):
     """An oracle method declared beside the others (as benchmarks/grasp.py declares them) must not stop
     the corpus's other fusions from being tuned; running it names what is missing."""
-    from graphlake.assets.grasp import GraspFusionConfig
+    from graphlake.assets.retrieval.grasp import GraspFusionConfig
     from graphlake.retrieval.training.grasp_fusion import learn
 
     (demo_copy / "methods.yaml").write_text(

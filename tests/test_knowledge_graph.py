@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from graphlake.assets.entities import spacy_entity_assets
-from graphlake.assets.knowledge_graph import ASSETS, LLM_GROUP
-from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.kernels.text.entities import spacy_entities
+from graphlake.kernels.text.triples import logical_edges as link_nodes
 from graphlake.kernels.text.triples import normalize_entity, spacy_mentions_and_triples
+from graphlake.pipelines.definitions import STATIC_ASSETS
 from graphlake.warehouse.catalog import Catalog
 
 
@@ -74,10 +73,11 @@ def test_demo_knowledge_graph_materializes_without_dangling_edges(demo_lake):
 
 
 def test_llm_triples_sit_in_their_own_group():
-    groups = {key.to_user_string(): group for a in [*ASSETS, spacy_entity_assets] for key, group in a.group_names_by_key.items()}
+    """The group is the stage's subpackage, given where the Definitions load it."""
+    groups = {key.to_user_string(): group for a in STATIC_ASSETS for key, group in a.group_names_by_key.items()}
     assert {key: groups[key] for key in ("triples_spacy", "triples_llm", "triples_evidence", "logical_edges")} == {
         "triples_spacy": "enrichment",
-        "triples_llm": LLM_GROUP,
+        "triples_llm": "llm",
         "triples_evidence": "enrichment",
         "logical_edges": "graphs",
     }

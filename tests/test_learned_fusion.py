@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pytest
 
-from graphlake.assets.learned_fusion import LearnedFusionConfig
+from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs
 from graphlake.retrieval.index.lake import LakeIndexes
 from graphlake.retrieval.methods import load_methods

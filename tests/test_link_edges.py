@@ -11,7 +11,7 @@ import pytest
 from conftest import materialize_committed
 from dagster import DagsterInstance, build_asset_context
 
-from graphlake.assets.link_edges import SemanticConfig, nearest_neighbours, neighbour_recall, semantic_edges
+from graphlake.assets.graphs.link_edges import SemanticConfig, nearest_neighbours, neighbour_recall, semantic_edges
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec

@@ -11,12 +11,12 @@ import re
 import time
 
 import pytest
-from conftest import LLM_MODEL as MODEL
-from conftest import free_port, materialize_committed
 from dagster import AssetSelection, DagsterInstance
 
-from graphlake.assets.entities import llm_entity_assets
-from graphlake.assets.knowledge_graph import triples_llm
+from conftest import LLM_MODEL as MODEL
+from conftest import free_port, materialize_committed
+from graphlake.assets.llm.entities import llm_entity_assets
+from graphlake.assets.llm.triples import triples_llm
 from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable, parse_json
 from graphlake.kernels.text.triples import Entities, Triple, llm_entities, llm_triples
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources

@@ -219,7 +219,7 @@ def test_chunking_options_come_from_the_registry(tmp_path, size):
 def test_nodes_check_catches_gaps_wrong_slices_and_uncovered_documents():
     import pyarrow as pa
 
-    from graphlake.assets.chunks import nodes_cover_documents
+    from graphlake.assets.chunking.nodes import nodes_cover_documents
 
     documents = pa.table({"doc_id": ["a", "b", "c"], "text": ["Hello world.", "Second doc.", "Never chunked."]})
     nodes = pa.table(

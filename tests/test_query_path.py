@@ -55,5 +55,5 @@ def test_the_definitions_load_neither_numba_nor_torch(tmp_path):
     code = "import sys; from pathlib import Path; from graphlake.pipelines.definitions import build_definitions; build_definitions(Path(sys.argv[1])); print(sorted(sys.modules))"
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "lake")], capture_output=True, text=True, check=True)
     modules = set(json.loads(done.stdout.splitlines()[-1].replace("'", '"')))
-    assert "dagster" in modules and "graphlake.assets.hybrid_index" in modules  # the assets were loaded
+    assert "dagster" in modules and "graphlake.assets.indexes.hybrid_graph" in modules  # the assets were loaded
     assert not {name.partition(".")[0] for name in modules} & {"numba", "torch"}

@@ -6,8 +6,12 @@ Writers may add columns; these are the ones downstream code and users' SQL rely 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from graphlake.kernels.text.triples import Triple
 
 
 @dataclass(frozen=True)
@@ -204,3 +208,19 @@ def edges_table(src, dst, weight, kind: str, source) -> pa.Table:
 
 def _strings(values) -> pa.Array | pa.ChunkedArray:
     return values.cast(pa.string()) if isinstance(values, pa.Array | pa.ChunkedArray) else pa.array(values, pa.string())
+
+
+def triples_table(node_ids: list[str], found: list[list[Triple]], source: str) -> pa.Table:
+    """The ``triples`` table of what an extractor found per node (``found`` in node order)."""
+    return triple_rows_table([(node_id, t.subject, t.relation, t.object) for node_id, triples in zip(node_ids, found, strict=True) for t in triples], source)
+
+
+def triple_rows_table(rows: list[tuple[str, str, str, str]], source: str) -> pa.Table:
+    """(node_id, subject, relation, object) rows as the ``triples`` table."""
+    columns = list(zip(*rows, strict=True)) if rows else [(), (), (), ()]
+    names = ("node_id", "subject", "relation", "object")
+    return pa.table({**{name: pa.array(list(column), pa.string()) for name, column in zip(names, columns, strict=True)}, "source": pa.array([source] * len(rows), pa.string())})
+
+
+def triples_summary(found: list[list[Triple]]) -> dict[str, int]:
+    return {"nodes": len(found), "nodes_with_triples": sum(1 for t in found if t), "triples": sum(len(t) for t in found)}

@@ -8,9 +8,6 @@ from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, mult
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
-GROUP = "ingest"
-
-
 RAW_TABLES = {
     "documents": "Raw documents (passages, abstracts, files, or serialised table schemas).",
     "queries": "Queries with their split.",
@@ -22,7 +19,6 @@ RAW_TABLES = {
 @multi_asset(
     outs={name: AssetOut(metadata={"table": name}, description=description) for name, description in RAW_TABLES.items()},
     partitions_def=corpus_partitions,
-    group_name=GROUP,
 )
 def raw_corpus(context: AssetExecutionContext, lake: LakeResource):
     """Read the corpus named by the partition as its registry entry says; nothing is written on error."""

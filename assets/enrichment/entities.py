@@ -16,17 +16,15 @@ import numpy as np
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetIn, AssetOut, Config, MetadataValue, Output, multi_asset
 
-from graphlake.assets.knowledge_graph import triples_summary, triples_table
-from graphlake.assets.llm_nodes import ask_every_node
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text.entities import Collected, Mention, collect_mentions, regex_entities, title_aliases
-from graphlake.kernels.text.triples import Triple, llm_entities, spacy_mentions_and_triples, spacy_source
+from graphlake.kernels.text.triples import Triple, spacy_mentions_and_triples, spacy_source
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.node_cache import NodeCache
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.tables import triples_summary, triples_table
 
-GROUP = "enrichment"
 TOP_HUBS = 10
 
 
@@ -39,7 +37,7 @@ class SpacyEntityConfig(RegexEntityConfig):
     batch_size: int = 256  # texts per nlp.pipe batch
 
 
-def _outs(extractor: str) -> dict[str, AssetOut]:
+def entity_outs(extractor: str) -> dict[str, AssetOut]:
     partition = {"extractor": extractor}
     return {
         f"entities_{extractor}": AssetOut(
@@ -53,11 +51,11 @@ def _outs(extractor: str) -> dict[str, AssetOut]:
     }
 
 
-_INS = {"nodes": AssetIn("nodes"), "documents": AssetIn("documents")}
+NODE_INPUTS = {"nodes": AssetIn("nodes"), "documents": AssetIn("documents")}
 
 
 _SPACY_OUTS = {
-    **_outs("spacy"),
+    **entity_outs("spacy"),
     "triples_spacy": AssetOut(
         metadata={"table": "triples", "partition": {"extractor": "spacy"}},
         description="Subject-verb-object triples from spaCy dependency parses: a knowledge graph with no LLM.",
@@ -65,7 +63,7 @@ _SPACY_OUTS = {
 }
 
 
-@multi_asset(name="spacy_entities", outs=_SPACY_OUTS, ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
+@multi_asset(name="spacy_entities", outs=_SPACY_OUTS, ins=NODE_INPUTS, partitions_def=corpus_partitions)
 def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
     """spaCy ``en_core_web_sm`` over every node, once: its NER's entities (quantities skipped, see the
     kernel) and the triples of its dependency parse (``kernels/text/triples.py``), in shards of nodes
@@ -86,7 +84,7 @@ def spacy_entity_assets(context: AssetExecutionContext, config: SpacyEntityConfi
     found, parsed = cache.apply(texts, parse, _parse_record, lambda stored: ([tuple(m) for m in stored["mentions"]], [Triple(**t) for t in stored["triples"]]))
     context.log.info(f"spaCy: parsed {parsed} nodes, reused {len(texts) - parsed}")
     processed = lambda: {"encoded": parsed, "reused": len(texts) - parsed, **sharded}  # noqa: E731  (the build summary's per-node counts)
-    yield from _extract(context, "spacy", config.link_titles, nodes, documents, lambda _: [mentions for mentions, _ in found], processed, started)
+    yield from extract_entities(context, "spacy", config.link_titles, nodes, documents, lambda _: [mentions for mentions, _ in found], processed, started)
     triples = [extracted for _, extracted in found]
     metadata = triples_summary(triples) | {"seconds": round(time.perf_counter() - started, 3)} | sharded
     yield Output(triples_table(nodes.column("node_id").to_pylist(), triples, source), "triples_spacy", metadata=metadata)
@@ -97,30 +95,16 @@ def _parse_record(parsed: tuple[list, list[Triple]]) -> dict:
     return {"mentions": [list(mention) for mention in mentions], "triples": [triple.model_dump() for triple in triples]}
 
 
-@multi_asset(name="regex_entities", outs=_outs("regex"), ins=_INS, partitions_def=corpus_partitions, group_name=GROUP)
+@multi_asset(name="regex_entities", outs=entity_outs("regex"), ins=NODE_INPUTS, partitions_def=corpus_partitions)
 def regex_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, nodes: pa.Table, documents: pa.Table):
     """SPRIG's capitalised-span heuristic over every node: no model, orders of magnitude faster."""
-    yield from _extract(context, "regex", config.link_titles, nodes, documents, regex_entities)
-
-
-@multi_asset(name="llm_entities", outs=_outs("llm"), ins=_INS, partitions_def=corpus_partitions, group_name="llm")
-def llm_entity_assets(context: AssetExecutionContext, config: RegexEntityConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table):
-    """NER by an LLM (GraphER's prompt, answers cached in the lake), node shards at once on a Dask
-    cluster (``assets/llm_nodes.py``); opt-in: needs GRAPHLAKE_LLM_BASE_URL."""
-    spent: dict = {}
-
-    def extract(texts: list[str]) -> list[list[Mention]]:
-        found, metadata = ask_every_node(context, lake.home, nodes.column("node_id").to_pylist(), texts, llm_entities, "entities_llm")
-        spent.update(metadata)
-        return [[(name, "LLM") for name in names] for names in found]
-
-    yield from _extract(context, "llm", config.link_titles, nodes, documents, extract, lambda: spent)
+    yield from extract_entities(context, "regex", config.link_titles, nodes, documents, regex_entities)
 
 
 Extractor = Callable[[list[str]], list[list[Mention]]]
 
 
-def _extract(
+def extract_entities(
     context: AssetExecutionContext,
     extractor: str,
     link_titles: bool,
@@ -199,6 +183,3 @@ def _hub_stats(entities: pa.Table) -> dict:
         "df_p50": float(np.percentile(df, 50)),
         "top_hubs": MetadataValue.json({ids[i]: int(df[i]) for i in top}),
     }
-
-
-ASSETS = [spacy_entity_assets, regex_entity_assets, llm_entity_assets]

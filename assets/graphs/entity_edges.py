@@ -19,8 +19,9 @@ from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 from graphlake.warehouse.tables import edges_table
 
-GROUP = "graphs"
 EXTRACTORS = ("spacy", "regex")
+
+
 MENTION_DEPS = [AssetKey(f"mentions_{extractor}") for extractor in EXTRACTORS]
 
 
@@ -44,7 +45,7 @@ class ConceptualConfig(Config):
 
 def _edge_asset(kind: str):
     """An asset writing the ``kind`` partition of ``edges`` from mentions."""
-    return asset(partitions_def=corpus_partitions, group_name=GROUP, deps=MENTION_DEPS, metadata={"table": "edges", "partition": {"kind": kind}})
+    return asset(partitions_def=corpus_partitions, deps=MENTION_DEPS, metadata={"table": "edges", "partition": {"kind": kind}})
 
 
 @_edge_asset("cooccurrence")
@@ -109,6 +110,3 @@ def _degree_stats(edges: pa.Table, sides: tuple[str, str]) -> dict:
         stats[side] = len(degree)
         stats[f"p95_degree_{side}"] = round(float(np.percentile(degree, 95)), 2) if len(degree) else 0.0
     return stats
-
-
-ASSETS = [cooccurrence_edges, conceptual_edges]

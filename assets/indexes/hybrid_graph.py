@@ -16,8 +16,6 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
 from graphlake.retrieval.index.kinds import index_assets, read_models, write_index
 from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
-from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.training.hybrid_weights import tune
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.models import made_before_identities
@@ -26,6 +24,7 @@ from graphlake.warehouse.storage import StorageError
 
 if TYPE_CHECKING:
     from graphlake.kernels.hybrid.graph import HybridGraph
+
 
 KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
 
@@ -49,7 +48,6 @@ class HybridIndexConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    group_name="indexes",
     deps=[AssetKey(name) for name in (*index_assets({"dense", "splade", "bm25"}), "triples_spacy", "triples_llm", "triples_evidence")],
 )
 def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig, lake: LakeResource) -> None:
@@ -103,34 +101,6 @@ def _knowledge_graph(indexes: LakeIndexes, extractor: str) -> KnowledgeGraph:
 def _kg_metadata(kg: KnowledgeGraph) -> dict:
     held = np.diff(kg.node_entities.indptr)
     return {"kg": kg.extractor, "kg_entities": len(kg.entities), "kg_relations": len(kg.source), "kg_nodes_with_entities": int((held > 0).sum()), "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0}
-
-
-@asset(
-    partitions_def=corpus_partitions,
-    group_name="retrieval",
-    deps=[AssetKey(name) for name in ("queries", "qrels", "hybrid_graph_index", *index_assets({"dense", "splade", "bm25"}))],
-)
-def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
-    """Allan-Poe's path weights tuned on the training queries (§5.7), for ``weights: tuned_two`` / ``tuned_three``,
-    and the KG reward's ``kg_weight: tuned``."""
-    tuned = tune(lake.lake, context.partition_key)
-    lake.lake.write_artifact("hybrid_weights", {"corpus": context.partition_key}, tuned.save)
-    if isinstance(tuned, Untrained):
-        context.add_output_metadata({"note": tuned.reason})
-        return
-    report = tuned.report
-    context.add_output_metadata(
-        {
-            "train_corpus": report["source"]["corpus"],
-            "queries": report["source"]["queries"],
-            "two": str(tuned.two),
-            "three": str(tuned.three),
-            **{f"ndcg@10_{path}": value for path, value in report["single_ndcg@10"].items()},
-            "ndcg@10_two": report["two"]["ndcg@10"][report["two"]["alpha"]],
-            "ndcg@10_three": report["three"]["ndcg@10"][report["three"]["alpha"]],
-            "kg_weight": "none" if tuned.kg is None else tuned.kg,
-        }
-    )
 
 
 def _previous(indexes: LakeIndexes) -> tuple["HybridGraph | None", list[str] | None]:

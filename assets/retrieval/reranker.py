@@ -5,8 +5,8 @@ few thousand groups, about one epoch); a GPU gets through more epochs in the sam
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
 from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.learned_kinds import RERANKER_MINERS, reranker_reads
+from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training.reranker import learn
 from graphlake.warehouse.io_manager import LakeResource
 
@@ -29,7 +29,6 @@ class RerankerConfig(Config):
 
 
 @asset(
-    group_name="retrieval",
     deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(reranker_reads(load_methods())))],
 )
 def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeResource) -> None:
@@ -39,4 +38,3 @@ def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeR
     if "curve" in summary:
         summary["curve"] = MetadataValue.json(summary["curve"])
     context.add_output_metadata(summary)
-

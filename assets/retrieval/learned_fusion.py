@@ -4,8 +4,8 @@ the training corpus's queries over its inputs' candidates (``retrieval/training/
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
 from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.learned_kinds import learned_fusion_reads
+from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training.learned_fusion import learn
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
@@ -23,7 +23,6 @@ class LearnedFusionConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    group_name="retrieval",
     deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(learned_fusion_reads(load_methods())))],
 )
 def learned_fusion(context: AssetExecutionContext, config: LearnedFusionConfig, lake: LakeResource) -> None:

@@ -1,8 +1,5 @@
-"""Stage 3, vectors and indexes: dense and learned-sparse node vectors, BM25 and HNSW indexes.
-
-Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's
-node ids beside it, so a row number means the same node in every index of a corpus.
-"""
+"""Dense and learned-sparse node vectors, each by the corpus's model of its role (``models.yaml``), a
+tuned dense model where the lake tunes its own."""
 
 import json
 import time
@@ -17,16 +14,17 @@ from dagster import AssetExecutionContext, Config, asset
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders, query_encoders
-from graphlake.retrieval.index.kinds import write_index
-from graphlake.retrieval.index.lake import dense_matrix, retrieval_texts
-from graphlake.warehouse.digest import content_hash
+from graphlake.retrieval.index.lake import retrieval_texts
 from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import ROLE_MARK, ModelSpec, declared_models, dimension, encode_dense, model_identity, revision
-from graphlake.warehouse.storage import StorageError
+from graphlake.warehouse.models import ROLE_MARK, ModelSpec, declared_models, encode_dense, model_identity, revision
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import StorageError
 
 VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
+
+
 EMBEDDING_CACHE = "embedding_cache"  # folder in the lake root: a hosted model's answered batches (common/embeddings.py)
 
 
@@ -113,7 +111,7 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
     that the first query pays no export."""
     metadata = {"table": "vectors", "partition": {"model": f"{ROLE_MARK}{role}"}}
 
-    @asset(name=name, partitions_def=corpus_partitions, group_name="vectors", metadata=metadata, description=description)
+    @asset(name=name, partitions_def=corpus_partitions, metadata=metadata, description=description)
     def vectors(context: AssetExecutionContext, config: EncoderConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> pa.Table:
         if config.threads > 0:
             import torch
@@ -173,55 +171,6 @@ def _splade_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path
 
 
 dense_vectors = _vector_asset("dense_vectors", "dense", "dense", _dense_rows, "The corpus's dense model's vectors (unit length, 256 tokens; models.yaml), cached by input hash.")
+
+
 splade_vectors = _vector_asset("splade_vectors", "sparse", "splade", _splade_rows, "The corpus's learned-sparse model's term weights (vocabulary ids and weights), cached by input hash.")
-
-
-class BM25Config(Config):
-    k1: float = 0.9
-    b: float = 0.4
-
-
-@asset(partitions_def=corpus_partitions, group_name="indexes")
-def bm25_index(context: AssetExecutionContext, config: BM25Config, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> None:
-    """BM25 (Lucene formula, Porter stemming, English stopwords) over the nodes, as an artefact folder."""
-    from graphlake.kernels.text.bm25 import BM25Index
-
-    started = time.perf_counter()
-    index = BM25Index.build(retrieval_texts(nodes, documents), k1=config.k1, b=config.b)
-    node_ids = nodes.column("node_id").to_pylist()
-
-    folder = write_index(lake.lake, "bm25", context.partition_key, node_ids, index.save)
-    context.add_output_metadata(
-        {"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
-    )
-
-
-class HNSWConfig(Config):
-    m: int = 32
-    ef_construction: int = 200
-
-
-@asset(partitions_def=corpus_partitions, group_name="indexes")
-def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: LakeResource, dense_vectors: pa.Table) -> None:
-    """faiss HNSW (inner product) over the dense vectors."""
-    import faiss
-
-    started = time.perf_counter()
-    spec, made_by = encoding_model(lake, context.partition_key, "dense")
-    matrix = dense_matrix(dense_vectors, dimension(spec) or 0)
-    index = faiss.IndexHNSWFlat(matrix.shape[1], config.m, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = config.ef_construction
-    index.add(matrix)
-    node_ids = dense_vectors.column("node_id").to_pylist()
-
-    def fill(folder: Path) -> None:
-        faiss.write_index(index, str(folder / "hnsw.faiss"))
-
-    folder = write_index(lake.lake, "dense_hnsw", context.partition_key, node_ids, fill, {"dense": made_by})
-    context.add_output_metadata(
-        {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
-    )
-
-
-def _size(folder: Path) -> dict[str, int]:
-    return {"index_bytes": sum(p.stat().st_size for p in folder.iterdir() if p.is_file())}

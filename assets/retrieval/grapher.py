@@ -4,8 +4,8 @@ queries, for use on this corpus (``retrieval/training/grapher.py`` has the metho
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.learned_kinds import grapher_reads
+from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_BASE
 from graphlake.retrieval.training.grapher import learn
 from graphlake.warehouse.io_manager import LakeResource
@@ -26,7 +26,6 @@ class GraphRankersConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    group_name="retrieval",
     deps=[AssetKey(name) for name in ("nodes", "qrels", *index_assets(grapher_reads(load_methods())))],
 )
 def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:

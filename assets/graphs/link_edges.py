@@ -31,9 +31,12 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table
 
-GROUP = "graphs"
 SCORE_BLOCK = 1 << 26  # similarity scores held at once by the exact kNN (256 MB of float32)
+
+
 EXACT_UP_TO = 10_000  # nodes: the semantic kNN is exact up to here (about 5 CPU-s), from HNSW above
+
+
 RECALL_SAMPLE = 256  # seeded rows the HNSW kNN's recall is measured on
 
 
@@ -81,9 +84,6 @@ def graph_metadata(edges: pa.Table, node_ids: list[str], started: float) -> dict
     }
 
 
-# ---------------------------------------------------------------- citations
-
-
 def citation_weights(nodes: pa.Table, documents: pa.Table) -> tuple[dict[tuple[str, str], float], Counter]:
     """Node -> cited first node pairs (weight 1) and the number of citations found per style."""
     doc_ids = documents.column("doc_id").to_pylist()
@@ -124,7 +124,7 @@ class CitationConfig(Config):
     detector: Literal["regex", "llm"] = "regex"  # llm: needs GRAPHLAKE_LLM_BASE_URL; answers cached in the lake
 
 
-@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("citation"))
+@asset(partitions_def=corpus_partitions, metadata=_edge_metadata("citation"))
 def citation_edges(
     context: AssetExecutionContext, config: CitationConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
 ) -> pa.Table:
@@ -145,9 +145,6 @@ def citation_edges(
     return table
 
 
-# ---------------------------------------------------------------- structural
-
-
 def foreign_key_weights(foreign_keys: pa.Table, spans: NodeSpans) -> Counter:
     """Declared keys per (referencing table's first node, referenced table's first node)."""
     pairs = zip(foreign_keys.column("src_doc_id").to_pylist(), foreign_keys.column("dst_doc_id").to_pylist(), strict=True)
@@ -166,7 +163,7 @@ def link_weights(documents: pa.Table, spans: NodeSpans) -> Counter:
     return Counter({pair: n for pair, n in weights.items() if None not in pair})
 
 
-@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("structural"))
+@asset(partitions_def=corpus_partitions, metadata=_edge_metadata("structural"))
 def structural_edges(
     context: AssetExecutionContext, lake: LakeResource, foreign_keys: pa.Table, nodes: pa.Table, documents: pa.Table
 ) -> pa.Table:
@@ -189,9 +186,6 @@ def structural_edges(
         }
     )
     return table
-
-
-# ---------------------------------------------------------------- semantic
 
 
 class SemanticConfig(Config):
@@ -253,7 +247,7 @@ def _exact_neighbours(unit: np.ndarray, k: int, rows: np.ndarray | None = None) 
     return indices, scores
 
 
-@asset(partitions_def=corpus_partitions, group_name=GROUP, metadata=_edge_metadata("semantic"))
+@asset(partitions_def=corpus_partitions, metadata=_edge_metadata("semantic"))
 def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense_vectors: pa.Table) -> pa.Table:
     """Each node to its k nearest other nodes by cosine of their dense vectors (the corpus's dense model's):
     exact on small corpora, from an HNSW graph above ``exact_up_to`` nodes (its recall against exact recorded)."""
@@ -273,6 +267,3 @@ def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense
     recall = {} if exact or not len(node_ids) else {"knn_recall": neighbour_recall(matrix, neighbours)}
     context.add_output_metadata({**graph_metadata(table, node_ids, started), "k": config.k, "model": model, "knn": "exact" if exact else "hnsw", **recall})
     return table
-
-
-ASSETS = [citation_edges, structural_edges, semantic_edges]

@@ -1,4 +1,4 @@
-"""Stage 2, chunking: documents -> nodes (the retrieval units), plus edges between adjacent chunks."""
+"""Documents -> nodes (the retrieval units), checked to cover every document with exact slices."""
 
 import time
 import warnings
@@ -12,10 +12,9 @@ from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.node_cache import NodeCache
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.tables import edges_table
 
 
-@asset(partitions_def=corpus_partitions, group_name="chunking", metadata={"table": "nodes"})
+@asset(partitions_def=corpus_partitions, metadata={"table": "nodes"})
 def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Table) -> pa.Table:
     """Chunk every document with its corpus's chunking options; ids are ``<doc_id>#<chunk_idx>``."""
     chunking = lake.registry.get(context.partition_key).effective_chunking
@@ -82,18 +81,3 @@ with warnings.catch_warnings():
             passed=not any(problems.values()),
             metadata={name: len(ids) for name, ids in problems.items()} | {"examples": str({k: v[:3] for k, v in problems.items() if v})},
         )
-
-
-@asset(
-    partitions_def=corpus_partitions,
-    group_name="graphs",
-    metadata={"table": "edges", "partition": {"kind": "contextual"}},
-)
-def contextual_edges(nodes: pa.Table) -> pa.Table:
-    """Edges between consecutive chunks of a document, stored in both directions (weight 1)."""
-    ordered = nodes.select(["node_id", "doc_id", "chunk_idx"]).sort_by([("doc_id", "ascending"), ("chunk_idx", "ascending")])
-    ids, docs = ordered.column("node_id").to_pylist(), ordered.column("doc_id").to_pylist()
-    pairs = [(ids[i], ids[i + 1]) for i in range(len(ids) - 1) if docs[i] == docs[i + 1]]
-    src = [a for a, b in pairs] + [b for a, b in pairs]
-    dst = [b for a, b in pairs] + [a for a, b in pairs]
-    return edges_table(src, dst, [1.0] * len(src), "contextual", "chunking")
