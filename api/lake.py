@@ -21,7 +21,7 @@ from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, Row
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, needs
 from graphlake.retrieval.evaluation import first_stage_gap
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.corpora import CORPUS_NAME, CorpusRegistry
 from graphlake.warehouse.home import ENV_VAR, home_of
@@ -29,7 +29,7 @@ from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
@@ -47,7 +47,7 @@ class _Warm:
     """A corpus's indexes and the methods, as of one version of the lake."""
 
     version: tuple[int, int, float]  # the corpus's snapshot, the lake-wide snapshot, methods.yaml's mtime
-    indexes: LakeIndexes
+    indexes: CorpusIndexes
     methods: Methods
     gaps: dict[str, str | None] = field(default_factory=dict)  # per method: its note when it loses to its first stage here
 
@@ -69,7 +69,7 @@ class GraphLake:
         self._snapshots, self._methods_file = str(self.home / SNAPSHOTS), str(self.home / "methods.yaml")
 
     def corpora(self) -> list[CorpusInfo]:
-        lake = Lake(self.home)
+        lake = LakeStorage(self.home)
         found = []
         for name, spec in sorted(CorpusRegistry(self.home).all().items()):
             partition = {"corpus": name}
@@ -150,7 +150,7 @@ class GraphLake:
         warm = self._warm.get(corpus)
         if warm is not None and stamp is not None and self._stamps.get(corpus) == stamp:
             return warm  # nothing was committed or declared since: a few stat calls decide it
-        lake = Lake(self.home)
+        lake = LakeStorage(self.home)
         methods_file = self.home / "methods.yaml"
         version = (lake.snapshots.number(corpus), lake.snapshots.number(LAKE_SCOPE), methods_file.stat().st_mtime if methods_file.is_file() else 0.0)
         if warm is not None and warm.version == version:
@@ -164,7 +164,7 @@ class GraphLake:
             if warm is None or warm.version != version:
                 pinned = lake.pinned(corpus, LAKE_SCOPE)
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
-                warm = _Warm(version, LakeIndexes(pinned, corpus), load_methods(self.home))
+                warm = _Warm(version, CorpusIndexes(pinned, corpus), load_methods(self.home))
                 self._warm[corpus] = warm
             self._stamps[corpus] = stamp
         return warm

@@ -14,7 +14,7 @@ from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDef
 
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.tables import table_spec
 
 EXAMPLES = 3
@@ -82,7 +82,7 @@ def _ids(table: pa.Table, column: str) -> pa.Array:
     return table.column(column).combine_chunks().cast(pa.string())
 
 
-def _entities(lake: Lake, corpus: str) -> pa.Table:
+def _entities(lake: LakeStorage, corpus: str) -> pa.Table:
     """Entities of every extractor of a corpus (one partition each), empty if none was extracted."""
     schema = table_spec("entities").schema
     parts = [lake.read("entities", partition) for partition in lake.partitions("entities", {"corpus": corpus})]

@@ -38,7 +38,7 @@ from rank_bm25 import BM25Okapi
 
 from graphlake.kernels.eval.metrics import evaluate, mean, rank_by_score
 from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
-from graphlake.retrieval.index.lake import retrieval_texts
+from graphlake.retrieval.index.corpus_indexes import retrieval_texts
 from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.readers.base import ReadRequest
 from graphlake.warehouse.readers.beir import read
@@ -62,13 +62,9 @@ class Row:
 
 @dataclass
 class OnlyBM25:
-    """The one index the bm25 operator reads, as ``LakeIndexes.get`` gives it."""
+    """The one index the bm25 operator reads, as ``CorpusIndexes.bm25`` gives it."""
 
-    index: BM25Index
-
-    def get(self, name: str) -> BM25Index:
-        assert name == "bm25", name
-        return self.index
+    bm25: BM25Index
 
 
 def tokenizer() -> Tokenizer:

@@ -135,16 +135,16 @@ def timing_sample(corpus: str, split: str):
     ``split`` queries shared by the CPU and GPU timings, and the corpus's indexes."""
     import numpy as np
 
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
-    lake = Lake(lake_home())
+    lake = LakeStorage(lake_home())
     methods = load_methods(lake_home())
     queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
-    return methods, sample, LakeIndexes(lake, corpus)
+    return methods, sample, CorpusIndexes(lake, corpus)
 
 
 # The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and
@@ -175,12 +175,12 @@ def prepare_lake(datasets: Path) -> None:
     from graphlake.retrieval.evaluation import corpus_graph_built
     from graphlake.warehouse.corpora import CorpusRegistry
     from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     for corpus, (fmt, relative) in INGEST.items():
         graphlake("ingest", fmt, str(datasets / relative), "--corpus", corpus)
     for corpus, split in (TRAINING | EVALUATED).items():  # one run per corpus builds its indexes (SciFact: its test split)
         graphlake("eval", "--corpus", corpus, "--methods", "vector,bm25", "--split", split, "--json")
-    for corpus in (c for c in EVALUATED if not corpus_graph_built(Lake(lake_home()), c)):  # materialize re-runs NER
+    for corpus in (c for c in EVALUATED if not corpus_graph_built(LakeStorage(lake_home()), c)):  # materialize re-runs NER
         kinds = CorpusRegistry(lake_home()).get(corpus).corpus_graph
         graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))

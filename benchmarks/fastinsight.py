@@ -44,7 +44,7 @@ from common import (
 from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")
 SWEEPS = {"alpha": (ALPHAS, "fastinsight_alpha"), "beta": (BETAS, "fastinsight_beta")}
@@ -212,7 +212,7 @@ def pyplot():
 
 
 def reranker_lines() -> list[str]:
-    saved = json.loads((Lake(lake_home()).artifact("reranker", {}) / TRAINING_FILE).read_text())
+    saved = json.loads((LakeStorage(lake_home()).artifact("reranker", {}) / TRAINING_FILE).read_text())
     training = saved["training"]
     return [
         "",

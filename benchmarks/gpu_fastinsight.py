@@ -40,7 +40,7 @@ from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate, paired_
 from graphlake.kernels.eval.topological_recall import DocumentGraph, topological_values
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.kernels.rerank.cross_encoder import CrossEncoder
-from graphlake.retrieval.index.lake import corpus_graph
+from graphlake.retrieval.index.corpus_indexes import corpus_graph
 
 DEPTH = 100
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")

@@ -42,7 +42,7 @@ import scipy.sparse as sp
 from common import EVALUATED, export_and_run, header, table
 from graphlake.kernels.hybrid import batched
 from graphlake.kernels.hybrid.cuda_search import CudaSearcher
-from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
+from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import row_operands
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.results import unfilled
@@ -61,15 +61,15 @@ EXACT_BYTES = 2**28  # brute force in chunks of queries whose (chunk, N) scores 
 def export(folder: Path) -> None:
     from hybrid_index import encoded
 
-    from graphlake.kernels.hybrid.graph import exact_knn
-    from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+    from graphlake.kernels.hybrid.graph_index import exact_knn
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
     from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
-    lake = Lake(lake_home())
+    lake = LakeStorage(lake_home())
     for corpus in SETS:
         split = EVALUATED[corpus]
-        indexes = LakeIndexes(lake, corpus)
+        indexes = CorpusIndexes(lake, corpus)
         vectors = hybrid_vectors(indexes)
         counts = indexes.bm25.token_counts(indexes.texts())
         texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]

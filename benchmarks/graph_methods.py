@@ -14,7 +14,7 @@ import json
 from common import HOTPOT, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 # corpus: format, path under the datasets folder, split, GraphER's training corpus and alpha corpus
 # (GraphER A.3: alpha tuned once on BIRD and fixed for every set; BIRD itself takes Spider's)
@@ -100,7 +100,7 @@ def hub_example(corpus: str) -> list[str]:
 
 
 def rankers_line(corpus: str) -> str:
-    rankers = TunedRankers.load(Lake(lake_home()).artifact("graph_rankers", {"corpus": corpus}))
+    rankers = TunedRankers.load(LakeStorage(lake_home()).artifact("graph_rankers", {"corpus": corpus}))
     report = rankers.report
     networks = report.get("networks", {})
     chosen = "; ".join(

@@ -29,7 +29,7 @@ import yaml
 from common import WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import bootstrap_interval, paired_bootstrap
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 CORPORA = {  # corpus: format, path under the datasets folder, its evaluated split, train_corpus
     "bird": ("bird", "bird", "dev", "spider"),
@@ -61,7 +61,7 @@ def oracle_methods() -> dict:
     }
 
 
-def per_query(lake: Lake, corpus: str, method: str, split: str) -> dict[str, dict[str, float]]:
+def per_query(lake: LakeStorage, corpus: str, method: str, split: str) -> dict[str, dict[str, float]]:
     """metric -> query id -> value of the stored evaluation."""
     if not lake.has("query_metrics", {"corpus": corpus, "method": method}):
         return {}
@@ -74,7 +74,7 @@ def per_query(lake: Lake, corpus: str, method: str, split: str) -> dict[str, dic
     return found
 
 
-def method_rows(lake: Lake, corpus: str, split: str, methods: list[str], latency: dict[str, dict]) -> list[str]:
+def method_rows(lake: LakeStorage, corpus: str, split: str, methods: list[str], latency: dict[str, dict]) -> list[str]:
     """One row per method with CIs, paired Δ to ``rrf`` over the queries both ran (a sample's, for Stage 3)."""
     baseline = per_query(lake, corpus, "rrf", split)
     judged = len(baseline["hit@1"])
@@ -99,7 +99,7 @@ def method_rows(lake: Lake, corpus: str, split: str, methods: list[str], latency
     return rows
 
 
-def current(lake: Lake, corpus: str, method: str, split: str) -> bool:
+def current(lake: LakeStorage, corpus: str, method: str, split: str) -> bool:
     """Whether the method's stored run and metrics are up to date with what they read, on the sample it ran."""
     from graphlake.pipelines.freshness import plan_refresh
     from graphlake.retrieval.queries import SAMPLE_PARAM
@@ -110,7 +110,7 @@ def current(lake: Lake, corpus: str, method: str, split: str) -> bool:
     return not plan_refresh(lake, corpus, [method], lake.home, split, sample=sample).assets
 
 
-def stored_latency(lake: Lake, corpus: str, method: str) -> dict[str, float]:
+def stored_latency(lake: LakeStorage, corpus: str, method: str) -> dict[str, float]:
     """p50 / p95 ms of a stored run (a Stage-3 run of an earlier invocation)."""
     if not lake.has("runs", {"corpus": corpus, "method": method}):
         return {}
@@ -125,7 +125,7 @@ def evaluate(corpus: str, split: str, methods: list[str], sample: int | None = N
     return {r["method"]: r["latency_ms"] for r in report}
 
 
-def stage3(lake: Lake, args, split_of) -> dict[str, dict[str, dict]]:
+def stage3(lake: LakeStorage, args, split_of) -> dict[str, dict[str, dict]]:
     """Stage 3 on ``args.stage3``'s sets: the lake's base reranker (on the train splits of its corpora, never an
     evaluated question; within ``--base-minutes``), then ``grasp_reranker`` per set (``--stage3-minutes``) and
     the ``grasp_zs`` / ``grasp`` runs (Spider and BIRD on a seeded ``--stage3-sample``); their latencies."""
@@ -140,7 +140,7 @@ def stage3(lake: Lake, args, split_of) -> dict[str, dict[str, dict]]:
     return {corpus: evaluate(corpus, split_of(corpus), list(STAGE3), args.stage3_sample if corpus in SAMPLED else None) for corpus in sets}
 
 
-def reranker_lines(lake: Lake, corpus: str) -> list[str]:
+def reranker_lines(lake: LakeStorage, corpus: str) -> list[str]:
     """Figure A1 analogue: the fine-tuning curve (validation Hit@1 over steps) and the final fusions chosen."""
     if lake.artifact_written_at("grasp_reranker", {"corpus": corpus}) is None:
         return []
@@ -157,7 +157,7 @@ def reranker_lines(lake: Lake, corpus: str) -> list[str]:
     ]
 
 
-def llm_plans(lake: Lake) -> None:
+def llm_plans(lake: LakeStorage) -> None:
     """The LLM planner on 2Wiki dev questions, when a server is configured (plan validity's llm row)."""
     if not os.environ.get("GRAPHLAKE_LLM_BASE_URL"):
         return
@@ -171,11 +171,11 @@ def run_config(asset: str, config: dict) -> Path:
     return path
 
 
-def artifact_json(lake: Lake, name: str, corpus: str, file: str) -> dict:
+def artifact_json(lake: LakeStorage, name: str, corpus: str, file: str) -> dict:
     return json.loads((lake.artifact(name, {"corpus": corpus}) / file).read_text(encoding="utf-8"))
 
 
-def fusion_lines(lake: Lake, corpus: str, heatmaps) -> list[str]:
+def fusion_lines(lake: LakeStorage, corpus: str, heatmaps) -> list[str]:
     """Chosen settings, Table 2 analogue, (bucket, risk) cells and the flatness of the static surface, per tuned fusion."""
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.grasp_fusion import key as fusion_key
@@ -199,7 +199,7 @@ def fusion_lines(lake: Lake, corpus: str, heatmaps) -> list[str]:
     return lines
 
 
-def plan_lines(lake: Lake, corpus: str) -> list[str]:
+def plan_lines(lake: LakeStorage, corpus: str) -> list[str]:
     lines = []
     for source, planner in ((s, p) for s in artifact_json(lake, "skb", corpus, "sources.json") for p in ("rules", "llm")):
         if not lake.has("skb_plans", {"corpus": corpus, "source": source, "planner": planner}):
@@ -212,14 +212,14 @@ def plan_lines(lake: Lake, corpus: str) -> list[str]:
     return lines
 
 
-def grid_timing(lake: Lake) -> str:
+def grid_timing(lake: LakeStorage) -> str:
     """G4: the whole grid over 500 validation-style queries (BIRD questions through grasp_graph and rrf)."""
     from graphlake.kernels.plan.fusion import ValidationQuery, search_grid
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
 
     methods = load_methods(lake.home)
-    indexes = LakeIndexes(lake, "bird")
+    indexes = CorpusIndexes(lake, "bird")
     queries = lake.read("queries", {"corpus": "bird"}).to_pylist()
     picked = np.random.default_rng(0).choice(len(queries), 500, replace=False)
     items = []
@@ -232,7 +232,7 @@ def grid_timing(lake: Lake) -> str:
     return f"- G4: the full grid ({found.settings['static']} static + {found.settings['dynamic']:,} dynamic settings) over 500 BIRD questions: **{seconds:.2f} s** (gate ≤ 120 s)"
 
 
-def coverage_lines(lake: Lake, corpus: str) -> list[str]:
+def coverage_lines(lake: LakeStorage, corpus: str) -> list[str]:
     coverage = artifact_json(lake, "skb", corpus, "sources.json")["wiki_rules"]["coverage"]
     lines = [f"| {corpus} | all | {coverage['triples']} | {100 * coverage['share']:.1f} % |"]
     lines += [f"| {corpus} | {relation} | {v['triples']} | {100 * v['share']:.1f} % |" for relation, v in coverage["per_relation"].items()]
@@ -282,7 +282,7 @@ def main() -> None:
     override = home / "methods.yaml"
     declared = (yaml.safe_load(override.read_text()) if override.is_file() else None) or {}
     override.write_text(yaml.safe_dump(declared | oracle_methods(), sort_keys=False))
-    lake = Lake(home)
+    lake = LakeStorage(home)
     for corpus in ("bird", "spider", "2wiki-train"):  # training corpora need their own indexes before anyone learns from them
         graphlake("eval", "--corpus", corpus, "--methods", "rrf,grasp_graph", "--split", CORPORA[corpus][2], "--json")
     stage3_latency = stage3(lake, args, lambda corpus: CORPORA[corpus][2])

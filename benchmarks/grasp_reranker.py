@@ -42,16 +42,16 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
     """The corpus's Stage-3 data from the lake (GRAPHLAKE_HOME), its missing pieces built first."""
     from graphlake.assets.retrieval.grasp import GraspRerankerConfig
     from graphlake.retrieval.evaluation import held_out_split
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.grasp_reranker import MODEL_FOLDER, candidate_texts
     from graphlake.retrieval.queries import gold_by_query, select_queries
     from graphlake.retrieval.training.grasp_reranker import training_data
     from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     graphlake("eval", "--corpus", corpus, "--methods", "grasp_fused", "--json")  # grasp_fusion, and the indexes Stage 2 reads
-    lake = Lake(lake_home())
+    lake = LakeStorage(lake_home())
     if lake.artifact_written_at("reranker", {}) is None:
         graphlake("materialize", "--corpus", corpus, "--select", "reranker")
     config = GraspRerankerConfig()
@@ -64,7 +64,7 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
     _write_lists(folder / "validation.parquet", [item | {"rows": item["rows"].tolist(), "gold": sorted(item["gold"])} for item in data.validation])
 
     split = held_out_split(lake, corpus)
-    indexes = LakeIndexes(lake, corpus)
+    indexes = CorpusIndexes(lake, corpus)
     stage = load_methods(lake.home)["grasp"].inputs[0]  # the Stage 2 that grasp reranks
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     doc_ids = indexes.doc_ids()

@@ -37,16 +37,16 @@ from threadpoolctl import threadpool_limits
 
 from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
-from graphlake.kernels.hybrid.graph import BuildConfig, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, KGQuery, Searcher, build
 from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 QUALITY = ["bm25", "dense", "splade", "rrf", "ap_dense", "ap_sparse", "ap_full", "ap_two", "ap_three", "ap_two_tuned", "ap_three_tuned", "ap_three_kw", "fused_three", "multipath_three"]
 POOLS = (16, 32, 64, 128, 256, 512)
@@ -78,7 +78,7 @@ def quality(corpus: str, split: str) -> list[str]:
     return lines
 
 
-def encoded(indexes: LakeIndexes, texts: list[str]) -> tuple[Queries, float]:
+def encoded(indexes: CorpusIndexes, texts: list[str]) -> tuple[Queries, float]:
     """The queries on the three paths, and the encoding's milliseconds per query."""
     from graphlake.kernels.text import encoders
 
@@ -125,8 +125,8 @@ def timed(runs: dict[str, callable], count: int) -> dict[str, tuple[float, list]
 
 
 def speed(corpus: str, split: str) -> list[str]:
-    lake = Lake(lake_home())
-    indexes = LakeIndexes(lake, corpus)
+    lake = LakeStorage(lake_home())
+    indexes = CorpusIndexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, encode_ms = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]  # sliced once: a query arrives as one row
@@ -161,7 +161,7 @@ def speed(corpus: str, split: str) -> list[str]:
     return lines + build_and_bytes(corpus, indexes, vectors)
 
 
-def multipath(indexes: LakeIndexes, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
+def multipath(indexes: CorpusIndexes, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
     """Separate-then-fuse with the query encoded once: each path's own top ``depth``, summed with the weights."""
     hnsw = indexes.dense_hnsw
     hnsw.hnsw.efSearch = max(128, depth)
@@ -179,7 +179,7 @@ def multipath(indexes: LakeIndexes, vectors, query: Queries, scaled: np.ndarray,
     return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
 
 
-def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
+def build_and_bytes(corpus: str, indexes: CorpusIndexes, vectors) -> list[str]:
     nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
     started = time.perf_counter()
     graph = build(vectors, nodes, BuildConfig())
@@ -192,7 +192,7 @@ def build_and_bytes(corpus: str, indexes: LakeIndexes, vectors) -> list[str]:
     hnsw.hnsw.efConstruction = 200
     hnsw.add(vectors.dense)
     hnsw_seconds = time.perf_counter() - started
-    lake = Lake(lake_home())
+    lake = LakeStorage(lake_home())
     folder_bytes = lambda name: sum(p.stat().st_size for p in lake.artifact(name, {"corpus": corpus}).iterdir())  # noqa: E731
     splade = indexes.splade
     n = len(vectors)
@@ -217,8 +217,8 @@ def inserts(corpus: str, split: str) -> list[str]:
     over builds of 80 / 90 / 95 % of the nodes (seeded) with the rest inserted. nDCG@10 ranks 100 nodes
     deep and deduplicates documents, as the tuning does; the paired difference to the full build with
     its 95 % CI, recall@10 against exact fusion, and the insert's seconds against the full build's."""
-    lake = Lake(lake_home())
-    indexes = LakeIndexes(lake, corpus)
+    lake = LakeStorage(lake_home())
+    indexes = CorpusIndexes(lake, corpus)
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     asked = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
     queries, _ = encoded(indexes, [q["text"] for q in asked])
@@ -260,12 +260,12 @@ def inserts(corpus: str, split: str) -> list[str]:
 def knowledge_graph(corpus: str, split: str) -> list[str]:
     """The KG methods against their KG-free twins (spaCy KG, then the evidence oracle where the source
     has evidences), and the walk's recall and speed with the KG."""
-    lake = Lake(lake_home())
+    lake = LakeStorage(lake_home())
     evidences = lake.read("triples", {"corpus": corpus, "extractor": "evidence"}).num_rows if (lake.home / "tables" / "triples").exists() else 0
     lines: list[str] = []
     for extractor in ("spacy", "evidence") if evidences else ("spacy",):
         index_with_kg(corpus, extractor)
-        graph = LakeIndexes(lake, corpus).hybrid_graph.graph
+        graph = CorpusIndexes(lake, corpus).hybrid_graph.graph
         report = {row["method"]: row for row in json.loads(graphlake("eval", "--corpus", corpus, "--split", split, "--methods", ",".join([*KG_PAIRS, *set(KG_PAIRS.values())]), "--json"))}
         oracle = " — ORACLE: the questions' own gold evidence triples" if extractor == "evidence" else ""
         title = f"{corpus} / {split}: kg {extractor}{oracle} ({len(graph.kg.entities):,} entities, {len(graph.kg.source):,} relations)"
@@ -291,8 +291,8 @@ def index_with_kg(corpus: str, extractor: str) -> None:
 
 def kg_speed(corpus: str, split: str) -> list[str]:
     """Recall@10 against exact scoring and QPS, 1/1/1 at L 128, with and without the KG, entities found once."""
-    lake = Lake(lake_home())
-    indexes = LakeIndexes(lake, corpus)
+    lake = LakeStorage(lake_home())
+    indexes = CorpusIndexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, _ = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]

@@ -38,15 +38,15 @@ from threadpoolctl import threadpool_limits
 
 from common import EVALUATED, arguments, header, table
 from graphlake.kernels.hybrid.batched import DeviceVectors
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn
+from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, exact_knn
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text import encoders
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
@@ -63,13 +63,13 @@ ABLATIONS = {
 EF_SEARCH = (16, 32, 64, 128, 256, 512)
 
 
-def pooled(lake: Lake, sets: list[str], most: int) -> tuple[HybridVectors, Queries, Queries, list[str], BM25Index]:
+def pooled(lake: LakeStorage, sets: list[str], most: int) -> tuple[HybridVectors, Queries, Queries, list[str], BM25Index]:
     """The pooled vectors, the nodes as queries, the evaluated queries (``most`` at most), and which sets went in."""
     dense, sparse, texts, queries, used = [], [], [], [], []
     seen: set[str] = set()
     for corpus in sets:
         try:
-            indexes = LakeIndexes(lake, corpus)
+            indexes = CorpusIndexes(lake, corpus)
             vectors, splade = indexes.dense, indexes.splade.tocsr()
         except StorageError:
             continue
@@ -292,7 +292,7 @@ def main() -> None:
     args = arguments(__doc__.splitlines()[0], "hybrid_pooled.md", extra)
     command = ".venv/bin/python benchmarks/hybrid_pooled.py " + shlex.join(sys.argv[1:])
     lines = header("Allan-Poe's hybrid graph index on the pooled corpus (CPU)", command)
-    vectors, nodes, queries, used, bm25 = pooled(Lake(lake_home()), args.sets.split(","), args.queries)
+    vectors, nodes, queries, used, bm25 = pooled(LakeStorage(lake_home()), args.sets.split(","), args.queries)
     lines += [f"- sets: {', '.join(used)}; {len(vectors):,} nodes, {len(queries):,} queries (the evaluated splits)", "- threads: 1 for everything timed"]
     scales = vectors.calibration(nodes)
     with threadpool_limits(1):

@@ -23,12 +23,12 @@ import numpy as np
 from common import arguments, header, table
 from learned_fusion import CORPORA, PRIMARY, per_query
 from graphlake.kernels.eval.metrics import paired_bootstrap
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 DEFAULT_METHODS = "bm25,dense,dense_hnsw,splade,rrf,graph_dense,graph_rrf,grapher_gcs,ap_three,grasp_fused,graphlake_ltr"
 
 
-def compared(first: Lake, second: Lake, corpus: str, method: str) -> dict | None:
+def compared(first: LakeStorage, second: LakeStorage, corpus: str, method: str) -> dict | None:
     """Both lakes' mean primary metric for ``method`` on the queries both evaluated, and the paired difference."""
     split, metric = CORPORA[corpus][2], PRIMARY[corpus]
     if not all(lake.has("query_metrics", {"corpus": corpus, "method": method}) for lake in (first, second)):
@@ -41,7 +41,7 @@ def compared(first: Lake, second: Lake, corpus: str, method: str) -> dict | None
     return {"queries": len(shared), "first": float(np.mean([a[q] for q in shared])), "second": float(np.mean([b[q] for q in shared])), **found}
 
 
-def tuning_said(lake: Lake, corpus: str) -> str | None:
+def tuning_said(lake: LakeStorage, corpus: str) -> str | None:
     """The lake's tuning decision for the corpus, as its build said it (None where it tuned nothing)."""
     import json
 
@@ -52,10 +52,10 @@ def tuning_said(lake: Lake, corpus: str) -> str | None:
     return json.loads((lake.artifact(TUNED_ARTIFACT, {"corpus": corpus}) / TUNING_DECISION).read_text(encoding="utf-8"))["said"]
 
 
-def cpu_per_passage(lake: Lake, corpus: str, count: int) -> float:
+def cpu_per_passage(lake: LakeStorage, corpus: str, count: int) -> float:
     """CPU-seconds (user + system) per passage for the corpus's dense model, on ``count`` of its passages
     (a seeded sample), encoded for the build (torch, its default batch)."""
-    from graphlake.retrieval.index.lake import retrieval_texts
+    from graphlake.retrieval.index.corpus_indexes import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
     from graphlake.warehouse.models import encode_dense
 
@@ -79,7 +79,7 @@ def main() -> None:
 
     args = arguments(__doc__, "lakes_compared.md", options)
     (name_a, path_a), (name_b, path_b) = (item.split("=", 1) for item in args.lakes.split(","))
-    first, second = Lake(Path(path_a)), Lake(Path(path_b))
+    first, second = LakeStorage(Path(path_a)), LakeStorage(Path(path_b))
     sets, methods = args.sets.split(","), args.methods.split(",")
     lines = header(args.title, f".venv/bin/python benchmarks/lakes_compared.py --lakes {name_a}=LAKE,{name_b}=LAKE --sets {args.sets} --methods {args.methods}")
     lines += [

@@ -30,7 +30,7 @@ from common import HOTPOT, HOTPOT_TRAIN, WIKI_DEV, WIKI_TRAIN, arguments, graphl
 from graphlake.kernels.eval.metrics import paired_bootstrap
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 CORPORA = {  # corpus: format, path under the datasets folder, evaluated split (None: trains others), train_corpus
     "scifact": ("beir", "scifact", "test", None),
@@ -67,13 +67,13 @@ def ablations(inputs: list[str]) -> dict[str, dict]:
     }
 
 
-def per_query(lake: Lake, corpus: str, method: str, split: str, metric: str) -> dict[str, float]:
+def per_query(lake: LakeStorage, corpus: str, method: str, split: str, metric: str) -> dict[str, float]:
     name, _, k = metric.partition("@")
     rows = lake.read("query_metrics", {"corpus": corpus, "method": method}).to_pylist()
     return {r["query_id"]: r["value"] for r in rows if r["split"] == split and r["metric"] == name and (r["k"] or 0) == (int(k) if k else 0)}
 
 
-def difference(lake: Lake, corpus: str, split: str, metric: str, method: str, baseline: str) -> tuple[float, float, float]:
+def difference(lake: LakeStorage, corpus: str, split: str, metric: str, method: str, baseline: str) -> tuple[float, float, float]:
     mine, theirs = per_query(lake, corpus, method, split, metric), per_query(lake, corpus, baseline, split, metric)
     shared = sorted(set(mine) & set(theirs))
     found = paired_bootstrap([theirs[q] for q in shared], [mine[q] for q in shared])  # method minus baseline
@@ -83,12 +83,12 @@ def difference(lake: Lake, corpus: str, split: str, metric: str, method: str, ba
 def latency(corpus: str, split: str, count: int) -> dict:
     """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
     from graphlake.retrieval.core import run_inputs
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.learned_fusion import candidate_rows
 
-    lake, op = Lake(lake_home()), load_methods(lake_home())[LTR]
-    indexes = LakeIndexes(lake, corpus)
+    lake, op = LakeStorage(lake_home()), load_methods(lake_home())[LTR]
+    indexes = CorpusIndexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     texts = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]
     op.run(texts[0], indexes)  # loads the model and the indexes
@@ -104,14 +104,14 @@ def latency(corpus: str, split: str, count: int) -> dict:
     return {"queries": len(texts), "p50": float(np.median(added)), "p95": float(np.percentile(added, 95)), "inputs_p50": float(np.median(first)), "candidates": float(np.mean(sizes))}
 
 
-def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int = 5) -> float:
+def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, folds: int = 5) -> float:
     """graphlake_ltr's primary metric where it learns in-domain: the evaluated queries in ``folds`` seeded
     folds, each ranked by a ranker trained (with every feature, as on a corpus's own train split) on the
     other folds only. Not the acceptance protocol, which never trains on an evaluated query: an estimate of
     what the training pairing costs."""
     from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
     from graphlake.kernels.eval.metrics import evaluate, mean
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.queries import gold_by_query
     from graphlake.retrieval.training.learned_fusion import fit, input_runs, ranked_docs
@@ -119,7 +119,7 @@ def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int
     op = load_methods(lake.home)[LTR]
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     queries = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
-    indexes = LakeIndexes(lake, corpus)
+    indexes = CorpusIndexes(lake, corpus)
     runs, failed = input_runs([op], [q["text"] for q in queries], indexes)
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")
@@ -134,7 +134,7 @@ def cross_validated(lake: Lake, corpus: str, split: str, metric: str, folds: int
     return mean(evaluate(rankings, {q["query_id"]: gold[q["query_id"]] for q in queries}, [metric]), metric)
 
 
-def measure(lake: Lake, corpus: str, compared: list[str], inputs: list[str], latency_queries: int, ablate: bool, cross_validate: bool) -> dict:
+def measure(lake: LakeStorage, corpus: str, compared: list[str], inputs: list[str], latency_queries: int, ablate: bool, cross_validate: bool) -> dict:
     """One set: every compared method's primary metric, graphlake_ltr's paired differences, the ablation,
     the latency it adds, its ranker's report and (``cross_validate``) its in-domain estimate, as the rows
     of the results file."""
@@ -233,7 +233,7 @@ def main() -> None:
         fmt, relative, _, train = CORPORA[corpus]
         if not (home / "tables" / "documents" / f"corpus={corpus}").exists():
             graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
-    lake = Lake(home)
+    lake = LakeStorage(home)
     for corpus in (c for c in CORPORA if c in needed):  # the corpus graph, for Topological Recall, though no compared method reads it all
         kinds = [k for k in CorpusRegistry(home).get(corpus).corpus_graph if not lake.has("edges", {"corpus": corpus, "kind": k})]
         if kinds:  # --select runs what it names: only what is missing

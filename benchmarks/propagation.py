@@ -54,10 +54,10 @@ from common import machine
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.retrieval.core import run_inputs
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.operators.graph import candidate_graph
-from graphlake.warehouse.storage import Lake
+from graphlake.retrieval.operators.propagation import candidate_graph
+from graphlake.warehouse.storage import LakeStorage
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_OUTPUT = ROOT / "benchmarks" / "results" / "propagation.md"
@@ -65,10 +65,10 @@ RESTART, GCS_ALPHA, TOP = 0.15, 0.5, 10
 Solver = Callable[[np.ndarray], tuple[object, int | None]]  # seeds -> (scores as returned, iterations if known)
 
 
-def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
+def prepare(home: Path, corpus: str, cache: Path) -> tuple[CorpusIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
-    lake = Lake(home)
-    indexes = LakeIndexes(lake, corpus)
+    lake = LakeStorage(home)
+    indexes = CorpusIndexes(lake, corpus)
     graph = indexes.cooccurrence.graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")
@@ -261,7 +261,7 @@ CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE = (
 )
 
 
-def bench_gcs(args: argparse.Namespace, indexes: LakeIndexes, cand_rows: list[np.ndarray], cand_scores: list[np.ndarray]) -> dict:
+def bench_gcs(args: argparse.Namespace, indexes: CorpusIndexes, cand_rows: list[np.ndarray], cand_scores: list[np.ndarray]) -> dict:
     """Candidate-graph construction, our GCS and the dense references, per query; max abs differences to ours."""
     candidate_graph(indexes, cand_rows[0], "conceptual", "spacy")  # loads the mention matrix once
     times = {name: Timings() for name in (CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE)}

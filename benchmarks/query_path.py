@@ -29,10 +29,10 @@ import json, resource, sys, time
 import numpy as np
 from graphlake.api.lake import GraphLake
 from graphlake.retrieval.queries import select_queries
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 home, corpus, split, count, methods = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5].split(",")
-texts = select_queries(Lake(home).read("queries", {"corpus": corpus}), split, count).column("text").to_pylist()
+texts = select_queries(LakeStorage(home).read("queries", {"corpus": corpus}), split, count).column("text").to_pylist()
 lake = GraphLake(home)
 
 def cpu():

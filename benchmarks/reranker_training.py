@@ -41,11 +41,11 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     from graphlake.kernels.text.encoders import dense_model_path
     from graphlake.retrieval.training.reranker import mine, training_queries
     from graphlake.warehouse.home import lake_home
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     prepare_lake(datasets)
     folder.mkdir(parents=True, exist_ok=True)
-    store = Lake(lake_home())
+    store = LakeStorage(lake_home())
     corpora = list(TRAINING)  # the asset's order, as benchmarks/fastinsight.py trains it
     config = RerankerConfig(corpora=corpora, negatives=negatives, validation_depth=validation_depth)
     data = mine(store, corpora, training_queries(store, corpora, 0, config.seed), config)

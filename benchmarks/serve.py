@@ -40,11 +40,11 @@ from rich.console import Console
 from graphlake.api import GraphLake
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 SIDE = "side"  # the corpus the load test reindexes
 
@@ -54,7 +54,7 @@ def in_process(home: Path, corpus: str, methods: list[str], queries: list[str]) 
     rows = []
     api, declared = GraphLake(home), load_methods(home)
     for name in methods:
-        indexes, method = LakeIndexes(Lake(home), corpus), declared[name]
+        indexes, method = CorpusIndexes(LakeStorage(home), corpus), declared[name]
         method.run("warm up", indexes)  # as run_method does before its timed loop
         api.warm(corpus, name)
         own, served = [], []
@@ -262,7 +262,7 @@ def main() -> None:
     parser.add_argument("--revision", default="HEAD", help="with --side before: the git revision the server runs")
     options = parser.parse_args()
     home, methods = lake_home(), options.methods.split(",")
-    texts = [q["text"] for q in Lake(home).read("queries", {"corpus": options.corpus}).to_pylist() if q["split"] == "test"][: options.queries]
+    texts = [q["text"] for q in LakeStorage(home).read("queries", {"corpus": options.corpus}).to_pylist() if q["split"] == "test"][: options.queries]
     if options.side:
         return load_only(options, home, methods, texts)
     lines = [*header("Retrieval for applications: the API and `graphlake serve`", f"python benchmarks/serve.py --corpus {options.corpus} --methods {options.methods} --queries {options.queries} --seconds {options.seconds:g} --clients {options.clients}")]

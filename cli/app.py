@@ -15,7 +15,7 @@ from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.config_files import ConfigFileError, load_yaml
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.home import HomeError, lake_home
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 console = Console()
 errors = Console(stderr=True)
@@ -87,7 +87,7 @@ def _print_notes(notes: dict[str, str], corpus: str, build: bool) -> None:
     """Each line of the assets' notes once, with the assets that left it (on stderr, like the progress).
     In a ``build`` of a corpus without queries, one line says what that means (empty runs and
     evaluations, trained models standing in their defaults) rather than one a method or a model."""
-    if build and notes and Lake(lake_home()).rows("queries", {"corpus": corpus}) == 0:
+    if build and notes and LakeStorage(lake_home()).rows("queries", {"corpus": corpus}) == 0:
         from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds)
         from graphlake.retrieval.index.kinds import INDEX_KINDS
 

@@ -11,7 +11,7 @@ from rich.table import Table
 from graphlake.cli.app import app, console, errors, fail, run_plan
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 @app.command(name="eval")
@@ -39,9 +39,9 @@ def evaluate(
     try:
         cutoffs = _cutoffs(k)
         CorpusRegistry(home).get(corpus)
-        if split is None and Lake(home).has("queries", {"corpus": corpus}):
-            split = held_out_split(Lake(home), corpus)
-        refresh = plan_refresh(Lake(home), corpus, names, home, split, sample=sample)
+        if split is None and LakeStorage(home).has("queries", {"corpus": corpus}):
+            split = held_out_split(LakeStorage(home), corpus)
+        refresh = plan_refresh(LakeStorage(home), corpus, names, home, split, sample=sample)
     except (KeyError, ValueError, StorageError) as error:
         fail(str(error))
     if rerun:
@@ -52,7 +52,7 @@ def evaluate(
     run_plan(refresh, "eval")
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")
-    split = split or held_out_split(Lake(home), corpus)  # a corpus ingested just now
+    split = split or held_out_split(LakeStorage(home), corpus)  # a corpus ingested just now
     report = evaluation_report(home, corpus, names, split, cutoffs)
     if as_json:
         print(json.dumps(report))
@@ -95,7 +95,7 @@ def compare_methods(
     from graphlake.retrieval.reports import compare
 
     try:
-        split = split or held_out_split(Lake(lake_home()), corpus)
+        split = split or held_out_split(LakeStorage(lake_home()), corpus)
         result = compare(lake_home(), corpus, baseline, method, metric, split)
     except ValueError as error:
         fail(str(error))

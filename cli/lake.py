@@ -17,7 +17,7 @@ from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FO
 from graphlake.warehouse.home import lake_home, require_writable
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 INGEST_FORMATS = [name for name in FORMATS if name != "demo"]
 
@@ -194,7 +194,7 @@ def forget(
 
     home = lake_home()
     registry = CorpusRegistry(home)
-    lake = Lake(home)
+    lake = LakeStorage(home)
     known = corpus in registry.all() or any(lake.tables_dir.glob(f"*/corpus={corpus}"))
     if not known:
         fail(f"corpus {corpus!r} is neither declared nor in the lake at {home}")
@@ -215,7 +215,7 @@ def gc() -> None:
     corpus keeps its current and its previous snapshot), one corpus at a time under its writer lock."""
     home = lake_home()
     require_writable(home, "`graphlake gc` removes files from it and")
-    lake = Lake(home)
+    lake = LakeStorage(home)
     for scope in lake.snapshots.scopes():
         try:
             with lake.writing(scope, "graphlake gc") as removed:

@@ -18,7 +18,7 @@ from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 @app.command()
@@ -66,7 +66,7 @@ def _search_here(corpus: str, method: str, text: str, top: int, build: bool) -> 
         from graphlake.pipelines.freshness import plan_refresh
 
         try:
-            refresh = plan_refresh(Lake(home), corpus, [method], home, runs=False)
+            refresh = plan_refresh(LakeStorage(home), corpus, [method], home, runs=False)
         except (KeyError, ValueError, StorageError) as error:
             fail(str(error))
         run_plan(refresh, "query")
@@ -187,7 +187,7 @@ def list_models(
         for role in ROLES:  # a corpus that names an unknown model fails here, naming its declaration
             declared.choice(role, spec.models, where=f"{registry.path}: corpus {name!r}")
         chosen[name] = spec.models
-    trained = Lake(home).artifact_written_at("reranker", {}) is not None
+    trained = LakeStorage(home).artifact_written_at("reranker", {}) is not None
     rows = listing(declared, chosen, cache_dir(), trained)
     if as_json:
         print(json.dumps(rows))

@@ -35,7 +35,7 @@ from dagster._utils import iterate_with_context
 
 from graphlake.pipelines.staleness import PARTITION_TAG
 from graphlake.warehouse.scopes import LAKE_SCOPE
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 _DEFAULT = multi_or_in_process_executor.config_schema.as_field()
 DASK_CONFIG = Field(
@@ -59,13 +59,13 @@ def committed(home: Path, plan_context, events: Iterator) -> Iterator:
     """The run's events, inside its corpus's writer lock; its snapshot committed once all steps succeeded."""
     run = plan_context.dagster_run
     corpus = run.tags.get(PARTITION_TAG)
-    with Lake(home).writing(corpus or LAKE_SCOPE, f"Dagster run {run.run_id}", announce=plan_context.log.info):
+    with LakeStorage(home).writing(corpus or LAKE_SCOPE, f"Dagster run {run.run_id}", announce=plan_context.log.info):
         failed = False
         for event in events:
             failed = failed or event.is_step_failure
             yield event
         if not failed:
-            snapshots = Lake(home, run.run_id).commit(corpus)
+            snapshots = LakeStorage(home, run.run_id).commit(corpus)
             plan_context.log.info(f"committed snapshot(s) {snapshots}" if snapshots else "nothing new to commit")
 
 

@@ -19,7 +19,7 @@ from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, inde
 from graphlake.retrieval.methods import load_methods, unknown_method
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 BASE_TABLES = ["documents", "queries", "qrels", "foreign_keys", "nodes"]
 
@@ -67,7 +67,7 @@ class Refresh:
 
 
 def plan_refresh(
-    lake: Lake, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True, sample: int | None = None
+    lake: LakeStorage, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True, sample: int | None = None
 ) -> Refresh:
     """What a fresh evaluation of ``names`` on ``split`` (None: every query; ``sample``: a seeded sample of them) needs; with ``runs``
     False, what querying them needs (their indexes, not their runs).
@@ -113,7 +113,7 @@ def plan_refresh(
     return refresh
 
 
-def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts: set[str], methods: Methods, rebuilding: bool) -> float | None:
+def _index_written(refresh: Refresh, lake: LakeStorage, corpus: str, index: str, parts: set[str], methods: Methods, rebuilding: bool) -> float | None:
     """When the index was written, None when it is (to be) rebuilt; adds what it needs to ``refresh``."""
     kind = index_kind(index)
     last = kind.assets[-1]
@@ -136,7 +136,7 @@ def _index_written(refresh: Refresh, lake: Lake, corpus: str, index: str, parts:
     return written
 
 
-def _bring_up(refresh: Refresh, lake: Lake, corpus: str, kinds: frozenset[str], methods: Methods, rebuilding: bool, learning: set[tuple[str, str]]) -> float | None:
+def _bring_up(refresh: Refresh, lake: LakeStorage, corpus: str, kinds: frozenset[str], methods: Methods, rebuilding: bool, learning: set[tuple[str, str]]) -> float | None:
     """Add the missing ``kinds`` of another corpus the index learns from; when the last of them was
     written, None when one is (to be) rebuilt. A learned one among them first brings up what it reads on
     the corpora it learns from in turn (``learning``: the (corpus, kind) pairs waiting on this one; one
@@ -181,7 +181,7 @@ def _covers(stored: str | None, declaration: dict, split: str | None, sample: in
     return ran in (None, split) if ran_sample is None else (ran, ran_sample) == (split, sample)
 
 
-def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:
+def _has_topological_recall(lake: LakeStorage, partition: dict[str, str]) -> bool:
     """Whether the stored metrics hold Topological Recall, or hold nothing at all (no queries with gold)."""
     if not lake.has("metrics", partition):
         return False
@@ -189,7 +189,7 @@ def _has_topological_recall(lake: Lake, partition: dict[str, str]) -> bool:
     return not stored or GRAPH_METRICS[0] in stored
 
 
-def _first(lake: Lake, table: str, partition: dict[str, str], column: str) -> str | None:
+def _first(lake: LakeStorage, table: str, partition: dict[str, str], column: str) -> str | None:
     """A value every row of a run shares (its id, its params), or None when there is no such run."""
     if not lake.has(table, partition):
         return None

@@ -44,7 +44,7 @@ from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 PROGRESS_TAG = "graphlake/progress"
 DASK_ENV = "GRAPHLAKE_DASK"  # run on Dask: a scheduler's address, or "local"
@@ -113,7 +113,7 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
         if not keys or (isinstance(selection, str) and _unknown_words(selection, assets)):
             raise MaterializeError(_unknown_assets(selection, assets))
         if isinstance(selection, list):  # a freshness plan: what it names, and whatever upstream of it the corpus lacks
-            keys |= _missing_upstream(keys, assets, Lake(home), corpus)
+            keys |= _missing_upstream(keys, assets, LakeStorage(home), corpus)
         if incremental:
             every = len(keys)
             keys = plan_build(home, spec, defs.resolve_asset_graph(), set(keys), instance)
@@ -204,7 +204,7 @@ def _writing(home: Path, corpus: str, command: str, console: Console) -> Iterato
     """The corpus's writer lock for the run, after collecting what failed or killed runs left."""
     try:
         require_writable(home, f"`graphlake {command}` on corpus {corpus!r} builds what is missing or stale and")
-        with Lake(home).writing(corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
+        with LakeStorage(home).writing(corpus, f"graphlake {command}", announce=lambda line: console.print(line, highlight=False)):
             yield
     except (LockedError, HomeError) as error:
         raise MaterializeError(str(error)) from None
@@ -238,7 +238,7 @@ def _resolve_selection(selection: AssetSelection | str | list[str] | None, home:
     return (chosen if "llm" in selection else chosen - AssetSelection.groups("llm")).required_multi_asset_neighbors()
 
 
-def _missing_upstream(keys: set, assets, lake: Lake, corpus: str) -> set:
+def _missing_upstream(keys: set, assets, lake: LakeStorage, corpus: str) -> set:
     """The corpus's assets upstream of ``keys`` that it has never materialized (with the multi-assets'
     other outputs), so that a plan naming an index also builds the mentions or triples it reads."""
     by_key = {key: definition for definition in assets for key in definition.keys}
@@ -247,7 +247,7 @@ def _missing_upstream(keys: set, assets, lake: Lake, corpus: str) -> set:
     return AssetSelection.assets(*missing).required_multi_asset_neighbors().resolve(assets) if missing else set()
 
 
-def _materialized(definition, key, lake: Lake, corpus: str) -> bool:
+def _materialized(definition, key, lake: LakeStorage, corpus: str) -> bool:
     """Whether the corpus has a committed output of the asset: the table partition its metadata names,
     else the stored output of the index kind it builds; an asset that declares neither counts as present."""
     metadata = definition.specs_by_key[key].metadata

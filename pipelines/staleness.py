@@ -31,7 +31,7 @@ from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.readers.base import IngestError
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 QUERY_TABLES = ("runs", "metrics", "query_metrics")  # what a method's run and evaluation assets write
@@ -67,7 +67,7 @@ def plan_build(home: Path, spec: CorpusSpec, graph, keys: set[AssetKey], instanc
 def changed_raw_tables(home: Path, spec: CorpusSpec) -> list[str]:
     """The raw tables whose current version the corpus's files, read now, would change."""
     try:
-        ingested, lake = spec.read(), Lake(home)
+        ingested, lake = spec.read(), LakeStorage(home)
     except IngestError:  # the run's ingest step reports it, as any build's would
         return list(RAW_TABLES)
     return [name for name in RAW_TABLES if not lake.holds(name, {"corpus": spec.name}, getattr(ingested, name))]
@@ -75,7 +75,7 @@ def changed_raw_tables(home: Path, spec: CorpusSpec) -> list[str]:
 
 def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: DagsterInstance, changed: set[AssetKey]) -> set[AssetKey]:
     """``changed`` and the assets the lake's records show out of date, with everything of ``keys`` downstream of them."""
-    lake = Lake(home)
+    lake = LakeStorage(home)
     written = {key: _written(lake, instance, corpus, key, graph.get(key).metadata) for key in keys}
     checked = {key: _checked(instance, corpus, key, graph.get(key).partitions_def is not None) for key in keys}
     seeds = changed | {
@@ -110,7 +110,7 @@ def _checked(instance: DagsterInstance, corpus: str, key: AssetKey, partitioned:
     return None
 
 
-def _written(lake: Lake, instance: DagsterInstance, corpus: str, key: AssetKey, metadata) -> float | None:
+def _written(lake: LakeStorage, instance: DagsterInstance, corpus: str, key: AssetKey, metadata) -> float | None:
     """When the asset's current output for the corpus was written, None if it has none."""
     name = key.to_user_string()
     if "table" in metadata:

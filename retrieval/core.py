@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
 
@@ -168,13 +168,13 @@ class Op(BaseModel):
         """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
         return None
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run(self, query: str, indexes: CorpusIndexes) -> Candidates:
         """One query's candidates: a batch of one."""
         return self.run_batch([query], indexes)[0]
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         """Each query's candidates, in the queries' order; the queries' encodings are computed ahead
-        (``LakeIndexes.prime``) where the caller could."""
+        (``CorpusIndexes.prime``) where the caller could."""
         raise NotImplementedError
 
 
@@ -182,11 +182,11 @@ class PerQuery(Op):
     """An operator whose kernel takes one query at a time (a graph walk over Python structures, a plan,
     a cross-encoder's budget): the batch runs its inputs once for all queries, then ``run_one`` per query."""
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         inputs = run_inputs_batch(self, queries, indexes)
         return [self.run_one(query, found, indexes) for query, found in zip(queries, inputs, strict=True)]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         """One query's candidates, given its inputs' (``inputs``, in the declared order)."""
         raise NotImplementedError
 
@@ -215,15 +215,15 @@ def problem(error: ValidationError) -> str:
     return f"{where}: {chosen['msg']}"
 
 
-def shared_run(op: Op, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+def shared_run(op: Op, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
     """``op``'s candidates for each query, run on the queries the request has not run it on yet: within
-    one request (``LakeIndexes.request``) an operator that several methods or inputs share runs once."""
+    one request (``CorpusIndexes.request``) an operator that several methods or inputs share runs once."""
     if not queries:
         return []
     return indexes.shared(op.canonical(), queries, lambda missing: op.run_batch(missing, indexes))
 
 
-def run_inputs_batch(op: Op, queries: list[str], indexes: LakeIndexes) -> list[list[Candidates]]:
+def run_inputs_batch(op: Op, queries: list[str], indexes: CorpusIndexes) -> list[list[Candidates]]:
     """Per query, its inputs' candidates (each input run once on the whole batch)."""
     inputs = getattr(op, "inputs", ())
     if not inputs:
@@ -232,7 +232,7 @@ def run_inputs_batch(op: Op, queries: list[str], indexes: LakeIndexes) -> list[l
     return [list(found) for found in zip(*per_input, strict=True)]
 
 
-def run_inputs(op: Op, query: str, indexes: LakeIndexes) -> list[Candidates]:
+def run_inputs(op: Op, query: str, indexes: CorpusIndexes) -> list[Candidates]:
     """One query's inputs' candidates."""
     return run_inputs_batch(op, [query], indexes)[0]
 

@@ -15,10 +15,10 @@ import pyarrow.compute as pc
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.core import Methods
-from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, corpus_graph
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 from graphlake.warehouse.tables import row_schema
 
 CUTOFFS = (1, 2, 5, 10, 20, 100)
@@ -26,7 +26,7 @@ METRIC_NAMES = [f"{m}@{k}" for m in METRICS_AT_K for k in CUTOFFS] + ["mrr"]
 HELD_OUT_SPLITS = ("test", "dev")  # what a corpus is reported on when no split is named, first found
 
 
-def held_out_split(lake: Lake, corpus: str) -> str:
+def held_out_split(lake: LakeStorage, corpus: str) -> str:
     """The corpus's held-out split: ``test``, else ``dev``; an error naming the splits it has otherwise."""
     splits = set(lake.read("queries", {"corpus": corpus}).column("split").to_pylist())
     if not splits:
@@ -37,7 +37,7 @@ def held_out_split(lake: Lake, corpus: str) -> str:
     return found
 
 
-def first_stage_gap(lake: Lake, corpus: str, name: str, methods: Methods) -> str | None:
+def first_stage_gap(lake: LakeStorage, corpus: str, name: str, methods: Methods) -> str | None:
     """A note when the corpus's stored evaluation shows the reranking method ``name`` not beating its first
     stage (nDCG@10 on the held-out split); None when it does, or when nothing stored on this corpus tells:
     no queries with gold, or no switched-on method with an evaluation that ranks as the first stage does."""
@@ -56,7 +56,7 @@ def first_stage_gap(lake: Lake, corpus: str, name: str, methods: Methods) -> str
     return f"{name} does not beat its first stage {stage} on the {split} queries of {corpus!r} (nDCG@10 {own:.3f} against {value:.3f})"
 
 
-def _stored_ndcg(lake: Lake, corpus: str, method: str, split: str) -> float | None:
+def _stored_ndcg(lake: LakeStorage, corpus: str, method: str, split: str) -> float | None:
     partition = {"corpus": corpus, "method": method}
     if not lake.has("metrics", partition):
         return None
@@ -105,7 +105,7 @@ def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: 
     return metrics, query_metrics
 
 
-def metrics_from_run(lake: Lake, corpus: str, method: str, split: str, names: list[str]) -> dict[str, float]:
+def metrics_from_run(lake: LakeStorage, corpus: str, method: str, split: str, names: list[str]) -> dict[str, float]:
     """Means over the split's judged queries of metrics (``name@k``) computed from the stored run, as
     ``evaluate_run`` computes them: for cutoffs the stored evaluation does not keep."""
     partition = {"corpus": corpus}
@@ -118,7 +118,7 @@ def metrics_from_run(lake: Lake, corpus: str, method: str, split: str, names: li
     return {name: float(np.mean([v[name] for v in values.values()])) if values else 0.0 for name in names}
 
 
-def evaluate_stored(lake: Lake, corpus: str, name: str) -> tuple[pa.Table, pa.Table]:
+def evaluate_stored(lake: LakeStorage, corpus: str, name: str) -> tuple[pa.Table, pa.Table]:
     """Metrics of the method's stored run on the corpus, over the split it ran (every split if it ran all)."""
     partition = {"corpus": corpus}
     runs = lake.read("runs", {**partition, "method": name})
@@ -131,16 +131,16 @@ def evaluate_stored(lake: Lake, corpus: str, name: str) -> tuple[pa.Table, pa.Ta
     return evaluate_run(runs, queries, qrels, document_graph(lake, corpus))
 
 
-def document_graph(lake: Lake, corpus: str) -> DocumentGraph | None:
+def document_graph(lake: LakeStorage, corpus: str) -> DocumentGraph | None:
     """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
     if not corpus_graph_built(lake, corpus):
         return None
-    indexes = LakeIndexes(lake, corpus)
+    indexes = CorpusIndexes(lake, corpus)
     adjacency, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
     return DocumentGraph.from_nodes(adjacency, list(indexes.doc_ids()))
 
 
-def corpus_graph_built(lake: Lake, corpus: str) -> bool:
+def corpus_graph_built(lake: LakeStorage, corpus: str) -> bool:
     """Whether every edge kind of the corpus graph (Topological Recall's graph) is in the lake."""
     kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
     return all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds)

@@ -14,16 +14,16 @@ from typing import Any
 
 from graphlake.retrieval.core import Methods, Op, needs, walk
 from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare, held_parts, learned_kind
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.models import grasp_fusion, learned_fusion
 from graphlake.retrieval.models.grapher import DEFAULT_BASE, NETWORKS, TunedRankers
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, stage_key
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.operators.graph import GraphRerank
+from graphlake.retrieval.operators.propagation import GraphRerank
 from graphlake.retrieval.queries import graph_ranker_sources, reranker_sources, training_corpora
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 RERANKER_MINERS = ("bm25", "dense")  # the methods that mine the cross-encoder's hard negatives by default
 
@@ -38,7 +38,7 @@ def grapher_reads(methods: Methods, base: str = DEFAULT_BASE) -> frozenset[str]:
     return frozenset(needs(GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs", alpha=0.5)))
 
 
-def grapher_parts(lake: Lake, corpus: str) -> set[str]:
+def grapher_parts(lake: LakeStorage, corpus: str) -> set[str]:
     """The networks the corpus's stored GraphER rankers hold."""
     try:
         folder = lake.artifact("graph_rankers", {"corpus": corpus})
@@ -99,7 +99,7 @@ def reranker_reads(methods: Methods, miners: tuple[str, ...] = RERANKER_MINERS) 
     return frozenset({"dense"}.union(*(needs(methods[m]) for m in miners)))
 
 
-def lake_reranker(indexes: LakeIndexes) -> Any:
+def lake_reranker(indexes: CorpusIndexes) -> Any:
     """The lake's cross-encoder; where it was never trained (a method switched on after the last build,
     read by the API before any ``materialize``), its ``Untrained`` marker, so the reranking methods
     answer with their first stage and say why instead of failing."""

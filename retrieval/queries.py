@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 TRAIN_SPLIT = "train"
 SPLIT_PARAM = "query_split"  # in a run's params when it ran one split's queries only
@@ -56,7 +56,7 @@ def training_source(home: Path, corpus: str) -> tuple[str, str | None]:
     return corpus, TRAIN_SPLIT
 
 
-def training_queries(lake: Lake, corpus: str) -> tuple[str, list[dict]]:
+def training_queries(lake: LakeStorage, corpus: str) -> tuple[str, list[dict]]:
     """(training corpus, its training queries as rows of ``queries``) for ``corpus``: all of its
     ``train_corpus``'s, else its own ``train`` split."""
     source, split = training_source(lake.home, corpus)
@@ -64,7 +64,7 @@ def training_queries(lake: Lake, corpus: str) -> tuple[str, list[dict]]:
     return source, [row for row in rows if split is None or row["split"] == split]
 
 
-def check_disjoint(lake: Lake, corpus: str, source: str, queries: list[dict], learner: str) -> None:
+def check_disjoint(lake: LakeStorage, corpus: str, source: str, queries: list[dict], learner: str) -> None:
     """Refuse to learn on a query the corpus is evaluated on: any of its queries, or outside its train
     split when it learns from itself."""
     if source == corpus:
@@ -95,7 +95,7 @@ def graph_ranker_sources(home: Path, corpus: str) -> list[str]:
     return list(dict.fromkeys([training_source(home, corpus)[0], alpha_source(home, corpus)[0]]))
 
 
-def has_train_queries(lake: Lake, corpus: str) -> bool:
+def has_train_queries(lake: LakeStorage, corpus: str) -> bool:
     if not lake.has("queries", {"corpus": corpus}):
         return False
     return TRAIN_SPLIT in set(lake.read("queries", {"corpus": corpus}).column("split").to_pylist())
@@ -103,5 +103,5 @@ def has_train_queries(lake: Lake, corpus: str) -> bool:
 
 def reranker_sources(home: Path) -> list[str]:
     """The corpora the lake's cross-encoder learns from by default: every declared one with train queries."""
-    lake = Lake(home)
+    lake = LakeStorage(home)
     return [name for name in CorpusRegistry(home).all() if has_train_queries(lake, name)]

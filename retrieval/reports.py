@@ -8,7 +8,7 @@ from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, paired_b
 from graphlake.retrieval.evaluation import document_rankings, metrics_from_run
 from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.catalog import Catalog
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, cutoffs: list[int]) -> list[dict]:
@@ -26,7 +26,7 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
             if not values:
                 raise ValueError(f"no metrics for method {method!r} on split {split!r} of corpus {corpus!r}")
             missing = [f"{m}@{k}" for m in METRICS_AT_K for k in cutoffs if (m, k) not in values]
-            computed = metrics_from_run(Lake(home), corpus, method, split, missing) if missing else {}
+            computed = metrics_from_run(LakeStorage(home), corpus, method, split, missing) if missing else {}
             metrics = {
                 f"{m}@{k}": values[(m, k)] if (m, k) in values else computed[f"{m}@{k}"]
                 for m in (*METRICS_AT_K, *GRAPH_METRICS)
@@ -95,7 +95,7 @@ def compare(home: Path, corpus: str, baseline: str, system: str, metric: str, sp
 def trec_run(home: Path, corpus: str, method: str) -> list[dict]:
     """The run at document level, a document ranked by its best node: one ``{query_id, doc_id, rank, score,
     tag}`` per line of a TREC run file (``qid Q0 doc rank score tag``), the score as that file prints it."""
-    lake = Lake(home)
+    lake = LakeStorage(home)
     partition = {"corpus": corpus, "method": method}
     if not lake.has("runs", partition):
         raise ValueError(f"no run of method {method!r} on corpus {corpus!r}; run `graphlake eval` first")

@@ -13,16 +13,16 @@ import pyarrow as pa
 
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 def run_method(
     name: str,
     method: Op,
     params: dict,
-    lake: Lake,
+    lake: LakeStorage,
     corpus: str,
     split: str | None = None,
     *,
@@ -39,7 +39,7 @@ def run_method(
         params = {**params, SPLIT_PARAM: split}
     if sample is not None:
         params = {**params, SAMPLE_PARAM: sample}
-    indexes = LakeIndexes(lake, corpus, reuse_pairs)
+    indexes = CorpusIndexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
     warm = indexes.request()
     method.run("warm up", warm)  # load indexes and models outside the timed loop

@@ -60,11 +60,11 @@ def materialize_committed(home: Path, assets, **kwargs):
     a successful run (``materialize`` runs in-process with neither): its tables become visible."""
     from dagster import materialize
 
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     result = materialize(assets, **kwargs)
     if result.success:
-        Lake(home, result.run_id).commit(kwargs.get("partition_key"))
+        LakeStorage(home, result.run_id).commit(kwargs.get("partition_key"))
     return result
 
 

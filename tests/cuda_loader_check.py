@@ -8,16 +8,16 @@ import sys
 
 import numpy as np
 
-from graphlake.kernels.hybrid.graph import Searcher
+from graphlake.kernels.hybrid.graph_index import Searcher
 from graphlake.retrieval.core import needs
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
 
 home = sys.argv[1]
-indexes = LakeIndexes(Lake(home), "demo").request()
+indexes = CorpusIndexes(LakeStorage(home), "demo").request()
 op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
 indexes.prime(QUERIES, needs(op))
 found = op.run_batch(QUERIES, indexes)

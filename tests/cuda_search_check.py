@@ -14,7 +14,7 @@ import numpy as np
 from conftest import noisy_queries, synthetic, walk_one
 
 from graphlake.kernels.hybrid import cuda_search
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid.vectors import HybridVectors
 
 WEIGHTINGS = {"dense": (1.0, 0.0, 0.0), "three_paths": (1.0, 1.0, 1.0), "keywords": (1.0, 1.0, 1.0)}

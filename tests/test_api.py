@@ -24,7 +24,7 @@ from served import KEY, Server
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 METHODS = ("bm25", "dense", "rrf", "ap_three", "graph_rrf", "grasp_fused")  # batched paths; SPRIG's entity graph and GRASP's SKB, loaded by views
 
@@ -44,7 +44,7 @@ def test_the_server_answers_as_the_stored_runs_and_guards_itself(served, demo_la
     assert "weights" in methods["ap_three"]["query_time"] and methods["bm25"]["switched_on"]
 
     # the same hits as the runs the demo stored for its test queries, one by one and in one batch
-    lake = Lake(demo_lake.home)
+    lake = LakeStorage(demo_lake.home)
     queries = {q["query_id"]: q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "test"}
     for method in METHODS:
         stored: dict[str, list[tuple[str, float]]] = {}
@@ -100,7 +100,7 @@ def test_a_reindex_committed_while_serving_is_picked_up_and_no_response_mixes_sn
     CorpusRegistry(lake).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
     selection = AssetSelection.assets(*index_assets({"bm25"})).upstream().required_multi_asset_neighbors()
     materialize_corpus(lake, "tiny", selection, Console(file=io.StringIO()))
-    nodes = {Lake(lake).snapshot("tiny").number: set(Lake(lake).read("nodes", {"corpus": "tiny"}).column("node_id").to_pylist())}
+    nodes = {LakeStorage(lake).snapshot("tiny").number: set(LakeStorage(lake).read("nodes", {"corpus": "tiny"}).column("node_id").to_pylist())}
     server = Server(lake, tmp_path / "server.log")
     answers: list[tuple[int, int, list[str]]] = []
     stop = threading.Event()
@@ -118,8 +118,8 @@ def test_a_reindex_committed_while_serving_is_picked_up_and_no_response_mixes_sn
         time.sleep(1)
         source.write_text(source.read_text() + json.dumps({"id": "z1", "title": "Zebra", "text": "A zebra lighthouse stands at the tide line."}) + "\n")
         materialize_corpus(lake, "tiny", selection, Console(file=io.StringIO()))  # the reindex, committed as one snapshot
-        after = Lake(lake).snapshot("tiny").number
-        nodes[after] = set(Lake(lake).read("nodes", {"corpus": "tiny"}).column("node_id").to_pylist())
+        after = LakeStorage(lake).snapshot("tiny").number
+        nodes[after] = set(LakeStorage(lake).read("nodes", {"corpus": "tiny"}).column("node_id").to_pylist())
         deadline = time.monotonic() + 60
         while not any(snapshot == after for _, snapshot, _ in answers[-5:]) and time.monotonic() < deadline:
             time.sleep(0.2)

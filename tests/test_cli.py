@@ -18,7 +18,7 @@ from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.reports import evaluation_report, random_floor
 from graphlake.retrieval.training.reranker import reranker_report
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def invoke(*args: str):
@@ -61,7 +61,7 @@ def test_demo_shows_every_method_working_in_80_columns_grouped_by_paper(reads_de
     floor = random_floor(reads_demo.home, "demo", "test")["ndcg@10"]
     for row in evaluation_report(reads_demo.home, "demo", methods, "test", [10]):
         assert row["metrics"]["ndcg@10"] >= max(2 * floor, floor + 0.2), (row["method"], row["metrics"]["ndcg@10"], floor)
-    assert reranker_report(Lake(reads_demo.home)) is None  # the demo trains no cross-encoder on its 11 training queries
+    assert reranker_report(LakeStorage(reads_demo.home)) is None  # the demo trains no cross-encoder on its 11 training queries
 
 
 def test_query_prints_each_hit_on_two_lines_of_80_columns_with_its_whole_node_id(reads_demo):
@@ -139,13 +139,13 @@ def test_materialize_runs_only_the_selection_with_the_given_run_config(demo_copy
     config.write_text("ops:\n  graph_rankers:\n    config:\n      networks: []\n", encoding="utf-8")
     result = invoke("materialize", "--corpus", "demo", "--select", "key:graph_rankers", "--config", str(config))
     assert result.exit_code == 0, result.output
-    assert TunedRankers.load(Lake(lake).artifact("graph_rankers", {"corpus": "demo"})).models == {}  # the config reached the asset
+    assert TunedRankers.load(LakeStorage(lake).artifact("graph_rankers", {"corpus": "demo"})).models == {}  # the config reached the asset
     config.write_text("ops:\n  graph_rankers:\n    config:\n      trian_networks: false\n", encoding="utf-8")
-    before = Lake(lake).artifact("graph_rankers", {"corpus": "demo"})
+    before = LakeStorage(lake).artifact("graph_rankers", {"corpus": "demo"})
     refused = invoke("materialize", "--corpus", "demo", "--select", "key:graph_rankers", "--config", str(config))
     flat = "".join(refused.stderr.split())  # the console wraps long lines
     assert refused.exit_code == 1 and "".join(f"{config}: invalid run config".split()) in flat and "trian_networks" in flat
-    assert Lake(lake).artifact("graph_rankers", {"corpus": "demo"}) == before  # nothing ran
+    assert LakeStorage(lake).artifact("graph_rankers", {"corpus": "demo"}) == before  # nothing ran
     config.write_text("- not a mapping\n", encoding="utf-8")
     not_a_mapping = invoke("materialize", "--corpus", "demo", "--config", str(config))
     assert not_a_mapping.exit_code == 1 and "".join(f"{config}: a run config is a mapping".split()) in "".join(not_a_mapping.stderr.split())

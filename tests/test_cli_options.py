@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 
 from graphlake.cli import app
 from graphlake.retrieval.evaluation import metrics_from_run
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def invoke(*args: str):
@@ -22,7 +22,7 @@ def test_eval_takes_any_positive_cutoff_and_refuses_others(reads_demo):
     [row] = json.loads(result.stdout)
     recall = [row["metrics"][f"recall@{k}"] for k in (2, 3, 4, 10)]
     assert recall == sorted(recall) and {"ndcg@3", "hit@4", "pr@3", "tr@10"} <= set(row["metrics"])
-    recomputed = metrics_from_run(Lake(reads_demo.home), "demo", "bm25", "test", ["recall@10", "recall@2"])
+    recomputed = metrics_from_run(LakeStorage(reads_demo.home), "demo", "bm25", "test", ["recall@10", "recall@2"])
     assert recomputed == pytest.approx({"recall@10": row["metrics"]["recall@10"], "recall@2": row["metrics"]["recall@2"]})  # as stored
     for bad in ("0,3", "3,x", ""):
         refused = invoke("eval", "--corpus", "demo", "--methods", "bm25", "--k", bad)

@@ -16,7 +16,7 @@ from graphlake.kernels.text.model_files import folder_revision
 from graphlake.kernels.text.query_encoders import cache_dir
 from graphlake.cli import app
 from graphlake.warehouse.corpora import DEMO_CONFIG, TUNED_ARTIFACT, TUNING_DECISION
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def build(home: Path, tuning: dict) -> str:
@@ -29,7 +29,7 @@ def build(home: Path, tuning: dict) -> str:
 
 
 def decision(home: Path) -> tuple[dict, Path]:
-    folder = Lake(home).artifact(TUNED_ARTIFACT, {"corpus": "demo"})
+    folder = LakeStorage(home).artifact(TUNED_ARTIFACT, {"corpus": "demo"})
     return json.loads((folder / TUNING_DECISION).read_text()), folder
 
 
@@ -47,7 +47,7 @@ def test_the_tuned_encoder_is_kept_only_when_it_ranks_held_out_queries_better(de
     assert made["held_out"]["queries"] == 3 and made["training"] == {**made["training"], "source": "demo", "queries": 8}
     assert "tuning the dense encoder 8/8 steps" in said and "kept the tuned encoder" in said and "138 by dense_vectors (0 reused)" in said, said
     tuned = folder_revision(folder / "model", cache_dir())
-    vectors = Lake(home).read("vectors", {"corpus": "demo", "model": "tuned"})
+    vectors = LakeStorage(home).read("vectors", {"corpus": "demo", "model": "tuned"})
     assert set(vectors.column("revision").to_pylist()) == {tuned} and vectors.num_rows == 138
     assert len(GraphLake(home).search("demo", "dense", "Which shipyard built the RV Kestrel Dawn?", 5).hits) == 5  # queries through the tuned one
 
@@ -58,7 +58,7 @@ def test_the_tuned_encoder_is_kept_only_when_it_ranks_held_out_queries_better(de
     made, folder = decision(home)
     assert made["kept"] == "base" and made["held_out"]["tuned"] < made["held_out"]["untuned"], made
     assert not (folder / "model").exists() and "kept the base encoder" in said
-    vectors = Lake(home).read("vectors", {"corpus": "demo", "model": "tuned"})
+    vectors = LakeStorage(home).read("vectors", {"corpus": "demo", "model": "tuned"})
     assert set(vectors.column("revision").to_pylist()) == {folder_revision(dense_model_path(), cache_dir())}
     hits = GraphLake(home).search("demo", "dense", "Which shipyard built the RV Kestrel Dawn?", 5).hits
     assert len(hits) == 5

@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 
 from graphlake.cli import app
 from graphlake.warehouse.snapshots import Snapshots
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def documents(n: int, prefix: str) -> pa.Table:
@@ -31,7 +31,7 @@ def still_answering(home) -> str:
 
 def test_a_damaged_corpus_is_left_out_named_and_repaired(demo_copy):
     home = demo_copy
-    lake = Lake(home)
+    lake = LakeStorage(home)
     lake.write("documents", {"corpus": "side"}, documents(2, "old"))
     newer = lake.write("documents", {"corpus": "side"}, documents(3, "new"))
     assert Snapshots(home).numbers("side") == [1, 2]

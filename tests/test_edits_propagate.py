@@ -20,12 +20,12 @@ from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import build_definitions, default_selection
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
-from graphlake.retrieval.index.lake import retrieval_texts
+from graphlake.retrieval.index.corpus_indexes import retrieval_texts
 from graphlake.retrieval.methods import load_methods
 from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_PATH, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 CORPUS = "edited"
 LAKE_WIDE = {"reranker", "grasp_reranker"}
@@ -82,7 +82,7 @@ def test_edited_added_and_removed_documents_reach_every_table_and_method(demo_co
     removed = [d for d in docs if d["id"] not in gold][:2]
     edited = [d for d in docs if d not in removed][:3]
     old_text = {d["id"]: d["text"] for d in edited + removed}
-    lake = Lake(home)
+    lake = LakeStorage(home)
     before_nodes = lake.read("nodes", {"corpus": CORPUS})
     removed_nodes = {n for n, d in zip(before_nodes.column("node_id").to_pylist(), before_nodes.column("doc_id").to_pylist(), strict=True) if d in {r["id"] for r in removed}}
     assert removed_nodes and all(rows_naming(home, removed_nodes, {r["id"] for r in removed})[t] for t in ("nodes", "vectors", "documents"))

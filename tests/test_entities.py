@@ -19,7 +19,7 @@ from graphlake.kernels.text.entities import (
     spacy_entities,
     title_aliases,
 )
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 DEMO_CORPUS = Path(__file__).resolve().parents[1] / "warehouse" / "demo" / "corpus.jsonl"
 SPACY_RECALL_FLOOR = 0.9  # measured 0.938 (121/129 per-document PERSON/ORG names) with en_core_web_sm 3.8.0
@@ -124,10 +124,10 @@ def test_conceptual_weight_divides_by_the_targets_entities():
 
 
 @pytest.fixture(scope="module")
-def enriched(demo_lake) -> Lake:
+def enriched(demo_lake) -> LakeStorage:
     """The session's demo lake (conftest.py), whose run built the entities and entity graphs with the rest."""
     assert {"entities_spacy", "mentions_spacy", "entities_regex", "mentions_regex", "cooccurrence_edges", "conceptual_edges"} <= set(demo_lake.materializations())
-    return Lake(demo_lake.home)
+    return LakeStorage(demo_lake.home)
 
 
 def test_demo_spacy_recalls_the_gold_people_and_organisations(enriched):

@@ -10,7 +10,7 @@ import json
 from typer.testing import CliRunner
 
 from graphlake.cli import app
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 PASSAGES = {
     "w1": ("Humpback song", "Male humpback whales sing long songs in the breeding season off Hawaii."),
@@ -44,7 +44,7 @@ def test_eval_on_fresh_corpora_builds_what_every_family_reads(lake, tmp_path):
     assert {row["method"] for row in json.loads(evaluated.stdout)} == {"graph", "rrf_ppr", "ap_three_kg", "fused_three"}
     assert "trainer: " in evaluated.stderr and "ap_three_kg on held 3/3 queries" in evaluated.stderr  # --json keeps the progress, on stderr
     assert "stands in" not in evaluated.stderr  # no default weight took a tuned one's place
-    stored = Lake(lake)
+    stored = LakeStorage(lake)
     for method in ("graph", "rrf_ppr", "ap_three_kg", "fused_three"):
         assert stored.rows("runs", {"corpus": "held", "method": method}) > 0, method
     assert stored.rows("mentions", {"corpus": "held", "extractor": "spacy"}) > 0

@@ -21,7 +21,7 @@ from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import alpha_source as alpha_queries
 from graphlake.retrieval.queries import training_source as training_queries
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 class HandEntities:
@@ -43,7 +43,7 @@ class HandEntities:
 
 
 class GraphIndexes:
-    """Indexes by name, as ``LakeIndexes.get`` gives them: BM25 over the four passages' words, their
+    """Indexes by name, as ``CorpusIndexes`` gives them: BM25 over the four passages' words, their
     entity graph, and structural links where passage 1 is a hub linked to 0, 2 and 3."""
 
     def __init__(self) -> None:
@@ -61,11 +61,17 @@ class GraphIndexes:
     def get(self, name: str):
         return self.loaded[name]
 
+    def __getattr__(self, kind: str):  # the typed handles, ``indexes.bm25``
+        try:
+            return self.__dict__["loaded"][kind]
+        except KeyError:
+            raise AttributeError(kind) from None
+
     def setting(self, name: str):
         return getattr(self.spec, name)
 
     def shared(self, key: str, queries: list[str], compute):
-        return compute(queries)  # as LakeIndexes outside a request: nothing kept
+        return compute(queries)  # as CorpusIndexes outside a request: nothing kept
 
 
 METHODS = {
@@ -128,7 +134,7 @@ def test_grapher_and_sprig_methods_end_to_end_on_the_demo(demo_copy):
     assert list(report) == names.split(",")
     assert all(0.0 <= value <= 1.0 for metrics in report.values() for value in metrics.values())
     assert report["graph_rrf"]["recall@10"] > 0.5 and report["grapher_gcs"]["recall@10"] > 0.5
-    lake_ = Lake(lake)
+    lake_ = LakeStorage(lake)
     rankers = TunedRankers.load(lake_.artifact("graph_rankers", {"corpus": "demo"}))
     assert rankers.report["train_corpus"] == "demo" and rankers.report["split"] == "train"  # never the test queries
     assert rankers.alpha["gcs"] in [round(0.1 * i, 1) for i in range(1, 10)] and set(rankers.models) == {"gat", "mlp"}

@@ -21,7 +21,7 @@ from graphlake.pipelines.definitions import resources
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 CONTEXTUAL = [("a#0", "a#1"), ("a#1", "a#2"), ("b#0", "b#1")]
 LINK = [("a#0", "b#1", 0.4), ("a#1", "c#0", 0.3), ("a#2", "b#0", 0.9), ("b#1", "c#0", 0.7), ("c#0", "e:paris", 0.5)]
@@ -88,7 +88,7 @@ def mentions_table(rows: list[tuple[str, str, int]], extractor: str) -> pa.Table
 
 
 def write_graph(home: Path) -> None:
-    lake = Lake(home)
+    lake = LakeStorage(home)
     both_ways = [(a, b, 1.0) for a, b in CONTEXTUAL] + [(b, a, 1.0) for a, b in CONTEXTUAL]
     lake.write("edges", {"corpus": "g", "kind": "contextual"}, edge_table(both_ways, "contextual"))
     lake.write("edges", {"corpus": "g", "kind": "link"}, edge_table(LINK, "link"))
@@ -252,7 +252,7 @@ def test_edge_check_runs_on_the_demo_contextual_edges(demo_lake):
     [evaluation] = [r.dagster_event.event_specific_data for r in records if r.dagster_event.event_specific_data.check_name == "contextual_edges_connect"]
     assert evaluation.passed
     counts = evaluation.metadata["by_kind"].data["contextual"]
-    assert counts["edges"] == Lake(demo_lake.home).read("edges", {"corpus": "demo", "kind": "contextual"}).num_rows > 0
+    assert counts["edges"] == LakeStorage(demo_lake.home).read("edges", {"corpus": "demo", "kind": "contextual"}).num_rows > 0
     assert counts["dangling"] == counts["duplicates"] == 0
 
 

@@ -242,9 +242,9 @@ def test_wiki_rules_types_passages_and_links_relations_from_text_alone():
 def test_the_skb_builders_read_no_question(tmp_path):
     """Built through the lake with no queries table at all: nothing but passages and schemas is read."""
     from graphlake.retrieval.index.skb import build
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     documents, nodes = _wiki_tables()
     lake.write("documents", {"corpus": "w"}, documents.append_column("metadata", pa.array([None] * 4, pa.string())))
     lake.write(

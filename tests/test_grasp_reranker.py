@@ -14,7 +14,7 @@ from graphlake.kernels.plan.skb_serialise import serialise
 from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, Pool, _rate_factor, step_loss, train
 from graphlake.kernels.text import encoders
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.retrieval.index.skb import stage_one
 from graphlake.retrieval.learned_kinds import grasp_rerankers, tuned_fusions
@@ -23,7 +23,7 @@ from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import validation_queries
 from graphlake.retrieval.training.grasp_reranker import RECIPES, gold_rows, mine, stage_two
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 GOLDEN = """[Type] film
 [name] Free Guy
@@ -40,7 +40,7 @@ def test_serialisation_follows_app_b6():
 
 
 def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
-    indexes = LakeIndexes(Lake(demo_lake.home), "demo")
+    indexes = CorpusIndexes(LakeStorage(demo_lake.home), "demo")
     skb = indexes.skb("auto")
     with skb.cursor() as con:
         cited = con.execute("SELECT dst, src FROM skb_edges WHERE relation = 'CITES' LIMIT 1").fetchone()
@@ -54,7 +54,7 @@ def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
 
 
 def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(demo_lake):
-    indexes = LakeIndexes(Lake(demo_lake.home), "demo")
+    indexes = CorpusIndexes(LakeStorage(demo_lake.home), "demo")
     skb = indexes.skb("auto")
     question = "Which vessel carried the BenthoCam sled?"
     invalid = {"anchors": [{"var": "A", "text": "BenthoCam", "label": "spaceship", "match_mode": "name"}], "target": {"var": "A"}}
@@ -70,14 +70,14 @@ def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(de
 
 
 def test_the_rules_plan_runs_and_records_its_metadata(demo_lake):
-    indexes = LakeIndexes(Lake(demo_lake.home), "demo")
+    indexes = CorpusIndexes(LakeStorage(demo_lake.home), "demo")
     graph = load_methods(demo_lake.home)["grasp_graph"].run("Which vessel carried the BenthoCam sled?", indexes)
     assert set(graph.meta) == {"valid", "n_cand", "risk_level"} and graph.meta["valid"]
     assert graph.meta["n_cand"] >= len(graph.rows) > 0
 
 
 def test_tuning_and_training_read_only_the_training_queries(demo_lake):
-    lake = Lake(demo_lake.home)
+    lake = LakeStorage(demo_lake.home)
     source, validation, learning = validation_queries(lake, "demo", 0.2, 0)
     assert source == "demo" and validation and learning
     assert {q["split"] for q in validation + learning} == {"train"}
@@ -104,7 +104,7 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
     (demo_copy / "methods.yaml").write_text(
         "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
     )
-    methods, lake = load_methods(demo_copy), Lake(demo_copy)
+    methods, lake = load_methods(demo_copy), LakeStorage(demo_copy)
     assert "grasp_fusion" in plan_refresh(lake, "demo", ["f_oracle"], demo_copy, "test").assets  # a fusion declared after the tuning re-tunes
     tuned, _ = learn(lake, "demo", GraspFusionConfig(), lambda line: None)
     oracle = methods["f_oracle"]
@@ -117,9 +117,9 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
 
 
 def test_records_hold_one_positive_and_the_pools_hardest_negatives(demo_lake):
-    lake = Lake(demo_lake.home)
+    lake = LakeStorage(demo_lake.home)
     _, _, learning = validation_queries(lake, "demo", 0.2, 0)
-    indexes = LakeIndexes(lake, "demo")
+    indexes = CorpusIndexes(lake, "demo")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": "demo"}))
     stage = next(iter(grasp_rerankers(load_methods(demo_lake.home)).values()))
     gold = gold_rows(lake, "demo", indexes)
@@ -194,7 +194,7 @@ def test_the_gpu_recipe_matches_on_cuda():
 
 
 def test_fusion_report_is_json(demo_lake):
-    fusion = TunedFusion.load(Lake(demo_lake.home).artifact("grasp_fusion", {"corpus": "demo"}))
+    fusion = TunedFusion.load(LakeStorage(demo_lake.home).artifact("grasp_fusion", {"corpus": "demo"}))
     assert json.loads(json.dumps(fusion.report))["train_corpus"] == "demo"
 
 
@@ -211,7 +211,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_
     config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.3, validate_every: 2, validation_depth: 10, depth: 20}}}\n")
     built = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:grasp_reranker", "--config", str(config)], catch_exceptions=False)
     assert built.exit_code == 0, built.stderr
-    tuned = TunedReranker.load(Lake(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
+    tuned = TunedReranker.load(LakeStorage(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
     training = tuned.report["training"]
     assert training["records"] > 0 and training["steps"] > 0 and len(training["curve"]) >= 2
     assert set(tuned.report["training_queries"]).isdisjoint(tuned.report["validation_queries"])
@@ -225,7 +225,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_
     second = _grasp_metadata()
     assert second["previous_hit@1"] == pytest.approx(first["validation_hit@1"], abs=1e-4)
     assert second["kept"] == ("previous" if second["previous_hit@1"] > second["validation_hit@1"] else "new")
-    stored = TunedReranker.load(Lake(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
+    stored = TunedReranker.load(LakeStorage(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
     if second["kept"] == "previous":
         assert stored.report["training"] == training and "kept the previous model" in " ".join(again.stderr.split())
     else:

@@ -84,7 +84,7 @@ def lake_bytes(home: Path) -> Iterator[tuple[Path, bytes]]:
 
 def test_a_hosted_model_builds_answers_and_resumes_after_an_outage(lake, tmp_path, monkeypatch, embedding_server):
     from graphlake.api import GraphLake
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     proxy = Proxy(embedding_server)
     key = f"sk-graphlake-test-{uuid.uuid4().hex}"
@@ -104,7 +104,7 @@ def test_a_hosted_model_builds_answers_and_resumes_after_an_outage(lake, tmp_pat
         assert code == 0, said
         assert sorted(passages(proxy.sent)) == sorted(f"doc {i} {text}" for i, text in TEXTS.items())
         assert "storm on the cape" in proxy.sent  # run_dense's query
-        vectors = Lake(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
+        vectors = LakeStorage(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
         assert vectors.num_rows == len(TEXTS) and len(vectors.column("dense")[0]) == DIMENSION
         assert set(vectors.column("revision").to_pylist()) == {f"{ALIAS}@{proxy.url}"}
 
@@ -114,23 +114,23 @@ def test_a_hosted_model_builds_answers_and_resumes_after_an_outage(lake, tmp_pat
         # three texts to encode (two edited, one new); the endpoint goes down after answering the first
         write_corpus(source, EDITED)
         assert CliRunner().invoke(app, ingest).exit_code == 0
-        before = Lake(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
-        written = Lake(lake).written_at("vectors", {"corpus": CORPUS, "model": "hosted"})
+        before = LakeStorage(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
+        written = LakeStorage(lake).written_at("vectors", {"corpus": CORPUS, "model": "hosted"})
         sent = len(proxy.sent)
         proxy.throttle, proxy.down_after = 1, sent + 1  # a 429 first (retried, then answered), then down
         code, said = materialize()
         assert code != 0 and "failed after 2 of 2 attempts" in said and "503" in said, said
         assert key not in said
         [kept] = proxy.sent[sent:]
-        assert Lake(lake).written_at("vectors", {"corpus": CORPUS, "model": "hosted"}) == written
-        assert Lake(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"}).equals(before)
+        assert LakeStorage(lake).written_at("vectors", {"corpus": CORPUS, "model": "hosted"}) == written
+        assert LakeStorage(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"}).equals(before)
 
         proxy.down_after = None
         code, said = materialize()
         assert code == 0, said
         changed = {f"doc {i} {text}" for i, text in EDITED.items() if TEXTS.get(i) != text}
         assert sorted(passages(proxy.sent[sent + 1 :])) == sorted(changed - {kept})  # only what the outage kept back
-        vectors = Lake(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
+        vectors = LakeStorage(lake).read("vectors", {"corpus": CORPUS, "model": "hosted"})
         assert vectors.num_rows == len(EDITED)
         assert len(GraphLake(lake).search(CORPUS, "dense_hnsw", "a new pier", 3).hits) == 3
     finally:

@@ -13,13 +13,13 @@ from conftest import synthetic, walk_one, with_near_copies
 from typer.testing import CliRunner
 
 from graphlake.kernels.hybrid.candidates import DENSE, SPARSE, candidate_knn
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
+from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.cli import app
-from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.methods import load_methods, parse_methods
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 def test_the_fused_metric_is_the_weighted_sum_of_the_paths():
@@ -164,7 +164,7 @@ def tied(i: int, found, expected, tolerance: float = 1e-5) -> bool:
     return bool(same and (len(where) == 0 or abs(expected.scores[where[0]] - expected.scores[i]) <= tolerance))
 
 
-def run(method: dict, indexes: LakeIndexes, query: str):
+def run(method: dict, indexes: CorpusIndexes, query: str):
     methods = parse_methods({"m": method})
     return methods["m"].run(query, indexes)
 
@@ -172,10 +172,10 @@ def run(method: dict, indexes: LakeIndexes, query: str):
 def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
     result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:hybrid_graph_index"], catch_exceptions=False)
     assert result.exit_code == 0, result.stderr
-    lake = Lake(demo_copy)
+    lake = LakeStorage(demo_copy)
     folder = lake.artifact("hybrid_graph", {"corpus": "demo"})
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    indexes = LakeIndexes(lake, "demo")
+    indexes = CorpusIndexes(lake, "demo")
     texts = [q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist()][:12]
     methods = load_methods(demo_copy)
     ap = [name for name in methods if name.startswith("ap_")]

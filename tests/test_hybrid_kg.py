@@ -10,15 +10,15 @@ from conftest import noisy_queries, synthetic, walk_one
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
-from graphlake.kernels.hybrid.graph import BuildConfig, HybridGraph, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, KGQuery, Searcher, build
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
 from graphlake.cli import app
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.training.hybrid_weights import KG_GRID
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 N = 600
 
@@ -137,9 +137,9 @@ def test_kg_methods_on_the_lake(demo_copy):
     for select in ("key:triples_evidence", "key:hybrid_graph_index or key:hybrid_weights"):
         result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", select], catch_exceptions=False)
         assert result.exit_code == 0, result.output
-    lake = Lake(demo_copy)
+    lake = LakeStorage(demo_copy)
     assert lake.read("triples", {"corpus": "demo", "extractor": "evidence"}).num_rows == 0  # the demo's questions carry no evidences
-    indexes = LakeIndexes(lake, "demo")
+    indexes = CorpusIndexes(lake, "demo")
     kg = indexes.hybrid_graph.graph.kg
     spacy = lake.read("triples", {"corpus": "demo", "extractor": "spacy"})
     assert kg.extractor == "spacy" and len(kg.source) > 0

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from conftest import noisy_queries, synthetic, walk_one
 
-from graphlake.kernels.hybrid.graph import BuildConfig, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid.update import insert, splice, update
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
@@ -103,9 +103,9 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     from typer.testing import CliRunner
 
     from graphlake.cli import app
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     words = "whale kelp reef tide coral otter heron delta glacier canyon meadow lichen fjord dune basalt quartz monsoon tundra estuary lagoon".split()
     rng = np.random.default_rng(19)
@@ -129,8 +129,8 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     report = materialize(changed)
     assert (report["mode"], report["inserted"], report["removed"]) == ("incremental", 5, 10), report
 
-    lake_ = Lake(lake)
-    indexes, methods = LakeIndexes(lake_, "mine"), load_methods(lake)
+    lake_ = LakeStorage(lake)
+    indexes, methods = CorpusIndexes(lake_, "mine"), load_methods(lake)
     doc_of = dict(zip(indexes.node_ids, indexes.doc_ids().tolist(), strict=True))
     gone = {f"d{i}" for i in range(5)}
     for name in ("ap_three", "ap_full", "ap_dense"):

@@ -13,13 +13,13 @@ import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
 from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query
 from graphlake.retrieval.training.learned_fusion import fit
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 INPUTS = ["bm25", "dense", "splade", "ap_three", "graph_rrf", "grapher_gcs", "grasp_graph", "grasp_fused"]
 
@@ -47,7 +47,7 @@ def test_features_are_each_inputs_rank_and_scores_with_the_plans_signals():
 
 
 def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_model_scores(demo_lake):
-    lake = Lake(demo_lake.home)
+    lake = LakeStorage(demo_lake.home)
     methods = load_methods(demo_lake.home)
     op = methods["graphlake_ltr"]
     metadata = demo_lake.materializations()["learned_fusion"]
@@ -64,7 +64,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     with pytest.raises(StorageError, match="learned_fusion for 'demo' would learn from its evaluated queries"):
         check_disjoint(lake, "demo", "demo", [q for q in queries if q["split"] == "test"][:1], "learned_fusion")
 
-    indexes = LakeIndexes(lake, "demo")
+    indexes = CorpusIndexes(lake, "demo")
     text = next(q["text"] for q in queries if q["split"] == "test")
     found = run_inputs(op, text, indexes)
     result = op.run(text, indexes)
@@ -73,7 +73,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
     assert set(result.rows.tolist()) <= set(rows.tolist()) and not indexes.notes
 
-    untrained = LakeIndexes(lake, "demo")
+    untrained = CorpusIndexes(lake, "demo")
     untrained._loaded["learned_fusion"] = LearnedRankers({}, {key(op): "corpus 'demo' has fewer than 2 training queries with gold"})
     fallback = op.run(text, untrained)
     assert fallback.rows.tolist() == rrf(found, op.depth, op.k).rows.tolist()
@@ -85,9 +85,9 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
 def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(demo_lake, tmp_path):
     """What a corpus with a ``train_corpus`` gets (Spider trained on BIRD): the demo's training queries
     stand in for the other corpus's; the ranker keeps that through saving and loading."""
-    lake = Lake(demo_lake.home)
+    lake = LakeStorage(demo_lake.home)
     op = load_methods(demo_lake.home)["graphlake_ltr"]
-    indexes = LakeIndexes(lake, "demo")
+    indexes = CorpusIndexes(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
     found = [run_inputs(op, q["text"], indexes) for q in queries]
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))

@@ -15,7 +15,7 @@ from graphlake.assets.graphs.link_edges import SemanticConfig, nearest_neighbour
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 INGEST = ["documents", "queries", "qrels", "foreign_keys"]
 
@@ -170,12 +170,12 @@ def demo(demo_lake) -> tuple[Path, dict[str, dict]]:
 
 
 def edges(home: Path, corpus: str, kind: str) -> list[dict]:
-    return Lake(home).read("edges", {"corpus": corpus, "kind": kind}).to_pylist()
+    return LakeStorage(home).read("edges", {"corpus": corpus, "kind": kind}).to_pylist()
 
 
 def test_demo_citation_edges_match_the_cited_documents(demo):
     home, materialized = demo
-    node_doc = {n["node_id"]: n["doc_id"] for n in Lake(home).read("nodes", {"corpus": "demo"}).to_pylist()}
+    node_doc = {n["node_id"]: n["doc_id"] for n in LakeStorage(home).read("nodes", {"corpus": "demo"}).to_pylist()}
     found = edges(home, "demo", "citation")
     predicted = {(node_doc[e["src"]], node_doc[e["dst"]]) for e in found}
     gold = set()
@@ -192,7 +192,7 @@ def test_demo_citation_edges_match_the_cited_documents(demo):
 def test_demo_structural_edges_are_its_six_foreign_keys(demo):
     home, materialized = demo
     found = {(e["src"], e["dst"]): e for e in edges(home, "demo", "structural")}
-    keys = Lake(home).read("foreign_keys", {"corpus": "demo"}).to_pylist()
+    keys = LakeStorage(home).read("foreign_keys", {"corpus": "demo"}).to_pylist()
     assert set(found) == {(f"{k['src_doc_id']}#0", f"{k['dst_doc_id']}#0") for k in keys} and len(keys) == 6
     assert ("halvane_survey.dives#0", "halvane_survey.sites#0") in found
     assert all(e["weight"] == 1.0 and e["source"] == "foreign_key" for e in found.values())
@@ -202,7 +202,7 @@ def test_demo_structural_edges_are_its_six_foreign_keys(demo):
 def test_demo_semantic_edges_are_k_nearest_other_nodes(demo):
     home, materialized = demo
     found = edges(home, "demo", "semantic")
-    nodes = Lake(home).read("nodes", {"corpus": "demo"}).num_rows
+    nodes = LakeStorage(home).read("nodes", {"corpus": "demo"}).num_rows
     assert len(found) == 10 * nodes and all(e["src"] != e["dst"] and -1.0 <= e["weight"] <= 1.0001 for e in found)
     assert materialized["semantic_edges"]["p95_out_degree"] == 10
 

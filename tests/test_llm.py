@@ -21,7 +21,7 @@ from graphlake.common.llm import ENV_BASE_URL, LAKE_CACHE, LLMClient, LLMConfig,
 from graphlake.kernels.text.triples import Entities, Triple, llm_entities, llm_triples
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 TEXTS = [
     "Marie Curie discovered polonium in Paris in 1898.",
@@ -80,9 +80,9 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
     assert metadata[0]["llm_calls"].value + entities[0]["llm_calls"].value == 2 * len(TEXTS)
     assert metadata[1]["llm_calls"].value == entities[1]["llm_calls"].value == 0
     assert metadata[1]["llm_cache_hits"].value == 2 * len(TEXTS)
-    assert set(Lake(tmp_path).read("triples", {"corpus": "tiny", "extractor": "llm"}).column("source").to_pylist()) <= {f"llm:{MODEL}"}
+    assert set(LakeStorage(tmp_path).read("triples", {"corpus": "tiny", "extractor": "llm"}).column("source").to_pylist()) <= {f"llm:{MODEL}"}
     assert "sk-test-secret" not in "".join(p.read_text() for p in (tmp_path / LAKE_CACHE).rglob("*.json"))
-    mentions = Lake(tmp_path).read("mentions", {"corpus": "tiny", "extractor": "llm"})
+    mentions = LakeStorage(tmp_path).read("mentions", {"corpus": "tiny", "extractor": "llm"})
     assert set(mentions.column("source").to_pylist()) <= {"llm"}
 
 
@@ -134,7 +134,7 @@ def test_llm_citation_detector_resolves_against_the_corpus_and_caches(llm_server
         for r in runs
     ]
     assert metadata[0]["llm_calls"].value == len(docs) and metadata[1]["llm_calls"].value == 0  # one prompt per node, then cached
-    edges = Lake(tmp_path).read("edges", {"corpus": "cites", "kind": "citation"})
+    edges = LakeStorage(tmp_path).read("edges", {"corpus": "cites", "kind": "citation"})
     # the weak model may miss the citation; whatever it finds must resolve to a real, other document
     assert set(zip(edges.column("src").to_pylist(), edges.column("dst").to_pylist())) <= {("b#0", "a#0"), ("a#0", "b#0")}
     assert set(edges.column("source").to_pylist()) <= {f"llm:{MODEL}"}

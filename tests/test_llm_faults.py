@@ -21,7 +21,7 @@ from graphlake.common.redact import redact
 from graphlake.kernels.text.triples import llm_entities
 from graphlake.pipelines.runner import MaterializeError, materialize_corpus
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 @pytest.fixture
@@ -114,7 +114,7 @@ def test_garbage_answers_after_a_good_run_fail_and_leave_the_good_tables(fake, t
     console = Console(file=open("/dev/null", "w"))
     selection = "key:documents or key:nodes or key:entities_llm or key:mentions_llm"
     materialize_corpus(tmp_path, "tiny", selection, console)
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     partition = {"corpus": "tiny", "extractor": "llm"}
     good = (lake.read("entities", partition), lake.read("mentions", partition))
     assert good[0].num_rows == 2 and good[1].num_rows == 3 * 2  # Marie Curie and Paris, in each of the three nodes

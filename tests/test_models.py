@@ -125,7 +125,7 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
 
     from graphlake.api import GraphLake
     from graphlake.retrieval.index.kinds import index_kind, read_models
-    from graphlake.warehouse.storage import Lake, StorageError
+    from graphlake.warehouse.storage import LakeStorage, StorageError
 
     source = tmp_path / "raw"
     write_corpus(source, TEXTS)
@@ -137,15 +137,15 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     before = GraphLake(lake).search(CORPUS, "dense", "storm on the cape", 3).hits
 
     hnsw = index_kind("dense_hnsw").stored
-    assert hnsw.written_at(Lake(lake), CORPUS) is not None
+    assert hnsw.written_at(LakeStorage(lake), CORPUS) is not None
     mine = cls_pooled_minilm(tmp_path / "mine")
     (lake / "models.yaml").write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {mine}}}\n")
-    assert hnsw.written_at(Lake(lake), CORPUS) is None  # an index of another model's vectors is out of date, as they are (eval's planner rebuilds it)
+    assert hnsw.written_at(LakeStorage(lake), CORPUS) is None  # an index of another model's vectors is out of date, as they are (eval's planner rebuilds it)
     switched = CliRunner().invoke(app, ["materialize", "--corpus", CORPUS, "--select", selection], catch_exceptions=False)
     assert switched.exit_code == 0, switched.output
     summary = next(line for line in switched.stderr.splitlines() if "nodes through a model" in line)
     assert f"{len(TEXTS)} by dense_vectors (0 reused)" in summary and f"0 by splade_vectors ({len(TEXTS)} reused)" in summary, summary
-    lake_files = Lake(lake)
+    lake_files = LakeStorage(lake)
     stored = {row["model"]: row["revision"] for row in lake_files.read("vectors", {"corpus": CORPUS, "model": "mine"}).select(["model", "revision"]).to_pylist()}
     [revision] = stored.values()
     assert list(stored) == ["mine"] and read_models(lake_files.artifact("dense_hnsw", {"corpus": CORPUS})) == {"dense": {"name": "mine", "revision": revision}}

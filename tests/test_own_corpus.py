@@ -151,17 +151,17 @@ def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(reranked_co
     from graphlake.retrieval.models.grapher import TunedRankers
     from graphlake.retrieval.models.reranker import held_out_quality
     from graphlake.retrieval.models.untrained import Untrained
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
     notes = write_notes(tmp_path / "notes")
     assert invoke("ingest", "files", str(notes), "--corpus", "mine", "--alpha-corpus", "demo").exit_code == 0
     tuned = invoke("materialize", "--corpus", "mine", "--select", "key:graph_rankers")
     assert tuned.exit_code == 0 and NOTES["networks"] in tuned.stderr and "alpha untuned" not in tuned.stderr, tuned.stderr
-    rankers = TunedRankers.load(Lake(reranked_copy).artifact("graph_rankers", {"corpus": "mine"}))
+    rankers = TunedRankers.load(LakeStorage(reranked_copy).artifact("graph_rankers", {"corpus": "mine"}))
     assert rankers.alpha_default is None and rankers.report["alpha_corpus"] == "demo" and rankers.report["alpha_queries"] > 0
     assert all(isinstance(rankers.models[name], Untrained) for name in ("gat", "mlp"))
     # the lake's cross-encoder, trained on the demo's train split, serves the new corpus as it is; the
     # demo's 11 queries train it to no better than dense, and the answer says so, nothing else
     answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--build", "--json", "Who filmed the seabed?").stdout)
-    trained, dense = held_out_quality(Lake(reranked_copy).artifact("reranker", {}))
+    trained, dense = held_out_quality(LakeStorage(reranked_copy).artifact("reranker", {}))
     assert answer["hits"] and len(answer["notes"]) == (trained <= dense) and all("no better than dense retrieval" in note for note in answer["notes"])

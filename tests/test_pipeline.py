@@ -12,7 +12,7 @@ from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRu
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 MATERIALIZED, CHECKED = DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.ASSET_CHECK_EVALUATION
 FOUNDATION = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets("contextual_edges")
@@ -111,7 +111,7 @@ def test_demo_materializes_every_asset_into_consistent_tables(reads_demo):
     reranking = ("re2", "gar", "fastinsight", "grasp_zs", "grasp", "graphlake_ltr_full")
     left_out = {f"{prefix}_{method}" for method in reranking for prefix in ("run", "metrics", "query_metrics")} | {"reranker", "grasp_reranker"}
     assert materialized == {key.to_user_string() for key in graph.get_all_asset_keys() if graph.get(key).group_name != "llm"} - left_out
-    report = (Lake(home).artifact("report", {"corpus": "demo"}) / "report.md").read_text(encoding="utf-8")
+    report = (LakeStorage(home).artifact("report", {"corpus": "demo"}) / "report.md").read_text(encoding="utf-8")
     assert "## split `test`" in report and "| rrf |" in report and "| splade |" in report
     checks = {e.check_name: e.passed for e in (record.dagster_event.event_specific_data for record in logs[CHECKED])}
     assert {"nodes_cover_documents", "contextual_edges_connect", "citation_edges_connect"} <= set(checks)
@@ -166,7 +166,7 @@ def test_failed_ingest_keeps_the_previous_good_tables(tmp_path):
     while cause.cause is not None:
         cause = cause.cause
     assert f"{source}:2: malformed JSON" in cause.message
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     assert lake.read("documents", {"corpus": "small"}).column("text").to_pylist() == ["First version."]
     assert lake.read("nodes", {"corpus": "small"}).num_rows == 1
 
@@ -196,7 +196,7 @@ def test_a_run_launched_as_the_ui_does_commits_only_when_every_step_succeeds(tmp
 
     assert launch() == 0
     assert Snapshots(tmp_path).current("small").number == 1
-    assert Lake(tmp_path).read("nodes", {"corpus": "small"}).column("text").to_pylist() == ["First version."]
+    assert LakeStorage(tmp_path).read("nodes", {"corpus": "small"}).column("text").to_pylist() == ["First version."]
     source.write_text(json.dumps({"id": "a0", "title": "Doc 0", "text": "Second version."}) + '\n{"id": "a9", "title": "broken", "text": \n')
     assert launch() != 0
     assert Snapshots(tmp_path).current("small").number == 1
@@ -213,7 +213,7 @@ def test_chunking_options_come_from_the_registry(tmp_path, size):
     CorpusRegistry(tmp_path).add(CorpusSpec(name="small", format="jsonl", path=str(source), chunking=chunking))
     with DagsterInstance.ephemeral() as instance:
         run(tmp_path, instance, "small")
-    assert Lake(tmp_path).read("nodes", {"corpus": "small"}).num_rows == (1 if size is None else 3)
+    assert LakeStorage(tmp_path).read("nodes", {"corpus": "small"}).num_rows == (1 if size is None else 3)
 
 
 def test_nodes_check_catches_gaps_wrong_slices_and_uncovered_documents():

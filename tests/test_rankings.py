@@ -24,7 +24,7 @@ from graphlake.retrieval.core import needs, uses_llm
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_reranker import TunedReranker
 from graphlake.retrieval.runs import run_method
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 RECORDED = Path(__file__).parent / "data" / "demo_rankings.json"
 # float32 noise: another CPU's kernels move the encoder's vectors by ~1e-7, and training (GAT, SPRIG's
@@ -44,7 +44,7 @@ def cross_encoded(method) -> bool:
 def current_rankings(home: Path, queries: list[str], top: int) -> tuple[dict[str, dict[str, list]], dict[str, list[str]]]:
     """Top ``top`` (node id, score) of every declared method on the given test queries (a cross-encoder
     method on the first CROSS_ENCODED of them), and the queries each was asked."""
-    lake = Lake(home)
+    lake = LakeStorage(home)
     lake.write_artifact("reranker", {}, lambda folder: CrossEncoder.initial(192, 0).save(folder, {}))
     # GRASP's reranker is not trained on the demo: grasp ranks by Stage 2, grasp_zs by the initial cross-encoder
     lake.write_artifact("grasp_reranker", {"corpus": "demo"}, TunedReranker(None, {}, {"untrained": "rankings test"}).save)

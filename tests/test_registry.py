@@ -20,12 +20,12 @@ from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, register
 from graphlake.retrieval.index.kinds import EDGE_KINDS, INDEX_KINDS
-from graphlake.retrieval.index.lake import Index, LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import Index, CorpusIndexes
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import select_queries
 from graphlake.warehouse.corpora import DEMO_PATH
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 @register
@@ -36,7 +36,7 @@ class ShortestFirst(Op):
     op: Literal["shortest_first"]
     k: int = Field(10, gt=0)
 
-    def run(self, query: str, indexes: LakeIndexes) -> Candidates:
+    def run(self, query: str, indexes: CorpusIndexes) -> Candidates:
         scores, rows = indexes.bm25.search([query], self.k)
         matched = rows[0][scores[0] > 0].astype(np.int64)
         lengths = np.array([len(indexes.texts()[row]) for row in matched], dtype=np.float64)
@@ -49,13 +49,13 @@ def invoke(*args: str):
 
 
 def test_every_index_an_operator_may_read_by_name_has_one_typed_handle():
-    """Operators reach an index through ``LakeIndexes.<kind>``; only the kinds named by data (the corpus
+    """Operators reach an index through ``CorpusIndexes.<kind>``; only the kinds named by data (the corpus
     graph's edge kinds and mentions) are read with ``get``."""
-    handles = {name for name, value in vars(LakeIndexes).items() if isinstance(value, Index)}
+    handles = {name for name, value in vars(CorpusIndexes).items() if isinstance(value, Index)}
     by_data = set(EDGE_KINDS) - {"cooccurrence"} | {"mentions_spacy", "mentions_regex"}
     loadable = {name for name, kind in INDEX_KINDS.items() if kind.load is not None}
     assert handles == loadable - by_data
-    assert all(getattr(LakeIndexes, name).kind == name for name in handles)
+    assert all(getattr(CorpusIndexes, name).kind == name for name in handles)
 
 
 def test_an_operator_registered_in_a_test_module_is_a_method_with_assets_that_go_stale(demo_copy):
@@ -70,27 +70,27 @@ def test_an_operator_registered_in_a_test_module_is_a_method_with_assets_that_go
     report = {row["method"]: row for row in json.loads(result.stdout)}
     assert report["shortest"]["split"] == "test"  # the held-out split, unasked
     assert report["shortest"]["metrics"]["recall@10"] == pytest.approx(report["bm25"]["metrics"]["recall@10"], abs=0.2)
-    runs = Lake(demo_copy).read("runs", {"corpus": "demo", "method": "shortest"})
+    runs = LakeStorage(demo_copy).read("runs", {"corpus": "demo", "method": "shortest"})
     first = runs.filter(runs.column("rank").to_numpy() == 1).column("score").to_numpy()
     assert len(first) and (first <= 0).all()  # its own scores: minus the text length
-    assert plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test").assets == []
+    assert plan_refresh(LakeStorage(demo_copy), "demo", ["shortest"], demo_copy, "test").assets == []
 
     rebuilt = invoke("materialize", "--corpus", "demo", "--select", "key:bm25_index")
     assert rebuilt.exit_code == 0, rebuilt.output
-    stale = plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test").assets
+    stale = plan_refresh(LakeStorage(demo_copy), "demo", ["shortest"], demo_copy, "test").assets
     assert stale == ["run_shortest", "metrics_shortest", "query_metrics_shortest"]
 
     sampled = invoke("eval", "--corpus", "demo", "--methods", "shortest", "--sample", "3", "--json")  # a seeded sample of the test split
     assert sampled.exit_code == 0, sampled.output
-    queries = Lake(demo_copy).read("queries", {"corpus": "demo"})
+    queries = LakeStorage(demo_copy).read("queries", {"corpus": "demo"})
     drawn = select_queries(queries, "test", 3).column("query_id").to_pylist()
     assert len(drawn) == 3 and drawn == select_queries(queries, "test", 3).column("query_id").to_pylist()
-    ran = Lake(demo_copy).read("runs", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
+    ran = LakeStorage(demo_copy).read("runs", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
     assert sorted(ran) == sorted(drawn)
-    scored = Lake(demo_copy).read("query_metrics", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
+    scored = LakeStorage(demo_copy).read("query_metrics", {"corpus": "demo", "method": "shortest"}).column("query_id").unique().to_pylist()
     assert set(scored) <= set(drawn) and scored  # the sample's judged queries, no other
-    assert plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test", sample=3).assets == []
-    assert plan_refresh(Lake(demo_copy), "demo", ["shortest"], demo_copy, "test").assets[0] == "run_shortest"  # a sample covers no full split
+    assert plan_refresh(LakeStorage(demo_copy), "demo", ["shortest"], demo_copy, "test", sample=3).assets == []
+    assert plan_refresh(LakeStorage(demo_copy), "demo", ["shortest"], demo_copy, "test").assets[0] == "run_shortest"  # a sample covers no full split
 
 
 @pytest.fixture(scope="module")
@@ -119,7 +119,7 @@ def two_corpora(tmp_path_factory) -> Path:
 def test_eval_brings_up_what_a_learned_index_reads_on_its_training_corpus(two_corpora):
     [row] = json.loads((two_corpora / "eval.json").read_text(encoding="utf-8"))
     assert row["method"] == "grapher_gcs" and row["split"] == "test" and row["metrics"]["recall@10"] > 0.3
-    lake = Lake(two_corpora)
+    lake = LakeStorage(two_corpora)
     for table, partition in (("vectors", {"model": "all-MiniLM-L6-v2"}), ("edges", {"kind": "structural"}), ("mentions", {"extractor": "spacy"})):
         assert lake.has(table, {"corpus": "learn", **partition}), table  # built on the training corpus, unasked
     assert lake.artifact_written_at("bm25", {"corpus": "learn"}) is not None
@@ -134,11 +134,11 @@ def test_eval_brings_up_what_a_learned_index_reads_on_its_training_corpus(two_co
 def test_propagation_rankers_train_no_network_and_a_network_ranker_trains_its_own(two_corpora, monkeypatch):
     use_lake(monkeypatch, two_corpora)
     (two_corpora / "methods.yaml").write_text("use: [grapher_ppr, grapher_gat]\n")  # grapher_gcs is a default
-    rankers = Lake(two_corpora).artifact("graph_rankers", {"corpus": "target"})
+    rankers = LakeStorage(two_corpora).artifact("graph_rankers", {"corpus": "target"})
     assert TunedRankers.load(rankers).models == {} and "networks" not in TunedRankers.load(rankers).report
     result = invoke("eval", "--corpus", "target", "--methods", "grapher_ppr,grapher_gcs", "--json")
     assert result.exit_code == 0, result.output
-    assert Lake(two_corpora).artifact("graph_rankers", {"corpus": "target"}) == rankers  # nothing retrained
+    assert LakeStorage(two_corpora).artifact("graph_rankers", {"corpus": "target"}) == rankers  # nothing retrained
     result = invoke("eval", "--corpus", "target", "--methods", "grapher_gat", "--json")
     assert result.exit_code == 0, result.output
-    assert set(TunedRankers.load(Lake(two_corpora).artifact("graph_rankers", {"corpus": "target"})).models) == {"gat"}
+    assert set(TunedRankers.load(LakeStorage(two_corpora).artifact("graph_rankers", {"corpus": "target"})).models) == {"gat"}

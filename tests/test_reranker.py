@@ -18,7 +18,7 @@ from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.operators.rerank import RERANK_ALWAYS_ENV
 from graphlake.retrieval.training.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 METHODS = "vector,re2,gar,fastinsight"
 BUDGET = 30  # cross-encoder calls a query: three of GAR's and FastInsight's batches of 10, not the catalogue's 100
@@ -46,14 +46,14 @@ def evaluated(demo_reranked, tmp_path_factory):
         yield home, {row["method"]: row for row in json.loads(result.stdout)}, patch
 
 
-def _test_queries(lake: Lake) -> int:
+def _test_queries(lake: LakeStorage) -> int:
     """``graphlake eval`` runs the reported split (test) only."""
     return sum(q["split"] == "test" for q in lake.read("queries", {"corpus": "demo"}).to_pylist())
 
 
 def test_the_reranker_never_sees_a_test_query(evaluated):
     home, _, _ = evaluated
-    lake = Lake(home)
+    lake = LakeStorage(home)
     queries = lake.read("queries", {"corpus": "demo"}).to_pylist()
     test_ids = {q["query_id"] for q in queries if q["split"] != "train"}
     learned = training_queries(lake, ["demo"], 0, 0)
@@ -68,7 +68,7 @@ def test_the_reranker_never_sees_a_test_query(evaluated):
 
 def test_rematerializing_with_unchanged_data_keeps_the_model(evaluated):
     home, _, _ = evaluated
-    lake = Lake(home)
+    lake = LakeStorage(home)
     before = lake.artifact("reranker", {})
     config = home.parent / "reranker.yaml"  # the config the demo trained it with: another would be another training
     config.write_text(yaml.safe_dump({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
@@ -86,7 +86,7 @@ def test_re2_gar_and_fastinsight_run_on_the_demo(evaluated):
     for row in report.values():
         assert all(0.0 <= value <= 1.0 for value in row["metrics"].values())
         assert row["latency_ms"]["p50"] > 0
-    lake = Lake(home)
+    lake = LakeStorage(home)
     nodes = lake.read("nodes", {"corpus": "demo"}).num_rows
     queries = _test_queries(lake)
     for method in ("re2", "gar", "fastinsight"):
@@ -105,7 +105,7 @@ def test_re2_gar_and_fastinsight_run_on_the_demo(evaluated):
 
 def test_topological_recall_is_at_least_recall_for_every_run(evaluated):
     home, report, _ = evaluated
-    lake = Lake(home)
+    lake = LakeStorage(home)
     assert all("tr@10" in row["metrics"] and "misstr@10" in row["metrics"] for row in report.values())  # demo: citation graph
     for method in METHODS.split(","):
         rows = lake.read("query_metrics", {"corpus": "demo", "method": method}).to_pylist()
@@ -121,7 +121,7 @@ def test_topological_recall_is_at_least_recall_for_every_run(evaluated):
 
 def test_reusing_pairs_gives_the_cold_runs_and_encodes_each_pair_once(evaluated):
     home, _, _ = evaluated
-    lake = Lake(home)
+    lake = LakeStorage(home)
 
     def ranked(method: str) -> dict[str, list[tuple[str, float]]]:
         rows = sorted(lake.read("runs", {"corpus": "demo", "method": method}).to_pylist(), key=lambda r: (r["query_id"], r["rank"]))
@@ -172,7 +172,7 @@ def test_a_second_corpus_keeps_the_demos_cross_encoder_and_its_rerankers_say_whe
     whole with the default methods. The lake's cross-encoder stays the demo's, the same version; a reranking
     method notes when its stored evaluation there does not beat its first stage, and says when the model
     itself ranked its held-out training queries no better than dense retrieval."""
-    lake = Lake(reranked_copy)
+    lake = LakeStorage(reranked_copy)
     (reranked_copy / "methods.yaml").write_text("use: [re2, fastinsight]\n")  # the defaults and the two rerankers (the fixture switches every method on)
     before = lake.artifact("reranker", {})
     folder = tmp_path / "whales"
@@ -200,7 +200,7 @@ def test_a_second_corpus_keeps_the_demos_cross_encoder_and_its_rerankers_say_whe
 
 def test_a_worse_new_cross_encoder_does_not_replace_the_current_one(evaluated):
     home, _, _ = evaluated
-    lake = Lake(home)
+    lake = LakeStorage(home)
     current = json.loads((lake.artifact("reranker", {}) / TRAINING_FILE).read_text())["training"]["best_validation"]
     config = home.parent / "one_step.yaml"  # set explicitly, so it trains: one step cannot match the demo's training
     demo = yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]["config"]

@@ -20,11 +20,11 @@ from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 
 class HandIndexes:
-    """Indexes by name over hand-made arrays, as ``LakeIndexes.get`` gives them, so fused scores can be
+    """Indexes by name over hand-made arrays, as ``CorpusIndexes`` gives them, so fused scores can be
     worked out on paper."""
 
     def __init__(self) -> None:
@@ -37,8 +37,14 @@ class HandIndexes:
     def get(self, name: str):
         return self.loaded[name]
 
+    def __getattr__(self, kind: str):  # the typed handles, ``indexes.bm25``
+        try:
+            return self.__dict__["loaded"][kind]
+        except KeyError:
+            raise AttributeError(kind) from None
+
     def shared(self, key: str, queries: list[str], compute):
-        return compute(queries)  # as LakeIndexes outside a request: nothing kept
+        return compute(queries)  # as CorpusIndexes outside a request: nothing kept
 
     def encode_dense(self, text: str) -> np.ndarray:
         return np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32)  # dense ranking: rows 2, 3, 1, 0
@@ -128,12 +134,12 @@ def test_embedding_cache_encodes_only_new_or_changed_nodes(tmp_path):
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["tiny"])
         assert (_embed(tmp_path, instance)["encoded"], _embed(tmp_path, instance)["encoded"]) == (5, 0)
-        first = Lake(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
+        first = LakeStorage(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
         docs[3]["text"] = "A different sentence now."
         source.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
         metadata = _embed(tmp_path, instance)
     assert (metadata["encoded"], metadata["reused"]) == (1, 4)
-    second = Lake(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
+    second = LakeStorage(tmp_path).read("vectors", {"corpus": "tiny", "model": "all-MiniLM-L6-v2"})
     before, after = first.column("dense").to_pylist(), second.column("dense").to_pylist()
     assert [np.allclose(a, b) for a, b in zip(before, after)] == [True, True, True, False, True]
     assert np.linalg.norm(after[3]) == pytest.approx(1.0, abs=1e-5)
@@ -152,7 +158,7 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
         assert all(0.0 <= v <= 1.0 for v in row["metrics"].values())
         assert row["latency_ms"]["p50"] > 0 and row["latency_ms"]["p95"] >= row["latency_ms"]["p50"]
     assert report[0]["metrics"]["hit@10"] >= 0.9  # the demo's single-hop questions are easy for BM25
-    lake_ = Lake(lake)
+    lake_ = LakeStorage(lake)
     run_id = lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py()
     again = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False)
     assert json.loads(again.stdout)[0]["metrics"] == report[0]["metrics"]
@@ -189,7 +195,7 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
 
 
 def test_eval_runs_only_the_queries_of_the_split_it_reports(lake):
-    runner, lake_ = CliRunner(), Lake(lake)
+    runner, lake_ = CliRunner(), LakeStorage(lake)
 
     def stored(table: str) -> tuple[str, set[str]]:
         split_of = {q["query_id"]: q["split"] for q in lake_.read("queries", {"corpus": "demo"}).to_pylist()}
@@ -226,7 +232,7 @@ def test_query_cli_prints_titled_hits(reads_demo):
 def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt, built, not_built):
     CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format=fmt, path=str(tmp_path)))
     (tmp_path / "methods.yaml").write_text("use: [gar, fastinsight]\n")  # the cross-encoder methods are off by default
-    selected = set(plan_refresh(Lake(tmp_path), "c", ["gar", "fastinsight"], tmp_path).assets)
+    selected = set(plan_refresh(LakeStorage(tmp_path), "c", ["gar", "fastinsight"], tmp_path).assets)
     assert built <= selected and not (not_built & selected)
     assert {"run_gar", "run_fastinsight", "reranker"} <= selected
 
@@ -234,7 +240,7 @@ def test_graph_auto_builds_only_the_edge_kinds_of_the_corpus_graph(tmp_path, fmt
 def test_a_hybrid_graph_method_plans_the_triples_its_kg_is_built_from(tmp_path):
     """The hybrid graph index's default ``kg: spacy`` reads spaCy's triples: an eval on a fresh corpus builds them."""
     CorpusRegistry(tmp_path).add(CorpusSpec(name="c", format="beir", path=str(tmp_path)))
-    selected = plan_refresh(Lake(tmp_path), "c", ["ap_three"], tmp_path).assets
+    selected = plan_refresh(LakeStorage(tmp_path), "c", ["ap_three"], tmp_path).assets
     assert "triples_spacy" in selected and "hybrid_graph_index" in selected
 
 
@@ -244,11 +250,11 @@ def test_corpora_that_train_each_other_are_planned_in_stages_each_after_what_it_
     registry = CorpusRegistry(tmp_path)
     registry.add(CorpusSpec(name="a", format="jsonl", path=str(tmp_path), train_corpus="b"))
     registry.add(CorpusSpec(name="b", format="jsonl", path=str(tmp_path), train_corpus="a"))
-    stages = plan_refresh(Lake(tmp_path), "a", ["graphlake_ltr"], tmp_path, "dev").order()
+    stages = plan_refresh(LakeStorage(tmp_path), "a", ["graphlake_ltr"], tmp_path, "dev").order()
     stage = {(corpus, asset): i for i, (corpus, assets) in enumerate(stages) for asset in assets}
     assert len(stage) == sum(len(assets) for _, assets in stages)  # each asset once
     assert stage[("a", "dense_vectors")] < stage[("b", "graph_rankers")] < stage[("a", "learned_fusion")] <= stage[("a", "run_graphlake_ltr")]
     assert stage[("b", "hybrid_graph_index")] < stage[("a", "learned_fusion")] and stage[("a", "hybrid_graph_index")] < stage[("b", "grasp_fusion")]
     (tmp_path / "methods.yaml").write_text("nested: {op: learned_fusion, inputs: [graphlake_ltr, bm25]}\n")
     with pytest.raises(MethodError, match="learned_fusion of corpus 'a' learns from what itself needs"):
-        plan_refresh(Lake(tmp_path), "a", ["nested"], tmp_path, "dev")
+        plan_refresh(LakeStorage(tmp_path), "a", ["nested"], tmp_path, "dev")

@@ -15,7 +15,7 @@ import pytest
 
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 def documents(n: int, prefix: str = "d") -> pa.Table:
@@ -30,7 +30,7 @@ def documents(n: int, prefix: str = "d") -> pa.Table:
 
 
 def test_write_then_read_round_trips_and_fills_partition_column(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     path = lake.write("documents", {"corpus": "a"}, documents(3))
     assert path.parent == tmp_path / "tables" / "documents" / "corpus=a" and path.name.startswith("data-")
     assert Snapshots(tmp_path).current("a").tables["documents/corpus=a"].name == path.name  # committed on its own
@@ -41,7 +41,7 @@ def test_write_then_read_round_trips_and_fills_partition_column(tmp_path):
 
 
 def test_write_failing_halfway_leaves_previous_version(tmp_path, monkeypatch):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     old = lake.write("documents", {"corpus": "a"}, documents(5, "old"))
     monkeypatch.setattr("graphlake.warehouse.storage.ROW_GROUP_ROWS", 10)
     calls = {"n": 0}
@@ -62,7 +62,7 @@ def test_write_failing_halfway_leaves_previous_version(tmp_path, monkeypatch):
 
 
 def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     old = lake.write("documents", {"corpus": "a"}, documents(4, "old"))
     writer = textwrap.dedent(
         f"""
@@ -77,7 +77,7 @@ def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_p
         pq.ParquetWriter.write_batch = slow
         n = 10_000
         table = pa.table({{"doc_id": [f"new{{i}}" for i in range(n)], "title": ["t"] * n, "text": ["x"] * n, "metadata": [None] * n}})
-        storage.Lake({str(tmp_path)!r}).write("documents", {{"corpus": "a"}}, table)
+        storage.LakeStorage({str(tmp_path)!r}).write("documents", {{"corpus": "a"}}, table)
         """
     )
     process = subprocess.Popen([sys.executable, "-c", writer], stdout=subprocess.PIPE, text=True)
@@ -98,7 +98,7 @@ def test_killed_writer_leaves_previous_version_and_its_leftover_is_ignored(tmp_p
 
 
 def test_contract_violations_are_refused_before_anything_is_written(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     with pytest.raises(StorageError, match=r"missing columns \['title'\]"):
         lake.write("documents", {"corpus": "a"}, documents(2).drop_columns(["title"]))
     duplicated = pa.concat_tables([documents(2), documents(1)])
@@ -114,7 +114,7 @@ def test_contract_violations_are_refused_before_anything_is_written(tmp_path):
 
 
 def test_one_corpus_write_never_touches_another(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     lake.write("documents", {"corpus": "a"}, documents(2))
     other = lake.write("documents", {"corpus": "b"}, documents(3))
     before = other.stat()
@@ -124,7 +124,7 @@ def test_one_corpus_write_never_touches_another(tmp_path):
 
 
 def test_an_unchanged_write_keeps_the_current_version_and_its_time(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     path = lake.write("documents", {"corpus": "a"}, documents(3))
     before = path.stat()
     assert lake.write("documents", {"corpus": "a"}, documents(3)) == path
@@ -139,7 +139,7 @@ def test_catalog_views_are_typed_when_empty_and_read_every_partition(tmp_path):
         assert con.execute("SELECT count(*) FROM nodes").fetchone() == (0,)
         types = dict(con.execute("SELECT column_name, data_type FROM information_schema.columns WHERE table_name = 'nodes'").fetchall())
         assert types["chunk_idx"] == "INTEGER" and types["text"] == "VARCHAR"
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     lake.write("documents", {"corpus": "a"}, documents(2))
     lake.write("documents", {"corpus": "b"}, documents(3))  # each commit refreshes the views
     with catalog.reader() as con:
@@ -157,7 +157,7 @@ def test_readers_see_a_commit_at_once_and_a_moved_lake_reads_its_own_files(tmp_p
     graphlake reader sees, all of it; an open reader does not hold up the next commit; a lake moved
     elsewhere reads the files where it is now."""
     home = tmp_path / "lake"
-    lake = Lake(home)
+    lake = LakeStorage(home)
     lake.write("documents", {"corpus": "a"}, documents(2, "old"))
     lake.write("queries", {"corpus": "a"}, pa.table({"query_id": ["q"], "text": ["t"], "split": ["test"], "metadata": [None]}))
     run = lake.bound("run1")
@@ -179,7 +179,7 @@ def test_readers_see_a_commit_at_once_and_a_moved_lake_reads_its_own_files(tmp_p
 
 
 def test_a_run_s_versions_are_its_own_until_it_commits_them_all_at_once(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     lake.write("documents", {"corpus": "a"}, documents(2, "old"))
     lake.write_artifact("bm25", {"corpus": "a"}, lambda folder: (folder / "index").write_text("old"))
     before = Snapshots(tmp_path).current("a").number
@@ -200,7 +200,7 @@ def test_a_run_s_versions_are_its_own_until_it_commits_them_all_at_once(tmp_path
 
 
 def test_a_run_that_never_commits_leaves_the_snapshot_whole_and_its_files_collectable(tmp_path):
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     lake.write("documents", {"corpus": "a"}, documents(2, "old"))
     current = Snapshots(tmp_path).current("a")
     failed = lake.bound("failed-run")
@@ -219,7 +219,7 @@ def test_a_lake_written_before_snapshots_is_adopted_as_its_first(tmp_path):
     root = tmp_path / "artifacts" / "reranker"
     (root / "v-old").mkdir(parents=True)
     (root / "CURRENT").write_text("v-old")
-    lake = Lake(tmp_path)
+    lake = LakeStorage(tmp_path)
     assert lake.read("documents", {"corpus": "a"}).num_rows == 2 and lake.artifact("reranker", {}) == root / "v-old"
     with Catalog(tmp_path).reader() as con:
         assert con.execute("SELECT count(*) FROM documents").fetchone() == (2,)
@@ -241,8 +241,8 @@ def test_graphlake_gc_removes_what_a_failed_run_left_and_keeps_the_snapshot(lake
 
     from graphlake.cli import app
 
-    Lake(lake).write("documents", {"corpus": "a"}, documents(2, "old"))
-    staged = Lake(lake).bound("failed-run").write("documents", {"corpus": "a"}, documents(5, "new"))
+    LakeStorage(lake).write("documents", {"corpus": "a"}, documents(2, "old"))
+    staged = LakeStorage(lake).bound("failed-run").write("documents", {"corpus": "a"}, documents(5, "new"))
     done = CliRunner().invoke(app, ["gc"], catch_exceptions=False)
     assert done.exit_code == 0 and "a: 1 files and folders removed" in done.stderr, done.output
-    assert not staged.exists() and Lake(lake).read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["old0", "old1"]
+    assert not staged.exists() and LakeStorage(lake).read("documents", {"corpus": "a"}).column("doc_id").to_pylist() == ["old0", "old1"]

@@ -26,7 +26,7 @@ from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequ
 from graphlake.warehouse.readers.base import NoDocuments
 
 if TYPE_CHECKING:
-    from graphlake.warehouse.storage import Lake
+    from graphlake.warehouse.storage import LakeStorage
 
 REGISTRY_FILE = "corpora.yaml"
 DEMO_CORPUS = "demo"
@@ -203,7 +203,7 @@ class UnknownCorpus(KeyError):
         return str(self.args[0])
 
 
-def table_written_at(lake: Lake, corpus: str, table: str, partition: Mapping[str, str]) -> float | None:
+def table_written_at(lake: LakeStorage, corpus: str, table: str, partition: Mapping[str, str]) -> float | None:
     """When the output in ``partition`` was written, None if it has none; for the vectors of a model
     role (``@dense``), None too when another revision of the model made them: new weights are a rebuild."""
     roles = [value[1:] for value in partition.values() if value.startswith(ROLE_MARK)]
@@ -224,7 +224,7 @@ TUNED_ARTIFACT = "tuned_dense"  # per corpus: decision.json, and model/ where th
 TUNING_DECISION = "decision.json"
 
 
-def corpus_model(lake: Lake, corpus: str, role: str) -> ModelSpec:
+def corpus_model(lake: LakeStorage, corpus: str, role: str) -> ModelSpec:
     """The model ``corpus`` uses for ``role``; a model the lake tunes, as the weights it kept for this
     corpus (its tuned folder, or the model it started from), named as declared. Unresolved (its
     ``problem`` says so) until the corpus's first dense build tunes it."""
@@ -238,7 +238,7 @@ def corpus_model(lake: Lake, corpus: str, role: str) -> ModelSpec:
     return ModelSpec(name=spec.name, kind="dense", folder=str(kept), about=f"{spec.tune}, {decision['kept']} for corpus {corpus}")
 
 
-def stored_revision(lake: Lake, table: str, partition: Mapping[str, str], role: str) -> str:
+def stored_revision(lake: LakeStorage, table: str, partition: Mapping[str, str], role: str) -> str:
     """The revision of the model that made stored vectors; for vectors written before revisions were
     recorded, the role's packaged model's (the only one there was)."""
     return lake.first_value(table, partition, "revision") or made_before_identities(role)["revision"]

@@ -20,7 +20,7 @@ from pydantic import PrivateAttr
 from graphlake.warehouse.corpora import CorpusRegistry, table_written_at
 from graphlake.warehouse.models import ROLE_MARK
 from graphlake.warehouse.row_changes import row_changes
-from graphlake.warehouse.storage import Lake, conform
+from graphlake.warehouse.storage import LakeStorage, conform
 from graphlake.warehouse.tables import table_spec
 
 PREVIEW_ROWS = 5
@@ -37,8 +37,8 @@ class _RunBoundLake(Config):
         self._run_id = context.run.run_id if context.run else None
 
     @property
-    def lake(self) -> Lake:
-        return Lake(Path(self.home), self._run_id)
+    def lake(self) -> LakeStorage:
+        return LakeStorage(Path(self.home), self._run_id)
 
 
 class LakeResource(_RunBoundLake, ConfigurableResource):
@@ -52,7 +52,7 @@ class LakeResource(_RunBoundLake, ConfigurableResource):
 class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
     def handle_output(self, context: OutputContext, obj: pa.Table) -> None:
         table, partition = asset_address(Path(self.home), context.definition_metadata, context.partition_key)
-        committed = Lake(Path(self.home))  # the version readers see now, not this run's
+        committed = LakeStorage(Path(self.home))  # the version readers see now, not this run's
         previous = committed.read(table, partition) if committed.has(table, partition) else None
         spec = table_spec(table)
         obj = conform(spec, partition, obj)  # as stored: with its partition columns
@@ -76,7 +76,7 @@ class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
         return self.lake.read(table, partition)
 
 
-def output_written_at(lake: Lake, metadata: Mapping, corpus: str) -> float | None:
+def output_written_at(lake: LakeStorage, metadata: Mapping, corpus: str) -> float | None:
     """When the asset's table output for the corpus was written, None if it has none or, for the
     vectors of a model role, if another revision of the model made them."""
     return table_written_at(lake, corpus, metadata["table"], {"corpus": corpus, **(metadata.get("partition") or {})})

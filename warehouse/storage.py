@@ -3,9 +3,9 @@
 Each partition of a table is a folder, ``tables/<table>/corpus=<c>[/kind=<k>]/``, holding one
 Parquet file per version (``data-<version>.parquet``); each artefact (an index, a model) is a folder
 per version, ``artifacts/<name>[/corpus=<c>]/v-<version>/``. Which versions readers see is the
-corpus's current snapshot (``warehouse/snapshots.py``). A ``Lake`` bound to a run (``run_id``)
+corpus's current snapshot (``warehouse/snapshots.py``). A ``LakeStorage`` bound to a run (``run_id``)
 writes that run's versions and reads them before the snapshot's, so a run sees its own work and no
-one else does until it commits; an unbound ``Lake`` commits each write on its own, under the
+one else does until it commits; an unbound ``LakeStorage`` commits each write on its own, under the
 corpus's writer lock. Writing one corpus never touches another corpus's files.
 """
 
@@ -39,7 +39,7 @@ class StorageError(RuntimeError):
     """A table could not be written or read; the message names the table and partition."""
 
 
-class Lake:
+class LakeStorage:
     def __init__(self, home: Path, run_id: str | None = None, pins: Mapping[str, Snapshot] | None = None) -> None:
         self.home = Path(home)
         self.tables_dir = self.home / "tables"
@@ -47,14 +47,14 @@ class Lake:
         self.snapshots = Snapshots(self.home)
         self.pins = dict(pins or {})  # scope -> the snapshot this lake reads, whatever commits meanwhile
 
-    def bound(self, run_id: str | None) -> Lake:
+    def bound(self, run_id: str | None) -> LakeStorage:
         """This lake as the run ``run_id`` sees it (its own versions first), or as every reader does (None)."""
-        return Lake(self.home, run_id)
+        return LakeStorage(self.home, run_id)
 
-    def pinned(self, *scopes: str) -> Lake:
+    def pinned(self, *scopes: str) -> LakeStorage:
         """This lake reading the scopes' current snapshots from now on, so that everything read through it
         (a server's warm indexes) comes from one version while writers commit newer ones."""
-        return Lake(self.home, self.run_id, {**self.pins, **{scope: self.snapshots.current(scope) for scope in scopes}})
+        return LakeStorage(self.home, self.run_id, {**self.pins, **{scope: self.snapshots.current(scope) for scope in scopes}})
 
     def snapshot(self, scope: str) -> Snapshot:
         """The scope's snapshot this lake reads: its pin, else the current one."""

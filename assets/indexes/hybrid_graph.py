@@ -1,5 +1,5 @@
 """Allan-Poe's hybrid graph index as an asset: one graph over the corpus's dense, SPLADE and BM25
-vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid/graph.py``).
+vectors that every ``hybrid_graph`` method searches with its own weights (``kernels/hybrid/graph_index.py``).
 A re-materialization updates the previous index in place of a rebuild when few nodes changed
 (``kernels/hybrid/update.py``): nodes are matched by node id and content hash. The knowledge-graph
 part (``kg``: the entities and relations of a ``triples`` extractor, ``kernels/hybrid/kg.py``) is small
@@ -15,7 +15,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
 from graphlake.retrieval.index.kinds import index_assets, read_models, write_index
-from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.models import made_before_identities
@@ -23,7 +23,7 @@ from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 
 if TYPE_CHECKING:
-    from graphlake.kernels.hybrid.graph import HybridGraph
+    from graphlake.kernels.hybrid.graph_index import HybridGraph
 
 
 KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
@@ -52,10 +52,10 @@ class HybridIndexConfig(Config):
 )
 def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig, lake: LakeResource) -> None:
     """The hybrid graph (semantic and keyword edges, entry points, per-path calibration), as an artefact folder."""
-    from graphlake.kernels.hybrid.graph import BuildConfig  # numba: loaded when the index is built, not with the Definitions
+    from graphlake.kernels.hybrid.graph_index import BuildConfig  # numba: loaded when the index is built, not with the Definitions
     from graphlake.kernels.hybrid.update import update
 
-    indexes = LakeIndexes(lake.lake, context.partition_key)
+    indexes = CorpusIndexes(lake.lake, context.partition_key)
     vectors = hybrid_vectors(indexes)
     texts = indexes.texts()
     nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(texts))
@@ -87,7 +87,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     )
 
 
-def _knowledge_graph(indexes: LakeIndexes, extractor: str) -> KnowledgeGraph:
+def _knowledge_graph(indexes: CorpusIndexes, extractor: str) -> KnowledgeGraph:
     """The KG of the corpus's ``triples`` from ``extractor``, on the index's node rows."""
     try:
         triples = indexes.lake.read("triples", {"corpus": indexes.corpus, "extractor": extractor})
@@ -103,7 +103,7 @@ def _kg_metadata(kg: KnowledgeGraph) -> dict:
     return {"kg": kg.extractor, "kg_entities": len(kg.entities), "kg_relations": len(kg.source), "kg_nodes_with_entities": int((held > 0).sum()), "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0}
 
 
-def _previous(indexes: LakeIndexes) -> tuple["HybridGraph | None", list[str] | None]:
+def _previous(indexes: CorpusIndexes) -> tuple["HybridGraph | None", list[str] | None]:
     """The corpus's current index and its node keys (``None`` for keys an older artefact lacks); none
     when it holds other models' vectors than the corpus's now."""
     try:
@@ -113,7 +113,7 @@ def _previous(indexes: LakeIndexes) -> tuple["HybridGraph | None", list[str] | N
     made_by = read_models(folder)
     if any(made_by.get(role, made_before_identities(role)) != indexes.identity(role) for role in ("dense", "sparse")):
         return None, None
-    from graphlake.kernels.hybrid.graph import HybridGraph
+    from graphlake.kernels.hybrid.graph_index import HybridGraph
 
     keys = folder / KEYS_FILE
     return HybridGraph.load(folder), json.loads(keys.read_text(encoding="utf-8")) if keys.is_file() else None

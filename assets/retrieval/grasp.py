@@ -12,7 +12,7 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 
 from graphlake.kernels.plan.fusion import cell_name
 from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.index.skb import SKB_ARTIFACT
 from graphlake.retrieval.index.skb import StageOneSettings as Settings
 from graphlake.retrieval.index.skb import planned, stage_one
@@ -76,7 +76,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
     """Each planner's plan for every query on every SKB of the corpus, validated and executed: the table
     skb_plans (plan JSON, valid, error or the planner's failure, risk level, n_cand, compiled SQL, ms)."""
     corpus = context.partition_key
-    indexes = LakeIndexes(lake.lake, corpus)
+    indexes = CorpusIndexes(lake.lake, corpus)
     queries = lake.lake.read("queries", {"corpus": corpus}).to_pylist()
     queries = queries[: config.max_queries] if config.max_queries else queries
     summary = {}

@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 from numba import config, cuda, float32, int8, int32, int64
 
-from graphlake.kernels.hybrid.graph import HybridGraph, KGQuery, Searcher
+from graphlake.kernels.hybrid.graph_index import HybridGraph, KGQuery, Searcher
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.results import FILL_ROW, FILL_SCORE
 

@@ -27,7 +27,7 @@ import numpy as np
 from numba import njit
 
 from graphlake.kernels.hybrid.candidates import candidate_knn
-from graphlake.kernels.hybrid.graph import (
+from graphlake.kernels.hybrid.graph_index import (
     BuildConfig,
     HybridGraph,
     build,

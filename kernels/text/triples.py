@@ -216,7 +216,7 @@ def logical_edges(rows: Iterable[tuple[str, str, str, str]]) -> list[tuple[str, 
     A hub (an entity more than ``HUB_NODES`` nodes name: "film", "patients", "results") links no
     nodes: a triple between two hubs would link every node of one to every node of the other, and
     the edges grew as the square of the corpus (7.4 million at 11,374 nodes). Capped, they grow with
-    it. The hybrid index's logical expansion skips hubs alike (``kernels/hybrid/graph.py``).
+    it. The hybrid index's logical expansion skips hubs alike (``kernels/hybrid/graph_index.py``).
     """
     entities_of: dict[str, set[str]] = {}
     graph: set[tuple[str, str, str]] = set()

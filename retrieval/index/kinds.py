@@ -3,7 +3,7 @@
 A declaration (:class:`IndexKind`) names the kind, the assets that build it, where it is stored, how
 it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
 reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
-the typed handles of ``LakeIndexes`` all follow from the declarations. The stored kinds are declared in
+the typed handles of ``CorpusIndexes`` all follow from the declarations. The stored kinds are declared in
 ``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``.
 
 Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's node
@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 from graphlake.retrieval.core import MethodError, Methods, needs
 from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
 from graphlake.warehouse.models import model_identity
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 NODE_IDS_FILE = "node_ids.json"
 MODELS_FILE = "models.json"  # beside an index built from vectors: the models that made them
@@ -42,7 +42,7 @@ class Stored:
     partition: tuple[tuple[str, str], ...] = ()  # a value may be a model role (``@dense``): see ``CorpusRegistry.resolved``
     lake_wide: bool = False
 
-    def written_at(self, lake: Lake, corpus: str) -> float | None:
+    def written_at(self, lake: LakeStorage, corpus: str) -> float | None:
         """When the index was written; None when it never was, or when a model whose vectors it holds is
         no longer the one the corpus uses (the index is then rebuilt, as the vectors are re-encoded)."""
         partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
@@ -69,7 +69,7 @@ class Fitting:
 
     sources: Callable[[Path, str], list[str]]
     reads: Callable[[Methods], frozenset[str]]
-    parts: Callable[[Lake, str], set[str]] | None = None
+    parts: Callable[[LakeStorage, str], set[str]] | None = None
     part_config: Callable[[set[str]], dict] | None = None
 
 
@@ -80,7 +80,7 @@ class IndexKind:
     name: str
     assets: tuple[str, ...]  # what builds it; the last is written last
     stored: Stored | None  # None: a name resolved per corpus (``corpus_graph``)
-    load: Callable[[LakeIndexes], Any] | None
+    load: Callable[[CorpusIndexes], Any] | None
     fitting: Fitting | None = None
 
 
@@ -88,18 +88,18 @@ def learned_kind(name: str, model: Any, fitting: Fitting) -> IndexKind:
     """A learned kind as most are: built by the asset of its name into the corpus's artefact of its name,
     loaded by ``model.load(folder)``."""
 
-    def load(indexes: LakeIndexes) -> Any:
+    def load(indexes: CorpusIndexes) -> Any:
         return model.load(indexes.lake.artifact(name, {"corpus": indexes.corpus}))
 
     return IndexKind(name, (name,), Stored(artifact=name), load, fitting)
 
 
-def held_parts(name: str, model: Any) -> Callable[[Lake, str], set[str]]:
+def held_parts(name: str, model: Any) -> Callable[[LakeStorage, str], set[str]]:
     """A learned kind's ``Fitting.parts`` where its stored model lists them: ``model.load(folder).held()``
     of the corpus's artefact ``name`` (or ``model.held_in(folder)``, where the model reads that without
     loading), none before it is built."""
 
-    def parts(lake: Lake, corpus: str) -> set[str]:
+    def parts(lake: LakeStorage, corpus: str) -> set[str]:
         try:
             folder = lake.artifact(name, {"corpus": corpus})
             return model.held_in(folder) if hasattr(model, "held_in") else model.load(folder).held()
@@ -167,7 +167,7 @@ def unread_index_assets(methods: Methods) -> list[str]:
     return [kind.assets[-1] for kind in INDEX_KINDS.values() if kind.name not in read and kind.stored is not None and kind.stored.artifact and kind.assets[-1] not in kept]
 
 
-def asset_written_at(lake: Lake, corpus: str, asset: str) -> float | None:
+def asset_written_at(lake: LakeStorage, corpus: str, asset: str) -> float | None:
     """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
     for kind in INDEX_KINDS.values():
         if kind.stored is not None and kind.assets[-1] == asset:
@@ -180,9 +180,9 @@ def index_assets(names) -> list[str]:
     return list(dict.fromkeys(asset for name in sorted(names) for asset in index_kind(name).assets))
 
 
-def write_index(lake: Lake, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None], models: dict[str, dict] | None = None) -> Path:
+def write_index(lake: LakeStorage, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None], models: dict[str, dict] | None = None) -> Path:
     """Write the corpus's index artefact ``name`` with ``fill``, and beside it the node order its rows
-    follow and the models whose vectors it holds (role -> ``model_identity``), which ``LakeIndexes``
+    follow and the models whose vectors it holds (role -> ``model_identity``), which ``CorpusIndexes``
     checks against the nodes table and the corpus's query encoders when it loads the index."""
 
     def filled(folder: Path) -> None:

@@ -26,10 +26,10 @@ from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
 from graphlake.retrieval.index.kinds import read_models
 from graphlake.warehouse.digest import content_hash
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 SKB_ARTIFACT = "skb"
 VECTORS_ARTIFACT = "skb_vectors"
@@ -38,7 +38,7 @@ WIKI_SOURCES = ("wiki_rules", "wiki_evidence")
 PLAN_TOKENS = 320  # a plan of three anchors and four hops takes about 250 tokens; a longer answer is a loop
 
 
-def build(lake: Lake, corpus: str, source: str, train_corpus: str | None) -> skb_builders.SKB:
+def build(lake: LakeStorage, corpus: str, source: str, train_corpus: str | None) -> skb_builders.SKB:
     """One source's SKB for a corpus, from the lake's tables; only the oracle reads questions."""
     part = {"corpus": corpus}
     documents, nodes = lake.read("documents", part), lake.read("nodes", part)
@@ -55,7 +55,7 @@ def build(lake: Lake, corpus: str, source: str, train_corpus: str | None) -> skb
     raise ValueError(f"unknown SKB source {source!r}; one of {', '.join(skb_builders.SOURCES)}")
 
 
-def evidences(lake: Lake, corpora: list[str]) -> list[tuple[str, list]]:
+def evidences(lake: LakeStorage, corpora: list[str]) -> list[tuple[str, list]]:
     """(query id, gold evidence triples) of every question of these corpora (2Wiki keeps them in the metadata)."""
     found = []
     for corpus in corpora:
@@ -64,7 +64,7 @@ def evidences(lake: Lake, corpora: list[str]) -> list[tuple[str, list]]:
     return found
 
 
-def coverage(lake: Lake, corpus: str, extracted: skb_builders.SKB) -> dict:
+def coverage(lake: LakeStorage, corpus: str, extracted: skb_builders.SKB) -> dict:
     """The extracted 2Wiki KB's share of the corpus's gold evidence triples, per relation and overall."""
     documents, nodes = lake.read("documents", {"corpus": corpus}), lake.read("nodes", {"corpus": corpus})
     linker = skb_builders.TitleLinker({skb_id: title for skb_id, title, _ in skb_builders.passages(documents, nodes)})
@@ -98,7 +98,7 @@ class LoadedSKB:
     Shared by the requests served at once: each statement runs on a cursor of its own (``cursor``), as
     one DuckDB connection runs one statement at a time and refuses a second."""
 
-    def __init__(self, indexes: LakeIndexes, source: str) -> None:
+    def __init__(self, indexes: CorpusIndexes, source: str) -> None:
         self.corpus, self.source = indexes.corpus, source
         partition = {"corpus": indexes.corpus, "source": source}
         lake = indexes.lake
@@ -132,7 +132,7 @@ class LoadedSKB:
         """A connection of this thread's own to the SKB's tables (close it: ``with skb.cursor() as con``)."""
         return self._database.cursor()
 
-    def _load_vectors(self, indexes: LakeIndexes) -> None:
+    def _load_vectors(self, indexes: CorpusIndexes) -> None:
         """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
         node and kind: two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros."""
         folder = indexes.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
@@ -245,7 +245,7 @@ class LLMPlanner:
     from the training corpus whose rules plan put a gold node in its top 10 (the paper verified its Prime
     examples so), answered under the plan's JSON schema through the lake's LLM client (cached)."""
 
-    def __init__(self, indexes: LakeIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
+    def __init__(self, indexes: CorpusIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
         from graphlake.common.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
         from graphlake.kernels.plan.prompt import system_prompt
 
@@ -269,9 +269,9 @@ class LLMPlanner:
             return None, f"the LLM's plan is unusable: {error}"
 
 
-def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
+def verified_examples(indexes: CorpusIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
     """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.queries import gold_by_query, training_source
 
     train_corpus, split = training_source(indexes.lake.home, indexes.corpus)
@@ -280,7 +280,7 @@ def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) 
     queries = [q for q in indexes.lake.read("queries", {"corpus": train_corpus}).to_pylist() if split is None or q["split"] == split]
     if not queries:
         return []
-    train = indexes if train_corpus == indexes.corpus else LakeIndexes(indexes.lake, train_corpus)
+    train = indexes if train_corpus == indexes.corpus else CorpusIndexes(indexes.lake, train_corpus)
     try:
         skb = train.skb(source)
     except StorageError:
@@ -298,7 +298,7 @@ def verified_examples(indexes: LakeIndexes, source: str, limit: int, scan: int) 
     return found
 
 
-def planned(question: str, skb: LoadedSKB, planner: str, indexes: LakeIndexes) -> tuple[Plan | None, str | None]:
+def planned(question: str, skb: LoadedSKB, planner: str, indexes: CorpusIndexes) -> tuple[Plan | None, str | None]:
     """(plan, failure) by ``planner``: None, None for ``rules`` (``stage_one`` plans those itself)."""
     if planner == "rules":
         return None, None

@@ -11,28 +11,28 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored, declare
-from graphlake.retrieval.index.lake import EntityEdges, LakeIndexes, dense_matrix, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import EntityEdges, CorpusIndexes, dense_matrix, hybrid_vectors
 
 
-def _bm25(indexes: LakeIndexes):
+def _bm25(indexes: CorpusIndexes):
     from graphlake.kernels.text.bm25 import BM25Index
 
     return BM25Index.load(indexes.artifact("bm25"))
 
 
-def _dense(indexes: LakeIndexes) -> np.ndarray:
+def _dense(indexes: CorpusIndexes) -> np.ndarray:
     from graphlake.warehouse.models import dimension
 
     return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")) or 0)
 
 
-def _hnsw(indexes: LakeIndexes):
+def _hnsw(indexes: CorpusIndexes):
     import faiss
 
     return faiss.read_index(str(indexes.artifact("dense_hnsw") / "hnsw.faiss"))
 
 
-def _splade(indexes: LakeIndexes) -> sp.csc_matrix:
+def _splade(indexes: CorpusIndexes) -> sp.csc_matrix:
     from graphlake.kernels.text.model_files import model_config
 
     table = indexes.vectors("sparse")
@@ -43,10 +43,10 @@ def _splade(indexes: LakeIndexes) -> sp.csc_matrix:
     return matrix.tocsc()
 
 
-def _linked(kind: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
+def _linked(kind: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
     """The corpus's ``kind`` edges as an undirected 0/1 adjacency over node rows, no loops."""
 
-    def load(indexes: LakeIndexes) -> sp.csr_matrix:
+    def load(indexes: CorpusIndexes) -> sp.csr_matrix:
         edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": kind})
         src = indexes.node_rows(edges.column("src").to_pylist(), f"{kind} edges")
         dst = indexes.node_rows(edges.column("dst").to_pylist(), f"{kind} edges")
@@ -60,10 +60,10 @@ def _linked(kind: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
     return load
 
 
-def _mentions(extractor: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
+def _mentions(extractor: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
     """Node rows x entities, 1 where the node mentions the entity."""
 
-    def load(indexes: LakeIndexes) -> sp.csr_matrix:
+    def load(indexes: CorpusIndexes) -> sp.csr_matrix:
         mentions = indexes.lake.read("mentions", {"corpus": indexes.corpus, "extractor": extractor})
         entity = mentions.column("entity_id").combine_chunks().dictionary_encode()
         node = indexes.node_rows(mentions.column("node_id").to_pylist(), f"{extractor} mentions")
@@ -75,18 +75,18 @@ def _mentions(extractor: str) -> Callable[[LakeIndexes], sp.csr_matrix]:
     return load
 
 
-def _hybrid_graph(indexes: LakeIndexes):
+def _hybrid_graph(indexes: CorpusIndexes):
     """The index's searcher: the CUDA kernel's where a CUDA device is (``NUMBA_ENABLE_CUDASIM=1``: numba's
     simulator) and the kernel holds the index, else the CPU walk; both take a batch and return
     ``(scores, rows)``, and ``device`` says which it is."""
     from graphlake.kernels.hybrid.cuda_search import cuda_searcher
-    from graphlake.kernels.hybrid.graph import HybridGraph, Searcher
+    from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 
     graph, vectors = HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes)
     return cuda_searcher(graph, vectors) or Searcher(graph, vectors)
 
 
-def _skb(indexes: LakeIndexes):
+def _skb(indexes: CorpusIndexes):
     """SKBs of the corpus by source (``auto``: the corpus's first), each loaded on first use."""
     from graphlake.retrieval.index.skb import LoadedSKB
 

@@ -15,7 +15,7 @@ from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.lake import LakeIndexes
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 MODEL_FOLDER = "model"
 REPORT_FILE = "grasp_reranker.json"
 
@@ -49,7 +49,7 @@ class TunedReranker:
         return cls(model, saved["fusion"], saved["report"])
 
 
-def candidate_texts(indexes: LakeIndexes, rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int) -> list[str]:
+def candidate_texts(indexes: CorpusIndexes, rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int) -> list[str]:
     """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB, or ``title + text``."""
     texts = indexes.texts()
     if serialize == "text":

@@ -1,3 +1,3 @@
 """The project's operators; importing this package registers them (``retrieval.methods.register``)."""
 
-from graphlake.retrieval.operators import graph, grasp, hybrid, learned, rerank, vector  # noqa: F401
+from graphlake.retrieval.operators import grasp, hybrid, learned, propagation, rerank, vector  # noqa: F401

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, register
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.skb import StageOneSettings
@@ -50,7 +50,7 @@ class SkbPlan(PerQuery):
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         from graphlake.retrieval.index.skb import planned, stage_one
 
         skb = indexes.skb(self.source)
@@ -86,7 +86,7 @@ class PlanRRF(PerQuery):
 
         return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         graph, partner = inputs
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
@@ -131,7 +131,7 @@ class GraspRerank(PerQuery):
         tuned = self.model == "grasp" or self.fuse == "tuned"
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         from graphlake.retrieval.models.grasp_reranker import candidate_texts
         from graphlake.retrieval.models.untrained import Untrained
 

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.kernels.results import FILL_ROW
 from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
-from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
 
@@ -74,12 +74,12 @@ class Hybrid(PerQuery):
         tuned = isinstance(self.weights, str) or (self.kg and self.kg_weight == "tuned")
         return self.INDEXES | ({"hybrid_weights"} if tuned else set())
 
-    def scaled(self, indexes: LakeIndexes) -> np.ndarray:
+    def scaled(self, indexes: CorpusIndexes) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
         weights = self.vector(indexes)
         return weights * indexes.hybrid_graph.graph.scales if self.calibrate else weights
 
-    def vector(self, indexes: LakeIndexes) -> np.ndarray:
+    def vector(self, indexes: CorpusIndexes) -> np.ndarray:
         """The path weights: declared, or tuned (1/1/1, noted, where the corpus had nothing to tune on)."""
         if not isinstance(self.weights, str):
             return self.weights.vector()
@@ -89,12 +89,12 @@ class Hybrid(PerQuery):
             return np.ones(3)
         return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
 
-    def kg_query(self, query: str, indexes: LakeIndexes):
+    def kg_query(self, query: str, indexes: CorpusIndexes):
         """The query's entity hops and reward weight (a ``KGQuery``); ``None`` without ``kg``, or when the
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
-        from graphlake.kernels.hybrid.graph import KGQuery
+        from graphlake.kernels.hybrid.graph_index import KGQuery
         from graphlake.kernels.text.entities import title_aliases
 
         graph = indexes.hybrid_graph.graph.kg
@@ -108,7 +108,7 @@ class Hybrid(PerQuery):
             return None
         return KGQuery(graph.hops(seeds, self.kg_hops), self.reward_weight(indexes), self.kg_hops, self.kg_edges)
 
-    def reward_weight(self, indexes: LakeIndexes) -> float:
+    def reward_weight(self, indexes: CorpusIndexes) -> float:
         if self.kg_weight != "tuned":
             return float(self.kg_weight)
         tuned = indexes.hybrid_weights
@@ -119,7 +119,7 @@ class Hybrid(PerQuery):
         return weight
 
     @staticmethod
-    def kg_reward(kg, indexes: LakeIndexes, rows: np.ndarray) -> np.ndarray:
+    def kg_reward(kg, indexes: CorpusIndexes, rows: np.ndarray) -> np.ndarray:
         """The KG reward of ``rows`` (0 without a KG query)."""
         if kg is None:
             return np.zeros(len(rows))
@@ -127,16 +127,16 @@ class Hybrid(PerQuery):
 
         return reward(indexes.hybrid_graph.graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
-    def dense_weight(self, indexes: LakeIndexes) -> float:
+    def dense_weight(self, indexes: CorpusIndexes) -> float:
         return float(self.vector(indexes)[0])
 
     @staticmethod
-    def encode(queries: list[str], indexes: LakeIndexes) -> Queries:
+    def encode(queries: list[str], indexes: CorpusIndexes) -> Queries:
         """The queries on the three paths, as the kernels take a batch."""
         dense = np.stack([indexes.encode_dense(query) for query in queries])
         return Queries(dense, sp.vstack([indexes.encode_splade(query) for query in queries], format="csr"), indexes.bm25.token_counts(queries))
 
-    def required(self, query: str, indexes: LakeIndexes) -> np.ndarray | None:
+    def required(self, query: str, indexes: CorpusIndexes) -> np.ndarray | None:
         """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
         corpus never uses leaves no node to return."""
         if self.keywords == "none":
@@ -154,7 +154,7 @@ class Hybrid(PerQuery):
             indexes.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
         return np.unique(counts.indices) if not missing else np.full(1, -1)
 
-    def keep(self, rows: np.ndarray, scores: np.ndarray, indexes: LakeIndexes) -> Candidates:
+    def keep(self, rows: np.ndarray, scores: np.ndarray, indexes: CorpusIndexes) -> Candidates:
         """Without a dense weight, only nodes some sparse path scores."""
         if not self.dense_weight(indexes):
             positive = scores > 0
@@ -162,7 +162,7 @@ class Hybrid(PerQuery):
         return Candidates(rows.astype(np.int64), scores)
 
     @staticmethod
-    def holders(required: np.ndarray, indexes: LakeIndexes) -> np.ndarray:
+    def holders(required: np.ndarray, indexes: CorpusIndexes) -> np.ndarray:
         """The rows holding every required token (none for an unknown word, marked −1)."""
         return np.zeros(0, np.int64) if (required < 0).any() else hybrid_vectors(indexes).containing(required)
 
@@ -175,7 +175,7 @@ class HybridGraphSearch(Hybrid):
     candidates: Count = 128
     keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         """The batch's walks in one call of the index's searcher (its CPU or its CUDA kernel); a query whose
         required keywords few nodes hold scores those nodes exactly instead."""
         scaled = self.scaled(indexes)
@@ -210,7 +210,7 @@ class FusedExact(Hybrid):
 
     op: Literal["fused_exact"]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         encoded = self.encode([query], indexes)
         required = self.required(query, indexes)
         rows = None if required is None else self.holders(required, indexes)
@@ -229,7 +229,7 @@ class Multipath(Hybrid):
     op: Literal["multipath"]
     depth: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         paths = (DenseHNSW(op="dense_hnsw", k=self.depth), Splade(op="splade", k=self.depth), BM25(op="bm25", k=self.depth))
         fused: dict[int, float] = {}
         for weight, path in zip(self.scaled(indexes), paths, strict=True):

@@ -17,7 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from graphlake.retrieval.core import Candidates, Count, Input, Op, from_dict, register, run_inputs_batch
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
 
 RRF_CONSTANT = 60.0  # the fallback's, the usual constant (Cormack et al.)
@@ -44,10 +44,10 @@ class LearnedFusion(Op):
     def indexes(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         return [self.order(query, found, indexes) for query, found in zip(queries, run_inputs_batch(self, queries, indexes), strict=True)]
 
-    def order(self, query: str, found: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def order(self, query: str, found: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         """The candidates ordered by the trained model, or fused by RRF where none was trained."""
         model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.learned_fusion.ranker(self))
         if model is None:

@@ -24,7 +24,7 @@ from pydantic import Field
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Weight, ranked, register
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
-from graphlake.retrieval.index.lake import LakeIndexes, corpus_graph
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense
@@ -33,12 +33,12 @@ RERANK_ALWAYS_ENV = "GRAPHLAKE_RERANK_ALWAYS"  # run the cross-encoder even wher
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
 
-def _scorer(query: str, indexes: LakeIndexes) -> PairScorer:
+def _scorer(query: str, indexes: CorpusIndexes) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
     return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker.head)
 
 
-def _untrained(indexes: LakeIndexes, instead: str) -> bool:
+def _untrained(indexes: CorpusIndexes, instead: str) -> bool:
     """Whether the cross-encoder is not to be run: the lake holds no trained one (no training queries
     anywhere), or the trained one reranked its held-out queries no better than dense retrieval did
     (then reranking costs minutes to lose), unless ``RERANK_ALWAYS_ENV`` asks for it; noted in one
@@ -69,7 +69,7 @@ class CrossEncoderRerank(PerQuery):
     depth: ModelCalls = 100
     k: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         (base,) = inputs
         rows = base.rows[: self.depth]
         if len(rows) == 0 or _untrained(indexes, "cross_encoder returns its input's ranking"):
@@ -93,7 +93,7 @@ class GraphBudgeted(PerQuery):
     def indexes(self) -> frozenset[str]:
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
-    def corpus_graph(self, indexes: LakeIndexes):
+    def corpus_graph(self, indexes: CorpusIndexes):
         return corpus_graph(indexes, tuple(indexes.setting("corpus_graph") if self.graph == "auto" else self.graph))
 
 
@@ -105,7 +105,7 @@ class GAR(GraphBudgeted):
     op: Literal["gar"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         (initial,) = inputs
         if _untrained(indexes, "gar returns its input's ranking"):
             return initial.top(self.k)
@@ -129,7 +129,7 @@ class FastInsight(GraphBudgeted):
     def first_stage(self) -> Op:
         return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         vector = indexes.encode_dense(query)
         if _untrained(indexes, "fastinsight returns its first stage, the dense ranking"):
             scores = indexes.dense @ vector

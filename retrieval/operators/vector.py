@@ -11,7 +11,7 @@ import scipy.sparse as sp
 from pydantic import Field
 
 from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 
 class TopK(Op):
@@ -27,7 +27,7 @@ class BM25(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"bm25"})
     op: Literal["bm25"]
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         scores, rows = indexes.bm25.search(queries, self.k)
         return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
 
@@ -40,7 +40,7 @@ class Dense(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense"})
     op: Literal["dense"]
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         matrix = indexes.dense
         scores = matrix @ np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((len(matrix), 0))
         return [ranked(np.arange(len(matrix)), np.ascontiguousarray(column), self.k) for column in scores.T]
@@ -55,7 +55,7 @@ class DenseHNSW(TopK):
     op: Literal["dense_hnsw"]
     ef_search: Count = 128
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
 
         index = indexes.dense_hnsw
@@ -71,7 +71,7 @@ class Splade(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"splade"})
     op: Literal["splade"]
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
         scores = np.asarray((indexes.splade @ weights.T).todense())
         found = []
@@ -104,7 +104,7 @@ class RRF(Fusion):
     op: Literal["rrf"]
     constant: float = Field(60.0, ge=0)
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         return [self.fuse(inputs) for inputs in run_inputs_batch(self, queries, indexes)]
 
     def fuse(self, inputs: list[Candidates]) -> Candidates:
@@ -123,7 +123,7 @@ class WeightedSum(Fusion):
     op: Literal["weighted_sum"]
     normalise: list[bool] | None = None
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         normalise = self.normalise if self.normalise is not None else [True] * len(self.inputs)
         if len(normalise) != len(self.inputs):
             raise MethodError(f"weighted_sum: {len(normalise)} normalise flags for {len(self.inputs)} inputs")

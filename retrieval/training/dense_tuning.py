@@ -21,9 +21,9 @@ from pathlib import Path
 import numpy as np
 
 from graphlake.kernels.eval.metrics import evaluate, mean
-from graphlake.retrieval.index.lake import retrieval_texts
+from graphlake.retrieval.index.corpus_indexes import retrieval_texts
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
-from graphlake.warehouse.storage import Lake
+from graphlake.warehouse.storage import LakeStorage
 
 METRIC = "ndcg@10"
 
@@ -54,7 +54,7 @@ class TrainingSet:
         return digest.hexdigest()[:16]
 
 
-def training_set(lake: Lake, corpus: str) -> TrainingSet:
+def training_set(lake: LakeStorage, corpus: str) -> TrainingSet:
     """The training queries ``corpus`` learns from (its train split, or its ``train_corpus``'s), refused
     if any is one it is evaluated on."""
     source, rows = training_queries(lake, corpus)

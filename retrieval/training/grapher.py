@@ -29,16 +29,16 @@ import numpy as np
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs, shared_run
 from graphlake.retrieval.index.kinds import asset_written_at, index_kind
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.operators.graph import GraphRerank
+from graphlake.retrieval.operators.propagation import GraphRerank
 from graphlake.retrieval.learned_kinds import grapher_reads
 from graphlake.retrieval.queries import alpha_source, gold_by_query, held_out, training_source
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
 
@@ -49,7 +49,7 @@ def networks_used(methods: Methods) -> list[str]:
     return [name for name in NETWORKS if name in parts]
 
 
-def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> dict:
+def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None]) -> dict:
     """Tune alpha and train the asked-for networks for ``corpus`` (or copy equal rankers); the summary to show."""
     started = time.perf_counter()
     train_corpus, split = training_source(lake.home, corpus)
@@ -123,7 +123,7 @@ def _nothing_to_learn(corpus: str, split: str | None) -> str:
     return f"corpus {corpus!r} has no {split + '-split ' if split else ''}queries with gold"
 
 
-def _examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
+def _examples(lake: LakeStorage, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
     """The training examples; none only for the corpus's own train split (a declared training corpus must have queries)."""
     examples = candidate_examples(lake, corpus, split, methods, base)
     if not examples and split is None:
@@ -131,7 +131,7 @@ def _examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base
     return examples
 
 
-def _rankers_with(lake: Lake, digest: str, prefer: str) -> tuple[str | None, Path | None]:
+def _rankers_with(lake: LakeStorage, digest: str, prefer: str) -> tuple[str | None, Path | None]:
     """(corpus, folder) of the current graph_rankers (this corpus's first) whose report carries the
     fingerprint ``digest``; (None, None) when no declared corpus has them."""
     for corpus in sorted(CorpusRegistry(lake.home).all(), key=lambda name: name != prefer):
@@ -145,12 +145,12 @@ def _rankers_with(lake: Lake, digest: str, prefer: str) -> tuple[str | None, Pat
     return None, None
 
 
-def candidate_examples(lake: Lake, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
+def candidate_examples(lake: LakeStorage, corpus: str, split: str | None, methods: Methods, base: str) -> list[dict]:
     """Per training query with gold: its text, base candidates, candidate graph and 0/1 labels."""
     partition = {"corpus": corpus}
     queries = lake.read("queries", partition).to_pylist()
     gold = gold_by_query(lake.read("qrels", partition))
-    indexes = LakeIndexes(lake, corpus)
+    indexes = CorpusIndexes(lake, corpus)
     doc_ids = indexes.doc_ids()
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]

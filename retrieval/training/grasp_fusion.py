@@ -19,15 +19,15 @@ import numpy as np
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TunedFusion
 from graphlake.retrieval.learned_kinds import tuned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
-def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
+def validation_queries(lake: LakeStorage, corpus: str, share: float, seed: int) -> tuple[str, list[dict], list[dict]]:
     """(training corpus, validation queries, reranker-training queries) for ``corpus``; each query a row of ``queries``."""
     source, rows = training_queries(lake, corpus)
     if not rows:
@@ -36,7 +36,7 @@ def validation_queries(lake: Lake, corpus: str, share: float, seed: int) -> tupl
     return source, [rows[i] for i in sorted(validation)], [rows[i] for i in sorted(learning)]
 
 
-def gold_rows(lake: Lake, corpus: str, indexes: LakeIndexes) -> dict[str, set[int]]:
+def gold_rows(lake: LakeStorage, corpus: str, indexes: CorpusIndexes) -> dict[str, set[int]]:
     """Query id -> the node rows of its gold documents (every node of a gold document counts)."""
     by_doc: dict[str, list[int]] = {}
     for row, doc_id in enumerate(indexes.doc_ids().tolist()):
@@ -44,7 +44,7 @@ def gold_rows(lake: Lake, corpus: str, indexes: LakeIndexes) -> dict[str, set[in
     return {q: {r for doc in docs for r in by_doc.get(doc, ())} for q, docs in gold_by_query(lake.read("qrels", {"corpus": corpus})).items()}
 
 
-def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedFusion, dict]:
+def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedFusion, dict]:
     """Tune every declared tuned fusion for ``corpus``; the artefact and the metadata to show."""
     started = time.perf_counter()
     methods = load_methods(lake.home)
@@ -55,7 +55,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
         return TunedFusion({}, {"default": reason, "untuned": dict.fromkeys(fusions, reason)}), {"tuned": False, "reason": reason}
     check_disjoint(lake, corpus, source, validation, "grasp_fusion")
-    indexes = LakeIndexes(lake, source)
+    indexes = CorpusIndexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
     gold = gold_rows(lake, source, indexes)
     choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}, "untuned": {}}
@@ -82,12 +82,12 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     return TunedFusion(choices, report), summary
 
 
-def _validation_query(graph: Op, partner: Op, query: dict, gold: dict, indexes: LakeIndexes) -> ValidationQuery:
+def _validation_query(graph: Op, partner: Op, query: dict, gold: dict, indexes: CorpusIndexes) -> ValidationQuery:
     g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
     return ValidationQuery(g.rows, p.rows, frozenset(gold.get(query["query_id"], ())), bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal"))
 
 
-def _table2(items: list[ValidationQuery], found, indexes: LakeIndexes, gold_docs, validation) -> dict:
+def _table2(items: list[ValidationQuery], found, indexes: CorpusIndexes, gold_docs, validation) -> dict:
     """Validation Hit@1 and R@20 (documents) of the best static and the best dynamic setting (the paper's Table 2)."""
     doc_ids = indexes.doc_ids()
     out = {}

@@ -26,7 +26,7 @@ import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts
@@ -34,7 +34,7 @@ from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.learned_kinds import grasp_rerankers
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class Recipe:
 RECIPES = {"cpu": Recipe(group_size=8, max_tokens=256, groups_per_step=4, batched=False), "gpu": Recipe(group_size=24, max_tokens=512, groups_per_step=16, batched=True)}
 
 
-def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexes, depth: int) -> np.ndarray:
+def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: CorpusIndexes, depth: int) -> np.ndarray:
     """Stage 2's top ``depth`` rows for ``query`` on the training corpus's indexes. A tuned ``plan_rrf`` fuses
     with the setting chosen for the *evaluated* corpus (the training corpus's own tuning may have seen it)."""
     if stage.op != "plan_rrf" or not stage.mode.startswith("tuned"):
@@ -75,7 +75,7 @@ class TrainingData:
     report: dict
 
 
-def training_data(lake: Lake, corpus: str, config: Any, group_size: int) -> TrainingData | str:
+def training_data(lake: LakeStorage, corpus: str, config: Any, group_size: int) -> TrainingData | str:
     """Mine the records and the validation lists of ``corpus``'s reranker; why not, when there is nothing to learn."""
     methods = load_methods(lake.home)
     stages = grasp_rerankers(methods)
@@ -84,7 +84,7 @@ def training_data(lake: Lake, corpus: str, config: Any, group_size: int) -> Trai
         return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
     check_disjoint(lake, corpus, source, validation + learning, "grasp_reranker")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
-    indexes = LakeIndexes(lake, source)
+    indexes = CorpusIndexes(lake, source)
     gold = gold_rows(lake, source, indexes)
     texts = lambda rows: candidate_texts(indexes, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
     key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)
@@ -110,7 +110,7 @@ def validation_hit_at_1(validation: list[dict], depth: int) -> Callable[[Any], f
     return hit_at_1
 
 
-def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedReranker, dict]:
+def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[TunedReranker, dict]:
     """Mine, train and tune Stage 3 for ``corpus``; the artefact and the metadata to show."""
     from graphlake.kernels.rerank.cross_encoder import CrossEncoder, default_device, train
 
@@ -166,7 +166,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
     return TunedReranker(model, fused, report), summary
 
 
-def _previous(lake: Lake, corpus: str, data: TrainingData) -> TunedReranker | None:
+def _previous(lake: LakeStorage, corpus: str, data: TrainingData) -> TunedReranker | None:
     """The corpus's current fine-tuned Stage-3 model when it reranks the same Stage 2 from the same
     training corpus (so the two can be compared on the same validation queries); None otherwise."""
     try:
@@ -177,7 +177,7 @@ def _previous(lake: Lake, corpus: str, data: TrainingData) -> TunedReranker | No
     return current if current.model is not None and same else None
 
 
-def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndexes, gold, texts, depth: int, stored: int, group_size: int) -> list:
+def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: CorpusIndexes, gold, texts, depth: int, stored: int, group_size: int) -> list:
     """Training records: per query, one :class:`Pool` per gold node in its Stage-2 top ``depth``, holding the
     ``stored`` highest-ranked non-gold nodes of that list as its negatives; queries with no gold or no
     negative in the pool give none."""

@@ -23,11 +23,11 @@ from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text import query_encoders
-from graphlake.retrieval.index.lake import LakeIndexes, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import gold_by_query, training_source
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 GRID = tuple(round(0.1 * step, 1) for step in range(11))
 KG_GRID = (0.0, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0)  # the spec's 0.05–2, and 0: the KG may not help
@@ -41,14 +41,14 @@ def rule_of_thumb(better: float, worse: float) -> tuple[float, float]:
     return (0.4, 0.6) if gap < 0.05 else (0.7, 0.8) if gap <= 0.10 else (0.9, 1.0)
 
 
-def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
+def tune(lake: LakeStorage, corpus: str) -> TunedWeights | Untrained:
     source, split = training_source(lake.home, corpus)
     gold = gold_by_query(lake.read("qrels", {"corpus": source}))
     rows = [q for q in lake.read("queries", {"corpus": source}).to_pylist() if (split is None or q["split"] == split) and q["query_id"] in gold]
     if not rows:
         where = f"corpus {source!r}" + (f" split {split!r}" if split else "")
         return Untrained(f"{where} has no queries with gold to tune the path weights on; 1/1/1 stands in")
-    indexes = LakeIndexes(lake, source)
+    indexes = CorpusIndexes(lake, source)
     vectors = hybrid_vectors(indexes)
     bm25 = indexes.bm25
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
@@ -78,7 +78,7 @@ def tune(lake: Lake, corpus: str) -> TunedWeights | Untrained:
     return TunedWeights(tuple(float(w) for w in inner), tuple(round(float(w), 4) for w in three), report, kg_weight)
 
 
-def _tune_kg(indexes: LakeIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
+def _tune_kg(indexes: CorpusIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
     """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
     from graphlake.kernels.hybrid.kg import HOPS, reward
     from graphlake.kernels.text.entities import title_aliases

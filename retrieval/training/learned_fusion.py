@@ -18,13 +18,13 @@ from typing import Any
 import numpy as np
 
 from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, per_input
 from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.learned_kinds import learned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 CUTOFF = 10  # early stopping and the report's nDCG cut-off
 CHUNK = 64  # training queries encoded and run at once
@@ -46,7 +46,7 @@ def input_names(methods: Methods, op: Op) -> list[str]:
     return [named.get(id(item), f"in{i}") for i, item in enumerate(op.inputs)]
 
 
-def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[LearnedRankers, dict]:
+def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None]) -> tuple[LearnedRankers, dict]:
     """Train every declared learned fusion for ``corpus``; the artefact and the metadata to show."""
     started = time.perf_counter()
     methods = load_methods(lake.home)
@@ -59,7 +59,7 @@ def learn(lake: Lake, corpus: str, config: Any, log: Callable[[str], None]) -> t
         log(f"learned_fusion: {reason}; the fusions fall back to rrf of their inputs")
         return LearnedRankers({}, dict.fromkeys(fusions, reason)), {"trained": False, "reason": reason}
     check_disjoint(lake, corpus, source, queries, "learned_fusion")
-    indexes = LakeIndexes(lake, source)
+    indexes = CorpusIndexes(lake, source)
     runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():
@@ -132,7 +132,7 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
     return ranker, trained
 
 
-def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
+def input_runs(fusions: list[Op], texts: list[str], indexes: CorpusIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
     """Each distinct input's candidates per query, as the operator sees them at query time: a chunk of
     queries at a time, as one request (an input, or an input's input, that several share runs once);
     and the inputs that cannot run here."""

@@ -32,7 +32,7 @@ from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.core import Methods
 from graphlake.retrieval.index.kinds import index_assets, index_kind
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
@@ -40,7 +40,7 @@ from graphlake.retrieval.learned_kinds import reranker_reads
 from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
     from graphlake.kernels.rerank.cross_encoder import Group
@@ -53,7 +53,7 @@ class TrainingQuery:
     gold: frozenset[str]  # relevant doc ids
 
 
-def learn(store: Lake, config: Any, log: Callable[[str], None], explicit: bool = True) -> dict:
+def learn(store: LakeStorage, config: Any, log: Callable[[str], None], explicit: bool = True) -> dict:
     """Train the lake's cross-encoder (or keep the current one); the summary to show.
 
     The current model is kept, untouched, while its training data (the training queries and their
@@ -123,7 +123,7 @@ def learn(store: Lake, config: Any, log: Callable[[str], None], explicit: bool =
     return {"retrained": True, **headline(summary), **({"kept": "new"} if previous is not None else {}), "curve": report.curve}
 
 
-def _previous_model(store: Lake, current: dict | None):
+def _previous_model(store: LakeStorage, current: dict | None):
     """The lake's current trained cross-encoder, None when there is none (or an ``Untrained`` marker)."""
     if not current or "training" not in current:
         return None
@@ -150,7 +150,7 @@ class TrainingData:
         }
 
 
-def mine(store: Lake, corpora: list[str], queries: list[TrainingQuery], config: Any) -> TrainingData:
+def mine(store: LakeStorage, corpora: list[str], queries: list[TrainingQuery], config: Any) -> TrainingData:
     """Hold out a seeded share of ``queries``, mine the rest's groups and the held-out queries' dense lists."""
     started = time.perf_counter()
     validate, learn_on = held_out(len(queries), config.validation_share, config.seed)
@@ -174,7 +174,7 @@ def headline(summary: dict) -> dict:
     }
 
 
-def training_queries(lake: Lake, corpora: list[str], max_per_corpus: int, seed: int) -> list[TrainingQuery]:
+def training_queries(lake: LakeStorage, corpora: list[str], max_per_corpus: int, seed: int) -> list[TrainingQuery]:
     """Every train-split query with relevant gold of each corpus, sampled down to ``max_per_corpus`` (seeded)."""
     found = []
     for corpus in corpora:
@@ -188,7 +188,7 @@ def training_queries(lake: Lake, corpora: list[str], max_per_corpus: int, seed: 
     return found
 
 
-def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> LakeIndexes:
+def _indexes(lake: LakeStorage, corpus: str, methods: Methods, miners: list[str]) -> CorpusIndexes:
     """A training corpus's indexes; the miners need theirs built."""
     kinds = sorted(reranker_reads(methods, miners))
     missing = [index_kind(name).assets[-1] for name in kinds if index_kind(name).stored.written_at(lake, corpus) is None]
@@ -197,10 +197,10 @@ def _indexes(lake: Lake, corpus: str, methods: Methods, miners: list[str]) -> La
             f"reranker: training corpus {corpus!r} lacks {' and '.join(missing)}; "
             f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in index_assets(kinds))}'"
         )
-    return LakeIndexes(lake, corpus)
+    return CorpusIndexes(lake, corpus)
 
 
-def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, config: Any) -> list[Group]:
+def training_groups(query: TrainingQuery, indexes: CorpusIndexes, methods: Methods, config: Any) -> list[Group]:
     """One group per gold document in the corpus: its best node against the miners' best non-gold nodes
     (round-robin, no repeats; the same negatives for every gold document of the query)."""
     from graphlake.kernels.rerank.cross_encoder import Group
@@ -228,7 +228,7 @@ def training_groups(query: TrainingQuery, indexes: LakeIndexes, methods: Methods
     return [Group(query.text, texts[positive], tuple(texts[r] for r in negatives)) for positive in positives]
 
 
-def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: Methods, depth: int) -> dict:
+def validation_item(query: TrainingQuery, indexes: CorpusIndexes, methods: Methods, depth: int) -> dict:
     """A held-out query's dense top ``depth`` (node texts and doc ids) and dense's own nDCG@10 on it."""
     rows = methods["dense"].run(query.text, indexes).rows[:depth] if "dense" in methods.available else np.zeros(0, int)
     docs = [indexes.doc_ids()[r] for r in rows]
@@ -242,7 +242,7 @@ def validation_item(query: TrainingQuery, indexes: LakeIndexes, methods: Methods
     }
 
 
-def _fingerprint(lake: Lake, queries: list[TrainingQuery]) -> str:
+def _fingerprint(lake: LakeStorage, queries: list[TrainingQuery]) -> str:
     """What a model was trained from: the query ids, texts and gold, and when each corpus's nodes were written."""
     corpora = sorted({q.corpus for q in queries})
     return fingerprint(
@@ -253,7 +253,7 @@ def _fingerprint(lake: Lake, queries: list[TrainingQuery]) -> str:
     )
 
 
-def reranker_report(lake: Lake) -> dict | None:
+def reranker_report(lake: LakeStorage) -> dict | None:
     """The current model's training report (``training.json``), None before the first training."""
     from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 

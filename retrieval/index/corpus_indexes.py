@@ -21,13 +21,13 @@ from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity
-from graphlake.warehouse.storage import Lake, StorageError
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
     import faiss
 
     from graphlake.kernels.hybrid.cuda_search import DeviceSearcher
-    from graphlake.kernels.hybrid.graph import Searcher
+    from graphlake.kernels.hybrid.graph_index import Searcher
     from graphlake.kernels.rerank.cross_encoder import CrossEncoder
     from graphlake.kernels.text.bm25 import BM25Index
     from graphlake.retrieval.index.skb import LoadedSKB
@@ -76,13 +76,13 @@ class Index(Generic[T]):
     def __get__(self, indexes: None, owner: type) -> Index[T]: ...
 
     @overload
-    def __get__(self, indexes: LakeIndexes, owner: type) -> T: ...
+    def __get__(self, indexes: CorpusIndexes, owner: type) -> T: ...
 
     def __get__(self, indexes, owner):
         return self if indexes is None else indexes.get(self.kind)
 
 
-class LakeIndexes:
+class CorpusIndexes:
     """One corpus's indexes, each loaded through the registry on first use and checked to share the
     nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions).
 
@@ -103,14 +103,14 @@ class LakeIndexes:
     hybrid_weights: Index[TunedWeights] = Index()
     learned_fusion: Index[LearnedRankers] = Index()
 
-    def __init__(self, lake: Lake, corpus: str, reuse_pairs: bool = False) -> None:
+    def __init__(self, lake: LakeStorage, corpus: str, reuse_pairs: bool = False) -> None:
         self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
         self._loaded: dict[Any, Any] = {}
         self._loading = threading.RLock()  # requests served on several threads load each index once
         self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
         self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
         self._ran: dict[tuple[str, str], Any] | None = None  # a request's operators' candidates per query (``shared``)
-        self.root: LakeIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
+        self.root: CorpusIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
 
     @cached_property
     def node_ids(self) -> list[str]:
@@ -140,7 +140,7 @@ class LakeIndexes:
                     self._loaded[key] = compute()
         return self._loaded[key]
 
-    def request(self) -> LakeIndexes:
+    def request(self) -> CorpusIndexes:
         """These indexes for one request: what is loaded stays shared (warm), the notes, the queries
         encoded ahead and the operators' candidates (``shared``) are the request's own."""
         _ = self.spec, self._positions, self.pair_cache  # computed once here, so that every view shares them
@@ -299,7 +299,7 @@ class LakeIndexes:
         return PairCache(self.lake.home, self.corpus, stamp)
 
 
-def corpus_graph(indexes: LakeIndexes, kinds: tuple[str, ...]) -> tuple[sp.csr_matrix, np.ndarray]:
+def corpus_graph(indexes: CorpusIndexes, kinds: tuple[str, ...]) -> tuple[sp.csr_matrix, np.ndarray]:
     """The union of the ``kinds`` edge sets, undirected 0/1, and its node degrees (FastInsight's, GAR's graph)."""
 
     def union() -> tuple[sp.csr_matrix, np.ndarray]:
@@ -314,12 +314,12 @@ class EntityEdges:
     """The cooccurrence edges as SPRIG reads them: the entity-passage graph (per pruning) and the
     query's entities, linked to the corpus's entities as the graph's were."""
 
-    def __init__(self, indexes: LakeIndexes) -> None:
+    def __init__(self, indexes: CorpusIndexes) -> None:
         self._owner = weakref.ref(indexes)  # they cache this object: a strong reference would be a cycle
         self.edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"})
 
     @property
-    def indexes(self) -> LakeIndexes:
+    def indexes(self) -> CorpusIndexes:
         return self._owner()
 
     def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0):
@@ -353,7 +353,7 @@ class EntityEdges:
         return [aliases.get(norm, norm) for norm in norms if norm]
 
 
-def hybrid_vectors(indexes: LakeIndexes):
+def hybrid_vectors(indexes: CorpusIndexes):
     """Allan-Poe's stored side: the corpus's dense, SPLADE and BM25-weight rows, in node order."""
     from graphlake.kernels.hybrid.vectors import HybridVectors
 

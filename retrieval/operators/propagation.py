@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
 from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, PerQuery, ranked, register, run_inputs_batch, shared_run
-from graphlake.retrieval.index.lake import LakeIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 Extractor = Literal["spacy", "regex"]
 POWER_BATCH = 32  # queries walked at once by power iteration: (graph rows × 32) float64 scores held
@@ -65,10 +65,10 @@ class PPR(PerQuery):
     def children(self) -> list[Op]:
         return [*self.inputs, *([self.fallback] if self.fallback is not None else [])]
 
-    def graph(self, indexes: LakeIndexes):
+    def graph(self, indexes: CorpusIndexes):
         return indexes.cooccurrence.graph(self.hub_prune_percent, self.degree_cap)
 
-    def seeds(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> np.ndarray:
+    def seeds(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> np.ndarray:
         """The seed vector over the graph's rows (passages first, then entities) from the query and its
         inputs' candidates; all zeros if none."""
         graph = self.graph(indexes)
@@ -87,7 +87,7 @@ class PPR(PerQuery):
             seeds = mix_seeds(size, entities[:0], entity_weights[:0], backup.rows, passage_seed_weights(backup.scores, self.seed_weighting))
         return seeds
 
-    def run_batch(self, queries: list[str], indexes: LakeIndexes) -> list[Candidates]:
+    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         """``power``: the batch's walks in one sparse product a step, ``POWER_BATCH`` queries at a time;
         ``push`` and ``cg`` converge per query, one query at a time."""
         if self.mode != "power":
@@ -103,7 +103,7 @@ class PPR(PerQuery):
                 found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]))
         return found
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         graph = self.graph(indexes)
         seeds = self.seeds(query, inputs, indexes)
         if not seeds.any():
@@ -123,7 +123,7 @@ class PPR(PerQuery):
 Ranker = Literal["ppr", "gcs", "gat", "mlp"]
 
 
-def candidate_graph(indexes: LakeIndexes, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
+def candidate_graph(indexes: CorpusIndexes, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
     """Adjacency among the candidate rows: GraphER A.3's weights for ``conceptual``, 1 per linked pair otherwise."""
     if proximity == "conceptual":
         from graphlake.kernels.text.entities import conceptual_weights
@@ -161,12 +161,12 @@ class GraphRerank(PerQuery):
             found.add("dense")
         return frozenset(found)
 
-    def candidate_graph(self, base: Candidates, indexes: LakeIndexes) -> sp.csr_matrix:
+    def candidate_graph(self, base: Candidates, indexes: CorpusIndexes) -> sp.csr_matrix:
         """The adjacency among the base retriever's candidates."""
         proximity = indexes.setting("proximity") if self.proximity == "auto" else self.proximity
         return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
-    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, indexes: LakeIndexes, alpha: float | None = None) -> np.ndarray:
+    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, indexes: CorpusIndexes, alpha: float | None = None) -> np.ndarray:
         """New scores for the candidates, in their order; ``alpha`` overrides for tuning."""
         seeds = np.asarray(base.scores, dtype=np.float64)
         if self.ranker == "ppr":
@@ -192,14 +192,14 @@ class GraphRerank(PerQuery):
         return score(model, graph)
 
     @staticmethod
-    def tuned_alpha(ranker: str, indexes: LakeIndexes) -> float:
+    def tuned_alpha(ranker: str, indexes: CorpusIndexes) -> float:
         """The alpha ``graph_rankers`` holds for the ranker; noted when it is the untuned default."""
         rankers = indexes.graph_rankers
         if rankers.alpha_default:
             indexes.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
         return rankers.alpha[ranker]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: LakeIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         (base,) = inputs
         if len(base.rows) == 0:
             return base
