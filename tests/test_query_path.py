@@ -8,6 +8,7 @@ Each check runs in a fresh interpreter, so that what it imports is what the path
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -37,6 +38,47 @@ for name in load_methods(Path(defaults)):
     called[name] = sorted(files)
 print(json.dumps({"called": called, "modules": sorted(sys.modules)}))
 """
+
+
+FRESH = """
+import json, sys
+from graphlake.cli import app
+
+root, called = sys.argv[1], set()
+
+def importing(frame):  # a project module's own code as it is imported, or importlib's: import time, not the path
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "<module>" and code.co_filename.startswith(root) or code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+def profile(frame, event, arg):
+    path = frame.f_code.co_filename
+    if event == "call" and path.startswith(root) and "/.venv/" not in path and not importing(frame):
+        called.add(path[len(root):])
+
+sys.setprofile(profile)
+try:
+    app(["query", "--corpus", "demo", "--method", "ap_three", "--json", "Which vessel carried the sled?"])
+except SystemExit as end:
+    assert not end.code, end.code
+sys.setprofile(None)
+print(json.dumps(sorted(called)))
+"""
+FRESH_FILES = 30  # the issue's goal is 12; what a fresh query still calls is listed in docs/architecture.md
+
+
+def test_a_fresh_query_from_the_command_line_reads_the_lake_and_no_pipeline(demo_lake):
+    """Every project file a fresh ``graphlake query`` calls into once its modules are imported: the CLI,
+    the API, the method's parse, the warehouse's reads of the corpus's snapshot and models, the index
+    loaders and the kernels; never the pipelines, the assets or the training code."""
+    done = subprocess.run([sys.executable, "-c", FRESH, f"{ROOT}/"], capture_output=True, text=True, check=True, env={**os.environ, "GRAPHLAKE_HOME": str(demo_lake.home)})
+    called = json.loads(done.stdout.splitlines()[-1])
+    assert {"cli/search.py", "api/lake.py", "kernels/hybrid/graph_index.py"} <= set(called), called
+    assert not [f for f in called if f.startswith(("pipelines/", "assets/", "retrieval/training/"))], called
+    assert len(called) <= FRESH_FILES, called
 
 
 def test_a_warm_search_stays_in_the_api_retrieval_and_the_kernels(demo_lake, tmp_path):
