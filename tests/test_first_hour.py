@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from conftest import copy_lake
-from graphlake.cli import DEMO_NEXT
+from graphlake.cli.lake import DEMO_NEXT
 from graphlake.pipelines.definitions import build_definitions
 
 ROOT = Path(__file__).resolve().parents[1]
