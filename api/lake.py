@@ -11,7 +11,7 @@ import os
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +19,17 @@ import pyarrow as pa
 
 from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.suggest import did_you_mean
-from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, needs
+from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
+from graphlake.retrieval.core import METHOD_NAME, Candidates, MethodError, Methods, Op, needs, unfiltered
 from graphlake.retrieval.evaluation import first_stage_gap
+from graphlake.retrieval.filters import Filter, FilterError, parse_filter
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.corpora import CORPUS_NAME, CorpusRegistry
 from graphlake.warehouse.home import ENV_VAR, home_of
 from graphlake.warehouse.object_store import remote_of
+from graphlake.warehouse.readers.base import CITED_BY
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
@@ -35,6 +39,8 @@ MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
 MAX_NAME_CHARS = 200
+MAX_CORPORA = 16  # searched in one call
+RRF_CONSTANT = 60.0  # fusing several corpora's rankings (Cormack et al.)
 
 
 def open_lake(location: str | Path = "") -> GraphLake:
@@ -90,28 +96,51 @@ class GraphLake:
         warm = self._current(corpus)
         _method(warm.methods, method, {}, 1).run("warm up", warm.indexes.request())
 
-    def search(self, corpus: str, method: str, query: str, k: int = 10, **overrides: Any) -> SearchResult:
-        """The ``k`` best nodes for ``query``; ``overrides`` set the method's query-time parameters (``methods()`` lists them)."""
+    def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+        """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
+        ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time
+        parameters (``methods()`` lists them). Several corpora (a list) are searched alike and their rankings
+        fused by reciprocal rank, each hit naming its corpus."""
         if not isinstance(query, str):
             raise RequestError(f"query: a string, got {_kind(query)}")
-        return self.search_batch(corpus, method, [query], k, **overrides)[0]
+        return self.search_batch(corpus, method, [query], k, filter, **overrides)[0]
 
-    def search_batch(self, corpus: str, method: str, queries: list[str], k: int = 10, **overrides: Any) -> list[SearchResult]:
+    def search_batch(
+        self, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+    ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
-        _check_names(corpus, method)
+        names = _corpora(corpus)
+        for name in names:
+            _check_names(name, method)
         _check(queries, k)
-        warm = self._current(corpus)
+        expression = _filter(filter)
+        warm = {name: self._current(name) for name in names}
+        if expression is not None and len(names) > 1:  # a field some corpus has is no typo: the others match nothing by it
+            try:
+                DocumentMetadata.check_all(expression, [w.indexes.metadata() for w in warm.values()])
+            except FilterError as error:
+                raise RequestError(str(error)) from None
+        found = [self._search(name, warm[name], method, queries, k, expression, overrides, len(names) == 1) for name in names]
+        return found[0] if len(names) == 1 else [_fused(results, k) for results in zip(*found, strict=True)]
+
+    def _search(
+        self, corpus: str, warm: _Warm, method: str, queries: list[str], k: int, expression: Filter | None, overrides: dict[str, Any], check: bool
+    ) -> list[SearchResult]:
+        """One corpus's answers; ``check``: refuse a filter naming a field none of its documents has."""
         op = _method(warm.methods, method, overrides, k)
-        indexes = warm.indexes.request()
+        if expression is not None and (refusing := unfiltered(op)) is not None:
+            raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
+        try:
+            indexes = warm.indexes.request(expression, check)
+        except FilterError as error:
+            raise RequestError(str(error)) from None
         started = time.perf_counter()
         indexes.prime(queries, needs(op))
         found = op.run_batch(queries, indexes)
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
         notes = list(indexes.notes) + ([gap] if gap else [])
-        titles, docs = indexes.titles(), indexes.doc_ids()
-        texts = indexes.memo(("node texts",), lambda: indexes.nodes().column("text").to_pylist())
         snapshot = warm.version[0]
         return [
             SearchResult(
@@ -119,13 +148,11 @@ class GraphLake:
                 method=method,
                 snapshot=snapshot,
                 latency_ms=round(latency, 3),
-                hits=[
-                    Hit(rank=rank, node_id=indexes.node_ids[row], doc_id=docs[row], title=titles[docs[row]], text=texts[row], score=float(score))
-                    for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1)
-                ],
+                hits=_hits(corpus, indexes, query, candidates, k),
                 notes=notes,
+                snapshots={corpus: snapshot},
             )
-            for candidates in found
+            for query, candidates in zip(queries, found, strict=True)
         ]
 
     def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
@@ -215,6 +242,63 @@ def _check(queries: list[str], k: int) -> None:
             raise RequestError(f"query {i}: at most {MAX_QUERY_CHARS} characters, got {len(query)}")
     if not 1 <= k <= MAX_K:
         raise RequestError(f"k: between 1 and {MAX_K}, got {k}")
+
+
+def _corpora(corpus: Any) -> list[str]:
+    """The corpora a request names: one, or a list of distinct ones."""
+    if isinstance(corpus, list | tuple):
+        if not corpus:
+            raise RequestError("corpus: name at least one")
+        if len(set(map(str, corpus))) != len(corpus):
+            raise RequestError(f"corpus: each corpus once, got {', '.join(map(str, corpus))}")
+        if len(corpus) > MAX_CORPORA:
+            raise RequestError(f"corpus: at most {MAX_CORPORA} in one call, got {len(corpus)}")
+        return list(corpus)
+    return [corpus]
+
+
+def _filter(given: Any) -> Filter | None:
+    if given is None:
+        return None
+    try:
+        return parse_filter(given)
+    except FilterError as error:
+        raise RequestError(str(error)) from None
+
+
+def _hits(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:
+    """The top ``k`` candidates as hits that cite their document."""
+    titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
+    columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end")})
+    records, documents = indexes.metadata().records, indexes.node_documents()
+    stems = query_stems(query)
+    hits = []
+    for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1):
+        text, record = columns["text"][row], records[documents[row]]
+        terms, spans = matched_terms(stems, text)
+        source = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
+        hits.append(
+            Hit(rank, node_ids[row], docs[row], titles[docs[row]], text, float(score), corpus, source, columns["start"][row], columns["end"][row], terms, snippet(text, spans), dict(record))
+        )
+    return hits
+
+
+def _fused(results: tuple[SearchResult, ...], k: int) -> SearchResult:
+    """One query's rankings from several corpora fused by reciprocal rank (each hit keeps its corpus;
+    its score becomes the fused one)."""
+    scored = sorted(
+        ((1.0 / (RRF_CONSTANT + hit.rank), position, hit) for position, result in enumerate(results) for hit in result.hits), key=lambda item: (-item[0], item[2].rank, item[1])
+    )
+    hits = [replace(hit, rank=rank, score=score) for rank, (score, _, hit) in enumerate(scored[:k], start=1)]
+    return SearchResult(
+        corpus="+".join(r.corpus for r in results),
+        method=results[0].method,
+        snapshot=-1,
+        latency_ms=round(sum(r.latency_ms for r in results), 3),
+        hits=hits,
+        notes=[f"{r.corpus}: {note}" for r in results for note in r.notes],
+        snapshots={r.corpus: r.snapshot for r in results},
+    )
 
 
 def _method(methods: Methods, name: str, overrides: dict[str, Any], k: int) -> Op:

@@ -23,24 +23,36 @@ class RowsCut(UserWarning):
 
 @dataclass(frozen=True, slots=True)
 class Hit:
+    """One retrieved node, with what an answer cites it by: its document's source (URL or path), its
+    place in the document (``document text[start:end]`` is ``text``), the query's words it holds and a
+    snippet around them, and the document's metadata."""
+
     rank: int
     node_id: str
     doc_id: str
     title: str
     text: str
     score: float
+    corpus: str
+    source: str | None  # the document's url, source or path metadata, the first it has
+    start: int
+    end: int
+    terms: list[str]  # the query's words in the text (stemmed as BM25 compares them)
+    snippet: str
+    metadata: dict
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
     """One query's answer, from one snapshot of the corpus (``snapshot``: its number)."""
 
-    corpus: str
+    corpus: str  # several corpora searched in one call: their names joined by "+"
     method: str
-    snapshot: int
+    snapshot: int  # several corpora: -1, and ``snapshots`` has each
     latency_ms: float
     hits: list[Hit]
     notes: list[str]  # what ranked in place of an untrained model, and other caveats of this method here
+    snapshots: dict[str, int]  # per corpus searched, its snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ Values are strict: ``"k": "5"`` or ``true`` is refused, not read as a number."""
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -22,8 +22,9 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import KEY_ENV, key_matches
-from graphlake.api.lake import MAX_BATCH, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
+from graphlake.api.lake import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.retrieval.filters import MAX_FILTER_CHARS
 from graphlake.warehouse.storage import StorageError
 
 OPEN_PATHS = frozenset({"/health"})
@@ -35,9 +36,12 @@ class _Search(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    corpus: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | Annotated[
+        list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]], Field(min_length=1, max_length=MAX_CORPORA)
+    ]  # several: their rankings fused, each hit naming its corpus
     method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     k: int = Field(10, ge=1, le=MAX_K)
+    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text
 
     def overrides(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -113,11 +117,11 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
 
     @app.post("/search")
     def search(request: SearchRequest) -> SearchResult:
-        return lake.search(request.corpus, request.method, request.query, request.k, **request.overrides())
+        return lake.search(request.corpus, request.method, request.query, request.k, request.filter, **request.overrides())
 
     @app.post("/search/batch")
     def search_batch(request: BatchRequest) -> list[SearchResult]:
-        return lake.search_batch(request.corpus, request.method, request.queries, request.k, **request.overrides())
+        return lake.search_batch(request.corpus, request.method, request.queries, request.k, request.filter, **request.overrides())
 
     return app
 

@@ -24,10 +24,15 @@ from graphlake.warehouse.storage import LakeStorage, StorageError
 @app.command()
 def query(
     text: Annotated[str, typer.Argument(help="The query.")],
-    corpus: Annotated[str, typer.Option(help="Corpus to search.")],
+    corpus: Annotated[list[str], typer.Option(help="Corpus to search; repeated, several, their rankings fused.")],
     method: Annotated[str, typer.Option(help="Method name (graphlake methods lists them).")] = "rrf",
     top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
-    as_json: Annotated[bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score}], notes}.")] = False,
+    where: Annotated[
+        str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, corpus, source, start, end, terms, snippet, metadata}], notes}.")
+    ] = False,
     server: Annotated[
         str | None, typer.Option(envvar=SERVER_ENV, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER_ENV}).")
     ] = None,
@@ -35,45 +40,50 @@ def query(
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles: the Python API's
     search, on what the lake has built (--build builds what the method reads first)."""
+    named = corpus[0] if len(corpus) == 1 else corpus
     if server:
-        result = _ask_server(server, {"corpus": corpus, "method": method, "query": text, "k": top})
+        result = _ask_server(server, {"corpus": named, "method": method, "query": text, "k": top, "filter": where})
     else:
-        result = _search_here(corpus, method, text, top, build)
+        result = _search_here(corpus, method, text, top, build, where)
     if as_json:
         print(json.dumps(result))
         return
-    console.print(f"[bold]{method} on {corpus}[/] (snapshot {result['snapshot']}): {result['latency_ms']:.1f} ms", highlight=False)
-    for hit in result["hits"]:  # two lines a hit at any width: the node id whole, the text cut
-        console.print(f"{hit['rank']:>3}  {hit['score']:.4f}  [bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
-        snippet = " ".join(hit["text"].split())
+    versions = ", ".join(f"{name} {number}" for name, number in result["snapshots"].items()) if len(corpus) > 1 else result["snapshot"]
+    console.print(f"[bold]{method} on {result['corpus']}[/] (snapshot {versions}): {result['latency_ms']:.1f} ms", highlight=False)
+    for hit in result["hits"]:  # two lines a hit at any width: the node id whole, the snippet cut
+        named_corpus = f"{escape(hit['corpus'])}: " if len(corpus) > 1 else ""
+        console.print(f"{hit['rank']:>3}  {hit['score']:.4f}  {named_corpus}[bold]{escape(hit['node_id'])}[/]  {escape(hit['title'])}", highlight=False, soft_wrap=True)
+        snippet = " ".join(hit["snippet"].split())
         room = max(20, console.width - 5)
         console.print(f"     {snippet if len(snippet) <= room else snippet[: room - 1] + '…'}", highlight=False, markup=False, soft_wrap=True)
     for note in result["notes"]:
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _search_here(corpus: str, method: str, text: str, top: int, build: bool) -> dict:
+def _search_here(corpora: list[str], method: str, text: str, top: int, build: bool, where: str | None) -> dict:
     """One query through the API on this machine; with ``build``, after building what the method reads
     that is missing or stale. Without, a missing or stale index is named with the command that builds it."""
     from graphlake.api import GraphLake, RequestError, UnknownName
 
     home = lake_home()
-    try:
-        CorpusRegistry(home).get(corpus)
-    except (KeyError, ValueError, StorageError) as error:
-        fail(str(error))
-    if build:
-        from graphlake.pipelines.freshness import plan_refresh
-
+    for corpus in corpora:
         try:
-            refresh = plan_refresh(LakeStorage(home), corpus, [method], home, runs=False)
+            CorpusRegistry(home).get(corpus)
         except (KeyError, ValueError, StorageError) as error:
             fail(str(error))
-        run_plan(refresh, "query")
+        if build:
+            from graphlake.pipelines.freshness import plan_refresh
+
+            try:
+                refresh = plan_refresh(LakeStorage(home), corpus, [method], home, runs=False)
+            except (KeyError, ValueError, StorageError) as error:
+                fail(str(error))
+            run_plan(refresh, "query")
     lake = GraphLake(home)
     try:
-        lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
-        return dataclasses.asdict(lake.search(corpus, method, text, top))
+        for corpus in corpora:
+            lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
+        return dataclasses.asdict(lake.search(corpora[0] if len(corpora) == 1 else corpora, method, text, top, where))
     except StorageError as error:
         fail(f"{error} (`graphlake query --build ...` or `graphlake materialize --corpus {corpus}` builds it)")
     except (ConfigFileError, MethodError, RequestError, UnknownName) as error:

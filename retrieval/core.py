@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, TypeVar, get_args
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, get_args
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
@@ -117,6 +117,9 @@ class Op(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     INDEXES: ClassVar[frozenset[str]] = frozenset()
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
+    # how it honours a request's metadata filter (``CorpusIndexes.allowed``): "index" (it searches only the
+    # allowed nodes), "inputs" (it returns only its inputs' candidates); None: it cannot, and refuses one
+    FILTER: ClassVar[Literal["index", "inputs"] | None] = None
     _key: str | None = PrivateAttr(None)
     _needs: frozenset[str] | None = PrivateAttr(None)
 
@@ -290,6 +293,11 @@ def needs(op: Op) -> frozenset[str]:
     if op._needs is None:
         op._needs = frozenset(name for node in walk(op) for name in node.indexes())
     return op._needs
+
+
+def unfiltered(op: Op) -> Op | None:
+    """The first operator of a method that cannot honour a metadata filter (None: the method can)."""
+    return next((node for node in walk(op) if node.FILTER is None), None)
 
 
 def uses_llm(op: Op) -> bool:

@@ -76,6 +76,12 @@ class Catalog:
         self.files = sorted(path for paths in files.values() for path in paths)
         for spec in TABLES.values():
             con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
+        # a node carries its document's metadata, so that SQL filters nodes as searches do
+        nodes = self._view_sql(TABLES["nodes"], files.get("nodes", []))
+        con.execute(
+            f'CREATE OR REPLACE VIEW "nodes" AS SELECT n.*, d.metadata FROM ({nodes}) AS n '
+            'LEFT JOIN documents AS d ON d.corpus = n.corpus AND d.doc_id = n.doc_id'
+        )
         install_macros(con)
 
     def _committed_files(self) -> dict[str, list[str]]:
@@ -99,10 +105,12 @@ class Catalog:
         return files
 
     def _view_sql(self, spec: TableSpec, files: list[str]) -> str:
+        """The table's rows; a ``metadata`` column is JSON, so that ``metadata->>'year'`` reads a field."""
         if files:
             listed = ", ".join("'" + path.replace("'", "''") + "'" for path in sorted(files))
-            return f"SELECT * FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
-        columns = ", ".join(f'CAST(NULL AS {_DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in spec.schema)
+            typed = " REPLACE (CAST(metadata AS JSON) AS metadata)" if "metadata" in spec.schema.names else ""
+            return f"SELECT *{typed} FROM read_parquet([{listed}], union_by_name = true, hive_partitioning = false)"
+        columns = ", ".join(f'CAST(NULL AS {"JSON" if f.name == "metadata" else _DUCKDB_TYPES[f.type]}) AS "{f.name}"' for f in spec.schema)
         return f"SELECT {columns} WHERE false"
 
 

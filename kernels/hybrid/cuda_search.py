@@ -317,12 +317,15 @@ class DeviceSearcher:
         self.graph, self.vectors = graph, vectors
         self.kernel, self.cpu = CudaSearcher(graph, vectors, half=False), Searcher(graph, vectors)
 
-    def search(self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list | None = None, kg: list[KGQuery | None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search`` returns them."""
+    def search(
+        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list | None = None, kg: list[KGQuery | None] | None = None, allowed: np.ndarray | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search`` returns them; a
+        filtered batch (``allowed``) walks on the CPU, as the kernel takes no mask."""
         n = len(queries)
         required, kg = required or [None] * n, kg or [None] * n
-        if max(pool_size, k) > POOL_MAX or k > K_MAX:
-            return self.cpu.search(queries, weights, pool_size, k, required, kg)
+        if max(pool_size, k) > POOL_MAX or k > K_MAX or allowed is not None:
+            return self.cpu.search(queries, weights, pool_size, k, required, kg, allowed)
         scores, rows = np.full((n, k), FILL_SCORE, np.float32), np.full((n, k), FILL_ROW, np.int64)
         for on_device, searcher in ((True, self.kernel), (False, self.cpu)):
             picked = np.array([i for i in range(n) if (kg[i] is None) == on_device], dtype=np.int64)

@@ -498,14 +498,17 @@ def _holding_seeds(kg, ent_hop):
 
 
 @njit(cache=True, nogil=True)
-def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, pool_size, k, visited, stamp, kg, ent_hop, kg_weight, kg_hops, kg_edges):
+def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, allowed, pool_size, k, visited, stamp, kg, ent_hop, kg_weight, kg_hops, kg_edges):
     """Algorithm 2: best-first over the semantic edges with a pool of ``pool_size``; the top ``k`` live
     nodes seen. With ``required`` keyword tokens, only nodes holding all of them are returned, and a node
-    holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading). With the
+    holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading). With an
+    ``allowed`` mask (a metadata filter; empty: every node), only allowed nodes are returned, while the
+    walk goes through every node, so that the graph stays connected however few are allowed. With the
     query's entity hops (``ent_hop``, empty without a KG query; ``kg`` the node→entity, entity→node and
     entity-graph CSR arrays), every node scores its KG reward, the nodes holding a query entity join the
     entry points, and a node within ``kg_hops − 1`` hops opens its logical edges (``kg_edges``)."""
     constrained = len(required) > 0
+    filtered = len(allowed) > 0
     use_kg = len(ent_hop) > 0
     pool_ids = np.full(pool_size, -1, np.int64)
     pool_scores = np.full(pool_size, -np.inf)
@@ -547,7 +550,7 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
                 if use_kg:
                     s += _reward(v, kg, ent_hop, kg_weight)
                 size = _insert(pool_ids, pool_scores, explored, size, v, s)
-                if not deleted[v] and (not constrained or _holds(v, required, b_ptr, b_idx, True)):
+                if not deleted[v] and (not filtered or allowed[v]) and (not constrained or _holds(v, required, b_ptr, b_idx, True)):
                     found = _insert(best_ids, best_scores, best_flags, found, v, s)
         u = -1
         for i in range(size):
@@ -592,11 +595,13 @@ class Searcher:
         k: int,
         required: list[np.ndarray | None] | None = None,
         kg: list[KGQuery | None] | None = None,
+        allowed: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """``(scores, rows)``, each ``(len(queries), k)``: per query the top ``k`` live rows by
         ``Σ weights[p]·sim_p`` (weights calibrated) plus its KG reward, best first, a short list filled
         with score −inf and row −1 (``kernels/results.py``). Per query, ``required`` BM25 token ids keep
-        only the rows holding all of them. The pool and ``k`` are clamped to the corpus."""
+        only the rows holding all of them; ``allowed`` (a bool per row, the batch's metadata filter) keeps
+        only the rows it marks. The pool and ``k`` are clamped to the corpus."""
         n = len(queries)
         required, kg = required or [None] * n, kg or [None] * n
         if any(item is not None for item in kg) and self.graph.kg is None:
@@ -607,7 +612,7 @@ class Searcher:
         weights = np.asarray(weights, dtype=np.float64)
 
         def one(i: int) -> None:
-            found, values = self._walk(queries.take([i]), weights, pool_size, k, required[i], kg[i])
+            found, values = self._walk(queries.take([i]), weights, pool_size, k, required[i], kg[i], allowed)
             rows[i, : len(found)], scores[i, : len(found)] = found, values
 
         workers = min(n, os.cpu_count() or 1, MAX_THREADS)
@@ -619,7 +624,7 @@ class Searcher:
                 list(pool.map(one, range(n)))
         return scores, rows
 
-    def _walk(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None, kg: KGQuery | None) -> tuple[np.ndarray, np.ndarray]:
+    def _walk(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None, kg: KGQuery | None, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """One query's walk: its found rows and scores, best first."""
         vectors = self.vectors
         use = weights != 0
@@ -644,6 +649,7 @@ class Searcher:
             self.graph.entry,
             self.graph.deleted,
             np.sort(np.asarray(required if required is not None else [], dtype=np.int32)),
+            np.zeros(0, np.bool_) if allowed is None else allowed,
             pool_size,
             k,
             visited,

@@ -32,15 +32,17 @@ class BM25Index:
         retriever.index(tokens, show_progress=False)
         return cls(retriever, tokenizer)
 
-    def search(self, queries: list[str], k: int) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` of shape ``(len(queries), k')``, best first, k' = min(k, corpus size)."""
+    def search(self, queries: list[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` of shape ``(len(queries), k')``, best first, k' = min(k, corpus size); with
+        ``allowed`` (a bool per document) the others score 0, before the top ``k`` are taken."""
         k = min(k, self.retriever.scores["num_docs"])
         if not queries:
             return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
         # token ids, not the (ids, vocab) tuple: from a tuple bm25s rebuilds a reverse vocabulary on every
         # call (7x slower per query, see benchmarks/results/bm25_throughput.md); n_threads=0 skips its pool
         tokens = self.tokenizer.tokenize(queries, update_vocab=False, show_progress=False, return_as="ids")
-        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0)
+        mask = None if allowed is None else allowed.astype(self.retriever.dtype)
+        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0, weight_mask=mask)
         return scores, rows
 
     def weights(self) -> sp.csr_matrix:

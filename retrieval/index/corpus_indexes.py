@@ -18,7 +18,9 @@ import pyarrow as pa
 import scipy.sparse as sp
 
 from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
+from graphlake.retrieval.index.metadata import Allowed, DocumentMetadata, FilterCache
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity
 from graphlake.warehouse.storage import LakeStorage, StorageError
@@ -110,7 +112,9 @@ class CorpusIndexes:
         self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
         self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
         self._ran: dict[tuple[str, str], Any] | None = None  # a request's operators' candidates per query (``shared``)
+        self.allowed: Allowed | None = None  # a request's filter: the node rows it allows (None: all)
         self.root: CorpusIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
+        self._filters = FilterCache()
 
     @cached_property
     def node_ids(self) -> list[str]:
@@ -140,13 +144,28 @@ class CorpusIndexes:
                     self._loaded[key] = compute()
         return self._loaded[key]
 
-    def request(self) -> CorpusIndexes:
+    def request(self, expression: Filter | None = None, check: bool = True) -> CorpusIndexes:
         """These indexes for one request: what is loaded stays shared (warm), the notes, the queries
-        encoded ahead and the operators' candidates (``shared``) are the request's own."""
+        encoded ahead, the operators' candidates (``shared``) and the filter's allowed rows are the
+        request's own. A filter naming a field no document has raises ``FilterError`` (unless not ``check``)."""
         _ = self.spec, self._positions, self.pair_cache  # computed once here, so that every view shares them
         view = copy.copy(self)
         view.notes, view._queries, view._ran = {}, {}, {}
+        view.allowed = None if expression is None else self._filters.allowed(expression, self.metadata(), self.node_documents(), check)
         return view
+
+    def metadata(self) -> DocumentMetadata:
+        """The documents' metadata as filters read it."""
+        return self.memo(("metadata",), lambda: DocumentMetadata(self.corpus, self.documents()))
+
+    def node_documents(self) -> np.ndarray:
+        """Per node row, its document's row in the documents table."""
+
+        def positions() -> np.ndarray:
+            where = {doc_id: i for i, doc_id in enumerate(self.documents().column("doc_id").to_pylist())}
+            return np.fromiter((where[doc_id] for doc_id in self.doc_ids()), dtype=np.int64, count=len(self.node_ids))
+
+        return self.memo(("node documents",), positions)
 
     def shared(self, key: str, queries: list[str], compute: Callable[[list[str]], list]) -> list:
         """Per query, what ``compute`` gives for the operator ``key`` names, computed for the queries this

@@ -305,9 +305,11 @@ def planned(question: str, skb: LoadedSKB, planner: str, indexes: CorpusIndexes)
     return indexes.memo(("llm_planner", skb.source), lambda: LLMPlanner(indexes, skb))(question)
 
 
-def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None) -> Stage1:
+def stage_one(
+    question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None, allowed: np.ndarray | None = None
+) -> Stage1:
     """Validate, link, execute and rescore one plan; an invalid plan (or a planner's ``failure``) gives no
-    candidates and ``no_trade``. ``plan`` None: the rules planner's, whose ``risk_level`` is then set
+    candidates and ``no_trade``; ``allowed`` (a bool per node row, a request's filter) keeps its nodes only. ``plan`` None: the rules planner's, whose ``risk_level`` is then set
     from what execution found."""
     started = time.perf_counter()
     empty = Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
@@ -339,6 +341,8 @@ def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, set
     scores = np.fromiter((score for _, score in found), np.float64, len(found))
     rows = skb.node_row[positions] if len(found) else np.zeros(0, np.int64)
     keep = rows >= 0  # only passage / table nodes are retrievable
+    if allowed is not None:
+        keep[keep] &= allowed[rows[keep]]
     rows, scores, positions = rows[keep], scores[keep], positions[keep]
     if len(texts) > len(plan.anchors) and len(rows):
         scores = scores + skb.doc_vectors(positions) @ vectors[-1]

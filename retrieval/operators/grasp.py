@@ -29,6 +29,7 @@ class SkbPlan(PerQuery):
     DuckDB query over the SKB, add the cosine of ``relevance_text`` with each candidate's document."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"skb", "skb_vectors", "dense"})
+    FILTER: ClassVar[Literal["index"]] = "index"
     op: Literal["skb_plan"]
     planner: Literal["rules", "llm"] = "rules"  # llm: the lake's LLM server (GRAPHLAKE_LLM_BASE_URL), App. B's prompt
     source: str = "auto"  # which SKB: auto = the corpus's first (CorpusSpec.skb_sources)
@@ -55,7 +56,8 @@ class SkbPlan(PerQuery):
 
         skb = indexes.skb(self.source)
         plan, failure = planned(query, skb, self.planner, indexes)
-        result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure)
+        allowed = None if indexes.allowed is None else indexes.allowed.mask
+        result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure, allowed)
         return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
 
 
@@ -64,6 +66,7 @@ class PlanRRF(PerQuery):
     """Stage 2: ``static`` is ``w / (k + rank_g) + (1 - w) / (k + rank_m)``; ``dynamic`` weighs the graph by
     ``w_bucket[bucket(n_cand)] * m_risk[risk_level]`` (0 for an invalid or empty plan: the partner's ranking)."""
 
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["plan_rrf"]
     inputs: list[Input] = Field(min_length=2, max_length=2)  # [graph branch, partner]
     mode: Literal["static", "dynamic", "tuned", "tuned_static", "tuned_dynamic"] = "tuned"  # tuned_<mode>: the best setting of that mode
@@ -114,6 +117,7 @@ class GraspRerank(PerQuery):
     by static RRF (``fuse: tuned`` reads the (w, k) chosen on validation). ``model: base`` is the lake's
     reranker (GRASP's zero-shot variant), ``grasp`` the one fine-tuned for GRASP (``grasp_reranker``)."""
 
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["grasp_rerank"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     model: Literal["base", "grasp"] = "grasp"

@@ -23,6 +23,7 @@ A query naming no KG entity is ranked exactly as without ``kg``.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
@@ -31,10 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.kernels.results import FILL_ROW
-from graphlake.retrieval.core import MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
+from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
+from graphlake.retrieval.operators.vector import FILTER_EXACT_BELOW, BM25, DenseHNSW, Splade
 
 DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
 
@@ -60,7 +61,8 @@ class Hybrid(PerQuery):
     """What the fused-vector operators share: weights, calibration, and the query on the three paths."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"hybrid_graph", "dense", "splade", "bm25"})
-    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights", "keywords", "kg_weight", "candidates", "depth"})  # any path weights, no rebuild
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights", "keywords", "kg_weight", "candidates", "depth", "filter_exact_below"})  # any path weights, no rebuild
+    FILTER: ClassVar[Literal["index"]] = "index"
     weights: PathWeights | Literal["tuned_two", "tuned_three"] = PathWeights()
     calibrate: bool = True
     keywords: Literal["none", "idf_top1"] | Annotated[list[Keyword], Field(min_length=1, max_length=MAX_KEYWORDS)] = "none"
@@ -166,6 +168,15 @@ class Hybrid(PerQuery):
         """The rows holding every required token (none for an unknown word, marked −1)."""
         return np.zeros(0, np.int64) if (required < 0).any() else hybrid_vectors(indexes).containing(required)
 
+    def eligible(self, required: np.ndarray | None, indexes: CorpusIndexes) -> np.ndarray | None:
+        """The rows a query may return: those holding its required keywords and allowed by the request's
+        filter (None: every row)."""
+        rows = None if required is None else self.holders(required, indexes)
+        allowed = indexes.allowed
+        if allowed is None:
+            return rows
+        return allowed.rows if rows is None else rows[allowed.keep(rows)]
+
 
 @register
 class HybridGraphSearch(Hybrid):
@@ -174,30 +185,41 @@ class HybridGraphSearch(Hybrid):
     op: Literal["hybrid_graph"]
     candidates: Count = 128
     keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
+    filter_exact_below: int = Field(FILTER_EXACT_BELOW, ge=0)  # fewer nodes pass the request's filter: score them exactly
 
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         """The batch's walks in one call of the index's searcher (its CPU or its CUDA kernel); a query whose
-        required keywords few nodes hold scores those nodes exactly instead."""
-        scaled = self.scaled(indexes)
+        required keywords or filter few nodes pass scores those nodes exactly instead. A filtered walk
+        keeps only allowed nodes, with a pool as much larger as the filter allows fewer, so that it finds
+        as many (the walk goes through every node: the keyword edges' way of keeping a constrained
+        search connected)."""
+        scaled, allowed = self.scaled(indexes), indexes.allowed
         found: list[Candidates | None] = [None] * len(queries)
         walked, required, kg = [], [], []
         for i, query in enumerate(queries):
             needed, reward = self.required(query, indexes), self.kg_query(query, indexes)
-            if needed is not None:
-                holders = self.holders(needed, indexes)
-                if len(holders) < self.keyword_exact_below:
-                    indexes.note(f"{self.op}: the nodes holding the required keywords were scored exactly (fewer than keyword_exact_below)")
-                    scores = hybrid_vectors(indexes).fused(self.encode([query], indexes), scaled, holders)[0] + self.kg_reward(reward, indexes, holders)
-                    top = ranked(holders, scores, self.k)
+            eligible = self.eligible(needed, indexes)
+            if eligible is not None:
+                keywords = needed is not None and len(eligible) < self.keyword_exact_below
+                if keywords or (allowed is not None and len(eligible) < self.filter_exact_below):
+                    what = "holding the required keywords" if needed is not None else ""
+                    what += (" and " if what else "") + ("the filter allows" if allowed is not None else "")
+                    indexes.note(f"{self.op}: the nodes {what} were scored exactly (fewer than {'keyword' if keywords else 'filter'}_exact_below)")
+                    scores = hybrid_vectors(indexes).fused(self.encode([query], indexes), scaled, eligible)[0] + self.kg_reward(reward, indexes, eligible)
+                    top = ranked(eligible, scores, self.k)
                     found[i] = self.keep(top.rows, top.scores, indexes)
                     continue
-                indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
+                if needed is not None:
+                    indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
             walked.append(i), required.append(needed), kg.append(reward)
         if walked:
             encoded, searcher = self.encode([queries[i] for i in walked], indexes), indexes.hybrid_graph
-            if searcher.device != "cpu":
+            pool = self.candidates
+            if allowed is not None:
+                pool = min(math.ceil(max(pool, self.k) / max(allowed.fraction, 1e-9)), MAX_CANDIDATES)
+            elif searcher.device != "cpu":
                 indexes.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
-            scores, rows = searcher.search(encoded, scaled, self.candidates, self.k, required, kg)
+            scores, rows = searcher.search(encoded, scaled, pool, self.k, required, kg, None if allowed is None else allowed.mask)
             for j, i in enumerate(walked):
                 kept = rows[j] != FILL_ROW
                 found[i] = self.keep(rows[j][kept], scores[j][kept], indexes)
@@ -212,8 +234,7 @@ class FusedExact(Hybrid):
 
     def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
         encoded = self.encode([query], indexes)
-        required = self.required(query, indexes)
-        rows = None if required is None else self.holders(required, indexes)
+        rows = self.eligible(self.required(query, indexes), indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]
         rows = np.arange(len(scores)) if rows is None else rows
         top = ranked(rows, scores + self.kg_reward(self.kg_query(query, indexes), indexes, rows), self.k)
@@ -238,7 +259,7 @@ class Multipath(Hybrid):
                 for row, score in zip(found.rows.tolist(), found.scores.tolist(), strict=True):
                     fused[row] = fused.get(row, 0.0) + weight * score
         required = self.required(query, indexes)
-        if required is not None:
+        if required is not None:  # the paths searched the filter's nodes already
             holders = set(self.holders(required, indexes).tolist())
             fused = {row: score for row, score in fused.items() if row in holders}
         rows = np.fromiter(fused, dtype=np.int64, count=len(fused))

@@ -11,7 +11,7 @@ says so in ``notes``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
@@ -36,6 +36,7 @@ def rrf(found: list[Candidates], depth: int, k: int) -> Candidates:
 class LearnedFusion(Op):
     """A LightGBM lambdarank model over the inputs' candidates (see the module's docstring)."""
 
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["learned_fusion"]
     inputs: list[Input] = Field(min_length=2)
     depth: Count = 100  # each input's top this many form the candidates

@@ -37,6 +37,7 @@ class PPR(PerQuery):
     """
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"cooccurrence"})
+    FILTER: ClassVar[Literal["index"]] = "index"  # seeds from filtered inputs; only allowed passages ranked
     op: Literal["ppr"]
     inputs: list[Input] = Field(default_factory=list)
     query_entities: bool = True
@@ -100,7 +101,7 @@ class PPR(PerQuery):
             chunk = walked[start : start + POWER_BATCH]
             scores, _ = ppr_power(graph.walk, np.stack([seeds[i] for i in chunk], axis=1), self.alpha, tol=0.0, max_iter=self.iterations)
             for column, i in enumerate(chunk):
-                found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]))
+                found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]), indexes)
         return found
 
     def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
@@ -112,11 +113,13 @@ class PPR(PerQuery):
             scores = ppr_push(graph.walk, seeds, self.alpha, self.epsilon)
         else:
             scores, _ = ppr_cg(graph.walk, seeds, self.alpha, rtol=self.epsilon)
-        return self.top_passages(scores[: graph.n_passages])
+        return self.top_passages(scores[: graph.n_passages], indexes)
 
-    def top_passages(self, passages: np.ndarray) -> Candidates:
-        """The top ``k`` passages a walk reached."""
-        rows = np.flatnonzero(passages > 0)
+    def top_passages(self, passages: np.ndarray, indexes: CorpusIndexes) -> Candidates:
+        """The top ``k`` passages a walk reached, of those the request's filter allows. The walk itself
+        goes through every passage: a filter selects what is returned, not the graph's structure."""
+        reached = passages > 0
+        rows = np.flatnonzero(reached if indexes.allowed is None else reached & indexes.allowed.mask)
         return ranked(rows, passages[rows], self.k)
 
 
@@ -145,6 +148,7 @@ class GraphRerank(PerQuery):
     GraphER's fixed default and GCS ranks in place of an untrained network; both are noted.
     """
 
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["graph_rerank"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     ranker: Ranker = "gcs"

@@ -64,6 +64,7 @@ class CrossEncoderRerank(PerQuery):
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"reranker"})
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "depth"})
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["cross_encoder"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     depth: ModelCalls = 100

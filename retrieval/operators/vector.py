@@ -4,19 +4,39 @@ per-query latency is a batch of one, what a user would wait."""
 
 from __future__ import annotations
 
+import math
 from typing import ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
+from graphlake.retrieval.core import MAX_CANDIDATES, Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 
-class TopK(Op):
-    """O_vs over one index: the top ``k`` nodes by its score."""
+FILTER_EXACT_BELOW = 2_000  # an approximate index scores exactly the nodes a filter allows when fewer pass it
+DENSE_GATHER_BELOW = 0.25  # a filter allowing less than this share of the nodes: multiply only their rows
 
+
+def exact_dense(queries: list[str], indexes: CorpusIndexes, k: int) -> list[Candidates]:
+    """Inner product of each unit query vector with every node vector the request's filter allows (all
+    without one), the batch in one matrix product: only the allowed rows' where a filter allows few."""
+    matrix, allowed = indexes.dense, indexes.allowed
+    vectors = np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((matrix.shape[1], 0), np.float32)
+    if allowed is None:
+        rows, scores = np.arange(len(matrix)), matrix @ vectors
+    elif allowed.fraction < DENSE_GATHER_BELOW:
+        rows, scores = allowed.rows, matrix[allowed.rows] @ vectors
+    else:
+        rows, scores = allowed.rows, (matrix @ vectors)[allowed.rows]
+    return [ranked(rows, np.ascontiguousarray(column), k) for column in scores.T]
+
+
+class TopK(Op):
+    """O_vs over one index: the top ``k`` nodes by its score, among the nodes a request's filter allows."""
+
+    FILTER: ClassVar[Literal["index"]] = "index"
     k: Count = 100
 
 
@@ -28,7 +48,8 @@ class BM25(TopK):
     op: Literal["bm25"]
 
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        scores, rows = indexes.bm25.search(queries, self.k)
+        allowed = indexes.allowed
+        scores, rows = indexes.bm25.search(queries, self.k, None if allowed is None else allowed.mask)
         return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
 
 
@@ -41,9 +62,7 @@ class Dense(TopK):
     op: Literal["dense"]
 
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        matrix = indexes.dense
-        scores = matrix @ np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((len(matrix), 0))
-        return [ranked(np.arange(len(matrix)), np.ascontiguousarray(column), self.k) for column in scores.T]
+        return exact_dense(queries, indexes, self.k)
 
 
 @register
@@ -51,16 +70,27 @@ class DenseHNSW(TopK):
     """O_vs, approximate: faiss HNSW over the same vectors (inner product)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense", "dense_hnsw"})
-    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "ef_search"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "ef_search", "filter_exact_below"})
     op: Literal["dense_hnsw"]
     ef_search: Count = 128
+    filter_exact_below: int = Field(FILTER_EXACT_BELOW, ge=0)  # fewer nodes pass a filter: score them exactly
 
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
 
-        index = indexes.dense_hnsw
-        depth = faiss.SearchParametersHNSW(efSearch=min(max(self.ef_search, self.k), max(index.ntotal, 1)))  # no deeper than the corpus
-        scores, rows = index.search(np.stack([indexes.encode_dense(q) for q in queries]), min(self.k, max(index.ntotal, 1)), params=depth)
+        index, allowed = indexes.dense_hnsw, indexes.allowed
+        if allowed is not None and len(allowed.rows) < self.filter_exact_below:
+            indexes.note(f"{self.op}: the {len(allowed.rows):,} nodes the filter allows were scored exactly (fewer than filter_exact_below)")
+            return exact_dense(queries, indexes, self.k)
+        depth = max(self.ef_search, self.k)
+        selector = bitmap = None
+        if allowed is not None:  # the walk visits every node and keeps the allowed: deeper as fewer are, so as many are found
+            bitmap = np.packbits(allowed.mask, bitorder="little")
+            selector = faiss.IDSelectorBitmap(len(allowed.mask), faiss.swig_ptr(bitmap))
+            depth = min(math.ceil(depth / max(allowed.fraction, 1e-9)), MAX_CANDIDATES)
+        params = faiss.SearchParametersHNSW(efSearch=min(depth, max(index.ntotal, 1)), sel=selector)  # no deeper than the corpus
+        scores, rows = index.search(np.stack([indexes.encode_dense(q) for q in queries]), min(self.k, max(index.ntotal, 1)), params=params)
+        del bitmap  # faiss read it through a raw pointer: it lived until here
         return [Candidates(r[r >= 0].astype(np.int64), s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
 
 
@@ -74,9 +104,10 @@ class Splade(TopK):
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
         scores = np.asarray((indexes.splade @ weights.T).todense())
+        allowed = indexes.allowed
         found = []
         for column in scores.T:
-            rows = np.flatnonzero(column > 0)
+            rows = np.flatnonzero((column > 0) if allowed is None else (column > 0) & allowed.mask)
             found.append(ranked(rows, column[rows], self.k))
         return found
 
@@ -84,6 +115,7 @@ class Splade(TopK):
 class Fusion(Op):
     """Combines its inputs' rankings, each with a weight (1 each when unset)."""
 
+    FILTER: ClassVar[Literal["inputs"]] = "inputs"
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights"})
     inputs: list[Input] = Field(min_length=1)
     weights: list[Weight] | None = None

@@ -250,6 +250,18 @@ def _metadata(metadata: dict | None) -> str | None:
     return None if not metadata else json.dumps(metadata, ensure_ascii=False, sort_keys=True)
 
 
+CITED_BY = ("url", "source", "path")  # the metadata a hit cites its document by, the first present
+
+
+def record_metadata(record: dict, columns: tuple[str, ...], where: Location) -> dict:
+    """A JSON record's metadata: its ``metadata`` object, and every field besides its own ``columns``
+    (``{"id", "title", "text", "year": 2019}`` is filterable by year)."""
+    given = record.get("metadata")
+    if given is not None and not isinstance(given, dict):
+        raise IngestError(where, "field 'metadata' should be an object")
+    return {**{key: value for key, value in record.items() if key not in columns and key != "metadata"}, **(given or {})}
+
+
 class CorpusBuilder:
     """Collects documents, queries, gold and foreign keys, checking each as it arrives.
 
@@ -282,6 +294,8 @@ class CorpusBuilder:
             raise IngestError(where, "empty document: no text")
         if len(text) > MAX_TEXT_CHARS:
             raise IngestError(where, f"{len(text):,} characters, more than the {MAX_TEXT_CHARS:,} the sentence splitter and NER take in one text: split it into several documents")
+        if not any(key in (metadata or {}) for key in CITED_BY):  # what a hit cites: where the record was read
+            metadata = {**(metadata or {}), "source": str(Location(where.file, where.line))}
         row = {"doc_id": doc_id, "title": title, "text": text, "metadata": _metadata(metadata)}
         if doc_id in self._documents:
             if (self._documents[doc_id]["title"], self._documents[doc_id]["text"]) != (title, text):

@@ -5,7 +5,7 @@ A query's split is the split of the qrels file that judges it; queries judged no
 
 from __future__ import annotations
 
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, find_file, iter_jsonl, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, find_file, iter_jsonl, record_metadata, require
 
 
 def read(request: ReadRequest) -> Ingested:
@@ -16,7 +16,8 @@ def read(request: ReadRequest) -> Ingested:
     for where, record in iter_jsonl(find_file(folder, "corpus.jsonl")):
         doc_id = require(record, "_id", where)
         located = where.with_record(doc_id)
-        builder.add_document(doc_id, record.get("title") or "", require(record, "text", located), where, record.get("metadata") or None)
+        metadata = record_metadata(record, ("_id", "title", "text"), located)
+        builder.add_document(doc_id, record.get("title") or "", require(record, "text", located), where, metadata)
     for where, record in iter_jsonl(find_file(folder, "queries.jsonl")):
         query_id = require(record, "_id", where)
         builder.add_query(query_id, require(record, "text", where.with_record(query_id)), where, None, record.get("metadata") or None)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import codecs
 import re
 from collections import Counter
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from graphlake.warehouse.readers import jsonl
@@ -59,7 +60,7 @@ def read(request: ReadRequest) -> Ingested:
         parts = [part for part in _parts(text, PART_CHARS) if part.strip()]
         for number, part in enumerate(parts, start=1):
             part_id = doc_id if number == 1 else f"{doc_id}#{number}"
-            metadata = {"path": doc_id} | ({"part": number, "parts": len(parts)} if len(parts) > 1 else {})
+            metadata = _file_metadata(path) | ({"part": number, "parts": len(parts)} if len(parts) > 1 else {})
             builder.add_document(part_id, title if len(parts) == 1 else f"{title} ({number} of {len(parts)})", part, Location(path), metadata)
         if len(parts) > 1:
             builder.notes.append(f"{doc_id}: {len(text):,} characters, split at paragraph boundaries into {len(parts)} documents of at most {PART_CHARS:,}")
@@ -74,6 +75,14 @@ def read(request: ReadRequest) -> Ingested:
     if request.qrels is not None:
         add_qrels_file(builder, request.qrels, request.split)
     return builder.build()
+
+
+def _file_metadata(path: Path) -> dict:
+    """What a file says of itself: its path as read, when it last changed (ISO 8601, UTC: comparable as
+    text, ``mtime >= "2026-01-01"``) and its size in bytes."""
+    status = path.stat()
+    changed = datetime.fromtimestamp(status.st_mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {"path": str(path), "mtime": changed, "size": status.st_size}
 
 
 def _files(count: int) -> str:

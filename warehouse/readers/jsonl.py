@@ -1,4 +1,5 @@
-"""Generic JSON lines: documents ``{id, title, text, metadata?}``, optional queries file.
+"""Generic JSON lines: documents ``{id, title, text, metadata?}``, optional queries file. A document's
+other fields join its metadata (``{id, title, text, year}``: year is filterable).
 
 Query records are ``{id, text, split?, qrels?: {doc_id: relevance}, metadata?}``: gold travels with
 its query, so a user's own collection needs no second gold file.
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, iter_jsonl, require
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, add_qrels_file, iter_jsonl, record_metadata, require
 
 
 def read(request: ReadRequest) -> Ingested:
@@ -24,9 +25,7 @@ def read(request: ReadRequest) -> Ingested:
 def add_documents(builder: CorpusBuilder, path: Path) -> None:
     for where, record in iter_jsonl(path):
         doc_id = require(record, "id", where)
-        metadata = record.get("metadata")
-        if metadata is not None and not isinstance(metadata, dict):
-            raise IngestError(where.with_record(doc_id), "field 'metadata' should be an object")
+        metadata = record_metadata(record, ("id", "title", "text"), where.with_record(doc_id))
         builder.add_document(
             doc_id, require(record, "title", where.with_record(doc_id)), require(record, "text", where.with_record(doc_id)), where, metadata
         )

@@ -1,0 +1,299 @@
+"""Metadata filters: a small expression language over a document's metadata, one form for Python and
+JSON and one for a command line, both parsed into the same validated tree.
+
+JSON (the API, the server)::
+
+    {"field": "year", "gte": 2015, "lt": 2020}
+    {"and": [{"field": "lang", "eq": "en"}, {"not": {"field": "authors", "in": ["A. Writer"]}}]}
+
+Text (``graphlake query --filter``, and any API that takes a string)::
+
+    year >= 2015 and year < 2020 and (lang = "en" or lang in ["de", "fr"]) and not draft = true
+
+A condition names a ``field``: a key of the document's metadata (``a.b`` reaches into an object),
+or ``doc_id`` / ``title``. Its operators are ``eq``, ``ne``, ``in``, ``gt``, ``gte``, ``lt``,
+``lte``; several in one condition must all hold. A list-valued field matches when one of its
+elements does (``authors = "X"``: X is among the authors). A document without the field matches no
+condition on it (``ne`` included, as SQL's NULL), and ``not`` of such a condition matches it.
+Numbers compare with numbers, strings with strings (ISO dates compare as dates do), booleans only
+equal booleans.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Annotated, Any, NoReturn, Union
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+
+MAX_FILTER_CHARS = 4_000
+MAX_VALUES = 1_000  # in one ``in`` list
+BUILT_IN = ("doc_id", "title")  # the documents' own columns, filterable beside their metadata
+
+Value = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, Field(max_length=1_000)]
+FieldName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s]+$")]
+OPERATORS = ("eq", "ne", "in", "gt", "gte", "lt", "lte")
+RANGES = ("gt", "gte", "lt", "lte")
+
+
+class FilterError(ValueError):
+    """A filter that cannot be read or applied; the message is one line naming the part at fault."""
+
+
+class _Node(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, allow_inf_nan=False)
+
+    def key(self) -> str:
+        """The canonical form: equal filters select alike, so their allowed nodes are computed once."""
+        return self.model_dump_json(by_alias=True, exclude_none=True)
+
+    def fields(self) -> set[str]:
+        raise NotImplementedError
+
+
+class Condition(_Node):
+    """One field's test: every operator given must hold (``gte`` and ``lt`` make a range)."""
+
+    field: FieldName
+    eq: Value | None = None
+    ne: Value | None = None
+    in_: Annotated[list[Value], Field(min_length=1, max_length=MAX_VALUES)] | None = Field(None, alias="in")
+    gt: Value | None = None
+    gte: Value | None = None
+    lt: Value | None = None
+    lte: Value | None = None
+
+    @model_validator(mode="after")
+    def _some(self) -> Condition:
+        given = self.operators()
+        if not given:
+            raise ValueError(f"a condition on {self.field!r} needs an operator: {', '.join(OPERATORS)}")
+        for name, value in given.items():
+            if name in RANGES and isinstance(value, bool):
+                raise ValueError(f"{self.field} {name}: a range needs a number or a string, got {value!r}")
+        return self
+
+    def operators(self) -> dict[str, Any]:
+        """The operators this condition sets, with their values."""
+        return {name: value for name in OPERATORS if (value := getattr(self, "in_" if name == "in" else name)) is not None}
+
+    def fields(self) -> set[str]:
+        return {self.field}
+
+
+class And(_Node):
+    and_: Annotated[list[Filter], Field(min_length=1, max_length=100)] = Field(alias="and")
+
+    def fields(self) -> set[str]:
+        return set().union(*(part.fields() for part in self.and_))
+
+
+class Or(_Node):
+    or_: Annotated[list[Filter], Field(min_length=1, max_length=100)] = Field(alias="or")
+
+    def fields(self) -> set[str]:
+        return set().union(*(part.fields() for part in self.or_))
+
+
+class Not(_Node):
+    not_: Filter = Field(alias="not")
+
+    def fields(self) -> set[str]:
+        return self.not_.fields()
+
+
+Filter = Union[Condition, And, Or, Not]  # noqa: UP007 (the forward references above need the name)
+for _model in (And, Or, Not):
+    _model.model_rebuild()
+
+_SHAPES: dict[str, type[_Node]] = {"and": And, "or": Or, "not": Not}
+
+
+def parse_filter(value: Any) -> Filter:
+    """A filter from its JSON form (a mapping), its text form (a string) or an already parsed one;
+    ``FilterError`` in one line otherwise."""
+    if isinstance(value, And | Or | Not | Condition):
+        return value
+    if isinstance(value, str):
+        if len(value) > MAX_FILTER_CHARS:
+            raise FilterError(f"filter: at most {MAX_FILTER_CHARS:,} characters, got {len(value):,}")
+        stripped = value.strip()
+        if stripped.startswith("{"):
+            try:
+                return parse_filter(json.loads(stripped))
+            except json.JSONDecodeError as error:
+                raise FilterError(f"filter: not valid JSON at character {error.pos + 1}: {error.msg}") from None
+        return _Parser(value).parse()
+    if not isinstance(value, Mapping):
+        raise FilterError(f"filter: a mapping (JSON) or a string, got {type(value).__name__}")
+    return _from_mapping(value, "filter")
+
+
+def _from_mapping(value: Any, where: str) -> Filter:
+    """One node of the JSON form, its shape told by its keys; errors name the path to it."""
+    if not isinstance(value, Mapping):
+        raise FilterError(f"{where}: a condition or and/or/not, got {json.dumps(value)[:60]}")
+    shapes = [key for key in _SHAPES if key in value]
+    if "field" in value or not shapes:
+        if shapes:
+            raise FilterError(f"{where}: a condition (field) cannot also hold {shapes[0]!r}; put both under 'and'")
+        unknown = sorted(set(value) - {"field", *OPERATORS})
+        if unknown or "field" not in value:
+            what = f"unknown key {unknown[0]!r}" if unknown else "no 'field'"
+            raise FilterError(f"{where}: {what} (a condition is {{field, {', '.join(OPERATORS)}}}; a group is and / or / not)")
+        return _validated(Condition, dict(value), where)
+    if len(value) != 1:
+        raise FilterError(f"{where}: {' and '.join(repr(k) for k in sorted(value))}: one of and / or / not per object")
+    (shape,) = shapes
+    inner = value[shape]
+    if shape == "not":
+        return Not(**{"not": _from_mapping(inner, f"{where}.not")})
+    if not isinstance(inner, list) or not inner:
+        raise FilterError(f"{where}.{shape}: a non-empty list of conditions")
+    parts = [_from_mapping(item, f"{where}.{shape}[{i}]") for i, item in enumerate(inner)]
+    return _validated(_SHAPES[shape], {shape: parts}, where)
+
+
+def _validated(model: type[_Node], data: dict, where: str) -> Filter:
+    try:
+        return model.model_validate(data)
+    except ValidationError as error:
+        problem = error.errors()[0]
+        loc = [part for part in problem["loc"] if isinstance(part, int) or part.isidentifier()]
+        typed = [part for part in loc if part in ("bool", "int", "float", "str")]
+        place = ".".join(str(part) for part in loc if part not in typed)
+        message = problem["msg"].removeprefix("Value error, ")
+        if typed:  # a value that is none of the union's types: say what it may be, not each branch's complaint
+            message = f"a number, a string or true/false, got {json.dumps(problem['input'])[:60]}"
+        raise FilterError(f"{where}{'.' + place if place else ''}: {message}") from None
+
+
+# ------------------------------------------------------------------------------------- the text form
+
+_TOKEN = re.compile(
+    r"""\s*(?:(?P<string>"(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*')|(?P<number>-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w.]))"""
+    r"""|(?P<op>==|!=|<=|>=|=|<|>)|(?P<punct>[()\[\],])|(?P<word>[^\s()\[\],=!<>"']+))"""
+)
+_COMPARISONS = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "lte", ">": "gt", ">=": "gte"}
+_KEYWORDS = {"and", "or", "not", "in"}
+
+
+class _Parser:
+    """Recursive descent over ``or`` < ``and`` < ``not`` < a condition or a parenthesised filter."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.tokens: list[tuple[str, str, int]] = []
+        position = 0
+        while position < len(text):
+            match = _TOKEN.match(text, position)
+            if match is None or match.end() == position:
+                if text[position:].strip():
+                    self.fail(position, f"unexpected {text[position:].strip()[:1]!r}")
+                break
+            kind = match.lastgroup
+            self.tokens.append((kind, match.group(kind), match.start(kind)))
+            position = match.end()
+        self.at = 0
+
+    def fail(self, position: int, problem: str) -> NoReturn:
+        raise FilterError(f"filter: {problem} at character {position + 1} of {self.text.strip()[:80]!r}")
+
+    def peek(self) -> tuple[str, str, int] | None:
+        return self.tokens[self.at] if self.at < len(self.tokens) else None
+
+    def next(self, expected: str) -> tuple[str, str, int]:
+        token = self.peek()
+        if token is None:
+            self.fail(len(self.text), f"expected {expected}, the filter ended")
+        self.at += 1
+        return token
+
+    def keyword(self, word: str) -> bool:
+        token = self.peek()
+        if token is not None and token[0] == "word" and token[1].lower() == word:
+            self.at += 1
+            return True
+        return False
+
+    def parse(self) -> Filter:
+        if not self.tokens:
+            raise FilterError("filter: empty")
+        found = self.disjunction()
+        token = self.peek()
+        if token is not None:
+            self.fail(token[2], f"expected and / or, got {token[1]!r}")
+        return found
+
+    def disjunction(self) -> Filter:
+        parts = [self.conjunction()]
+        while self.keyword("or"):
+            parts.append(self.conjunction())
+        return parts[0] if len(parts) == 1 else Or(**{"or": parts})
+
+    def conjunction(self) -> Filter:
+        parts = [self.negation()]
+        while self.keyword("and"):
+            parts.append(self.negation())
+        return parts[0] if len(parts) == 1 else And(**{"and": parts})
+
+    def negation(self) -> Filter:
+        if self.keyword("not"):
+            return Not(**{"not": self.negation()})
+        token = self.peek()
+        if token is not None and token[1] == "(":
+            self.at += 1
+            inner = self.disjunction()
+            closing = self.next("')'")
+            if closing[1] != ")":
+                self.fail(closing[2], f"expected ')', got {closing[1]!r}")
+            return inner
+        return self.condition()
+
+    def condition(self) -> Filter:
+        kind, name, position = self.next("a field name")
+        if kind != "word" or name.lower() in _KEYWORDS:
+            self.fail(position, f"expected a field name, got {name!r}")
+        negated = self.keyword("not")
+        if negated or self.keyword("in"):
+            if negated and not self.keyword("in"):
+                self.fail(self.peek()[2] if self.peek() else len(self.text), f"expected 'in' after '{name} not'")
+            found: Filter = self.build({"field": name, "in": self.values()}, position)
+            return Not(**{"not": found}) if negated else found
+        kind, op, at = self.next(f"a comparison after {name!r} (=, !=, <, <=, >, >=, in)")
+        if kind != "op":
+            self.fail(at, f"expected a comparison after {name!r} (=, !=, <, <=, >, >=, in), got {op!r}")
+        return self.build({"field": name, _COMPARISONS[op]: self.value()}, position)
+
+    def build(self, data: dict, position: int) -> Filter:
+        try:
+            return _validated(Condition, data, "filter")
+        except FilterError as error:
+            self.fail(position, str(error).removeprefix("filter: "))
+
+    def values(self) -> list[Any]:
+        kind, text, position = self.next("'['")
+        if text != "[":
+            self.fail(position, f"expected '[' after in, got {text!r}")
+        found = [self.value()]
+        while True:
+            kind, text, position = self.next("',' or ']'")
+            if text == "]":
+                return found
+            if text != ",":
+                self.fail(position, f"expected ',' or ']', got {text!r}")
+            found.append(self.value())
+
+    def value(self) -> Any:
+        kind, text, position = self.next("a value")
+        if kind == "string":
+            return json.loads('"' + text[1:-1].replace('\\"', '"').replace("\\'", "'").replace('"', '\\"') + '"')
+        if kind == "number":
+            return float(text) if any(c in text for c in ".eE") else int(text)
+        if kind == "word" and text.lower() in ("true", "false"):
+            return text.lower() == "true"
+        if kind == "word" and text.lower() not in _KEYWORDS:
+            return text  # a bare word is a string: lang = en
+        self.fail(position, f"expected a value (a number, \"text\", true or false), got {text!r}")
