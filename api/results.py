@@ -41,6 +41,12 @@ class Hit:
     snippet: str
     metadata: dict
 
+    def citation(self) -> dict:
+        """The document's metadata and what cites this hit (corpus, node, document, source, offsets,
+        rank, score, terms, snippet): the metadata a framework's document carries."""
+        cited = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "rank", "score", "terms", "snippet")
+        return {**self.metadata, **{name: getattr(self, name) for name in cited}}
+
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:

@@ -42,7 +42,7 @@ def query(
     search, on what the lake has built (--build builds what the method reads first)."""
     named = corpus[0] if len(corpus) == 1 else corpus
     if server:
-        result = _ask_server(server, {"corpus": named, "method": method, "query": text, "k": top, "filter": where})
+        result = _ask_server(server, named, method, text, top, where)
     else:
         result = _search_here(corpus, method, text, top, build, where)
     if as_json:
@@ -90,18 +90,18 @@ def _search_here(corpora: list[str], method: str, text: str, top: int, build: bo
         fail(str(error))
 
 
-def _ask_server(server: str, body: dict) -> dict:
-    """POST /search to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
-    import httpx
+def _ask_server(server: str, corpus: str | list[str], method: str, text: str, top: int, where: str | None) -> dict:
+    """The query sent to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
+    from graphlake.api import RequestError, UnknownName
+    from graphlake.api.client import RemoteLake, ServerError
 
-    key = os.environ.get(KEY_ENV)
+    lake = RemoteLake(server)
     try:
-        answer = httpx.post(f"{server.rstrip('/')}/search", json=body, headers={"Authorization": f"Bearer {key}"} if key else {}, timeout=300)
-    except httpx.HTTPError as error:
-        fail(f"server {server}: {error}")
-    if answer.status_code != 200:
-        fail(f"server {server}: {answer.json().get('error', answer.text) if answer.headers.get('content-type', '').startswith('application/json') else answer.text}")
-    return answer.json()
+        return dataclasses.asdict(lake.search(corpus, method, text, top, where))
+    except (ServerError, RequestError, UnknownName) as error:  # the server's own one line
+        fail(str(error) if isinstance(error, ServerError) else f"server {server}: {error}")
+    finally:
+        lake.close()
 
 
 @app.command()

@@ -123,7 +123,7 @@ class DocumentMetadata:
             found = ((i, [value]) for i, value in enumerate(self._builtin[name]))
         else:
             parts = name.split(".")
-            found = ((i, [record[name]] if name in record else list(_walk(record, parts))) for i, record in enumerate(self.records))
+            found = ((i, list(_walk(record[name], []) if name in record else _walk(record, parts))) for i, record in enumerate(self.records))
         for i, items in found:
             for value in items:
                 kind = _type(value)
