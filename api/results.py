@@ -37,7 +37,7 @@ class Hit:
     source: str | None  # the document's url, source or path metadata, the first it has
     start: int
     end: int
-    terms: list[str]  # the query's words in the text (stemmed as BM25 compares them)
+    terms: list[str]  # the text's words that match the query's (stemmed as BM25 compares them), as the text spells them
     snippet: str
     metadata: dict
 

@@ -28,15 +28,15 @@ def query_stems(query: str) -> dict[str, str]:
 
 
 def matched_terms(stems: dict[str, str], text: str) -> tuple[list[str], list[tuple[int, int]]]:
-    """The query words (``query_stems``) the text holds, in the query's order, and where in the text
-    each match lies (character spans)."""
+    """The text's words that match a query word (``query_stems``), as the text spells them, each once
+    in the order they first occur, and where in the text every match lies (character spans, for a
+    reader to highlight)."""
     if not stems:
         return [], []
     spans = [(m.start(), m.end()) for m in _WORD.finditer(text)]
     found = _stemmer().stemWords([text[a:b].lower() for a, b in spans])
     matched = [span for span, stem in zip(spans, found, strict=True) if stem in stems]
-    held = {stem for stem in found if stem in stems}
-    return [word for stem, word in stems.items() if stem in held], matched
+    return list(dict.fromkeys(text[a:b] for a, b in matched)), matched
 
 
 def snippet(text: str, spans: list[tuple[int, int]], width: int = SNIPPET_CHARS) -> str:
