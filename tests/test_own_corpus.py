@@ -97,7 +97,8 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
     docs.write_text("\n".join(lines) + "\n", encoding="utf-8")
     lake.mkdir(parents=True)
     (lake / "methods.yaml").write_text("use: ['*']\n")  # every packaged method: each stand-in is checked
-    assert invoke("ingest", "files", str(write_notes(tmp_path / "notes")), "--corpus", "mine").exit_code == 0
+    notes_folder = write_notes(tmp_path / "notes")
+    assert invoke("ingest", "files", str(notes_folder), "--corpus", "mine").exit_code == 0
     assert invoke("ingest", "jsonl", str(docs), "--corpus", "plain").exit_code == 0
     for corpus in ("mine",):  # a folder of files; a JSON-lines corpus builds the same steps (tests/test_first_hour.py builds files too)
         built = invoke("materialize", "--corpus", corpus)
@@ -138,6 +139,23 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
         assert any("learned_fusion: no ranker trained" in note and "rrf of its inputs" in note for note in notes["graphlake_ltr"])
         assert any("scored exactly" in note for note in notes["ap_three_kw"])  # which keyword path ran: few holders, exact
         assert hits["bm25"][0] == best, hits["bm25"]
+    # a file's hits cite it: its path, mtime and size are metadata a filter reads, the offsets slice the file
+    where = 'path in ["%s"] and size > 100 and mtime >= "2000-01-01"' % (notes_folder / "note2.md")
+    cited = invoke("query", "--corpus", "mine", "--method", "rrf", "--json", "--filter", where, "Who filmed the seabed?")
+    assert cited.exit_code == 0, cited.stderr
+    [*hits_of_note] = json.loads(cited.stdout)["hits"]
+    for hit in hits_of_note:
+        assert hit["doc_id"] == "note2.md" and hit["source"] == str(notes_folder / "note2.md") and hit["metadata"]["size"] > 100
+        assert Path(hit["source"]).read_text()[hit["start"] : hit["end"]] == hit["text"] and {"filmed", "seabed"} <= set(hit["terms"])
+    with Catalog(lake).reader() as con:  # SQL reads the same metadata on every node
+        assert con.execute("SELECT count(*) FROM nodes WHERE corpus = 'mine' AND metadata->>'path' LIKE '%note2.md'").fetchone()[0] == len(hits_of_note)
+    # several corpora in one call: their rankings fused, each hit naming its corpus
+    assert invoke("materialize", "--corpus", "plain", "--select", "key:bm25_index").exit_code == 0
+    both = invoke("query", "--corpus", "mine", "--corpus", "plain", "--method", "bm25", "--json", "Who saw the seals and filmed the seabed?")
+    assert both.exit_code == 0, both.stderr
+    fused = json.loads(both.stdout)
+    assert fused["corpus"] == "mine+plain" and set(fused["snapshots"]) == {"mine", "plain"}
+    assert {hit["corpus"] for hit in fused["hits"]} == {"mine", "plain"} and [h["rank"] for h in fused["hits"]] == list(range(1, len(fused["hits"]) + 1))
     unserved = invoke("query", "--corpus", "mine", "--method", "grasp_llm", "Who filmed the seabed?")
     assert unserved.exit_code == 1 and "GRAPHLAKE_LLM_BASE_URL" in unserved.stderr and "Traceback" not in unserved.stderr, unserved.stderr
     assert "no queries to evaluate on" in invoke("eval", "--corpus", "mine").stderr
