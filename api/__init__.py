@@ -17,6 +17,7 @@ from typing import Any
 _WHERE = {
     **dict.fromkeys(("GraphLake", "open_lake", "MAX_BATCH", "MAX_K", "MAX_QUERY_CHARS"), "graphlake.api.lake"),
     **dict.fromkeys(("CorpusInfo", "Hit", "MethodInfo", "RequestError", "RowsCut", "SearchResult", "UnknownName"), "graphlake.api.results"),
+    **dict.fromkeys(("RemoteLake", "ServerError"), "graphlake.api.client"),
 }
 __all__ = sorted(_WHERE)
 

@@ -5,7 +5,11 @@ offsets that slice the stored document text back to the chunk."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import re
+from pathlib import Path
 
 import pytest
 from served import KEY
@@ -34,6 +38,18 @@ def test_hits_cite_their_document_by_source_and_offsets(demo_lake):
     top = result.hits[0]
     assert {t.lower() for t in top.terms} >= {"benthocam", "sled"} and all(term in top.text for term in top.terms), top.terms  # as the text spells them
     assert len(top.snippet) <= 250 and any(term in top.snippet for term in top.terms), top.snippet
+
+
+def test_the_readme_python_runs_on_the_demo_lake(demo_lake):
+    """The README's Python blocks, in order, on the lake the demo built: a filtered search and a retriever."""
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```python\n(.*?)```", readme, flags=re.DOTALL)
+    printed, namespace = io.StringIO(), {}
+    with contextlib.redirect_stdout(printed):
+        for block in blocks:
+            exec(block.replace('open_lake("lake")', f"open_lake({str(demo_lake.home)!r})"), namespace)  # noqa: S102
+    lines = printed.getvalue().splitlines()
+    assert len(lines) == 5 + 4 and all("corpus.jsonl" in line for line in lines), lines  # five hits, four documents, each citing its file
 
 
 @pytest.mark.parametrize("framework", ["langchain", "llama_index"])
