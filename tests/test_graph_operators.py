@@ -57,6 +57,7 @@ class GraphIndexes:
             "graph_rankers": TunedRankers({"ppr": 0.15, "gcs": 0.5}),
         }
         self.spec = SimpleNamespace(proximity="structural")
+        self.allowed = None  # no request filter
 
     def get(self, name: str):
         return self.loaded[name]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,11 @@ def write_jsonl(path: Path, records: list) -> Path:
 
 def rows(table) -> list[dict]:
     return table.to_pylist()
+
+
+def read_from(path: Path, line: int, **metadata) -> str:
+    """A document's stored metadata: its own, and the file and line it was read from (what a hit cites)."""
+    return json.dumps({**metadata, "source": f"{path}:{line}"}, sort_keys=True)
 
 
 def by_id(result: Ingested, key: str = "query_id") -> dict[str, dict]:
@@ -69,11 +75,12 @@ def beir_folder(root: Path, corpus_name: str = "corpus.jsonl") -> Path:
 
 @pytest.mark.parametrize("corpus_name", ["corpus.jsonl", "corpus.jsonl.gz"])
 def test_beir_documents_queries_splits_and_qrels(tmp_path: Path, corpus_name: str) -> None:
-    result = read_beir(ReadRequest(beir_folder(tmp_path, corpus_name)))
+    folder = beir_folder(tmp_path, corpus_name)
+    result = read_beir(ReadRequest(folder))
     assert rows(result.documents) == [
-        {"doc_id": "d1", "title": "Alpha", "text": "Alpha is the first letter.", "metadata": '{"url": "http://a", "year": 2001}'},
-        {"doc_id": "d2", "title": "", "text": "Beta has no title.", "metadata": None},
-        {"doc_id": "3", "title": "Gamma", "text": "Gamma has a numeric id.", "metadata": None},
+        {"doc_id": "d1", "title": "Alpha", "text": "Alpha is the first letter.", "metadata": '{"url": "http://a", "year": 2001}'},  # cited by its url
+        {"doc_id": "d2", "title": "", "text": "Beta has no title.", "metadata": read_from(folder / corpus_name, 2)},
+        {"doc_id": "3", "title": "Gamma", "text": "Gamma has a numeric id.", "metadata": read_from(folder / corpus_name, 3)},
     ]
     assert rows(result.queries) == [
         {"query_id": "q1", "text": "What is alpha?", "split": "test", "metadata": '{"source": "test-set"}'},
@@ -199,9 +206,9 @@ def test_jsonl_documents_queries_and_gold(tmp_path: Path, suffix: str) -> None:
     queries = write_jsonl(tmp_path / f"queries.jsonl{suffix}", JSONL_QUERIES)
     result = read_jsonl(ReadRequest(documents, queries))
     assert rows(result.documents) == [
-        {"doc_id": "a", "title": "Doc A", "text": "Text of A.", "metadata": '{"lang": "en", "tags": ["x", "y"]}'},
-        {"doc_id": "b", "title": "Doc B", "text": "Text of B.", "metadata": None},
-        {"doc_id": "7", "title": "", "text": "Numbered doc.", "metadata": None},
+        {"doc_id": "a", "title": "Doc A", "text": "Text of A.", "metadata": read_from(documents, 1, lang="en", tags=["x", "y"])},
+        {"doc_id": "b", "title": "Doc B", "text": "Text of B.", "metadata": read_from(documents, 2)},
+        {"doc_id": "7", "title": "", "text": "Numbered doc.", "metadata": read_from(documents, 3)},
     ]
     assert rows(result.queries) == [
         {"query_id": "q1", "text": "Ask A?", "split": "train", "metadata": '{"kind": "pair"}'},
@@ -362,17 +369,22 @@ def files_folder(root: Path) -> Path:
 
 
 def test_files_titles_ids_and_what_is_skipped(tmp_path: Path) -> None:
-    result = read_files(ReadRequest(files_folder(tmp_path)))
-    assert [(r["doc_id"], r["title"], r["metadata"]) for r in rows(result.documents)] == [
-        ("archive/old.md", "Archived Title", '{"path": "archive/old.md"}'),
-        ("intro.md", "The Introduction", '{"path": "intro.md"}'),
-        ("notes/deep/untitled.md", "untitled", '{"path": "notes/deep/untitled.md"}'),
-        ("notes/field_notes-2021.txt", "field notes 2021", '{"path": "notes/field_notes-2021.txt"}'),
-        ("pkg-a/copyright", "pkg a copyright", '{"path": "pkg-a/copyright"}'),  # extension-less; a name many files share gets its folder's
-        ("pkg-b/README.Debian", "README", '{"path": "pkg-b/README.Debian"}'),  # documentation's names, whatever their suffix
-        ("pkg-b/copyright", "pkg b copyright", '{"path": "pkg-b/copyright"}'),
-        ("readme.rst", "The Title", '{"path": "readme.rst"}'),
+    folder = files_folder(tmp_path)
+    result = read_files(ReadRequest(folder))
+    assert [(r["doc_id"], r["title"]) for r in rows(result.documents)] == [
+        ("archive/old.md", "Archived Title"),
+        ("intro.md", "The Introduction"),
+        ("notes/deep/untitled.md", "untitled"),
+        ("notes/field_notes-2021.txt", "field notes 2021"),
+        ("pkg-a/copyright", "pkg a copyright"),  # extension-less; a name many files share gets its folder's
+        ("pkg-b/README.Debian", "README"),  # documentation's names, whatever their suffix
+        ("pkg-b/copyright", "pkg b copyright"),
+        ("readme.rst", "The Title"),
     ]
+    for row in rows(result.documents):  # a file's metadata: its path as read (a .gz's own), when it changed, its size
+        path = next(p for p in (folder / row["doc_id"], folder / f"{row['doc_id']}.gz") if p.exists())
+        changed = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        assert json.loads(row["metadata"]) == {"path": str(path), "mtime": changed, "size": path.stat().st_size}
     assert rows(result.documents)[1]["text"] == "Some preamble.\n\n# The Introduction\n\nBody text.\n\n# Second heading\n"
     assert result.notes == ["skipped 3 files: 1 empty, 1 .json (--ext .json reads them), 1 .png (--ext .png reads them)"]
     assert (result.queries.num_rows, result.qrels.num_rows, result.foreign_keys.num_rows) == (0, 0, 0)
@@ -442,7 +454,7 @@ def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, mon
     assert [r["doc_id"] for r in parts] == ["book.txt", "book.txt#2", "book.txt#3", "book.txt#4", "book.txt#5"]
     assert "".join(r["text"] for r in parts) == text and all(len(r["text"]) <= 40 for r in parts)
     assert parts[0]["text"] == "First paragraph, short.\n\n" and parts[1]["text"] == "Second paragraph is here.\n\n"
-    assert parts[1]["title"] == "book (2 of 5)" and json.loads(parts[1]["metadata"]) == {"path": "book.txt", "part": 2, "parts": 5}
+    assert parts[1]["title"] == "book (2 of 5)" and {k: v for k, v in json.loads(parts[1]["metadata"]).items() if k != "mtime"} == {"path": str(tmp_path / "book.txt"), "size": (tmp_path / "book.txt").stat().st_size, "part": 2, "parts": 5}
     assert result.notes == [f"book.txt: {len(text)} characters, split at paragraph boundaries into 5 documents of at most 40"]
 
 

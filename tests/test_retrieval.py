@@ -33,6 +33,7 @@ class HandIndexes:
             "dense": np.eye(4, dtype=np.float32),
             "splade": sp.csr_matrix(np.array([[0, 1.0], [2.0, 0], [0, 0], [1.0, 1.0]], dtype=np.float32)),
         }
+        self.allowed = None  # no request filter
 
     def get(self, name: str):
         return self.loaded[name]
