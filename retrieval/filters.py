@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, Stri
 
 MAX_FILTER_CHARS = 4_000
 MAX_VALUES = 1_000  # in one ``in`` list
+MAX_DEPTH = 32  # groups within groups
 BUILT_IN = ("doc_id", "title")  # the documents' own columns, filterable beside their metadata
 
 Value = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, Field(max_length=1_000)]
@@ -128,11 +129,13 @@ def parse_filter(value: Any) -> Filter:
         return _Parser(value).parse()
     if not isinstance(value, Mapping):
         raise FilterError(f"filter: a mapping (JSON) or a string, got {type(value).__name__}")
-    return _from_mapping(value, "filter")
+    return _from_mapping(value, "filter", 0)
 
 
-def _from_mapping(value: Any, where: str) -> Filter:
+def _from_mapping(value: Any, where: str, depth: int) -> Filter:
     """One node of the JSON form, its shape told by its keys; errors name the path to it."""
+    if depth > MAX_DEPTH:
+        raise FilterError(f"filter: groups nested more than {MAX_DEPTH} deep")
     if not isinstance(value, Mapping):
         raise FilterError(f"{where}: a condition or and/or/not, got {json.dumps(value)[:60]}")
     shapes = [key for key in _SHAPES if key in value]
@@ -149,10 +152,10 @@ def _from_mapping(value: Any, where: str) -> Filter:
     (shape,) = shapes
     inner = value[shape]
     if shape == "not":
-        return Not(**{"not": _from_mapping(inner, f"{where}.not")})
+        return Not(**{"not": _from_mapping(inner, f"{where}.not", depth + 1)})
     if not isinstance(inner, list) or not inner:
         raise FilterError(f"{where}.{shape}: a non-empty list of conditions")
-    parts = [_from_mapping(item, f"{where}.{shape}[{i}]") for i, item in enumerate(inner)]
+    parts = [_from_mapping(item, f"{where}.{shape}[{i}]", depth + 1) for i, item in enumerate(inner)]
     return _validated(_SHAPES[shape], {shape: parts}, where)
 
 
@@ -197,6 +200,7 @@ class _Parser:
             self.tokens.append((kind, match.group(kind), match.start(kind)))
             position = match.end()
         self.at = 0
+        self.depth = 0
 
     def fail(self, position: int, problem: str) -> NoReturn:
         raise FilterError(f"filter: {problem} at character {position + 1} of {self.text.strip()[:80]!r}")
@@ -240,9 +244,18 @@ class _Parser:
         return parts[0] if len(parts) == 1 else And(**{"and": parts})
 
     def negation(self) -> Filter:
+        token = self.peek()
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise FilterError(f"filter: groups nested more than {MAX_DEPTH} deep")
+        try:
+            return self.group(token)
+        finally:
+            self.depth -= 1
+
+    def group(self, token: tuple[str, str, int] | None) -> Filter:
         if self.keyword("not"):
             return Not(**{"not": self.negation()})
-        token = self.peek()
         if token is not None and token[1] == "(":
             self.at += 1
             inner = self.disjunction()

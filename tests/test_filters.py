@@ -136,6 +136,7 @@ BAD = [
     ("year >= ", "expected a value, the filter ended"),
     ({"field": "year", "gte": True}, "a range needs a number or a string"),
     ({"or": [{"field": "year", "eq": [2016]}]}, "filter.or[0].eq: a number, a string or true/false"),
+    ("not " * 40 + "year = 2016", "groups nested more than 32 deep"),  # hostile: no recursion without bound
 ]
 
 
