@@ -30,7 +30,7 @@ RERANKER = "reranker"  # the lake-wide cross-encoder: its asset and its index ki
 DEMO_NEXT = [
     ("graphlake methods", "every method by paper; --use switches more on"),
     ('graphlake query --corpus demo --method rrf "Which vessel carried the sled?"', "one search"),
-    ('graphlake query --corpus demo --filter "year >= 2016" "Which vessel carried the sled?"', "only documents from 2016 on"),
+    ('graphlake query --corpus demo --filter "year > 2015" "Who built the sled?"', "only documents from 2016 on"),
     ("graphlake sql \"select * from top_hubs('demo', 'citation', 3)\"", "SQL over every table"),
     ("graphlake eval --corpus demo --methods bm25,dense,rrf", "scores, from the stored runs"),
     ("graphlake ui", "the Dagster UI: the asset graph and each run"),

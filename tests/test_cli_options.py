@@ -50,7 +50,7 @@ def test_flags_read_as_flags_in_help():
 def test_every_reading_command_prints_its_json_shape(reads_demo):
     query = json.loads(invoke("query", "--corpus", "demo", "--method", "bm25", "--top", "3", "--json", "BenthoCam sled").stdout)
     assert query["corpus"] == "demo" and query["method"] == "bm25" and query["latency_ms"] >= 0 and query["snapshot"] >= 1
-    assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == {"rank", "node_id", "doc_id", "title", "text", "score"}
+    assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == {"rank", "node_id", "doc_id", "title", "text", "score", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
     corpora = json.loads(invoke("corpora", "--json").stdout)
     assert corpora[0]["name"] == "demo" and corpora[0]["chunking"] == {"size": 64, "overlap": 12}
     trec = json.loads(invoke("trec", "--corpus", "demo", "--method", "bm25", "--json").stdout)

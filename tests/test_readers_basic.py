@@ -36,9 +36,9 @@ def rows(table) -> list[dict]:
     return table.to_pylist()
 
 
-def read_from(path: Path, line: int, **metadata) -> str:
-    """A document's stored metadata: its own, and the file and line it was read from (what a hit cites)."""
-    return json.dumps({**metadata, "source": f"{path}:{line}"}, sort_keys=True)
+def read_from(path: Path, **metadata) -> str:
+    """A document's stored metadata: its own, and the file it was read from (what a hit cites)."""
+    return json.dumps({**metadata, "source": str(path)}, sort_keys=True)
 
 
 def by_id(result: Ingested, key: str = "query_id") -> dict[str, dict]:
@@ -79,8 +79,8 @@ def test_beir_documents_queries_splits_and_qrels(tmp_path: Path, corpus_name: st
     result = read_beir(ReadRequest(folder))
     assert rows(result.documents) == [
         {"doc_id": "d1", "title": "Alpha", "text": "Alpha is the first letter.", "metadata": '{"url": "http://a", "year": 2001}'},  # cited by its url
-        {"doc_id": "d2", "title": "", "text": "Beta has no title.", "metadata": read_from(folder / corpus_name, 2)},
-        {"doc_id": "3", "title": "Gamma", "text": "Gamma has a numeric id.", "metadata": read_from(folder / corpus_name, 3)},
+        {"doc_id": "d2", "title": "", "text": "Beta has no title.", "metadata": read_from(folder / corpus_name)},
+        {"doc_id": "3", "title": "Gamma", "text": "Gamma has a numeric id.", "metadata": read_from(folder / corpus_name)},
     ]
     assert rows(result.queries) == [
         {"query_id": "q1", "text": "What is alpha?", "split": "test", "metadata": '{"source": "test-set"}'},
@@ -206,9 +206,9 @@ def test_jsonl_documents_queries_and_gold(tmp_path: Path, suffix: str) -> None:
     queries = write_jsonl(tmp_path / f"queries.jsonl{suffix}", JSONL_QUERIES)
     result = read_jsonl(ReadRequest(documents, queries))
     assert rows(result.documents) == [
-        {"doc_id": "a", "title": "Doc A", "text": "Text of A.", "metadata": read_from(documents, 1, lang="en", tags=["x", "y"])},
-        {"doc_id": "b", "title": "Doc B", "text": "Text of B.", "metadata": read_from(documents, 2)},
-        {"doc_id": "7", "title": "", "text": "Numbered doc.", "metadata": read_from(documents, 3)},
+        {"doc_id": "a", "title": "Doc A", "text": "Text of A.", "metadata": read_from(documents, lang="en", tags=["x", "y"])},
+        {"doc_id": "b", "title": "Doc B", "text": "Text of B.", "metadata": read_from(documents)},
+        {"doc_id": "7", "title": "", "text": "Numbered doc.", "metadata": read_from(documents)},
     ]
     assert rows(result.queries) == [
         {"query_id": "q1", "text": "Ask A?", "split": "train", "metadata": '{"kind": "pair"}'},

@@ -66,7 +66,8 @@ def gold(result: Ingested) -> dict[str, set[str]]:
 
 @pytest.mark.parametrize("name", ["dev.json", "dev.json.gz"])
 def test_spider_documents_foreign_keys_and_gold(tmp_path: Path, name: str) -> None:
-    result = read_spider(ReadRequest(spider_folder(tmp_path, name=name)))
+    folder = spider_folder(tmp_path, name=name)
+    result = read_spider(ReadRequest(folder))
     docs = {row["doc_id"]: row for row in result.documents.to_pylist()}
     assert set(docs) == {"shop.Customers", "shop.orders", "shop.order_items", "school.student", "school.Has_Pet", "school.pets"}
     assert docs["shop.orders"]["title"] == "shop.orders"
@@ -82,6 +83,7 @@ def test_spider_documents_foreign_keys_and_gold(tmp_path: Path, name: str) -> No
         "columns": ["order_id", "line_no", "product"],
         "column_types": ["number", "number", "text"],
         "primary_key": ["order_id", "line_no"],
+        "source": str(folder / "tables.json"),  # the file it was read from: what a hit cites
     }
     assert result.foreign_keys.to_pylist() == [
         {"src_doc_id": "shop.orders", "src_column": "customer_id", "dst_doc_id": "shop.Customers", "dst_column": "customer_id", "position": 0},

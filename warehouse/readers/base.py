@@ -294,8 +294,8 @@ class CorpusBuilder:
             raise IngestError(where, "empty document: no text")
         if len(text) > MAX_TEXT_CHARS:
             raise IngestError(where, f"{len(text):,} characters, more than the {MAX_TEXT_CHARS:,} the sentence splitter and NER take in one text: split it into several documents")
-        if not any(key in (metadata or {}) for key in CITED_BY):  # what a hit cites: where the record was read
-            metadata = {**(metadata or {}), "source": str(Location(where.file, where.line))}
+        if not any(key in (metadata or {}) for key in CITED_BY):  # what a hit cites: the file the record was read from
+            metadata = {**(metadata or {}), "source": str(where.file)}  # not its line: adding a record would change every later one
         row = {"doc_id": doc_id, "title": title, "text": text, "metadata": _metadata(metadata)}
         if doc_id in self._documents:
             if (self._documents[doc_id]["title"], self._documents[doc_id]["text"]) != (title, text):
