@@ -7,7 +7,7 @@ a number from 0 to 999 drawn per source passage (every window of a passage has i
 as a real source or owner field is shared by the text around it). ``tenant < 500`` allows about 50 %
 of the nodes, ``< 100`` 10 %, ``< 10`` 1 %, ``< 1`` 0.1 %; the table gives the share each allowed.
 
-Queries: real questions, the first 100 test queries of SciFact and of HotpotQA dev (200 in all).
+Queries: real questions, the first test queries of SciFact and of HotpotQA dev (``--queries`` of each, 100 by default).
 
 Per method and selectivity, every query is searched one at a time through the Python API (a request
 as an application sends it, warm):
@@ -22,7 +22,7 @@ shorter counts over its length). QPS is queries over the wall seconds of their s
 
 Run from the repo root (the first run builds the lake, about 40 minutes on 2 cores; later runs reuse it)::
 
-    .venv/bin/python benchmarks/filters.py --work /tmp/filters [--queries 100]
+    .venv/bin/python benchmarks/filters.py --work DIR [--queries 100] [--methods bm25,dense,...]
 
 Writes ``benchmarks/results/filters.md``.
 """
@@ -124,6 +124,7 @@ def measure(home: Path, queries: list[str], methods: list[str]) -> list[dict]:
                 {
                     "selectivity": label,
                     "allowed": share,
+                    "queries": len(queries),
                     "method": method,
                     "recall": float(np.mean([recall(f, e) for f, e in zip(filtered_ids, exact, strict=True)])),
                     "qps": qps,
@@ -143,11 +144,11 @@ def _parse(where: dict):
     return parse_filter(where)
 
 
-def report(results: list[dict], nodes: int, queries: int, command: str, output: Path) -> None:
+def report(results: list[dict], nodes: int, command: str, output: Path) -> None:
     lines = header("Filtered search at 100k passages", command)
     lines += [
         f"- corpus: `windows`, {nodes:,} nodes (two-sentence windows of the staged sets' passages), a `tenant` (0-999) per source passage",
-        f"- queries: {queries} real questions (SciFact test, HotpotQA dev), one request each, warm, one thread",
+        "- queries: real questions, the first of SciFact test and of HotpotQA dev (the queries column: how many), one request each, warm, one thread",
         "- recall@10 against the exact filtered ranking: dense_hnsw's exact dense search, ap_three's exact fused scorer "
         "(fused_three); every other method filters exactly (its index is exact, or it orders its filtered inputs), so it is "
         "its own reference, and its post-filtering is scored against it (graphlake_ltr's ap_three input walks as ap_three does); "
@@ -155,10 +156,10 @@ def report(results: list[dict], nodes: int, queries: int, command: str, output: 
         "- post: the method unfiltered with k = 100, its hits that pass the filter, the first 10",
         "",
     ]
-    lines += table("Recall and speed, filtered inside the index and post-filtered", ["selectivity", "allowed", "method", "recall@10", "QPS", "short", "post recall@10", "post QPS", "post short", "QPS / post QPS"])
+    lines += table("Recall and speed, filtered inside the index and post-filtered", ["selectivity", "allowed", "method", "queries", "recall@10", "QPS", "short", "post recall@10", "post QPS", "post short", "QPS / post QPS"])
     for r in results:
         lines.append(
-            f"| {r['selectivity']} | {r['allowed']:.2%} | {r['method']} | {r['recall']:.3f} | {r['qps']:.0f} | {r['short']:.2f} | "
+            f"| {r['selectivity']} | {r['allowed']:.2%} | {r['method']} | {r['queries']} | {r['recall']:.3f} | {r['qps']:.0f} | {r['short']:.2f} | "
             f"{r['post_recall']:.3f} | {r['post_qps']:.0f} | {r['post_short']:.2f} | {r['qps'] / r['post_qps']:.2f} |"
         )
     output.write_text("\n".join(lines) + "\n")
@@ -184,7 +185,7 @@ def main() -> None:
     nodes = LakeStorage(home).rows("nodes", {"corpus": CORPUS})
     order = {label: i for i, label in enumerate(SELECTIVITY)}
     results.sort(key=lambda r: (order[r["selectivity"]], METHODS.index(r["method"])))
-    report(results, nodes, len(queries), "python " + " ".join(sys.argv), args.output)
+    report(results, nodes, "python " + " ".join(sys.argv), args.output)
 
 
 if __name__ == "__main__":
