@@ -185,13 +185,13 @@ def test_a_hand_checked_plan_scores_the_sum_of_anchor_cosines_best_path():
 
 
 def test_linking_keeps_the_top_k_within_tau_of_the_best():
-    vectors = np.eye(4, dtype=np.float32)
-    query = np.array([0.9, 0.86, 0.5, 0.85], dtype=np.float32)
-    linked = link(query, vectors, ["a", "b", "c", "d"], k=5, tau=0.95)
-    assert linked.ids == ["a", "b"] and linked.scores == pytest.approx([0.9, 0.86])  # 0.85 < 0.95 * 0.9
-    assert link(query, vectors, ["a", "b", "c", "d"], k=1, tau=0.0).ids == ["a"]
-    assert link(query, vectors, ["a", "b", "c", "d"], k=10, tau=0.5).ids == ["a", "b", "d", "c"]
-    assert link(-query, vectors, ["a", "b", "c", "d"], k=5, tau=0.9).ids == []  # nothing is similar
+    cosines = np.array([0.9, 0.86, 0.5, 0.85], dtype=np.float32)
+    assert link(cosines, k=5, tau=0.95).tolist() == [0, 1]  # 0.85 < 0.95 * 0.9
+    assert link(cosines, k=1, tau=0.0).tolist() == [0]
+    assert link(cosines, k=10, tau=0.5).tolist() == [0, 1, 3, 2]
+    assert link(-cosines, k=5, tau=0.9).tolist() == []  # nothing is similar
+    tied = np.array([0.1, 0.7, 0.3, 0.7, 0.7, 0.2], dtype=np.float32)
+    assert link(tied, k=2, tau=0.0).tolist() == [1, 3]  # ties: the earlier, also across the partition's cut
 
 
 def test_spider_schema_graph_counts_and_sql_equals_reference(datasets_dir):

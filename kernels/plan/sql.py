@@ -49,17 +49,22 @@ class Matched:
     bindings: dict[str, Linked] = field(default_factory=dict)
 
 
-def link(query: np.ndarray, candidates: np.ndarray, ids: list[str], k: int, tau: float) -> Linked:
-    """Top-``k`` of ``candidates`` (unit rows) by cosine with ``query``, keeping those within ``tau`` of the best."""
-    if len(ids) == 0:
-        return Linked([], [])
-    cosines = candidates @ query
-    order = np.lexsort((np.arange(len(ids)), -cosines))[:k]  # ties: the earlier node
+def link(cosines: np.ndarray, k: int, tau: float) -> np.ndarray:
+    """Positions of the top ``k`` ``cosines`` (ties: the earlier), best first, keeping those at least
+    ``tau`` times the best; none when the best is at or below 0. A partition, not a sort: a document-mode
+    anchor is compared with every passage."""
+    if len(cosines) == 0:
+        return np.zeros(0, np.int64)
+    if len(cosines) > k:
+        kth = np.partition(cosines, len(cosines) - k)[len(cosines) - k]
+        candidates = np.flatnonzero(cosines >= kth)  # the top k, and every node tied with the last
+    else:
+        candidates = np.arange(len(cosines))
+    order = candidates[np.lexsort((candidates, -cosines[candidates]))][:k]
     best = float(cosines[order[0]])
     if best <= 0:
-        return Linked([], [])
-    keep = [int(i) for i in order if float(cosines[i]) >= tau * best]
-    return Linked([ids[i] for i in keep], [float(cosines[i]) for i in keep])
+        return np.zeros(0, np.int64)
+    return order[cosines[order] >= tau * best]
 
 
 def _quote(text: str) -> str:

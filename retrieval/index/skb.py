@@ -149,20 +149,20 @@ class LoadedSKB:
         self._texts, self._name_row, self._doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
         self._dense = indexes.dense if (self.node_row >= 0).any() else None
 
-    def name_vectors(self, positions: np.ndarray) -> np.ndarray:
-        """The name vectors of these SKB nodes."""
-        return self._texts[self._name_row[positions]]
+    def name_cosines(self, positions: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """The cosines of these SKB nodes' name vectors with ``vector``."""
+        return _cosines(self._texts, self._name_row[positions], vector)
 
-    def doc_vectors(self, positions: np.ndarray) -> np.ndarray:
-        """The document vectors of these SKB nodes: a passage or table node's row of the ``dense`` index,
-        else its own text's vector, else zeros (an entity has no document)."""
-        found = np.zeros((len(positions), self._texts.shape[1]), np.float32)
+    def doc_cosines(self, positions: np.ndarray, vector: np.ndarray) -> np.ndarray:
+        """The cosines of these SKB nodes' document vectors with ``vector``: a passage or table node's row
+        of the ``dense`` index, else its own text's vector, else 0 (an entity has no document)."""
+        found = np.zeros(len(positions), np.float32)
         nodes, docs = self.node_row[positions], self._doc_row[positions]
         backed = nodes >= 0
         if backed.any():
-            found[backed] = self._dense[nodes[backed]]
+            found[backed] = _cosines(self._dense, nodes[backed], vector)
         own = ~backed & (docs >= 0)
-        found[own] = self._texts[docs[own]]
+        found[own] = _cosines(self._texts, docs[own], vector)
         return found
 
     @cached_property
@@ -204,9 +204,17 @@ class LoadedSKB:
 
     def link(self, text_vector: np.ndarray, label: str, mode: str, k: int, tau: float) -> Linked:
         rows = self.by_label.get(label, np.zeros(0, np.int64))
-        matrix = (self.name_vectors if mode == "name" else self.doc_vectors)(rows)
-        linked = link(text_vector, matrix, [str(i) for i in range(len(rows))], k, tau)
-        return Linked([self.ids[rows[int(i)]] for i in linked.ids], linked.scores)
+        cosines = (self.name_cosines if mode == "name" else self.doc_cosines)(rows, text_vector)
+        kept = link(cosines, k, tau)
+        return Linked([self.ids[rows[i]] for i in kept.tolist()], cosines[kept].astype(float).tolist())
+
+
+def _cosines(matrix: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:
+    """``matrix[rows] @ vector``; for many rows, the whole product indexed, which copies no rows (a
+    document-mode anchor is compared with every passage)."""
+    if len(rows) * 4 > len(matrix):
+        return (matrix @ vector)[rows]
+    return matrix[rows] @ vector
 
 
 @dataclass(frozen=True)
@@ -345,7 +353,7 @@ def stage_one(
         keep[keep] &= allowed[rows[keep]]
     rows, scores, positions = rows[keep], scores[keep], positions[keep]
     if len(texts) > len(plan.anchors) and len(rows):
-        scores = scores + skb.doc_vectors(positions) @ vectors[-1]
+        scores = scores + skb.doc_cosines(positions, vectors[-1])
     best = max((max(b.scores) for b in bindings.values() if b.scores), default=0.0)
     risk = risk_level(best, len(rows)) if from_rules else plan.risk_level
     if from_rules:
