@@ -56,15 +56,15 @@ class HybridVectors:
         return HybridVectors(self.dense[rows], self.sparse[rows], self.lexical[rows])
 
     def path_scores(self, queries: Queries, paths: tuple[bool, bool, bool] = (True, True, True), rows: np.ndarray | None = None) -> np.ndarray:
-        """Raw inner products per path, ``(3, b, N)`` float32 (or only the nodes ``rows``); a path not asked for is zeros."""
-        dense, sparse, lexical = (self.dense, self.sparse, self.lexical) if rows is None else (self.dense[rows], self.sparse[rows], self.lexical[rows])
-        scores = np.zeros((3, len(queries), len(dense)), dtype=np.float32)
-        if paths[0]:
-            scores[0] = queries.dense @ dense.T
-        if paths[1]:
-            scores[1] = (queries.sparse @ sparse.T).toarray()
-        if paths[2]:
-            scores[2] = (queries.lexical @ lexical.T).toarray()
+        """Raw inner products per path, ``(3, b, N)`` float32 (or only the nodes ``rows``); a path not asked for is zeros.
+        The sparse paths multiply the nodes' CSR rows by the queries (not the queries by the nodes' transpose,
+        which scipy would first convert: 4x slower for a filter's thousands of rows)."""
+        scores = np.zeros((3, len(queries), len(self) if rows is None else len(rows)), dtype=np.float32)
+        for path, (wanted, stored, asked) in enumerate(zip(paths, (self.dense, self.sparse, self.lexical), (queries.dense, queries.sparse, queries.lexical), strict=True)):
+            if wanted:
+                stored = stored if rows is None else stored[rows]
+                product = stored @ asked.T
+                scores[path] = (product if path == 0 else product.toarray()).T
         return scores
 
     def fused(self, queries: Queries, weights: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
