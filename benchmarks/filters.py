@@ -17,6 +17,9 @@ as an application sends it, warm):
   ``ap_three`` the exact fused scorer (``fused_three``, which ``ap_three``'s graph approximates), both
   filtered; the exact methods (``bm25``, ``dense``, ``splade``, and ``rrf`` of them) against themselves.
 
+``ap_three`` chooses per request between its filtered walk and scoring the allowed nodes exactly (the
+scan); a second table times both forced beside its choice, where they cross (10 % down to 1 %).
+
 Recall@10 is the share of the exact filtered top 10 found (a query whose exact filtered list is
 shorter counts over its length). QPS is queries over the wall seconds of their searches (one thread).
 
@@ -47,6 +50,8 @@ CORPUS = "windows"
 METHODS = ("bm25", "dense", "dense_hnsw", "splade", "rrf", "ap_three", "graph_rrf", "grapher_gcs", "grasp_fused", "graphlake_ltr")  # the defaults
 EXACT = {"dense_hnsw": "dense", "ap_three": "fused_three"}  # the exact filtered ranking each approximates; the others are exact
 SELECTIVITY = {"50 %": 500, "10 %": 100, "1 %": 10, "0.1 %": 1}  # tenant < this
+CROSSOVER = {"10 %": 100, "5 %": 50, "2.5 %": 25, "1 %": 10}  # tenant < this: where ap_three's walk and scan cross
+CHOICES = {"walk": {"filter_exact_below": 0}, "scan": {"filter_exact_below": 10**9}, "chosen": {}}
 K, POST_K = 10, 100
 QUERY_SETS = {"scifact": "test", "hotpotqa": "dev"}
 
@@ -101,10 +106,7 @@ def recall(found: list[str], exact: list[str]) -> float:
     return len(set(found) & set(exact)) / len(exact) if exact else 1.0
 
 
-def measure(home: Path, queries: list[str], methods: list[str]) -> list[dict]:
-    from graphlake.api import GraphLake
-
-    lake = GraphLake(home)
+def measure(lake, queries: list[str], methods: list[str]) -> list[dict]:
     for method in (*methods, *(EXACT[m] for m in methods if m in EXACT)):
         lake.warm(CORPUS, method)
     results = []
@@ -138,13 +140,29 @@ def measure(home: Path, queries: list[str], methods: list[str]) -> list[dict]:
     return results
 
 
+def crossover(lake, queries: list[str]) -> list[dict]:
+    """ap_three's walk and scan, each forced, beside the one it chooses: CPU ms a query and recall@10."""
+    results = []
+    for label, below in CROSSOVER.items():
+        where = {"field": "tenant", "lt": below}
+        exact = [[h.node_id for h in lake.search(CORPUS, "fused_three", q, K, where).hits] for q in queries]
+        row = {"selectivity": label, "queries": len(queries)}
+        for choice, overrides in CHOICES.items():
+            started = time.process_time()
+            found = [[h.node_id for h in lake.search(CORPUS, "ap_three", q, K, where, **overrides).hits] for q in queries]
+            row[choice] = (1000 * (time.process_time() - started) / len(queries), float(np.mean([recall(f, e) for f, e in zip(found, exact, strict=True)])))
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+    return results
+
+
 def _parse(where: dict):
     from graphlake.retrieval.filters import parse_filter
 
     return parse_filter(where)
 
 
-def report(results: list[dict], nodes: int, command: str, output: Path) -> None:
+def report(results: list[dict], crossed: list[dict], nodes: int, command: str, output: Path) -> None:
     lines = header("Filtered search at 100k passages", command)
     lines += [
         f"- corpus: `windows`, {nodes:,} nodes (two-sentence windows of the staged sets' passages), a `tenant` (0-999) per source passage",
@@ -162,6 +180,11 @@ def report(results: list[dict], nodes: int, command: str, output: Path) -> None:
             f"| {r['selectivity']} | {r['allowed']:.2%} | {r['method']} | {r['queries']} | {r['recall']:.3f} | {r['qps']:.0f} | {r['short']:.2f} | "
             f"{r['post_recall']:.3f} | {r['post_qps']:.0f} | {r['post_short']:.2f} | {r['qps'] / r['post_qps']:.2f} |"
         )
+    if crossed:
+        lines += table("ap_three: its filtered walk and the scan, each forced, and the one it chooses (CPU ms a query, recall@10)", ["selectivity", "queries", "walk", "scan", "chosen"])
+        for r in crossed:
+            cells = " | ".join(f"{r[c][0]:.1f} ms, {r[c][1]:.3f}" for c in CHOICES)
+            lines.append(f"| {r['selectivity']} | {r['queries']} | {cells} |")
     output.write_text("\n".join(lines) + "\n")
 
 
@@ -178,14 +201,21 @@ def main() -> None:
     queries = questions(args.queries)
     measured = args.work / "results.json"
     kept = [r for r in (json.loads(measured.read_text()) if measured.exists() else []) if r["method"] not in methods]
-    results = kept + measure(home, queries, methods)
+    from graphlake.api import GraphLake
+
+    lake = GraphLake(home)
+    results = kept + measure(lake, queries, methods)
     measured.write_text(json.dumps(results))
+    crossed_file = args.work / "crossover.json"
+    if "ap_three" in methods:
+        crossed_file.write_text(json.dumps(crossover(lake, queries)))
+    crossed = json.loads(crossed_file.read_text()) if crossed_file.exists() else []
     from graphlake.warehouse.storage import LakeStorage
 
     nodes = LakeStorage(home).rows("nodes", {"corpus": CORPUS})
     order = {label: i for i, label in enumerate(SELECTIVITY)}
     results.sort(key=lambda r: (order[r["selectivity"]], METHODS.index(r["method"])))
-    report(results, nodes, "python " + " ".join(sys.argv), args.output)
+    report(results, crossed, nodes, "python " + " ".join(sys.argv), args.output)
 
 
 if __name__ == "__main__":
