@@ -1,8 +1,8 @@
 """What a hostile or careless client sends, against a real ``graphlake serve`` on the shared demo lake
 (and the Python API beside it): every case one row of a table, its status and the one-line error it
 must get. Nothing may cost the server more than a bounded request, answer 500, or come back in
-another shape than ``{"error": "..."}``. Then every default method from 8 threads at once: no error,
-and the rankings a single thread gets."""
+another shape than ``{"error": "..."}``. Then every default method from 8 threads at once, filtered
+and not: no error, and the rankings a single thread gets."""
 
 from __future__ import annotations
 
@@ -115,12 +115,14 @@ def test_the_python_api_refuses_every_bad_argument_before_any_work(demo_lake):
 def test_every_default_method_from_8_threads_ranks_as_one_thread_does(served, demo_lake, tmp_path: Path):
     """The server's and the Python API's: the same rankings under 8 concurrent clients, no error."""
     methods = [*load_methods(tmp_path)]  # the packaged defaults (the shared lake switches on more)
-    queries = ["Which vessel carried the sled?", "camera on the sea floor", "who designed the BenthoCam"]
+    # each query with its filter (none, and two that split the corpus), so that concurrent requests also
+    # share the filter cache and every filtered index path
+    queries = {"Which vessel carried the sled?": None, "camera on the sea floor": "year > 2015", "who designed the BenthoCam": "year <= 2015"}
     asks = [(method, query) for method in methods for query in queries]
 
     def over_http(ask: tuple[str, str]) -> tuple[int, list[tuple[str, float]]]:
         method, query = ask
-        answered = send(served.url, "/search", {"corpus": "demo", "method": method, "query": query, "k": 5})
+        answered = send(served.url, "/search", {"corpus": "demo", "method": method, "query": query, "k": 5, "filter": queries[query]})
         return answered.status_code, [(h["node_id"], round(h["score"], 4)) for h in answered.json().get("hits", [])] if answered.status_code == 200 else answered.text
 
     alone = [over_http(ask) for ask in asks]
@@ -130,6 +132,6 @@ def test_every_default_method_from_8_threads_ranks_as_one_thread_does(served, de
     assert together == alone * 3
 
     lake = open_lake(demo_lake.home)
-    in_process = lambda ask: [(h.node_id, round(h.score, 4)) for h in lake.search("demo", ask[0], ask[1], k=5).hits]  # noqa: E731
+    in_process = lambda ask: [(h.node_id, round(h.score, 4)) for h in lake.search("demo", ask[0], ask[1], k=5, filter=queries[ask[1]]).hits]  # noqa: E731
     with ThreadPoolExecutor(8) as pool:
         assert list(pool.map(in_process, asks * 2)) == [hits for _, hits in alone] * 2
