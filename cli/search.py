@@ -16,7 +16,7 @@ from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.cli.app import app, console, errors, fail, run_plan
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.corpora import CorpusRegistry, tuning_decision
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -197,8 +197,10 @@ def list_models(
         for role in ROLES:  # a corpus that names an unknown model fails here, naming its declaration
             declared.choice(role, spec.models, where=f"{registry.path}: corpus {name!r}")
         chosen[name] = spec.models
-    trained = LakeStorage(home).artifact_written_at("reranker", {}) is not None
-    rows = listing(declared, chosen, cache_dir(), trained)
+    lake = LakeStorage(home)
+    trained = lake.artifact_written_at("reranker", {}) is not None
+    decisions = {name: tuning_decision(lake, name) for name in chosen}
+    rows = listing(declared, chosen, cache_dir(), trained, {name: made["kept"] for name, made in decisions.items() if made})
     if as_json:
         print(json.dumps(rows))
         return
@@ -209,3 +211,6 @@ def list_models(
     for row in rows:
         if not row["ready"]:
             console.print(f"{row['name']}: {row['problem']}", highlight=False, markup=False)
+        words = {"tuned": "its tuned weights", "base": "the weights it started from (tuning did not beat them)"}
+        for corpus, weights in row.get("serves", {}).items():
+            console.print(f"{row['name']} on corpus {corpus}: {words.get(weights, weights)}", highlight=False, markup=False)

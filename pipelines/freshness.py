@@ -15,7 +15,7 @@ from graphlake.kernels.eval.metrics import GRAPH_METRICS
 from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds whose fitting this plans)
 from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
-from graphlake.retrieval.index.kinds import asset_written_at, corpus_needs, index_kind
+from graphlake.retrieval.index.kinds import IndexKind, asset_written_at, corpus_needs, index_kind
 from graphlake.retrieval.methods import load_methods, unknown_method
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -132,7 +132,7 @@ def _index_written(refresh: Refresh, lake: LakeStorage, corpus: str, index: str,
             asked = refresh.parts.setdefault(last, set())
             asked |= parts | held
             refresh.ops[last] = {"config": fitting.part_config(asked)}
-        refresh.add(corpus, kind.assets)
+        refresh.add(corpus, kind.assets if rebuilding else builders(kind))
     return written
 
 
@@ -156,11 +156,19 @@ def _bring_up(refresh: Refresh, lake: LakeStorage, corpus: str, kinds: frozenset
                 for source in kind.fitting.sources(lake.home, corpus):
                     refresh.read_back |= source == refresh.corpus
                     _bring_up(refresh, lake, source, kind.fitting.reads(methods), methods, False, learning | {(corpus, name)})
-            refresh.add(corpus, kind.assets)
+            refresh.add(corpus, kind.assets if base_missing else builders(kind))
             latest = None
         elif latest is not None:
             latest = max(latest, written)
     return latest
+
+
+def builders(kind: IndexKind) -> list[str]:
+    """The asset that rebuilds a stale index, without the mentions or triples its declaration names before it:
+    a new dense model rebuilds the hybrid graph without running spaCy again. Those the corpus lacks join the
+    run (``pipelines/runner.py``: a plan's missing upstream, a build's never-written assets), and a
+    multi-asset's other outputs with them."""
+    return [kind.assets[-1]]
 
 
 def _learned_last(kinds) -> list[str]:

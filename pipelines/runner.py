@@ -117,6 +117,8 @@ def _materialize(home: Path, corpus: str, selection, console: Console, run_confi
         if incremental:
             every = len(keys)
             keys = plan_build(home, spec, defs.resolve_asset_graph(), set(keys), instance)
+            if keys:  # a multi-asset runs whole: one stale output (spaCy's triples) takes its siblings along
+                keys = AssetSelection.assets(*keys).required_multi_asset_neighbors().resolve(assets)
             if not keys:
                 console.print(f"{corpus}: up to date: nothing changed since its last build", highlight=False)
                 return {}

@@ -230,12 +230,22 @@ def corpus_model(lake: LakeStorage, corpus: str, role: str) -> ModelSpec:
     ``problem`` says so) until the corpus's first dense build tunes it."""
     registry = CorpusRegistry(lake.home)
     spec = registry.model(corpus, role)
-    if not spec.tune or lake.artifact_written_at(TUNED_ARTIFACT, {"corpus": corpus}) is None:
+    decision = tuning_decision(lake, corpus) if spec.tune else None
+    if decision is None:
         return spec
-    folder = lake.artifact(TUNED_ARTIFACT, {"corpus": corpus})
-    decision = json.loads((folder / TUNING_DECISION).read_text(encoding="utf-8"))
-    kept = folder / "model" if decision["kept"] == "tuned" else declared_models(registry.path.parent).models[spec.tune].path()
-    return ModelSpec(name=spec.name, kind="dense", folder=str(kept), about=f"{spec.tune}, {decision['kept']} for corpus {corpus}")
+    if decision["kept"] == "tuned":
+        folder = lake.artifact(TUNED_ARTIFACT, {"corpus": corpus}) / "model"
+        return ModelSpec(name=spec.name, kind="dense", folder=str(folder), about=f"{spec.tune}, tuned for corpus {corpus}")
+    # the base weights as declared (its revision too), so that the vectors it made before are reused, not encoded again
+    base = declared_models(registry.path.parent).models[spec.tune]
+    return base.model_copy(update={"name": spec.name, "about": f"{spec.tune}, untuned for corpus {corpus}: tuning did not beat it"})
+
+
+def tuning_decision(lake: LakeStorage, corpus: str) -> dict | None:
+    """The corpus's dense tuning decision (``kept``: ``tuned`` or ``base``, with the held-out scores), None before any."""
+    if lake.artifact_written_at(TUNED_ARTIFACT, {"corpus": corpus}) is None:
+        return None
+    return json.loads((lake.artifact(TUNED_ARTIFACT, {"corpus": corpus}) / TUNING_DECISION).read_text(encoding="utf-8"))
 
 
 def stored_revision(lake: LakeStorage, table: str, partition: Mapping[str, str], role: str) -> str:

@@ -230,17 +230,27 @@ def declared_models(home: Path | None) -> Declared:
     return declared
 
 
-def listing(declared: Declared, corpora: dict[str, dict[str, str]], cache: Path, trained: bool) -> list[dict]:
+def listing(declared: Declared, corpora: dict[str, dict[str, str]], cache: Path, trained: bool, tuned: dict[str, str]) -> list[dict]:
     """One row a model for ``graphlake models``: name, kind, source, dimension, what uses it (``lake``: the
     lake's choice for its kind; the corpora whose own choice it is) and whether it is ready (or why not).
-    ``trained``: whether the lake has trained its cross-encoder."""
+    ``trained``: whether the lake has trained its cross-encoder; ``tuned``: by corpus, which weights its
+    dense tuning kept (``tuned`` or ``base``), for the corpora tuned so far. A model the lake tunes says,
+    per corpus that uses it, which weights serve it (``serves``)."""
     rows = []
     for name, spec in declared.models.items():
         used = ["lake" for role, chosen in declared.use.items() if chosen == name and role == spec.kind]
         used += [f"corpus {corpus}" for corpus, choice in sorted(corpora.items()) if choice.get(spec.kind) == name]
         problem = spec.problem() or (None if trained or not spec.trained else "not trained yet: evaluating a method that reranks trains it")
-        rows.append({"name": name, "kind": spec.kind, "source": spec.source, "dimension": None if problem else dimension(spec),
-                     "used_by": used, "ready": problem is None, "problem": problem, "revision": None if problem else revision(spec, cache)})
+        row = {"name": name, "kind": spec.kind, "source": spec.source, "dimension": None if problem else dimension(spec),
+               "used_by": used, "ready": problem is None, "problem": problem, "revision": None if problem else revision(spec, cache)}
+        if spec.tune:
+            users = [corpus for corpus, choice in sorted(corpora.items()) if (choice.get("dense") or declared.use["dense"]) == name]
+            serves = {corpus: tuned.get(corpus, "not tuned yet") for corpus in users}
+            waiting = [corpus for corpus in users if corpus not in tuned]
+            base = declared.models[spec.tune]
+            problem = f"not tuned for {', '.join(waiting)} yet: building its dense_vectors tunes it" if waiting else None
+            row.update(serves=serves, ready=problem is None, problem=problem, dimension=dimension(base), revision=None)
+        rows.append(row)
     return rows
 
 
@@ -261,6 +271,12 @@ def model_identity(spec: ModelSpec, cache: Path | None) -> dict[str, str]:
     """Who made a vector: the model's name and revision, recorded beside vectors and the indexes built
     from them, and compared with the model that encodes the queries."""
     return {"name": spec.name, "revision": revision(spec, cache)}
+
+
+def same_weights(made_by: dict[str, str], current: dict[str, str]) -> bool:
+    """Whether two model identities make the same vectors: the same revision (the weights, and the prompts
+    or input types they are used with), whatever the name: a tuned model that kept its base weights is its base."""
+    return made_by["revision"] == current["revision"]
 
 
 def made_before_identities(role: str) -> dict[str, str]:

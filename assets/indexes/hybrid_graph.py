@@ -18,7 +18,7 @@ from graphlake.retrieval.index.kinds import index_assets, read_models, write_ind
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import made_before_identities
+from graphlake.warehouse.models import made_before_identities, same_weights
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 
@@ -111,7 +111,7 @@ def _previous(indexes: CorpusIndexes) -> tuple["HybridGraph | None", list[str] |
     except StorageError:
         return None, None
     made_by = read_models(folder)
-    if any(made_by.get(role, made_before_identities(role)) != indexes.identity(role) for role in ("dense", "sparse")):
+    if not all(same_weights(made_by.get(role, made_before_identities(role)), indexes.identity(role)) for role in ("dense", "sparse")):
         return None, None
     from graphlake.kernels.hybrid.graph_index import HybridGraph
 

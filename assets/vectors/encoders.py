@@ -60,6 +60,8 @@ def _encode_with_cache(
     if previous is not None and previous.num_rows and (stored := stored_revision(lake.lake, "vectors", partition, role)) != revision:
         context.log.info(f"{model}: its weights changed ({stored} -> {revision}): every node is encoded again")
         previous = None
+    if previous is None or not previous.num_rows:
+        previous = _same_weights(context, lake, role, revision, model)
     previous = previous.select(VECTOR_COLUMNS) if previous is not None else None
     row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
     # by length, so that a shard's texts pad alike and the batches do not depend on where shards run
@@ -94,6 +96,16 @@ def _encode_with_cache(
     }
     context.log.info(f"{model}: encoded {len(missing)} nodes, reused {len(reused)}")
     return table, metadata
+
+
+def _same_weights(context: AssetExecutionContext, lake: LakeResource, role: str, revision: str, model: str) -> pa.Table | None:
+    """The corpus's vectors that another name for the same weights made (a tuned model that kept its base,
+    a model declared twice): reused, as its own would be."""
+    for other in lake.lake.partitions("vectors", {"corpus": context.partition_key}):
+        if other["model"] != model and lake.lake.rows("vectors", other) and stored_revision(lake.lake, "vectors", other, role) == revision:
+            context.log.info(f"{model}: the weights that made {other['model']}'s vectors ({revision}): reusing them")
+            return lake.lake.read("vectors", other)
+    return None
 
 
 def encoding_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:

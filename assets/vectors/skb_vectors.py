@@ -11,7 +11,7 @@ from graphlake.common.progress import StepProgress
 from graphlake.retrieval.index.kinds import MODELS_FILE, read_models
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, load_vectors, save_vectors, vectors_for
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import encode_dense, made_before_identities
+from graphlake.warehouse.models import encode_dense, made_before_identities, same_weights
 from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_SLICE = 1024  # texts encoded between two progress reports of skb_vectors
@@ -50,7 +50,7 @@ def _previous_vectors(lake: LakeResource, corpus: str, made_by: dict[str, str]) 
     if lake.lake.artifact_written_at(VECTORS_ARTIFACT, {"corpus": corpus}) is None:
         return None
     folder = lake.lake.artifact(VECTORS_ARTIFACT, {"corpus": corpus})
-    if read_models(folder).get("dense", made_before_identities("dense")) != made_by:
+    if not same_weights(read_models(folder).get("dense", made_before_identities("dense")), made_by):
         return None
     stored = load_vectors(folder)
     return stored if "hash" in stored else None

@@ -22,7 +22,7 @@ from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
 from graphlake.retrieval.index.metadata import Allowed, DocumentMetadata, FilterCache
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
-from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity
+from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
@@ -223,7 +223,7 @@ class CorpusIndexes:
     def check_model(self, what: str, role: str, made_by: dict[str, str]) -> None:
         """Refuse vectors or an index made by another model than the one that encodes this corpus's queries."""
         current = self.identity(role)
-        if (made_by["name"], made_by["revision"]) != (current["name"], current["revision"]):
+        if not same_weights(made_by, current):
             raise StorageError(
                 f"{what} of corpus {self.corpus!r}: made by {made_by['name']} ({made_by['revision']}), but the corpus's {role} queries are encoded by "
                 f"{current['name']} ({current['revision']}): materialize the corpus again"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from graphlake.retrieval.core import MethodError, Methods, needs
 from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
-from graphlake.warehouse.models import model_identity
+from graphlake.warehouse.models import model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
@@ -54,8 +54,7 @@ class Stored:
         from graphlake.kernels.text.query_encoders import cache_dir
 
         for role, made_by in read_models(lake.artifact(self.artifact, partition)).items():
-            current = model_identity(corpus_model(lake, corpus, role), cache_dir())
-            if (made_by["name"], made_by["revision"]) != (current["name"], current["revision"]):
+            if not same_weights(made_by, model_identity(corpus_model(lake, corpus, role), cache_dir())):
                 return None
         return written
 

@@ -5,8 +5,10 @@ Learning: each training query with one of its gold passages and BM25's best-rank
 gold documents (a hard negative), under sentence-transformers' MultipleNegativesRankingLoss: every other
 pair's passages in the batch are in-batch negatives. Judging: a seeded share of the training queries is
 held out; each is ranked over a pool of its BM25 top passages and its gold passages by both encoders,
-and the tuned encoder is kept only when its mean nDCG@10 over those queries is higher. A tie keeps the
-encoder the lake started from: a change must earn its cost (every passage encoded again).
+and the tuned encoder is kept only when its gain in nDCG@10 over those queries is beyond noise: the paired
+bootstrap interval of the per-query differences lies above 0 (the rule the learned composition follows).
+Otherwise the encoder the lake started from stays, with the vectors it made: a change must earn its cost
+(every passage encoded again).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from graphlake.kernels.eval.metrics import evaluate, mean
+from graphlake.kernels.eval.metrics import evaluate, paired_bootstrap
 from graphlake.retrieval.index.corpus_indexes import retrieval_texts
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage
@@ -82,17 +84,22 @@ def tune(data: TrainingSet, base: Path, settings: TuningSettings, target: Path, 
     seconds = time.perf_counter() - started
     judged = [data.queries[i] for i in judge]
     pools = {q["query_id"]: _pool(data, i, ranked[i], settings.pool) for q, i in zip(judged, judge, strict=True)}
-    base_score, tuned_score = (_held_out_ndcg(model, data, judged, pools) for model in (base_model, tuned_model))
-    kept = "tuned" if tuned_score > base_score else "base"
+    base_scores, tuned_scores = (_held_out_ndcg(model, data, judged, pools) for model in (base_model, tuned_model))
+    base_score, tuned_score = float(np.mean(base_scores)), float(np.mean(tuned_scores))
+    gain = paired_bootstrap(base_scores, tuned_scores, seed=settings.seed)
+    kept = "tuned" if gain["low"] > 0 else "base"  # better beyond noise, or not worth encoding every passage again
     said = (f"dense encoder tuned on {len(learn)} training queries of {data.source!r} ({len(pairs)} pairs, {seconds:.0f} s): held-out nDCG@10 "
-            f"{tuned_score:.4f} tuned against {base_score:.4f} untuned on {len(judge)} queries; kept the {kept} encoder")
+            f"{tuned_score:.4f} tuned against {base_score:.4f} untuned on {len(judge)} queries, difference {gain['difference']:+.4f} "
+            f"[{gain['low']:+.4f}, {gain['high']:+.4f}] (paired 95 % interval); kept the {kept} encoder"
+            + ("" if kept == "tuned" else " (a gain must lie above 0)"))
     log(said)
     if kept == "tuned":
         tuned_model.save(str(target))
     return {
         "kept": kept,
         "said": said,
-        "held_out": {"queries": len(judge), "metric": METRIC, "tuned": round(tuned_score, 6), "untuned": round(base_score, 6)},
+        "held_out": {"queries": len(judge), "metric": METRIC, "tuned": round(tuned_score, 6), "untuned": round(base_score, 6),
+                     "difference": round(gain["difference"], 6), "low": round(gain["low"], 6), "high": round(gain["high"], 6)},
         "training": {"source": data.source, "queries": len(learn), "pairs": len(pairs), "seconds": round(seconds, 1), "last_loss": losses[-1] if losses else None},
     }
 
@@ -154,8 +161,8 @@ def _train(model, pairs: list[tuple[str, str, str]], settings: TuningSettings, l
     return losses
 
 
-def _held_out_ndcg(model, data: TrainingSet, judged: list[dict], pools: dict[str, list[int]]) -> float:
-    """Mean nDCG@10 of ``judged`` queries, each ranked by ``model`` over its pool (a document scores its best passage)."""
+def _held_out_ndcg(model, data: TrainingSet, judged: list[dict], pools: dict[str, list[int]]) -> list[float]:
+    """nDCG@10 of each of the ``judged`` queries, ranked by ``model`` over its pool (a document scores its best passage)."""
     rows = sorted({r for pool in pools.values() for r in pool})
     passages = dict(zip(rows, model.encode([data.texts[r] for r in rows], normalize_embeddings=True, convert_to_numpy=True), strict=True))
     queries = model.encode([q["text"] for q in judged], normalize_embeddings=True, convert_to_numpy=True)
@@ -166,4 +173,5 @@ def _held_out_ndcg(model, data: TrainingSet, judged: list[dict], pools: dict[str
             score = float(passages[r] @ vector)
             best[data.doc_ids[r]] = max(score, best.get(data.doc_ids[r], -np.inf))
         rankings[query["query_id"]] = sorted(best, key=lambda doc: -best[doc])
-    return mean(evaluate(rankings, {q["query_id"]: data.gold[q["query_id"]] for q in judged}, [METRIC]), METRIC)
+    per_query = evaluate(rankings, {q["query_id"]: data.gold[q["query_id"]] for q in judged}, [METRIC])
+    return [per_query.get(q["query_id"], {}).get(METRIC, 0.0) for q in judged]

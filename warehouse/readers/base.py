@@ -226,6 +226,9 @@ def require(record: Any, key: str, where: Location, kind: type = str) -> Any:
     return value
 
 
+DEFAULT_SPLIT = "test"  # a query that names no split is held out
+
+
 def split_from_name(path: Path, default: str = "dev") -> str:
     """Infer a split from a file name (``..._train...`` -> train); benchmarks name their files so."""
     name = Path(path).name.lower()
@@ -279,6 +282,10 @@ class CorpusBuilder:
         self._foreign_keys: list[dict] = []
         self._foreign_key_at: list[Location] = []
         self.notes: list[str] = []
+
+    @property
+    def has_documents(self) -> bool:
+        return bool(self._documents)
 
     def has_document(self, doc_id: str) -> bool:
         return doc_id in self._documents
@@ -358,6 +365,14 @@ class CorpusBuilder:
                     row["split"] = query["split"]
                 elif query["split"] is None:
                     query["split"] = row["split"]
+        unsplit = [query for query in self._queries.values() if query["split"] is None]
+        for query in unsplit:  # held out by default: evaluated, never trained on
+            query["split"] = DEFAULT_SPLIT
+        for row in self._qrels.values():
+            if row["split"] is None and row["query_id"] in self._queries:
+                row["split"] = self._queries[row["query_id"]]["split"]
+        if unsplit:
+            self.notes.append(f"{len(unsplit)} of {len(self._queries)} queries name no split: they are in `{DEFAULT_SPLIT}` (evaluated, never trained on)")
         for fk, where in zip(self._foreign_keys, self._foreign_key_at):
             for side in ("src_doc_id", "dst_doc_id"):
                 if fk[side] not in self._documents:

@@ -24,12 +24,18 @@ TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
 # the names a package's documentation goes by: read whatever follows them (README.Debian, NEWS.md)
 TEXT_NAMES = frozenset({"readme", "news", "changes", "changelog", "authors", "copying", "license", "licence", "todo", "thanks", "history", "install", "copyright", "notice"})
 MARKDOWN = (".md", ".markdown")
+# images, archives, fonts and compiled files: skipped and counted, never suggested to --ext
+BINARY_SUFFIXES = frozenset(
+    ".png .jpg .jpeg .gif .webp .ico .bmp .tif .tiff .pdf .zip .tar .tgz .bz2 .xz .zst .7z .whl .jar .so .o .a .dll .exe .bin .pyc .class .mo .woff .woff2 .ttf .otf".split()
+)
 # spaCy's default max_length: its parser and NER need about 1 GB per million characters, so a longer
 # file becomes several documents rather than one the chunker would choke on
 PART_CHARS = 1_000_000
 _HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _RST_TITLE = re.compile(r"^(?:([=\-~^*#+])\1{2,}\n)?(?P<title>\S.*?)\s*\n([=\-~^*#+])\3{2,}\s*$", re.MULTILINE)
 _PARAGRAPH = re.compile(r"\n[ \t]*\n")
+# what the first bytes of the binaries a documentation folder holds say they are
+_BINARY_MAGIC = ((b"\x7fELF", "binary (an ELF executable or library)"), (b"%PDF", "binary (a PDF)"), (b"PK\x03\x04", "binary (a zip archive)"), (b"\x89PNG", "binary (a PNG image)"))
 _BOMS = ((codecs.BOM_UTF8, "utf-8-sig"), (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
 
 
@@ -65,11 +71,13 @@ def read(request: ReadRequest) -> Ingested:
         if len(parts) > 1:
             builder.notes.append(f"{doc_id}: {len(text):,} characters, split at paragraph boundaries into {len(parts)} documents of at most {PART_CHARS:,}")
     for suffix, count in others.most_common():
-        skipped[f"{suffix} (--ext {suffix} reads them)"] += count
+        skipped[suffix if suffix in BINARY_SUFFIXES else f"{suffix} (--ext {suffix} reads them)"] += count
     if skipped:
         builder.notes.append(f"skipped {_files(sum(skipped.values()))}: " + ", ".join(f"{count} {why}" for why, count in skipped.items()))
     if bad:
         builder.notes.append(f"skipped {_files(len(bad))} that could not be read (--skip-bad): " + "; ".join(bad))
+    if bad and not builder.has_documents:
+        raise IngestError(folder, f"no file could be read: skipped {_files(len(bad))} (--skip-bad): " + "; ".join(bad))
     if request.queries is not None:
         jsonl.add_queries(builder, request.queries, request.split)
     if request.qrels is not None:
@@ -112,13 +120,14 @@ def _decode(path: Path, encoding: str | None) -> str:
     a text with NUL bytes is binary and refused."""
     raw = read_bytes(path)
     chosen = next((name for bom, name in _BOMS if raw.startswith(bom)), None) if encoding is None else encoding
+    if b"\x00" in raw and not codecs.lookup(chosen or "utf-8").name.startswith(("utf-16", "utf-32")):
+        kind = next((what for magic, what in _BINARY_MAGIC if raw.startswith(magic)), "binary")
+        raise IngestError(path, f"{kind}, not text: {raw.count(0):,} NUL bytes in {len(raw):,}")
     try:
         text = raw.decode(chosen or "utf-8")
     except UnicodeDecodeError as error:
         line = raw.count(b"\n", 0, error.start) + 1
         raise IngestError(Location(path, line), f"not valid {chosen or 'UTF-8'} (byte 0x{raw[error.start]:02x})") from None
-    if "\x00" in text:
-        raise IngestError(path, f"binary: {text.count(chr(0)):,} NUL bytes in {len(raw):,}")
     return text.removeprefix("\ufeff")
 
 
