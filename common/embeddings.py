@@ -46,6 +46,7 @@ class Endpoint:
     timeout_s: float = 60.0
     max_retries: int = 4
     backoff_s: float = 1.0
+    extra_body: tuple[tuple[str, str], ...] = ()  # request fields besides the texts: the input type of a query or a passage
 
     def describe(self) -> str:
         return f"embeddings endpoint {self.base_url} (model {self.model})"
@@ -62,6 +63,8 @@ def embed(endpoint: Endpoint, texts: list[str], cache: Path | None = None) -> np
         return _embed(endpoint, texts, key, cache)
     except EmbeddingsError as error:
         kind, message = type(error), redact(str(error), key)
+        if isinstance(error, EmbeddingsUnavailable) and cache is not None:
+            message += "; the batches answered so far are kept: run the build again to resume"
     raise kind(message)  # outside the handler: the SDK's chained error would repeat the server's answer
 
 
@@ -69,7 +72,8 @@ def _embed(endpoint: Endpoint, texts: list[str], key: str, cache: Path | None) -
     import openai  # here, not at import: the Definitions load this module
 
     folder = Path(cache) / model_slug(f"{endpoint.model}@{endpoint.base_url}") if cache is not None else None
-    hashes = [hashlib.sha256(text.encode()).hexdigest()[:32] for text in texts]
+    told = "".join(f"{field}={value}\x1f" for field, value in endpoint.extra_body)  # a query's vector is not its passage's
+    hashes = [hashlib.sha256((told + text).encode()).hexdigest()[:32] for text in texts]
     known = _stored(folder, set(hashes)) if folder is not None else {}
     client = openai.OpenAI(base_url=endpoint.base_url, api_key=key, max_retries=0)
     retries = Retries(endpoint.timeout_s, endpoint.max_retries, endpoint.backoff_s, "timeout_s in models.yaml")
@@ -79,7 +83,9 @@ def _embed(endpoint: Endpoint, texts: list[str], key: str, cache: Path | None) -
         batch = missing[start : start + endpoint.batch_size]
 
         def ask(timeout: float, batch: list[str] = batch):
-            return client.with_options(timeout=timeout).embeddings.create(model=endpoint.model, input=[text_of[h] for h in batch], encoding_format="float")
+            return client.with_options(timeout=timeout).embeddings.create(
+                model=endpoint.model, input=[text_of[h] for h in batch], encoding_format="float", extra_body=dict(endpoint.extra_body) or None
+            )
 
         answer = retrying(ask, retries, endpoint.describe(), "an OpenAI embeddings response", EmbeddingsUnavailable, EmbeddingsError)
         vectors = _vectors(endpoint, answer, len(batch))

