@@ -96,6 +96,11 @@ class GraphLake:
         warm = self._current(corpus)
         _method(warm.methods, method, {}, 1).run("warm up", warm.indexes.request())
 
+    def loading(self, corpus: str) -> str | None:
+        """The index of ``corpus`` being loaded now (``warm``, a first search), None when none is."""
+        warm = self._warm.get(corpus)
+        return None if warm is None else warm.indexes.loading
+
     def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
         """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
         ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time

@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Annotated
 
 import typer
@@ -19,6 +22,8 @@ from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry, tuning_decision
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage, StorageError
+
+SLOW_LOAD_S = 2.0  # a query still loading after this long says what it loads
 
 
 @app.command()
@@ -82,12 +87,26 @@ def _search_here(corpora: list[str], method: str, text: str, top: int, build: bo
     lake = GraphLake(home)
     try:
         for corpus in corpora:
-            lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
+            with _said_when_slow(lambda corpus=corpus: f"{corpus}: loading what {method} reads" + (f" ({what})" if (what := lake.loading(corpus)) else "") + " ..."):
+                lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
         return dataclasses.asdict(lake.search(corpora[0] if len(corpora) == 1 else corpora, method, text, top, where))
     except StorageError as error:
         fail(f"{error} (`graphlake query --build ...` or `graphlake materialize --corpus {corpus}` builds it)")
     except (ConfigFileError, MethodError, RequestError, UnknownName) as error:
         fail(str(error))
+
+
+@contextmanager
+def _said_when_slow(line: Callable[[], str], after_s: float = SLOW_LOAD_S) -> Iterator[None]:
+    """Print ``line()`` on stderr if the block is still running ``after_s`` seconds in (a first query's loading)."""
+    done = threading.Event()
+    watcher = threading.Thread(target=lambda: done.wait(after_s) or errors.print(line(), highlight=False, markup=False, soft_wrap=True), daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
 
 
 def _ask_server(server: str, corpus: str | list[str], method: str, text: str, top: int, where: str | None) -> dict:

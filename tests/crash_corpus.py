@@ -25,5 +25,5 @@ EDITED = {**{k: v for k, v in TEXTS.items() if k != "d5"}, "d0": TEXTS["d0"] + "
 def write_corpus(folder: Path, texts: dict[str, str]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "docs.jsonl").write_text("".join(json.dumps({"id": i, "title": f"doc {i}", "text": t}) + "\n" for i, t in texts.items()))
-    query = {"id": "q1", "text": "storm on the cape", "split": "test", "qrels": {next(iter(texts)): 1}}
+    query = {"id": "q1", "text": "storm on the cape", "qrels": {next(iter(texts)): 1}}  # no split: held out, as `test`
     (folder / "queries.jsonl").write_text(json.dumps(query) + "\n")

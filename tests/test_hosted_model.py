@@ -190,6 +190,9 @@ def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends
         query = encode_dense(spec, [texts[0]], queries=True, cache=lake / "embedding_cache")
         assert np.allclose(query, as_queries[:1], atol=1e-5) and not np.allclose(query, as_passages[:1], atol=1e-3)
         assert len(GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3).hits) == 3
+        # its query names no split: it is in `test`, and evaluates
+        evaluated = CliRunner().invoke(app, ["eval", "--corpus", CORPUS, "--methods", "dense", "--json"], catch_exceptions=False)
+        assert evaluated.exit_code == 0 and json.loads(evaluated.stdout)[0]["split"] == "test", evaluated.output
 
         # the server dies: a query fails in one line within the endpoint's timeout, a method that encodes no query still answers
         server.kill()

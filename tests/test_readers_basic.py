@@ -86,7 +86,7 @@ def test_beir_documents_queries_splits_and_qrels(tmp_path: Path, corpus_name: st
         {"query_id": "q1", "text": "What is alpha?", "split": "test", "metadata": '{"source": "test-set"}'},
         {"query_id": "q2", "text": "What is beta?", "split": "test", "metadata": None},
         {"query_id": "q3", "text": "What is gamma?", "split": "train", "metadata": None},
-        {"query_id": "q4", "text": "Judged nowhere?", "split": None, "metadata": None},
+        {"query_id": "q4", "text": "Judged nowhere?", "split": "test", "metadata": None},  # no split: held out
     ]
     assert rows(result.qrels) == [
         {"query_id": "q1", "doc_id": "d1", "relevance": 1, "split": "test"},
@@ -213,7 +213,7 @@ def test_jsonl_documents_queries_and_gold(tmp_path: Path, suffix: str) -> None:
     assert rows(result.queries) == [
         {"query_id": "q1", "text": "Ask A?", "split": "train", "metadata": '{"kind": "pair"}'},
         {"query_id": "q2", "text": "Ask 7?", "split": "test", "metadata": None},
-        {"query_id": "q3", "text": "No gold, no split.", "split": None, "metadata": None},
+        {"query_id": "q3", "text": "No gold, no split.", "split": "test", "metadata": None},
     ]
     assert rows(result.qrels) == [
         {"query_id": "q1", "doc_id": "a", "relevance": 1, "split": "train"},
@@ -386,7 +386,7 @@ def test_files_titles_ids_and_what_is_skipped(tmp_path: Path) -> None:
         changed = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         assert json.loads(row["metadata"]) == {"path": str(path), "mtime": changed, "size": path.stat().st_size}
     assert rows(result.documents)[1]["text"] == "Some preamble.\n\n# The Introduction\n\nBody text.\n\n# Second heading\n"
-    assert result.notes == ["skipped 3 files: 1 empty, 1 .json (--ext .json reads them), 1 .png (--ext .png reads them)"]
+    assert result.notes == ["skipped 3 files: 1 empty, 1 .json (--ext .json reads them), 1 .png"]  # an image is not pointed to --ext
     assert (result.queries.num_rows, result.qrels.num_rows, result.foreign_keys.num_rows) == (0, 0, 0)
     assert FORMATS["files"] is read_files
     named = read_files(ReadRequest(tmp_path, extensions=(".json",)))
@@ -434,13 +434,23 @@ def test_files_encodings_binary_files_and_skip_bad(tmp_path: Path) -> None:
     write_bytes(tmp_path / "wide.txt", "\ufeffUTF-16 with its byte-order mark\n".encode("utf-16"))  # the mark decides, no option needed
     nul = write_bytes(tmp_path / "zeros.txt", b"\x00" * 4096)
     bad.unlink()
-    with pytest.raises(IngestError, match=located(nul) + r": binary: 4,096 NUL bytes in 4,096"):
+    with pytest.raises(IngestError, match=located(nul) + r": binary, not text: 4,096 NUL bytes in 4,096"):
         read_files(ReadRequest(tmp_path))
+    nul.unlink()
+    elf = write_bytes(tmp_path / "tool", b"\x7fELF\x02\x01\x01" + b"\x00" * 9 + b"\x03\x00>\x00\xe9\xff")  # an executable, no suffix
+    with pytest.raises(IngestError, match=located(elf) + r": binary \(an ELF executable or library\), not text"):
+        read_files(ReadRequest(tmp_path))
+    elf.unlink()
+    nul = write_bytes(tmp_path / "zeros.txt", b"\x00" * 4096)
     bad = write_bytes(tmp_path / "notes" / "latin1.txt", b"caf\xe9\n")
     skipping = read_files(ReadRequest(tmp_path, skip_bad=True))
     texts = {r["doc_id"]: r["text"] for r in rows(skipping.documents)}
     assert texts["wide.txt"] == "UTF-16 with its byte-order mark\n" and "zeros.txt" not in texts and "notes/latin1.txt" not in texts
-    assert skipping.notes[-1] == "skipped 2 files that could not be read (--skip-bad): notes/latin1.txt (not valid UTF-8 (byte 0xe9)); zeros.txt (binary: 4,096 NUL bytes in 4,096)"
+    assert skipping.notes[-1] == "skipped 2 files that could not be read (--skip-bad): notes/latin1.txt (not valid UTF-8 (byte 0xe9)); zeros.txt (binary, not text: 4,096 NUL bytes in 4,096)"
+    only_bad = tmp_path / "only_bad"
+    write_bytes(only_bad / "a.txt", b"\x00\x01")
+    with pytest.raises(IngestError, match=r"no file could be read: skipped 1 file \(--skip-bad\): a.txt \(binary, not text"):
+        read_files(ReadRequest(only_bad, skip_bad=True))
 
 
 def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, monkeypatch) -> None:
@@ -463,7 +473,8 @@ def test_files_read_separate_queries_and_trec_qrels(tmp_path: Path) -> None:
     queries = write_jsonl(tmp_path / "q.jsonl", [{"id": "q1", "text": "the introduction", "split": "test"}, {"id": "q2", "text": "old", "qrels": {"archive/old.md": 1}}])
     qrels = write_text(tmp_path / "gold.qrels", "q1 0 intro.md 2\nq1 0 readme.rst 1\n")
     result = read_files(ReadRequest(folder, queries=queries, qrels=qrels))
-    assert [(r["query_id"], r["split"]) for r in rows(result.queries)] == [("q1", "test"), ("q2", None)]
+    assert [(r["query_id"], r["split"]) for r in rows(result.queries)] == [("q1", "test"), ("q2", "test")]  # no split: test, said once
+    assert result.notes[-1] == "1 of 2 queries name no split: they are in `test` (evaluated, never trained on)"
     assert sorted((r["query_id"], r["doc_id"], r["relevance"]) for r in rows(result.qrels)) == [("q1", "intro.md", 2), ("q1", "readme.rst", 1), ("q2", "archive/old.md", 1)]
     unknown = write_text(tmp_path / "bad.qrels", "q9 0 intro.md 1\n")
     with pytest.raises(IngestError, match=located(unknown, 1) + r" \(id 'q9'\): qrel names unknown query 'q9'"):

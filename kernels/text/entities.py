@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.common.optional_imports import import_without
 from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 
 if TYPE_CHECKING:
@@ -47,8 +48,8 @@ def spacy_model(ner_only: bool) -> Language:
     """The English pipeline: whole (the triples' parse needs tagger, parser and lemmatizer), or its NER
     pipe alone, a third of the cost where only entities are wanted (a query). Its NER has a tok2vec
     of its own, so both find the same entities."""
-    import spacy  # here, not at import: the Definitions load this module and spaCy takes a second
-
+    # here, not at import (the Definitions load this module); without torch, which thinc only offers
+    spacy = import_without("spacy", ("torch",))
     for name in SPACY_MODELS:
         if spacy.util.is_package(name):
             nlp = spacy.load(name, enable=["ner"]) if ner_only else spacy.load(name)

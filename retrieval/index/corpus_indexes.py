@@ -115,6 +115,7 @@ class CorpusIndexes:
         self.allowed: Allowed | None = None  # a request's filter: the node rows it allows (None: all)
         self.root: CorpusIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
         self._filters = FilterCache()
+        self.loading: str | None = None  # the index being loaded now, for a caller that says what it waits for
 
     @cached_property
     def node_ids(self) -> list[str]:
@@ -130,7 +131,11 @@ class CorpusIndexes:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
             with self._loading:
                 if name not in self._loaded:  # loaded by the root: a loaded index may keep (a weak reference to) what loaded it
-                    self._loaded[name] = kind.load(self.root)
+                    self.root.loading = name
+                    try:
+                        self._loaded[name] = kind.load(self.root)
+                    finally:
+                        self.root.loading = None
         return self._loaded[name]
 
     def note(self, text: str) -> None:

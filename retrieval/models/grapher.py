@@ -5,6 +5,7 @@ trained GAT / MLP networks, loaded for the ``graph_rerank`` operator. They are f
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,34 @@ class TunedRankers:
 
     @classmethod
     def load(cls, folder: Path) -> TunedRankers:
-        from graphlake.kernels.graph.grapher_networks import load_ranker
-
         saved = json.loads((folder / "rankers.json").read_text(encoding="utf-8"))
-        models = {name: Untrained.load(folder / name) or load_ranker(folder / name) for name in NETWORKS if (folder / name).is_dir()}
-        return cls(saved["alpha"], models, saved["report"], saved.get("alpha_default"))
+        return cls(saved["alpha"], _Networks(folder), saved["report"], saved.get("alpha_default"))
+
+
+class _Networks(Mapping[str, Any]):
+    """The stored networks, loaded on first use: PPR and GCS read alpha alone, and the networks' torch
+    and PyG cost a fresh query 3.5 s to import."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self._loaded: dict[str, Any] | None = None
+
+    def _networks(self) -> dict[str, Any]:
+        if self._loaded is None:
+            from graphlake.kernels.graph.grapher_networks import load_ranker
+
+            held = [name for name in NETWORKS if (self.folder / name).is_dir()]
+            self._loaded = {name: Untrained.load(self.folder / name) or load_ranker(self.folder / name) for name in held}
+        return self._loaded
+
+    def __getitem__(self, name: str) -> Any:
+        return self._networks()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._networks())
+
+    def __len__(self) -> int:
+        return len(self._networks())
 
 
 def ranking_graph(seed_scores: np.ndarray, query: np.ndarray, nodes: np.ndarray, adjacency: sp.spmatrix, labels: np.ndarray | None = None):

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from graphlake.common.optional_imports import import_without
 from graphlake.kernels.plan.plans import RISK_LEVELS
 from graphlake.retrieval.core import min_max
 from graphlake.warehouse.digest import fingerprint
@@ -144,7 +145,7 @@ class LearnedRankers:
 
     @classmethod
     def load(cls, folder: Path) -> LearnedRankers:
-        import lightgbm
+        lightgbm = import_without("lightgbm", ("sklearn", "pandas", "dask"))  # a Booster needs none of them
 
         saved = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
         if saved.get("features") != FEATURES_VERSION:  # rankers of older features: none is current, all are retrained
