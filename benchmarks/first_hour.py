@@ -1,6 +1,8 @@
 """A newcomer's first hour, timed: the demo, then a few hundred real text files of the machine's own
 documentation as a corpus of their own, built, rebuilt with nothing changed, rebuilt after a one-file
-edit and after five new files, searched, and the demo evaluated twice.
+edit and after five new files, rebuilt after a switch of the lake's dense model, given queries and
+rebuilt after a one-file edit again, searched, and the demo evaluated twice; then a fresh query of every
+default method on the demo.
 
 Each command runs as a user runs it (the ``graphlake`` CLI, output to a pipe); for each the wall
 time, the CPU seconds of the command and its children, the exit code, the longest stretch without a
@@ -33,6 +35,8 @@ from common import ROOT, header, revision_on_path
 RESULTS = ROOT / "benchmarks" / "results"
 NAMES = ("README", "NEWS", "AUTHORS", "TODO", "THANKS", "copyright", "CHANGES", "HISTORY")
 SUFFIXES = (".txt", ".md", ".rst")
+# the methods switched on by default (README), each queried once in a fresh process on the demo
+DEFAULT_METHODS = ("bm25", "dense", "dense_hnsw", "splade", "rrf", "graph_rrf", "grapher_gcs", "ap_three", "grasp_fused", "graphlake_ltr")
 
 
 def pick_documents(root: Path, target: Path, files: int, total_bytes: int) -> list[Path]:
@@ -126,6 +130,18 @@ def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float
         for path in held_back:
             shutil.move(parked / path.relative_to(corpus), path)
 
+    def switch() -> None:  # a second dense model: MiniLM's weights pooled by [CLS], a folder of the user's
+        switch_model(scratch / "models" / "mine", scratch / "lake" / "models.yaml")
+
+    questions = scratch / "questions.jsonl"
+    asked = [path for path in picked if path not in held_back][:20]
+    questions.write_text("".join(json.dumps({"id": f"q{i}", "text": _first_line(path), "qrels": {path.relative_to(corpus).as_posix(): 1}}) + "\n" for i, path in enumerate(asked)))
+    edited_asked = asked[-1]
+
+    def edit_asked() -> None:
+        with edited_asked.open("a", encoding="utf-8") as handle:
+            handle.write("\n\nA second paragraph added by the first-hour benchmark, on a corpus with queries.\n")
+
     steps = [
         ("demo", ["demo"], None),
         ("ingest files", ["ingest", "files", str(corpus), "--corpus", "docs"], None),
@@ -133,11 +149,16 @@ def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float
         ("no-op rebuild", ["materialize", "--corpus", "docs"], None),
         ("one-file edit", ["materialize", "--corpus", "docs"], edit),
         ("five files added", ["materialize", "--corpus", "docs"], add),
+        ("dense-model switch", ["materialize", "--corpus", "docs"], switch),
+        ("queries added", ["ingest", "files", str(corpus), "--queries", str(questions), "--corpus", "docs"], None),
+        ("build with queries", ["materialize", "--corpus", "docs"], None),
+        ("one-file edit, queries", ["materialize", "--corpus", "docs"], edit_asked),
         ("query", ["query", "--corpus", "docs", "--method", "rrf", "a paragraph added to be found again"], None),
         ("methods", ["methods"], None),
         ("demo no-op build", ["materialize", "--corpus", "demo"], None),
         ("eval", ["eval", "--corpus", "demo", "--methods", "dense,bm25,rrf"], None),
         ("eval again", ["eval", "--corpus", "demo", "--methods", "dense,bm25,rrf"], None),
+        *((f"fresh query: {method}", ["query", "--corpus", "demo", "--method", method, "Which vessel carried the BenthoCam sled?"], None) for method in DEFAULT_METHODS),
     ]
     for name, args, before in steps:
         if before is not None:
@@ -146,6 +167,23 @@ def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float
         results[name] = {"command": "graphlake " + " ".join(args).replace(str(scratch), "$SCRATCH"), **timed([graphlake, *args], env, timeout)}
         log(json.dumps({name: {k: v for k, v in results[name].items() if k != "lines"}}))
     return results
+
+
+def switch_model(folder: Path, models_file: Path) -> None:
+    """``models.yaml`` switching the lake's dense model to a folder of its own: the packaged MiniLM's
+    weights pooled by [CLS], so every vector is new."""
+    from graphlake.kernels.text.encoders import dense_model_path
+
+    shutil.copytree(dense_model_path(), folder)
+    pooling = folder / "1_Pooling" / "config.json"
+    pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
+    models_file.write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {folder}}}\n")
+
+
+def _first_line(path: Path) -> str:
+    """A file's first line of words: a question the file answers, roughly (its title, its opening)."""
+    lines = (line.strip(" #=*-\t") for line in path.read_text(encoding="utf-8").splitlines())
+    return next((line[:120] for line in lines if sum(c.isalpha() for c in line) >= 12), path.stem)
 
 
 def report(sides: dict[str, dict]) -> list[str]:
