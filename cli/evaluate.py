@@ -49,6 +49,8 @@ def evaluate(
     runs = [method_asset_names(name)[0] for name in names if method_asset_names(name)[0] in refresh.assets]
     # only the reported split's queries: a cross-encoder is slow
     refresh.ops |= {run: {"config": {"split": split, "sample": sample, "reuse_pairs": reuse_pairs}} for run in runs}
+    if not refresh.order():
+        errors.print(f"{corpus}: up to date: the stored runs of {', '.join(names)} are current", highlight=False, soft_wrap=True)
     run_plan(refresh, "eval")
     if reuse_pairs and runs:
         errors.print("note: these runs read cached cross-encoder vectors, so their latencies are not query processing times")

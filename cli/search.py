@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 from rich.markup import escape
-from rich.table import Table
+from rich.table import Column, Table
 
 from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.cli.app import app, console, errors, fail, run_plan
@@ -24,6 +24,7 @@ from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 SLOW_LOAD_S = 2.0  # a query still loading after this long says what it loads
+MIN_ABOUT = 24  # characters of a method's description worth showing cut on its line in `methods`
 
 
 @app.command()
@@ -31,7 +32,7 @@ def query(
     text: Annotated[str, typer.Argument(help="The query.")],
     corpus: Annotated[list[str], typer.Option(help="Corpus to search; repeated, several, their rankings fused.")],
     method: Annotated[str, typer.Option(help="Method name (graphlake methods lists them).")] = "rrf",
-    top: Annotated[int, typer.Option(min=1, help="How many hits to print.")] = 10,
+    top: Annotated[int, typer.Option("--top", "--k", "-k", min=1, help="How many hits to print (-k, --k: the same, as the API and the retrievers call it).")] = 10,
     where: Annotated[
         str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')
     ] = None,
@@ -170,10 +171,17 @@ def list_methods(
     console.print(f"Methods of {home}: * switched on; ms: median per query here; [the trained models (assets) or the server it needs]", highlight=False, markup=False)
     for paper, methods_of in rows.items():
         console.print(f"[bold]{paper}[/]", highlight=False)
-        for mark, name, needed, ms, about in methods_of:  # one line a method: the description gives way
+        for mark, name, needed, ms, about in methods_of:  # one line a method on a terminal: the description gives way
             head = f"{mark} {name.ljust(name_width)} {ms.rjust(ms_width)} "
+            if not console.is_terminal:  # piped: whole lines, whatever their length
+                console.print(head + about + (f"  [{', '.join(needed)}]" if needed else ""), highlight=False, markup=False, soft_wrap=True)
+                continue
             tail = _needs_tail(needed, console.width - len(head) - 2)
-            room = max(1, console.width - len(head) - len(tail))
+            room = console.width - len(head) - len(tail)
+            if room < MIN_ABOUT:  # too narrow for a useful cut: the description on a line of its own
+                console.print(head + tail.strip(), highlight=False, markup=False, soft_wrap=True)
+                console.print("    " + about, highlight=False, markup=False)
+                continue
             console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
     if any("hybrid_graph" in needs(op) for op in methods.values()):
         from graphlake.kernels.hybrid.cuda_search import cuda_present
@@ -223,7 +231,8 @@ def list_models(
     if as_json:
         print(json.dumps(rows))
         return
-    table = Table("model", "kind", "source", "dim", "used by", "ready")
+    # a name is never cut; a long source folds onto more lines rather than end in "…"
+    table = Table(Column("model", no_wrap=True, min_width=max(len(row["name"]) for row in rows)), "kind", Column("source", overflow="fold"), "dim", "used by", "ready")
     for row in rows:
         table.add_row(row["name"], row["kind"], row["source"], str(row["dimension"] or "-"), ", ".join(row["used_by"]) or "-", "yes" if row["ready"] else "no")
     console.print(table)

@@ -89,15 +89,21 @@ def materialize_corpus(
     corpus as this spec for the run, keeping the declaration only if the run succeeds.
     ``incremental`` (a build, a reindex): of the selection, run only what the changes since the
     last incremental build reach (``pipelines/staleness.py``), and record this build's source."""
+    if declare is None:  # an undeclared corpus is named before its lock is taken (and left behind)
+        _declared(home, corpus)
     with _writing(home, corpus, command, console), CorpusRegistry(home).declaring(declare) if declare else nullcontext():
         return _materialize(home, corpus, selection, console, run_config, verbose, command, incremental)
 
 
-def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str, incremental: bool) -> dict[str, str]:
+def _declared(home: Path, corpus: str) -> CorpusSpec:
     try:
-        spec = CorpusRegistry(home).get(corpus)
+        return CorpusRegistry(home).get(corpus)
     except (KeyError, ValueError) as error:
         raise MaterializeError(str(error)) from None
+
+
+def _materialize(home: Path, corpus: str, selection, console: Console, run_config: dict | None, verbose: bool, command: str, incremental: bool) -> dict[str, str]:
+    spec = _declared(home, corpus)
     built_from = {SOURCE_TAG: source_fingerprint(spec)} if incremental else {}  # the reindexing's record
     os.environ["DAGSTER_HOME"] = str(prepare_dagster_home(home))
     defs = build_definitions(home)

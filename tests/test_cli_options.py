@@ -19,6 +19,7 @@ def invoke(*args: str):
 def test_eval_takes_any_positive_cutoff_and_refuses_others(reads_demo):
     result = invoke("eval", "--corpus", "demo", "--methods", "bm25", "--k", "2,3,4,10", "--json")
     assert result.exit_code == 0, result.output
+    assert "demo: up to date: the stored runs of bm25 are current" in result.stderr  # the demo evaluated it: nothing to run, said so
     [row] = json.loads(result.stdout)
     recall = [row["metrics"][f"recall@{k}"] for k in (2, 3, 4, 10)]
     assert recall == sorted(recall) and {"ndcg@3", "hit@4", "pr@3", "tr@10"} <= set(row["metrics"])
@@ -48,7 +49,7 @@ def test_flags_read_as_flags_in_help():
 
 
 def test_every_reading_command_prints_its_json_shape(reads_demo):
-    query = json.loads(invoke("query", "--corpus", "demo", "--method", "bm25", "--top", "3", "--json", "BenthoCam sled").stdout)
+    query = json.loads(invoke("query", "--corpus", "demo", "--method", "bm25", "--k", "3", "--json", "BenthoCam sled").stdout)
     assert query["corpus"] == "demo" and query["method"] == "bm25" and query["latency_ms"] >= 0 and query["snapshot"] >= 1
     assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == {"rank", "node_id", "doc_id", "title", "text", "score", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
     corpora = json.loads(invoke("corpora", "--json").stdout)
