@@ -130,8 +130,8 @@ def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float
         for path in held_back:
             shutil.move(parked / path.relative_to(corpus), path)
 
-    def switch() -> None:  # a second dense model: MiniLM's weights pooled by [CLS], a folder of the user's
-        switch_model(scratch / "models" / "mine", scratch / "lake" / "models.yaml")
+    def switch() -> None:  # the corpus's dense model, MiniLM's weights pooled by [CLS]: a folder of the user's
+        switch_model(scratch / "models" / "mine", scratch / "lake", "docs")
 
     questions = scratch / "questions.jsonl"
     asked = [path for path in picked if path not in held_back][:20]
@@ -169,15 +169,21 @@ def sequence(docs: Path, scratch: Path, python_path: Path | None, timeout: float
     return results
 
 
-def switch_model(folder: Path, models_file: Path) -> None:
-    """``models.yaml`` switching the lake's dense model to a folder of its own: the packaged MiniLM's
-    weights pooled by [CLS], so every vector is new."""
+def switch_model(folder: Path, home: Path, corpus: str) -> None:
+    """Switch ``corpus``'s dense model (its ``models:`` in corpora.yaml; the demo keeps the lake's) to a
+    folder declared in ``models.yaml``: the packaged MiniLM's weights pooled by [CLS], so every vector is new."""
+    import yaml
+
     from graphlake.kernels.text.encoders import dense_model_path
 
     shutil.copytree(dense_model_path(), folder)
     pooling = folder / "1_Pooling" / "config.json"
     pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode_cls_token": True, "pooling_mode_mean_tokens": False}))
-    models_file.write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {folder}}}\n")
+    (home / "models.yaml").write_text(f"models:\n  mine: {{kind: dense, folder: {folder}}}\n")
+    registry = home / "corpora.yaml"
+    declared = yaml.safe_load(registry.read_text(encoding="utf-8"))
+    declared["corpora"][corpus]["models"] = {"dense": "mine"}
+    registry.write_text(yaml.safe_dump(declared, sort_keys=False), encoding="utf-8")
 
 
 def _first_line(path: Path) -> str:
