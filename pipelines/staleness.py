@@ -26,7 +26,8 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunSta
 
 from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.index.kinds import asset_written_at
+from graphlake.retrieval.index.kinds import asset_written_at, learned_kind_of
+from graphlake.retrieval.queries import has_train_queries
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusSpec
 from graphlake.warehouse.io_manager import output_written_at
@@ -35,6 +36,7 @@ from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
 QUERY_TABLES = ("runs", "metrics", "query_metrics")  # what a method's run and evaluation assets write
+QUERY_ASSETS = ("skb_plans",)  # what plans each query, in tables named at run time
 SOURCE_TAG = "graphlake/source"  # on a full build's run: the source fingerprint it was built from
 PARTITION_TAG = "dagster/partition"
 
@@ -86,17 +88,28 @@ def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: Dagste
         or any(written.get(parent) is not None and written[parent] > checked[key] for parent in graph.get(key).parent_keys)
     }
     seeds |= {AssetKey(name) for name in plan_refresh(lake, corpus, list(load_methods(home)), home).assets} & keys  # a changed declaration
+    queries_stay = AssetKey("queries") not in changed
     stale, todo = set(), list(seeds)
     while todo:
         key = todo.pop()
-        if key in stale:
+        if key in stale or (key not in seeds and queries_stay and _learns_elsewhere(home, lake, corpus, key.to_user_string())):
             continue
         stale.add(key)
         todo.extend(child for child in graph.get(key).child_keys if child in keys)
-    if AssetKey("queries") not in changed and lake.rows("queries", {"corpus": corpus}) == 0:
-        # no queries, none coming: the runs and their evaluations are empty and stay so, whatever else changed
-        stale -= {key for key in stale if graph.get(key).metadata.get("table") in QUERY_TABLES and written[key] is not None}
+    if queries_stay and lake.rows("queries", {"corpus": corpus}) == 0:
+        # no queries, none coming: the runs, their evaluations and the plans are empty and stay so, whatever else changed
+        stale -= {key for key in stale if (graph.get(key).metadata.get("table") in QUERY_TABLES or key.to_user_string() in QUERY_ASSETS) and written[key] is not None}
     return stale
+
+
+def _learns_elsewhere(home: Path, lake: LakeStorage, corpus: str, asset: str) -> bool:
+    """Whether ``asset`` builds a learned index of ``corpus`` that what changed on it cannot change: one that
+    learns only from other corpora (their changes reach it through ``plan_refresh``), or from this corpus
+    while it has no training queries (it holds its untrained defaults)."""
+    kind = learned_kind_of(asset)
+    if kind is None:
+        return False
+    return corpus not in kind.fitting.sources(home, corpus) or not has_train_queries(lake, corpus)
 
 
 def _checked(instance: DagsterInstance, corpus: str, key: AssetKey, partitioned: bool) -> float | None:

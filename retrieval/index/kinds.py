@@ -166,6 +166,11 @@ def unread_index_assets(methods: Methods) -> list[str]:
     return [kind.assets[-1] for kind in INDEX_KINDS.values() if kind.name not in read and kind.stored is not None and kind.stored.artifact and kind.assets[-1] not in kept]
 
 
+def learned_kind_of(asset: str) -> IndexKind | None:
+    """The learned index kind ``asset`` builds (its last asset), None when it builds no learned one."""
+    return next((kind for kind in INDEX_KINDS.values() if kind.fitting is not None and kind.assets[-1] == asset), None)
+
+
 def asset_written_at(lake: LakeStorage, corpus: str, asset: str) -> float | None:
     """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
     for kind in INDEX_KINDS.values():
