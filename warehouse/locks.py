@@ -24,6 +24,8 @@ from graphlake.warehouse.scopes import WAIT_ENV, LockedError, wait_seconds
 
 LOCKS = "locks"
 POLL_S = 0.5
+UNKNOWN_OWNER = "another writer"  # a lock whose holder has not written who it is yet
+NAME_WAIT_S = 2.0  # how long a waiter waits for the holder to say who it is before announcing it unnamed
 
 _held: dict[Path, list] = {}  # lock path -> [open handle, depth], for this process
 
@@ -82,7 +84,8 @@ def holder(home: Path, scope: str) -> str | None:
 
 
 def _acquire(handle, path: Path, scope: str, wait: float, announce: Callable[[str], None]) -> None:
-    deadline = time.monotonic() + wait
+    started = time.monotonic()
+    deadline = started + wait
     announced = False
     while True:
         try:
@@ -92,7 +95,8 @@ def _acquire(handle, path: Path, scope: str, wait: float, announce: Callable[[st
             owner = _owner(path)
             if time.monotonic() >= deadline:
                 raise LockedError(f"corpus {scope!r} is being written by {owner}; try again when it ends (or set {WAIT_ENV} to wait longer)") from None
-            if not announced:
+            # a holder that has just taken the lock writes who it is a moment later: name it, unless it never says
+            if not announced and (owner != UNKNOWN_OWNER or time.monotonic() - started >= NAME_WAIT_S):
                 announce(f"corpus {scope!r} is being written by {owner}; waiting for it (up to {wait:.0f} s, {WAIT_ENV})")
                 announced = True
             time.sleep(POLL_S)
@@ -104,7 +108,7 @@ def _owner(path: Path) -> str:
     except (OSError, ValueError):
         owner = {}
     if not owner:
-        return "another writer"
+        return UNKNOWN_OWNER
     since = time.strftime("%H:%M:%S", time.localtime(owner.get("since", 0)))
     return f"pid {owner.get('pid')} on {owner.get('host')} ({owner.get('purpose')}, since {since})"
 
