@@ -89,16 +89,20 @@ def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: Dagste
     }
     seeds |= {AssetKey(name) for name in plan_refresh(lake, corpus, list(load_methods(home)), home).assets} & keys  # a changed declaration
     queries_stay = AssetKey("queries") not in changed
+    # no queries, none coming: the runs, their evaluations and the plans are empty and stay so, whatever else
+    # changed, and so does what reads only them (the report)
+    no_queries = queries_stay and lake.rows("queries", {"corpus": corpus}) == 0
     stale, todo = set(), list(seeds)
     while todo:
         key = todo.pop()
-        if key in stale or (key not in seeds and queries_stay and _learns_elsewhere(home, lake, corpus, key.to_user_string())):
+        if key in stale:
+            continue
+        if no_queries and written[key] is not None and (graph.get(key).metadata.get("table") in QUERY_TABLES or key.to_user_string() in QUERY_ASSETS):
+            continue
+        if key not in seeds and queries_stay and _learns_elsewhere(home, lake, corpus, key.to_user_string()):
             continue
         stale.add(key)
         todo.extend(child for child in graph.get(key).child_keys if child in keys)
-    if queries_stay and lake.rows("queries", {"corpus": corpus}) == 0:
-        # no queries, none coming: the runs, their evaluations and the plans are empty and stay so, whatever else changed
-        stale -= {key for key in stale if (graph.get(key).metadata.get("table") in QUERY_TABLES or key.to_user_string() in QUERY_ASSETS) and written[key] is not None}
     return stale
 
 
