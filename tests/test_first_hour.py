@@ -151,6 +151,9 @@ def test_every_command_the_demo_and_the_readme_name_works_on_the_built_lake(newc
     steps = {step: int(count) for count, step in re.findall(r"(\d+) by (\w+) \(\d+ reused\)", summary)}
     assert {"dense_vectors", "splade_vectors", "entities_spacy"} <= set(steps), summary
     assert all(steps[step] == nodes for step in ("dense_vectors", "splade_vectors", "entities_spacy")), (nodes, summary)
+    # and launches nothing its change cannot reach: a corpus without queries keeps its learned defaults, empty runs and report
+    launched = set(re.findall(r"^mine: \d+/\d+ (\w+) \(", edited.stderr, flags=re.MULTILINE))
+    assert "dense_vectors" in launched and not launched & {"graph_rankers", "grasp_fusion", "learned_fusion", "skb_plans", "report", "run_bm25"}, launched
 
     # switching a method on in a built lake: it is written, listed, and the command exits 0
     switched = run(newcomer, "graphlake methods --use grasp_static")
