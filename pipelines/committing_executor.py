@@ -28,6 +28,7 @@ from dagster import (
     multiple_process_executor_requirements,
 )
 from dagster._core.errors import raise_execution_interrupts
+from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.execution.retries import RetryMode
 from dagster._core.instance.ref import InstanceRef
 from dagster._serdes import ConfigurableClassData
@@ -55,8 +56,9 @@ DASK_CONFIG = Field(
 EXECUTION_CONFIG = Field(Selector({**_DEFAULT.config_type.fields, "dask": DASK_CONFIG}), default_value=_DEFAULT.default_value)
 
 
-def committed(home: Path, plan_context, events: Iterator) -> Iterator:
-    """The run's events, inside its corpus's writer lock; its snapshot committed once all steps succeeded."""
+def committed(home: Path, plan_context, events: Iterator, stop_at_failure: bool = False) -> Iterator:
+    """The run's events, inside its corpus's writer lock; its snapshot committed once all steps succeeded.
+    ``stop_at_failure`` (steps in this process, one at a time): no step is launched after one failed."""
     run = plan_context.dagster_run
     corpus = run.tags.get(PARTITION_TAG)
     with LakeStorage(home).writing(corpus or LAKE_SCOPE, f"Dagster run {run.run_id}", announce=plan_context.log.info):
@@ -64,8 +66,8 @@ def committed(home: Path, plan_context, events: Iterator) -> Iterator:
         for event in events:
             failed = failed or event.is_step_failure
             yield event
-            if failed:  # nothing will be committed: launch no further step (a dead endpoint ends the run now)
-                events.close()
+            if failed and stop_at_failure:  # nothing will be committed: launch no further step (a dead endpoint ends the run now)
+                events.close()  # in-process only: other executors' steps run elsewhere, and closing would orphan them
                 break
         if not failed:
             snapshots = LakeStorage(home, run.run_id).commit(corpus)
@@ -86,7 +88,8 @@ class CommittingExecutor(Executor):
         return self.inner.step_dependency_config
 
     def execute(self, plan_context, execution_plan) -> Iterator:
-        return committed(self.home, plan_context, self.inner.execute(plan_context, execution_plan))
+        in_process = isinstance(self.inner, InProcessExecutor)
+        return committed(self.home, plan_context, self.inner.execute(plan_context, execution_plan), stop_at_failure=in_process)
 
 
 class CommittingDaskExecutor(Executor):
