@@ -111,7 +111,8 @@ class ModelSpec(BaseModel):
 
     def usage(self) -> dict:
         """How the weights are used, beyond the weights themselves: prompts and the endpoint's input types."""
-        return {**({"prompts": self.prompts()} if self.prompts() else {}), **({"input_type": self.input_type.model_dump()} if self.input_type else {})}
+        prompts = self.prompts()
+        return {**({"prompts": prompts} if prompts else {}), **({"input_type": self.input_type.model_dump()} if self.input_type else {})}
 
     @property
     def source(self) -> str:

@@ -61,7 +61,7 @@ def _encode_with_cache(
         context.log.info(f"{model}: its weights changed ({stored} -> {revision}): every node is encoded again")
         previous = None
     if previous is None or not previous.num_rows:
-        previous = _same_weights(context, lake, role, revision, model)
+        previous = _vectors_of_same_weights(context, lake, role, revision, model)
     previous = previous.select(VECTOR_COLUMNS) if previous is not None else None
     row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
     # by length, so that a shard's texts pad alike and the batches do not depend on where shards run
@@ -98,7 +98,7 @@ def _encode_with_cache(
     return table, metadata
 
 
-def _same_weights(context: AssetExecutionContext, lake: LakeResource, role: str, revision: str, model: str) -> pa.Table | None:
+def _vectors_of_same_weights(context: AssetExecutionContext, lake: LakeResource, role: str, revision: str, model: str) -> pa.Table | None:
     """The corpus's vectors that another name for the same weights made (a tuned model that kept its base,
     a model declared twice): reused, as its own would be."""
     for other in lake.lake.partitions("vectors", {"corpus": context.partition_key}):
