@@ -7,11 +7,11 @@ the checks make the damage visible per kind in the UI.
 import warnings
 from collections.abc import Callable, Sequence
 
-import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 from dagster import AssetCheckExecutionContext, AssetCheckResult, AssetChecksDefinition, AssetKey, AssetsDefinition, PreviewWarning, asset_check
 
+from graphlake.common.scratch_sql import scratch_cursor
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import LakeStorage
@@ -22,7 +22,7 @@ EXAMPLES = 3
 
 def edge_problems(edges: pa.Table, nodes: pa.Table, entities: pa.Table) -> AssetCheckResult:
     """Fail on endpoints that are neither a node nor an entity, and on repeated (src, dst, kind)."""
-    with duckdb.connect() as con:
+    with scratch_cursor() as con:
         con.register("e", edges.select(["src", "dst", "kind"]))
         con.register("known", pa.table({"id": pa.concat_arrays([_ids(nodes, "node_id"), _ids(entities, "entity_id")])}))
         rows = con.execute(
@@ -53,7 +53,7 @@ def edge_problems(edges: pa.Table, nodes: pa.Table, entities: pa.Table) -> Asset
 
 def df_problems(mentions: pa.Table, entities: pa.Table) -> AssetCheckResult:
     """Fail where an entity's df differs from its number of distinct mentioning nodes, or a mention names no entity."""
-    with duckdb.connect() as con:
+    with scratch_cursor() as con:
         con.register("m", mentions.select(["extractor", "node_id", "entity_id"]))
         con.register("en", entities.select(["extractor", "entity_id", "df"]))
         wrong_df, unknown = con.execute(

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import duckdb
 import pyarrow as pa
+
+from graphlake.common.scratch_sql import scratch_cursor
 
 
 def row_changes(previous: pa.Table | None, current: pa.Table, key: Sequence[str]) -> dict[str, int]:
@@ -15,7 +16,7 @@ def row_changes(previous: pa.Table | None, current: pa.Table, key: Sequence[str]
     if previous is None:
         return {"added": current.num_rows, "changed": 0, "removed": 0}
     columns = ", ".join(f'"{column}"' for column in key)
-    with duckdb.connect() as con:
+    with scratch_cursor() as con:
         con.register("previous", previous)
         con.register("current", current)
         added, changed, removed = con.execute(

@@ -20,10 +20,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from graphlake.common.scratch_sql import scratch_cursor
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.object_store import ObjectStoreError
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
@@ -323,7 +323,7 @@ def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa
 
 def _check_unique(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> None:
     keys = ", ".join(f'"{c}"' for c in spec.key)
-    with duckdb.connect() as con:
+    with scratch_cursor() as con:
         con.register("keyed", data.select(list(spec.key)))
         duplicates = con.execute(f"SELECT {keys}, count(*) AS n FROM keyed GROUP BY ALL HAVING n > 1 LIMIT 5").fetchall()
     if duplicates:
