@@ -46,6 +46,9 @@ def test_the_query_encoders_give_the_float32_vectors_whatever_the_batch(monkeypa
         assert sorted(p.name for p in tmp_path.glob("*.onnx")) == sorted(query_encoders.graph_path(k).name for k in ("dense", "splade"))
         np.testing.assert_allclose(dense, encoders.encode_dense(TEXTS), atol=1e-6)
         np.testing.assert_allclose(splade.toarray(), encoders.encode_splade(TEXTS).toarray(), atol=2e-5)
+        encoder = query_encoders._encoder("dense", None)
+        assert encoder.rows(TEXTS[:1])[0] is encoder.rows(TEXTS[:1])[0]  # a text met before is not encoded again
+        query_encoders._encoder.cache_clear()  # one at a time, encoded anew
         np.testing.assert_allclose(np.vstack([query_encoders.encode_queries_dense([text]) for text in TEXTS]), dense, atol=1e-6)
         one_by_one = [query_encoders.encode_queries_splade([text]).toarray() for text in TEXTS]
         np.testing.assert_allclose(np.vstack(one_by_one), splade.toarray(), atol=1e-6)
