@@ -2,6 +2,7 @@
 
 import base64
 import io
+import json
 from pathlib import Path
 
 from dagster import AssetExecutionContext, AssetKey, MetadataValue, asset
@@ -11,7 +12,9 @@ from graphlake.retrieval.evaluation import CUTOFFS
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import LakeStorage, StorageError
 
+PLOT, PLOTTED = "recall_at_k.png", "recall_at_k.json"  # the plot, and the values it draws
 TABLE_METRICS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "hit@10", "mrr")
 
 
@@ -34,14 +37,19 @@ def report_asset(home: Path):
             for row in lake.lake.read("metrics", partition).to_pylist():
                 metric = row["metric"] if row["k"] is None else f"{row['metric']}@{row['k']}"
                 results.setdefault(row["split"], {}).setdefault(name, {})[metric] = row["value"]
-        markdown = render_markdown(corpus, results)
-        png = render_plot(corpus, results)
+        markdown, curves = render_markdown(corpus, results), json.dumps(plotted(results), sort_keys=True)
+        folder = _current(lake.lake, corpus)
+        if folder is not None and _read(folder / "report.md") == markdown and _read(folder / PLOTTED) == curves:
+            png = (folder / PLOT).read_bytes()  # an edit that moved no metric: no new version, and no matplotlib (1 s)
+        else:
+            png = render_plot(corpus, results)
 
-        def fill(folder: Path) -> None:
-            (folder / "report.md").write_text(markdown, encoding="utf-8")
-            (folder / "recall_at_k.png").write_bytes(png)
+            def fill(folder: Path) -> None:
+                (folder / "report.md").write_text(markdown, encoding="utf-8")
+                (folder / PLOTTED).write_text(curves, encoding="utf-8")
+                (folder / PLOT).write_bytes(png)
 
-        folder = lake.lake.write_artifact("report", {"corpus": corpus}, fill)
+            folder = lake.lake.write_artifact("report", {"corpus": corpus}, fill)
         image = base64.b64encode(png).decode()
         context.add_output_metadata(
             {
@@ -52,6 +60,22 @@ def report_asset(home: Path):
         )
 
     return report
+
+
+def _current(lake: LakeStorage, corpus: str) -> Path | None:
+    try:
+        return lake.artifact("report", {"corpus": corpus})
+    except StorageError:
+        return None
+
+
+def _read(path: Path) -> str | None:
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def plotted(results: dict[str, dict[str, dict[str, float]]]) -> dict[str, dict[str, list[float | None]]]:
+    """What the plot draws: per split and method, recall at each cutoff."""
+    return {split: {name: [values.get(f"recall@{k}") for k in CUTOFFS] for name, values in by_method.items()} for split, by_method in results.items()}
 
 
 def render_markdown(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> str:

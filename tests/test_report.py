@@ -19,3 +19,26 @@ def test_the_plot_renders_every_split_with_one_legend():
     results = {split: {name: {f"recall@{k}": k / 100 for k in (1, 2, 5, 10, 20, 100)} for name in load_methods()} for split in ("dev", "test")}
     png = render_plot("demo", results)
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_a_report_whose_numbers_did_not_move_is_not_drawn_again(demo_copy):
+    """A rebuild that moved no metric (an edit far from every query) keeps the report's version and
+    skips matplotlib; one whose drawn values are unknown (a report of an older lake) draws anew."""
+    import io
+
+    from rich.console import Console
+
+    from graphlake.pipelines.runner import materialize_corpus
+    from graphlake.warehouse.storage import LakeStorage
+
+    def current():
+        return LakeStorage(demo_copy).artifact("report", {"corpus": "demo"})
+
+    built = current()
+    materialize_corpus(demo_copy, "demo", "report", Console(file=io.StringIO()))
+    assert current() == built
+    (built / "recall_at_k.json").unlink()
+    materialize_corpus(demo_copy, "demo", "report", Console(file=io.StringIO()))
+    drawn = current()
+    assert drawn != built and (drawn / "recall_at_k.png").read_bytes().startswith(b"\x89PNG")
+    assert (drawn / "report.md").read_text(encoding="utf-8") == (built / "report.md").read_text(encoding="utf-8")
