@@ -41,7 +41,7 @@ FORMAT = 1  # bump when what a graph computes changes: older files are then igno
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 BATCH = {"dense": 16, "splade": 4}  # the fastest measured on 2 cores; SPLADE holds (batch, tokens, vocabulary) logits
 THREADS = 4  # a query is short: more threads than this only wait on each other
-CACHED = 4096  # texts per process whose vectors are kept (about 6 MB of MiniLM vectors)
+CACHED_BYTES = 16 << 20  # per encoder, the texts met last and their vectors (a long query's SPLADE row is 20 KB)
 
 
 def _dense_module(path: Path):
@@ -164,10 +164,10 @@ def _tokenizer(kind: str, folder: Path | None) -> Callable[[list[str]], dict[str
 
 
 class _Encoder:
-    """A model's ONNX session, and the vectors of the last ``CACHED`` texts it met (dense rows as
-    arrays, SPLADE rows sparse: a dense vocabulary row is 120 KB). Every method of a build's runs, and
-    a server's repeated questions, ask for the same queries: a build's ten runs of 20 queries encoded
-    them 356 times instead of 40."""
+    """A model's ONNX session, and the vectors of the texts it met last, up to ``CACHED_BYTES`` (dense
+    rows as arrays, SPLADE rows sparse: a dense vocabulary row is 120 KB). Every method of a build's
+    runs, and a server's repeated questions, ask for the same queries: a build's ten runs of 20 queries
+    encoded them 356 times instead of 40."""
 
     def __init__(self, kind: str, folder: Path | None) -> None:
         import onnxruntime
@@ -180,21 +180,27 @@ class _Encoder:
         self._fed = [i.name for i in self._session.get_inputs()]  # a model without segments (MPNet) leaves token_type_ids out of its graph
         self._kind = kind
         self._rows: OrderedDict[str, np.ndarray | sp.csr_matrix] = OrderedDict()
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def rows(self, texts: list[str]) -> list[np.ndarray | sp.csr_matrix]:
         with self._lock:
-            missing = [text for text in dict.fromkeys(texts) if text not in self._rows]
+            known = {text: self._rows[text] for text in dict.fromkeys(texts) if text in self._rows}
+        missing = [text for text in dict.fromkeys(texts) if text not in known]
         keep = np.copy if self._kind == "dense" else sp.csr_matrix
         found = {text: keep(vector) for text, vector in zip(missing, self._run(missing), strict=True)} if missing else {}
         with self._lock:
-            self._rows.update(found)
-            for text in dict.fromkeys(texts):
+            for text, row in found.items():
+                if text not in self._rows:
+                    self._rows[text] = row
+                    self._bytes += _size(text, row)
+            for text in known:
                 if text in self._rows:
                     self._rows.move_to_end(text)
-            while len(self._rows) > CACHED:
-                self._rows.popitem(last=False)
-            return [found[text] if text in found else self._rows[text] for text in texts]
+            while self._bytes > CACHED_BYTES:
+                text, row = self._rows.popitem(last=False)
+                self._bytes -= _size(text, row)
+        return [known[text] if text in known else found[text] for text in texts]
 
     def _run(self, texts: list[str]) -> np.ndarray:
         """Sorted by length in groups of ``BATCH``, so padding is short."""
@@ -205,6 +211,10 @@ class _Encoder:
 
     def _batch(self, texts: list[str]) -> np.ndarray:
         return self._session.run(None, {name: array for name, array in self._tokenize(texts).items() if name in self._fed})[0]
+
+
+def _size(text: str, row: np.ndarray | sp.csr_matrix) -> int:
+    return len(text) + (row.nbytes if isinstance(row, np.ndarray) else row.data.nbytes + row.indices.nbytes + row.indptr.nbytes)
 
 
 @lru_cache(maxsize=4)
