@@ -11,18 +11,24 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 from types import ModuleType
 
 
+_importing = threading.Lock()
+
+
 def import_without(name: str, hidden: tuple[str, ...]) -> ModuleType:
-    """``import name`` with those of ``hidden`` not loaded yet reported missing while it loads."""
-    if name in sys.modules:
-        return sys.modules[name]
-    absent = [package for package in hidden if package not in sys.modules]
-    for package in absent:
-        sys.modules[package] = None  # type: ignore[assignment]  # an import of it raises ImportError
-    try:
-        return importlib.import_module(name)
-    finally:
+    """``import name`` with those of ``hidden`` not loaded yet reported missing while it loads. One import
+    at a time: a server's threads asking at once would otherwise see the module half made."""
+    with _importing:
+        if name in sys.modules:
+            return importlib.import_module(name)  # finished, or waits for whoever is importing it
+        absent = [package for package in hidden if package not in sys.modules]
         for package in absent:
-            del sys.modules[package]
+            sys.modules[package] = None  # type: ignore[assignment]  # an import of it raises ImportError
+        try:
+            return importlib.import_module(name)
+        finally:
+            for package in absent:
+                del sys.modules[package]
