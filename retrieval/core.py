@@ -29,10 +29,14 @@ MAX_CANDIDATES = 10_000
 MAX_MODEL_CALLS = 1_000
 MAX_WEIGHT = 1e6
 MAX_KEYWORDS = 32
+SHOWN_NAMES = 5  # refused names an error lists
+MAX_INPUTS = 64  # rankings one fusion combines
+MAX_EXACT_NODES = 10_000_000  # a filter_exact_below: beyond every corpus one machine holds
 Count = Annotated[int, Field(gt=0, le=MAX_CANDIDATES)]  # k, depth, a pool of candidates, ef_search
 ModelCalls = Annotated[int, Field(gt=0, le=MAX_MODEL_CALLS)]  # a reranker's depth, a budget of cross-encoder calls
 Weight = Annotated[float, Field(ge=0, le=MAX_WEIGHT)]
 Keyword = Annotated[str, Field(min_length=1, max_length=100)]
+ExactBelow = Annotated[int, Field(ge=0, le=MAX_EXACT_NODES)]  # fewer nodes than this pass a filter: score them exactly
 
 
 def method_asset_names(name: str) -> tuple[str, str, str]:
@@ -161,7 +165,8 @@ class Op(BaseModel):
         refused = sorted(name for name in values if name not in self.QUERY_TIME or name not in fields)
         if refused:
             takes = ", ".join(sorted(self.QUERY_TIME & set(fields))) or "none"
-            raise MethodError(f"{self.op}: {', '.join(refused)} cannot be set per query (it takes: {takes})")
+            named = ", ".join(refused[:SHOWN_NAMES]) + (f" and {len(refused) - SHOWN_NAMES:,} more" if len(refused) > SHOWN_NAMES else "")
+            raise MethodError(f"{self.op}: {named} cannot be set per query (it takes: {takes})")
         try:
             return type(self).model_validate({**{name: getattr(self, name) for name in fields}, **values}, strict=True)
         except ValidationError as error:

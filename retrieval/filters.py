@@ -26,14 +26,26 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, NoReturn, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 
 MAX_FILTER_CHARS = 4_000
 MAX_VALUES = 1_000  # in one ``in`` list
 MAX_DEPTH = 32  # groups within groups
+MAX_TERMS = 100  # parts of one and / or
+MAX_CONDITIONS = 1_000  # conditions in a whole filter
+EXACT_INTEGERS = 2**53  # integers beyond this are not exact in JSON's numbers or in a double
 BUILT_IN = ("doc_id", "title")  # the documents' own columns, filterable beside their metadata
 
-Value = StrictBool | StrictInt | StrictFloat | Annotated[StrictStr, Field(max_length=1_000)]
+
+def _exact(value: Any) -> Any:
+    """Refuse an integer a double cannot hold exactly (a float would silently stand in for it)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_INTEGERS:
+        raise ValueError(f"a whole number within ±2^53 (what JSON and a double hold exactly), got {str(value)[:30]}")
+    return value
+
+
+Text = Annotated[StrictStr, Field(max_length=1_000)]
+Value = Annotated[StrictBool | StrictInt | StrictFloat | Text, BeforeValidator(_exact)]
 FieldName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s]+$")]
 OPERATORS = ("eq", "ne", "in", "gt", "gte", "lt", "lte")
 RANGES = ("gt", "gte", "lt", "lte")
@@ -85,14 +97,14 @@ class Condition(_Node):
 
 
 class And(_Node):
-    and_: Annotated[list[Filter], Field(min_length=1, max_length=100)] = Field(alias="and")
+    and_: Annotated[list[Filter], Field(min_length=1, max_length=MAX_TERMS)] = Field(alias="and")
 
     def fields(self) -> set[str]:
         return set().union(*(part.fields() for part in self.and_))
 
 
 class Or(_Node):
-    or_: Annotated[list[Filter], Field(min_length=1, max_length=100)] = Field(alias="or")
+    or_: Annotated[list[Filter], Field(min_length=1, max_length=MAX_TERMS)] = Field(alias="or")
 
     def fields(self) -> set[str]:
         return set().union(*(part.fields() for part in self.or_))
@@ -129,11 +141,16 @@ def parse_filter(value: Any) -> Filter:
         return _Parser(value).parse()
     if not isinstance(value, Mapping):
         raise FilterError(f"filter: a mapping (JSON) or a string, got {type(value).__name__}")
-    return _from_mapping(value, "filter", 0)
+    return _from_mapping(value, "filter", 0, [0])
 
 
-def _from_mapping(value: Any, where: str, depth: int) -> Filter:
-    """One node of the JSON form, its shape told by its keys; errors name the path to it."""
+def _from_mapping(value: Any, where: str, depth: int, seen: list[int]) -> Filter:
+    """One node of the JSON form, its shape told by its keys; errors name the path to it. Bounds are
+    checked before what they bound is read: a list's length before its items, and ``seen`` counts the
+    nodes read so far against ``MAX_CONDITIONS``."""
+    seen[0] += 1
+    if seen[0] > MAX_CONDITIONS:
+        raise FilterError(f"{where}: more than {MAX_CONDITIONS:,} conditions and groups in one filter")
     if depth > MAX_DEPTH:
         raise FilterError(f"filter: groups nested more than {MAX_DEPTH} deep")
     if not isinstance(value, Mapping):
@@ -152,10 +169,12 @@ def _from_mapping(value: Any, where: str, depth: int) -> Filter:
     (shape,) = shapes
     inner = value[shape]
     if shape == "not":
-        return Not(**{"not": _from_mapping(inner, f"{where}.not", depth + 1)})
+        return Not(**{"not": _from_mapping(inner, f"{where}.not", depth + 1, seen)})
     if not isinstance(inner, list) or not inner:
         raise FilterError(f"{where}.{shape}: a non-empty list of conditions")
-    parts = [_from_mapping(item, f"{where}.{shape}[{i}]", depth + 1) for i, item in enumerate(inner)]
+    if len(inner) > MAX_TERMS:
+        raise FilterError(f"{where}.{shape}: at most {MAX_TERMS} parts, got {len(inner):,} (group them in further and / or)")
+    parts = [_from_mapping(item, f"{where}.{shape}[{i}]", depth + 1, seen) for i, item in enumerate(inner)]
     return _validated(_SHAPES[shape], {shape: parts}, where)
 
 
@@ -163,12 +182,13 @@ def _validated(model: type[_Node], data: dict, where: str) -> Filter:
     try:
         return model.model_validate(data)
     except ValidationError as error:
-        problem = error.errors()[0]
+        problems = error.errors()
+        problem = next((p for p in problems if p["type"] in ("value_error", "string_too_long", "string_unicode")), problems[0])  # the reason
         loc = [part for part in problem["loc"] if isinstance(part, int) or part.isidentifier()]
         typed = [part for part in loc if part in ("bool", "int", "float", "str")]
         place = ".".join(str(part) for part in loc if part not in typed)
-        message = problem["msg"].removeprefix("Value error, ")
-        if typed:  # a value that is none of the union's types: say what it may be, not each branch's complaint
+        message = problem["msg"].removeprefix("Value error, ") if problem["type"] != "string_unicode" else "not valid Unicode (a lone surrogate, \\ud800 to \\udfff)"
+        if typed and problem is problems[0] and problem["type"] != "value_error":  # none of the union's types: say what it may be
             message = f"a number, a string or true/false, got {json.dumps(problem['input'])[:60]}"
         raise FilterError(f"{where}{'.' + place if place else ''}: {message}") from None
 
@@ -233,15 +253,24 @@ class _Parser:
 
     def disjunction(self) -> Filter:
         parts = [self.conjunction()]
-        while self.keyword("or"):
+        while self.joined("or", parts):
             parts.append(self.conjunction())
         return parts[0] if len(parts) == 1 else Or(**{"or": parts})
 
     def conjunction(self) -> Filter:
         parts = [self.negation()]
-        while self.keyword("and"):
+        while self.joined("and", parts):
             parts.append(self.negation())
         return parts[0] if len(parts) == 1 else And(**{"and": parts})
+
+    def joined(self, word: str, parts: list[Filter]) -> bool:
+        """Whether ``word`` joins one more part, refused past ``MAX_TERMS`` parts."""
+        token = self.peek()
+        if not self.keyword(word):
+            return False
+        if len(parts) == MAX_TERMS:
+            self.fail(token[2], f"at most {MAX_TERMS} parts joined by one {word!r} (group them in parentheses)")
+        return True
 
     def negation(self) -> Filter:
         token = self.peek()
@@ -284,7 +313,7 @@ class _Parser:
         try:
             return _validated(Condition, data, "filter")
         except FilterError as error:
-            self.fail(position, str(error).removeprefix("filter: "))
+            self.fail(position, f"{data['field']} {str(error).removeprefix('filter').lstrip('.: ')}")
 
     def values(self) -> list[Any]:
         kind, text, position = self.next("'['")
@@ -302,7 +331,10 @@ class _Parser:
     def value(self) -> Any:
         kind, text, position = self.next("a value")
         if kind == "string":
-            return json.loads('"' + text[1:-1].replace('\\"', '"').replace("\\'", "'").replace('"', '\\"') + '"')
+            try:
+                return json.loads('"' + text[1:-1].replace('\\"', '"').replace("\\'", "'").replace('"', '\\"') + '"')
+            except json.JSONDecodeError as error:
+                self.fail(position + error.pos, "a bad escape or a control character in a string (escape them as JSON does: \\t, \\n, \\\\, \\u00e9)")
         if kind == "number":
             return float(text) if any(c in text for c in ".eE") else int(text)
         if kind == "word" and text.lower() in ("true", "false"):

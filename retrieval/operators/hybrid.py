@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.kernels.results import FILL_ROW
-from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
+from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, ExactBelow, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
@@ -186,8 +186,8 @@ class HybridGraphSearch(Hybrid):
 
     op: Literal["hybrid_graph"]
     candidates: Count = 128
-    keyword_exact_below: int = Field(2000, ge=0)  # fewer nodes hold the required keywords: score them exactly
-    filter_exact_below: int | None = Field(None, ge=0)  # fewer nodes pass the request's filter: score them exactly (None: when cheaper)
+    keyword_exact_below: ExactBelow = 2000  # fewer nodes hold the required keywords: score them exactly
+    filter_exact_below: ExactBelow | None = None  # fewer nodes pass the request's filter: score them exactly (None: when cheaper)
 
     def filtered_pool(self, fraction: float) -> int:
         """The pool of a walk that keeps a ``fraction`` of the nodes: ``candidates`` divided by the share to

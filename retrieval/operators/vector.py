@@ -5,13 +5,13 @@ per-query latency is a batch of one, what a user would wait."""
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import MAX_CANDIDATES, Candidates, Count, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
+from graphlake.retrieval.core import MAX_CANDIDATES, MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 
@@ -73,7 +73,7 @@ class DenseHNSW(TopK):
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "ef_search", "filter_exact_below"})
     op: Literal["dense_hnsw"]
     ef_search: Count = 128
-    filter_exact_below: int = Field(FILTER_EXACT_BELOW, ge=0)  # fewer nodes pass a filter: score them exactly
+    filter_exact_below: ExactBelow = FILTER_EXACT_BELOW
 
     def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
         import faiss  # loaded with the index already; the search depth per call, so threads share the index
@@ -117,8 +117,8 @@ class Fusion(Op):
 
     FILTER: ClassVar[Literal["inputs"]] = "inputs"
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "weights"})
-    inputs: list[Input] = Field(min_length=1)
-    weights: list[Weight] | None = None
+    inputs: list[Input] = Field(min_length=1, max_length=MAX_INPUTS)
+    weights: Annotated[list[Weight], Field(max_length=MAX_INPUTS)] | None = None
     k: Count = 100
 
     def input_weights(self) -> list[float]:
