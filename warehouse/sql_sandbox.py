@@ -32,6 +32,7 @@ import duckdb
 import pyarrow as pa
 
 from graphlake.common.settings import number_from_env
+from graphlake.common.unicode_checks import lone_surrogate
 
 TIMEOUT_ENV, MEMORY_ENV = "GRAPHLAKE_SQL_TIMEOUT", "GRAPHLAKE_SQL_MEMORY_MB"
 MAX_ROWS = 1_000_000  # the most rows one answer may carry
@@ -82,10 +83,14 @@ def run_sql(home: Path, statement: str, limit: int) -> Answer:
     seconds, megabytes = limits()
     if not 1 <= limit <= MAX_ROWS:
         raise SandboxError(f"limit: between 1 and {MAX_ROWS:,} rows, got {limit}")
+    if not statement.strip():
+        raise SandboxError("statement: empty; write a query (SELECT ...)")
+    if (bad := lone_surrogate(statement)) is not None:
+        raise SandboxError(f"statement: not valid Unicode (a lone surrogate at character {bad + 1})")
     command = [sys.executable, "-m", "graphlake.warehouse.sql_sandbox", str(home), str(limit), repr(seconds), str(megabytes)]
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas would reserve address space the cap counts
     try:
-        done = subprocess.run(command, input=statement.encode("utf-8", "surrogatepass"), capture_output=True, timeout=seconds + STARTUP_SECONDS, env=env)
+        done = subprocess.run(command, input=statement.encode("utf-8"), capture_output=True, timeout=seconds + STARTUP_SECONDS, env=env)
     except subprocess.TimeoutExpired:
         raise LimitError(_past_time(seconds)) from None
     header, _, body = done.stdout.partition(b"\n")
@@ -171,14 +176,17 @@ def _answer(home: Path, statement: str, limit: int, seconds: float, megabytes: i
     catalog = Catalog(home)
     with catalog.reader() as con:
         _confine(con, catalog.files, megabytes)
-        *before, last = reading_statements(con, statement) or [None]
+        statements = reading_statements(con, statement)
+        if not statements:
+            raise SandboxError("statement: no SQL in it (only comments or semicolons); write a query (SELECT ...)")
+        *before, last = statements
         _cap_address_space(megabytes)
         timer = threading.Timer(seconds, con.interrupt)
         timer.start()
         try:
             for earlier in before:
                 con.execute(earlier).fetchall()
-            table = _rows(con, last.query, limit + 1, megabytes) if last is not None else pa.table({})
+            table = _rows(con, last.query, limit + 1, megabytes)
         except duckdb.InterruptException:
             raise LimitError(_past_time(seconds)) from None
         finally:
@@ -191,22 +199,35 @@ def _answer(home: Path, statement: str, limit: int, seconds: float, megabytes: i
     return {"cut": cut, "left_out": catalog.left_out}, sink.getvalue()
 
 
+def _from_memory(error: BaseException | None) -> bool:
+    """Whether ``error`` is a MemoryError or was raised while handling one (a stream closed in its wake)."""
+    while error is not None:
+        if isinstance(error, MemoryError):
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
 def _main(home: str, limit: str, seconds: str, megabytes: str) -> int:
-    statement = sys.stdin.buffer.read().decode("utf-8", "surrogatepass")
+    statement = sys.stdin.buffer.read().decode("utf-8")
     try:
         header, body = _answer(Path(home), statement, int(limit), float(seconds), int(megabytes))
     except SandboxError as error:
         said = {"error": type(error).__name__, "message": str(error)}
     except duckdb.OutOfMemoryException as error:
         said = {"error": "LimitError", "message": f"{str(error).splitlines()[0]} (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
-    except MemoryError:  # the result's conversion, past the cap
-        said = {"error": "LimitError", "message": f"Out of Memory Error: the result did not fit (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
     except duckdb.PermissionException as error:
         said = {"error": "PermissionRefused", "message": str(error).splitlines()[0]}
     except duckdb.Error as error:
         said = {"error": "SandboxError", "message": str(error).strip()}  # DuckDB's own lines: "Did you mean", the statement, a caret
+    except Exception as error:
+        if not _from_memory(error):
+            raise
+        # the result's conversion, past the cap (a MemoryError, or what closing a half-written stream then raised)
+        said = {"error": "LimitError", "message": f"Out of Memory Error: the result did not fit (the limit is {megabytes} MB: set {MEMORY_ENV} for more)"}
     else:
-        sys.stdout.buffer.write(json.dumps(header).encode() + b"\n" + body)
+        sys.stdout.buffer.write(json.dumps(header).encode() + b"\n")
+        sys.stdout.buffer.write(body)  # not joined to the header: that would copy the whole result once more
         return 0
     sys.stdout.buffer.write(json.dumps(said).encode() + b"\n")
     return 3

@@ -1,0 +1,13 @@
+"""Text that cannot travel: a lone surrogate (JSON's ``"\ud800"``, Python's ``surrogateescape``) has no
+UTF-8 form, so a tokenizer, DuckDB or Arrow fails on it deep inside; a request names it up front."""
+
+from __future__ import annotations
+
+
+def lone_surrogate(text: str) -> int | None:
+    """The index of the first half UTF-16 pair in ``text``, None if it has none."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        return error.start
+    return None
