@@ -96,6 +96,11 @@ def test_a_runaway_statement_is_stopped_in_one_line(reads_demo, monkeypatch):
     assert cut.exit_code == 0 and len(json.loads(cut.stdout)) == 1000 and "the first 1,000 rows are shown" in cut.stderr, cut.output
     whole = sql("SELECT range FROM range(5)", "--json", "--limit", "5")
     assert json.loads(whole.stdout) == [{"range": i} for i in range(5)] and "note" not in whole.stderr
+    sliced = sql("SELECT range FROM range(2500)", "--limit", "2500")  # printed 1,000 rows at a time, under one header
+    assert sliced.exit_code == 0 and sliced.stdout.count("range") == 1 and "2499" in sliced.stdout, sliced.output[-500:]
+    for statement, said in (("  ", "statement: empty"), ("/* nothing */ ;", "statement: no SQL in it")):
+        refused = sql(statement)
+        assert refused.exit_code == 1 and said in refused.stderr, refused.output
     monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "nan")
     assert "GRAPHLAKE_SQL_TIMEOUT='nan'" in sql("SELECT 1").stderr
 
