@@ -11,19 +11,23 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
+from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate
 from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.suggest import did_you_mean
+from graphlake.common.unicode_checks import lone_surrogate
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
-from graphlake.retrieval.core import METHOD_NAME, Candidates, MethodError, Methods, Op, needs, unfiltered
+from graphlake.retrieval.core import METHOD_NAME, Candidates, MethodError, Methods, Op, needs, unfiltered, walk
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.filters import Filter, FilterError, parse_filter
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, query_encodings
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.corpora import CORPUS_NAME, CorpusRegistry
@@ -41,6 +45,7 @@ MAX_BATCH = 256
 MAX_NAME_CHARS = 200
 MAX_CORPORA = 16  # searched in one call
 RRF_CONSTANT = 60.0  # fusing several corpora's rankings (Cormack et al.)
+POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
 
 
 def open_lake(location: str | Path = "") -> GraphLake:
@@ -101,20 +106,51 @@ class GraphLake:
         warm = self._warm.get(corpus)
         return None if warm is None else warm.indexes.loading
 
-    def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
         """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
         ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time
         parameters (``methods()`` lists them). Several corpora (a list) are searched alike and their rankings
         fused by reciprocal rank, each hit naming its corpus."""
         if not isinstance(query, str):
             raise RequestError(f"query: a string, got {_kind(query)}")
-        return self.search_batch(corpus, method, [query], k, filter, **overrides)[0]
+        return self.answer(corpus, method, [query], k, filter, overrides)[0]
 
     def search_batch(
-        self, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
+        return self.answer(corpus, method, queries, k, filter, overrides)
+
+    def answer(
+        self,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int,
+        filter: Filter | dict | str | None,
+        overrides: dict[str, Any],
+        budget: MemoryBudget | None = None,
+    ) -> list[SearchResult]:
+        """``search_batch`` with the query-time values as one mapping, whatever their names (a body field
+        named ``queries`` or ``self`` is a value the method refuses, not a second argument)."""
+        return list(self.answers(corpus, method, queries, k, filter, overrides, budget))
+
+    def answers(
+        self,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int,
+        filter: Filter | dict | str | None,
+        overrides: dict[str, Any],
+        budget: MemoryBudget | None = None,
+    ) -> Iterator[SearchResult]:
+        """:meth:`answer` as an iterator: the arguments are checked and the batch searched now (a bad one
+        raises here), each query's hits are made as it is reached, so a server streams a batch of 256
+        answers of 1,000 hits without holding them all. With a ``budget`` (the server's), the search's
+        memory is estimated from its shape (``api/budget.py``) and held from before the search until the
+        last answer is made; ``OverBudget`` when it does not fit."""
         names = _corpora(corpus)
         for name in names:
             _check_names(name, method)
@@ -126,39 +162,45 @@ class GraphLake:
                 DocumentMetadata.check_all(expression, [w.indexes.metadata() for w in warm.values()])
             except FilterError as error:
                 raise RequestError(str(error)) from None
-        found = [self._search(name, warm[name], method, queries, k, expression, overrides, len(names) == 1) for name in names]
-        return found[0] if len(names) == 1 else [_fused(results, k) for results in zip(*found, strict=True)]
+        ops = {name: _method(warm[name].methods, method, overrides, k) for name in names}
+        cost = sum(estimate(_shape(warm[name].indexes, ops[name], queries, k)) for name in names) if budget is not None else 0
+        if budget is not None:
+            budget.take(cost)
+        try:
+            searched = [self._search(name, warm[name], method, ops[name], queries, expression, len(names) == 1) for name in names]
+        except BaseException:
+            if budget is not None:
+                budget.give_back(cost)
+            raise
 
-    def _search(
-        self, corpus: str, warm: _Warm, method: str, queries: list[str], k: int, expression: Filter | None, overrides: dict[str, Any], check: bool
-    ) -> list[SearchResult]:
-        """One corpus's answers; ``check``: refuse a filter naming a field none of its documents has."""
-        op = _method(warm.methods, method, overrides, k)
+        def each() -> Iterator[SearchResult]:
+            try:
+                for i, query in enumerate(queries):
+                    results = tuple(corpus_searched.result(i, query, k) for corpus_searched in searched)
+                    yield results[0] if len(results) == 1 else _fused(results, k)
+            finally:
+                if budget is not None:
+                    budget.give_back(cost)
+
+        return each()
+
+    def _search(self, corpus: str, warm: _Warm, method: str, op: Op, queries: list[str], expression: Filter | None, check: bool) -> _Searched:
+        """One corpus's candidates for every query, ``CHUNK_QUERIES`` at a time; ``check``: refuse a filter
+        naming a field none of its documents has."""
         if expression is not None and (refusing := unfiltered(op)) is not None:
             raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
         try:
             indexes = warm.indexes.request(expression, check)
         except FilterError as error:
             raise RequestError(str(error)) from None
-        started = time.perf_counter()
-        indexes.prime(queries, needs(op))
-        found = op.run_batch(queries, indexes)
+        started, found = time.perf_counter(), []
+        for start in range(0, len(queries), CHUNK_QUERIES):
+            chunk = queries[start : start + CHUNK_QUERIES]
+            indexes.prime(chunk, needs(op))
+            found += op.run_batch(chunk, indexes)
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
-        notes = list(indexes.notes) + ([gap] if gap else [])
-        snapshot = warm.version[0]
-        return [
-            SearchResult(
-                corpus=corpus,
-                method=method,
-                snapshot=snapshot,
-                latency_ms=round(latency, 3),
-                hits=_hits(corpus, indexes, query, candidates, k),
-                notes=notes,
-                snapshots={corpus: snapshot},
-            )
-            for query, candidates in zip(queries, found, strict=True)
-        ]
+        return _Searched(corpus, method, warm.version[0], indexes, found, round(latency, 3), [*indexes.notes, *([gap] if gap else [])])
 
     def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses
@@ -245,6 +287,8 @@ def _check(queries: list[str], k: int) -> None:
             raise RequestError(f"query {i}: empty")
         if len(query) > MAX_QUERY_CHARS:
             raise RequestError(f"query {i}: at most {MAX_QUERY_CHARS} characters, got {len(query)}")
+        if not query.isascii() and (bad := lone_surrogate(query)) is not None:  # isascii: a flag, no scan
+            raise RequestError(f"query {i}: not valid Unicode (a lone surrogate at character {bad + 1})")
     if not 1 <= k <= MAX_K:
         raise RequestError(f"k: between 1 and {MAX_K}, got {k}")
 
@@ -269,6 +313,31 @@ def _filter(given: Any) -> Filter | None:
         return parse_filter(given)
     except FilterError as error:
         raise RequestError(str(error)) from None
+
+
+@dataclass(frozen=True)
+class _Searched:
+    """One corpus's search of a batch: the candidates of every query, made into an answer one query at a time."""
+
+    corpus: str
+    method: str
+    snapshot: int
+    indexes: CorpusIndexes
+    found: list[Candidates]
+    latency_ms: float  # per query
+    notes: list[str]
+
+    def result(self, i: int, query: str, k: int) -> SearchResult:
+        hits = _hits(self.corpus, self.indexes, query, self.found[i], k)
+        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, self.notes, {self.corpus: self.snapshot})
+
+
+def _shape(indexes: CorpusIndexes, op: Op, queries: list[str], k: int) -> Shape:
+    """What a search's memory is estimated from: the batch, the corpus, and the method's widest pool."""
+    dense, splade = query_encodings(needs(op))
+    pool = max((value for node in walk(op) for name in POOLS if isinstance(value := getattr(node, name, None), int)), default=k)
+    text_bytes = indexes.memo(("mean text bytes",), lambda: max(1, int(pc.mean(pc.binary_length(indexes.nodes().column("text"))).as_py() or 1)))
+    return Shape(len(queries), max(map(len, queries)), k, max(pool, k), len(indexes.node_ids), text_bytes, dense, splade)
 
 
 def _hits(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:

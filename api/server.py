@@ -1,34 +1,44 @@
 """``graphlake serve``: the API over HTTP (FastAPI on uvicorn), bound to 127.0.0.1 unless told otherwise.
 
 ``POST /search`` and ``POST /search/batch`` answer what :meth:`GraphLake.search` and ``search_batch``
-return; ``GET /corpora``, ``/methods`` and ``/health``; the OpenAPI docs at ``/docs``. With
-``$GRAPHLAKE_API_KEY`` set, every route but ``/health`` wants it (``Authorization: Bearer <key>`` or
-``X-API-Key``), compared in constant time and never logged. Every refused request gets a 4xx whose
-body is one line: ``{"error": "..."}``; so does a malformed body, one over ``MAX_BODY_BYTES`` (refused
-before it is read whole), an unknown path, and a search whose index the lake has not built (409).
-Values are strict: ``"k": "5"`` or ``true`` is refused, not read as a number."""
+return (a batch streamed, one query's answer at a time); ``GET`` (and ``HEAD``) ``/corpora``,
+``/methods`` and ``/health``; the OpenAPI docs at ``/docs``. With ``$GRAPHLAKE_API_KEY`` set, every
+route but ``/health`` wants it, as ``Authorization: Bearer <key>`` (the scheme in any case, as HTTP
+has it) or ``X-API-Key: <key>``; it is compared in constant time and never logged (nor is any query
+string). Every refusal, the HTTP layer's own included (``api/http_protocol.py``), is a 4xx or 503
+whose body is one line of at most 300 characters: ``{"error": "..."}``; a malformed body, one over
+``MAX_BODY_BYTES`` (refused before it is read whole), a head over 64 KiB or ``MAX_HEADERS`` headers,
+an unknown path (no redirect for a trailing slash), and a search whose index the lake has not built
+(409) among them. Values are strict: ``"k": "5"`` or ``true`` is refused, not read as a number."""
 
 from __future__ import annotations
 
+import json
 import os
+from collections.abc import Iterator
+from dataclasses import asdict
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import KEY_ENV, key_matches
+from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
+from graphlake.api.http_protocol import MAX_BODY_BYTES, MAX_HEAD_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
 from graphlake.warehouse.storage import StorageError
 
 OPEN_PATHS = frozenset({"/health"})
-MAX_BODY_BYTES = 4 << 20  # a full batch of the longest queries, escaped, fits with room to spare
+MAX_HEADERS = 100  # Envoy's default count
+KEY_FORMS = "Authorization: Bearer <key>, or X-API-Key: <key>"
 
 
 class _Search(BaseModel):
@@ -60,19 +70,28 @@ class Health(BaseModel):
     corpora: int
 
 
+def refusal(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """Every refusal's shape: ``{"error": "<one line>"}``."""
+    return JSONResponse({"error": error_line(message)}, status_code=status, headers=headers)
+
+
 def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but /health."""
     key = api_key if api_key is not None else os.environ.get(KEY_ENV, "")
-    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1")
-    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+    budget = MemoryBudget.from_env()
+    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False)
 
     @app.middleware("http")
     async def require_key(request: Request, call_next):
         if key and request.url.path not in OPEN_PATHS:
-            given = request.headers.get("x-api-key") or request.headers.get("authorization", "").removeprefix("Bearer ").strip()
-            if not key_matches(given, key):
-                return JSONResponse({"error": "missing or wrong API key (Authorization: Bearer <key>, or X-API-Key)"}, status_code=401)
+            given, problem = _key_of(request.headers)
+            if problem is None and not key_matches(given, key):
+                problem = "missing or wrong API key"
+            if problem is not None:
+                return refusal(401, f"{problem} ({KEY_FORMS})")
         return await call_next(request)
+
+    app.add_middleware(_Limits, body=MAX_BODY_BYTES, headers=MAX_HEADERS)  # added last, runs first: before the key
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -80,64 +99,109 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
         where = ".".join(str(part) for part in problem["loc"] if part != "body") or "body"
         if problem["type"] == "json_invalid":
             where, problem["msg"] = "body", f"not JSON ({problem.get('ctx', {}).get('error', 'a decode error')} at character {problem['loc'][-1]})"
-        return JSONResponse({"error": f"{where}: {problem['msg']}"}, status_code=422)
+        if problem["type"] == "string_unicode":
+            problem["msg"] = "not valid Unicode (a lone surrogate, \\ud800 to \\udfff)"
+        return refusal(422, f"{where}: {problem['msg']}")
 
     @app.exception_handler(HTTPException)
     async def refused_by_http(request: Request, error: HTTPException) -> JSONResponse:
-        detail = "body: not JSON that can be read (nested too deeply?)" if error.status_code == 400 else str(error.detail)
-        return JSONResponse({"error": " ".join(detail.split())}, status_code=error.status_code, headers=error.headers)
+        detail = _unreadable(error.__cause__) if error.status_code == 400 else str(error.detail)
+        return refusal(error.status_code, detail, error.headers)
 
     @app.exception_handler(StorageError)
     async def not_built(request: Request, error: StorageError) -> JSONResponse:
-        return JSONResponse({"error": str(error).splitlines()[0]}, status_code=409)
+        return refusal(409, str(error).splitlines()[0])
 
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception) -> JSONResponse:  # the traceback goes to the server's log
-        return JSONResponse({"error": f"internal error ({type(error).__name__}); the server's log has the details"}, status_code=500)
+        return refusal(500, f"internal error ({type(error).__name__}); the server's log has the details")
 
     @app.exception_handler(UnknownName)
     async def unknown(request: Request, error: UnknownName) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=404)
+        return refusal(404, str(error))
 
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
-        return JSONResponse({"error": str(error)}, status_code=422)
+        return refusal(422, str(error))
 
-    @app.get("/health")
+    @app.exception_handler(OverBudget)
+    async def over_budget(request: Request, error: OverBudget) -> JSONResponse:
+        return refusal(503, str(error), {"Retry-After": "1"}) if error.busy else refusal(422, str(error))
+
+    @app.api_route("/health", methods=["GET", "HEAD"])
     def health() -> Health:
         return Health(status="ok", corpora=len(lake.corpora()))
 
-    @app.get("/corpora")
+    @app.api_route("/corpora", methods=["GET", "HEAD"])
     def corpora() -> list[CorpusInfo]:
         return lake.corpora()
 
-    @app.get("/methods")
+    @app.api_route("/methods", methods=["GET", "HEAD"])
     def methods() -> list[MethodInfo]:
         return lake.methods()
 
     @app.post("/search")
     def search(request: SearchRequest) -> SearchResult:
-        return lake.search(request.corpus, request.method, request.query, request.k, request.filter, **request.overrides())
+        return lake.answer(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget)[0]
 
-    @app.post("/search/batch")
-    def search_batch(request: BatchRequest) -> list[SearchResult]:
-        return lake.search_batch(request.corpus, request.method, request.queries, request.k, request.filter, **request.overrides())
+    @app.post("/search/batch", response_model=list[SearchResult])
+    def search_batch(request: BatchRequest) -> StreamingResponse:
+        answers = lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget)
+        return StreamingResponse(_json_list(answers), media_type="application/json", background=BackgroundTask(give_memory_back))
 
     return app
 
 
-class _BodyLimit:
-    """Refuses a body over ``limit`` bytes with a 413 in the API's shape: by its Content-Length before
-    reading any of it, or (chunked) as soon as it passes the limit; the app is then handed the body read."""
+def _key_of(headers: Headers) -> tuple[str, str | None]:
+    """The key a request sends, or why its form is refused: ``Authorization`` must name the Bearer
+    scheme (in any case); ``X-API-Key`` is the key alone (surrounding spaces dropped)."""
+    if "x-api-key" in headers:
+        return headers["x-api-key"].strip(), None
+    scheme, _, token = headers.get("authorization", "").strip().partition(" ")
+    if not scheme:
+        return "", None
+    if scheme.lower() != "bearer" or not token.strip():
+        return "", "Authorization: expected 'Bearer <key>'"
+    return token.strip(), None
 
-    def __init__(self, app: ASGIApp, limit: int) -> None:
-        self.app, self.limit = app, limit
+
+def _unreadable(cause: BaseException | None) -> str:
+    """Why a body could not be read as JSON, from what the parser raised."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"body: not UTF-8 (byte {cause.start + 1})"
+    if isinstance(cause, RecursionError):
+        return "body: JSON nested too deeply to read"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        return "body: a number of more than 4,300 digits"
+    return "body: not JSON that can be read"
+
+
+def _json_list(answers: Iterator[SearchResult]) -> Iterator[bytes]:
+    """A JSON list written one answer at a time, in the encoding FastAPI gives a returned value."""
+    yield b"["
+    for i, answer in enumerate(answers):
+        yield (b"," if i else b"") + json.dumps(asdict(answer), ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
+    yield b"]"
+
+
+class _Limits:
+    """Refuses a request with more than ``headers`` headers (431), and a body over ``body`` bytes with a
+    413: by its Content-Length before reading any of it, or (chunked) as soon as it passes the limit;
+    the app is then handed the body read."""
+
+    def __init__(self, app: ASGIApp, body: int, headers: int) -> None:
+        self.app, self.body, self.headers = app, body, headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
-        declared = Headers(scope=scope).get("content-length", "")
-        if declared and (not declared.isdigit() or int(declared) > self.limit):
+        if len(scope["headers"]) > self.headers:
+            return await refusal(431, f"headers: at most {self.headers}, got {len(scope['headers'])}", {"Connection": "close"})(scope, receive, send)
+        headers = Headers(scope=scope)
+        if "content-length" in headers and "transfer-encoding" in headers:  # a request smuggler's pair (RFC 9112, 6.3)
+            return await refusal(400, "Content-Length beside Transfer-Encoding: send one of them", {"Connection": "close"})(scope, receive, send)
+        declared = headers.get("content-length", "")
+        if declared and (not declared.isdigit() or int(declared) > self.body):
             return await self._refuse(scope, receive, send)
         chunks, size, more = [], 0, True
         while more:
@@ -146,7 +210,7 @@ class _BodyLimit:
                 return None
             chunks.append(message.get("body", b""))
             size, more = size + len(chunks[-1]), message.get("more_body", False)
-            if size > self.limit:
+            if size > self.body:
                 return await self._refuse(scope, receive, send)
         replayed = False
 
@@ -160,12 +224,14 @@ class _BodyLimit:
         await self.app(scope, replay, send)
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = JSONResponse({"error": f"body: over {self.limit >> 20} MiB"}, status_code=413, headers={"Connection": "close"})
-        await response(scope, receive, send)
+        await refusal(413, f"body: over {self.body >> 20} MiB", {"Connection": "close"})(scope, receive, send)
 
 
 def serve(lake: GraphLake, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve ``lake`` until interrupted (uvicorn's access log names paths, never headers)."""
+    """Serve ``lake`` until interrupted, on h11 with the API's own refusals (``api/http_protocol.py``)."""
     import uvicorn
 
-    uvicorn.run(create_app(lake), host=host, port=port, log_level="info")
+    tame_allocator()
+    uvicorn.run(
+        create_app(lake), host=host, port=port, log_level="info", http=JsonErrorsProtocol, h11_max_incomplete_event_size=MAX_HEAD_BYTES, log_config=logging_config()
+    )

@@ -166,10 +166,12 @@ def demo_lake(tmp_path_factory) -> DemoLake:
 
 @pytest.fixture(scope="session")
 def served(demo_lake, tmp_path_factory):
-    """The shared demo lake served by ``graphlake serve`` with an API key (``served.KEY``); it only reads it."""
-    from served import KEY, Server
+    """The shared demo lake served by ``graphlake serve`` with an API key (``served.KEY``) and a request
+    budget of ``served.REQUEST_MB`` (a batch of the longest queries at k 1,000 through SPLADE is over it);
+    it only reads the lake."""
+    from served import KEY, REQUEST_MB, Server
 
-    server = Server(demo_lake.home, tmp_path_factory.mktemp("serve") / "server.log", KEY)
+    server = Server(demo_lake.home, tmp_path_factory.mktemp("serve") / "server.log", KEY, {"GRAPHLAKE_SERVE_REQUEST_MB": str(REQUEST_MB)})
     try:
         yield server
     finally:

@@ -13,14 +13,15 @@ import httpx
 from conftest import free_port
 
 KEY = "test-key-7f3a"  # the API key the shared demo server (conftest's ``served``) wants
+REQUEST_MB = 200  # the memory one of its requests may hold
 
 
 class Server:
     """A ``graphlake serve`` process on a free loopback port; its output kept in a file."""
 
-    def __init__(self, home: Path, log: Path, key: str | None = None) -> None:
+    def __init__(self, home: Path, log: Path, key: str | None = None, settings: dict[str, str] | None = None) -> None:
         self.port, self.log = free_port(), log
-        env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}
+        env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster"), **(settings or {})}
         env.pop("GRAPHLAKE_API_KEY", None)
         env.update({"GRAPHLAKE_API_KEY": key} if key else {})
         command = [shutil.which("graphlake") or str(Path(sys.executable).parent / "graphlake"), "serve", "--port", str(self.port)]

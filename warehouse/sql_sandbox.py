@@ -85,7 +85,7 @@ def run_sql(home: Path, statement: str, limit: int) -> Answer:
         raise SandboxError(f"limit: between 1 and {MAX_ROWS:,} rows, got {limit}")
     if not statement.strip():
         raise SandboxError("statement: empty; write a query (SELECT ...)")
-    if (bad := lone_surrogate(statement)) is not None:
+    if not statement.isascii() and (bad := lone_surrogate(statement)) is not None:
         raise SandboxError(f"statement: not valid Unicode (a lone surrogate at character {bad + 1})")
     command = [sys.executable, "-m", "graphlake.warehouse.sql_sandbox", str(home), str(limit), repr(seconds), str(megabytes)]
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas would reserve address space the cap counts

@@ -48,6 +48,12 @@ LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes n
 SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
 
 
+def query_encodings(read: set[str] | frozenset[str]) -> tuple[bool, bool]:
+    """Whether a method reading the index kinds ``read`` (``core.needs``) encodes its queries with the dense
+    model, and with SPLADE."""
+    return not read <= LEXICAL, bool(read & SPLADE_READERS)
+
+
 def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
     """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
     titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
@@ -187,7 +193,7 @@ class CorpusIndexes:
         kinds ``read`` (``core.needs``), for ``encode_dense`` and ``encode_splade`` to answer from."""
         from graphlake.kernels.text import query_encoders
 
-        dense, splade = not read <= LEXICAL, bool(read & SPLADE_READERS)
+        dense, splade = query_encodings(read)
         texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
         if not texts:
             return
