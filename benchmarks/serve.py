@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -168,9 +169,81 @@ def load(home: Path, corpus: str, methods: list[str], queries: list[str], second
                 print(rows[-1], file=sys.stderr, flush=True)
                 if server.poll() is not None:
                     raise SystemExit(f"the server died during {method} (exit status {server.returncode})")
+            summary["memory_rows"], summary["memory"] = memory(url, server.pid, corpus, methods, queries, idle)
         finally:
             server.terminate()
             server.wait(timeout=30)
+    return rows, summary
+
+
+LONG_CHARS, BATCH, BIG_K, CONCURRENT = 2_000, 256, 1_000, 8  # the memory scenarios' batch: the API's bounds
+
+
+def long_queries(texts: list[str], count: int, seed: int) -> list[str]:
+    """``count`` distinct queries of LONG_CHARS characters, words of ``texts`` shuffled by ``seed``."""
+    import random
+
+    words = " ".join(texts).split() or ["sled"]
+    rng, found = random.Random(seed), []
+    while len(found) < count:
+        query = ""
+        while len(query) < LONG_CHARS:
+            query += rng.choice(words) + " "
+        found.append(query[:LONG_CHARS].strip())
+    return found
+
+
+def _peak_since_reset(pid: int, reset: bool) -> float:
+    """The resident peak (MiB) since the last reset; ``reset``: start a new one (``/proc/PID/clear_refs``)."""
+    if reset:
+        Path(f"/proc/{pid}/clear_refs").write_text("5")
+        return 0.0
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmHWM:"))) / 1024
+
+
+def memory(url: str, pid: int, corpus: str, methods: list[str], texts: list[str], idle: float) -> tuple[list[str], dict]:
+    """The memory scenarios: per method one batch of BATCH long queries at k BIG_K; CONCURRENT such batches
+    at once of rrf and of ap_three at candidates 10,000; a 16 MB header. Each: the server's resident peak
+    against idle, and how its requests were answered (status: count)."""
+    headers = {"Content-Type": "application/json"}
+
+    def batch(method: str, seed: int, **extra) -> int:
+        body = {"corpus": corpus, "method": method, "queries": long_queries(texts, BATCH, seed), "k": BIG_K, **extra}
+        try:
+            with httpx.stream("POST", f"{url}/search/batch", json=body, headers=headers, timeout=1800) as answer:
+                for _ in answer.iter_bytes():
+                    pass
+                return answer.status_code
+        except httpx.HTTPError:
+            return -1
+
+    def scenario(label: str, run) -> None:
+        _peak_since_reset(pid, reset=True)
+        started = time.perf_counter()
+        statuses = run()
+        peak = max(_peak_since_reset(pid, reset=False), _rss_mb(pid))
+        counted = {str(code): statuses.count(code) for code in sorted(set(statuses))}
+        rows.append(f"| {label} | {len(statuses)} | {', '.join(f'{c}: {n}' for c, n in counted.items())} | {time.perf_counter() - started:.1f} | {peak:.0f} | {peak / idle:.2f} | {_rss_mb(pid):.0f} |")
+        summary[label] = {"statuses": counted, "peak_mb": round(peak, 1), "peak_over_idle": round(peak / idle, 3)}
+        print(rows[-1], file=sys.stderr, flush=True)
+
+    rows: list[str] = []
+    summary: dict = {}
+    for method in methods:
+        scenario(f"{method}: {BATCH} queries of {LONG_CHARS} characters, k {BIG_K}", lambda method=method: [batch(method, 0)])
+    for method, extra in (("rrf", {}), ("ap_three", {"candidates": 10_000})):
+        with ThreadPoolExecutor(CONCURRENT) as pool:
+            label = f"{method}{' candidates 10,000' if extra else ''}: {CONCURRENT} such batches at once"
+            scenario(label, lambda method=method, extra=extra: list(pool.map(lambda seed: batch(method, seed, **extra), range(1, CONCURRENT + 1))))
+
+    def header() -> list[int]:
+        try:
+            return [httpx.get(f"{url}/health", headers={"X-Big": "a" * (16 << 20)}, timeout=120).status_code]
+        except httpx.HTTPError:
+            return [-1]
+
+    scenario("a 16 MB header", header)
     return rows, summary
 
 
@@ -248,6 +321,18 @@ def load_only(options, home: Path, methods: list[str], texts: list[str]) -> None
             lines += ["", f"## {side} ({part['revision']}; idle {part['summary']['idle_mb']:.0f} MiB)", "", *part["header"]]
             lines += table("", ["method", "clients", "requests", "hostile", "errors", "requests/s", "p50 ms", "p95 ms", "peak MiB", "peak / idle"])[2:]
             lines += part["rows"]
+            if "memory_rows" in part["summary"]:
+                lines += ["", f"### memory ({side}): batches at the API's bounds, one after another, then at once", ""]
+                lines += table("", ["scenario", "requests", "statuses", "s", "peak MiB", "peak / idle", "after MiB"])[2:]
+                lines += part["summary"]["memory_rows"]
+    if {"before", "after"} <= set(stored):
+        ratios = [
+            f"| {method} | {stored['before']['summary']['methods'][method]['requests']} | {after['requests']} | {after['requests'] / max(1, stored['before']['summary']['methods'][method]['requests']):.2f} |"
+            for method, after in stored["after"]["summary"]["methods"].items()
+            if method in stored["before"]["summary"]["methods"]
+        ]
+        lines += ["", "## throughput, after against before (requests answered in the same windows)", ""]
+        lines += table("", ["method", "before", "after", "after / before"])[2:] + ratios
     (ROOT / "benchmarks" / "results" / "serve_load.md").write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
