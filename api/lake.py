@@ -113,28 +113,14 @@ class GraphLake:
         fused by reciprocal rank, each hit naming its corpus."""
         if not isinstance(query, str):
             raise RequestError(f"query: a string, got {_kind(query)}")
-        return self.answer(corpus, method, [query], k, filter, overrides)[0]
+        return list(self.answers(corpus, method, [query], k, filter, overrides))[0]
 
     def search_batch(
         self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
-        return self.answer(corpus, method, queries, k, filter, overrides)
-
-    def answer(
-        self,
-        corpus: str | list[str],
-        method: str,
-        queries: list[str],
-        k: int,
-        filter: Filter | dict | str | None,
-        overrides: dict[str, Any],
-        budget: MemoryBudget | None = None,
-    ) -> list[SearchResult]:
-        """``search_batch`` with the query-time values as one mapping, whatever their names (a body field
-        named ``queries`` or ``self`` is a value the method refuses, not a second argument)."""
-        return list(self.answers(corpus, method, queries, k, filter, overrides, budget))
+        return list(self.answers(corpus, method, queries, k, filter, overrides))
 
     def answers(
         self,
@@ -146,9 +132,11 @@ class GraphLake:
         overrides: dict[str, Any],
         budget: MemoryBudget | None = None,
     ) -> Iterator[SearchResult]:
-        """:meth:`answer` as an iterator: the arguments are checked and the batch searched now (a bad one
-        raises here), each query's hits are made as it is reached, so a server streams a batch of 256
-        answers of 1,000 hits without holding them all. With a ``budget`` (the server's), the search's
+        """``search_batch`` as an iterator, with the query-time values as one mapping whatever their names (a
+        body field named ``queries`` or ``self`` is a value the method refuses, not a second argument). The
+        arguments are checked and the batch searched now (a bad one raises here); each query's hits are
+        made as it is reached, so a server streams a batch of 256 answers of 1,000 hits without holding
+        them all. With a ``budget`` (the server's), the search's
         memory is estimated from its shape (``api/budget.py``) and held from before the search until the
         last answer is made; ``OverBudget`` when it does not fit."""
         names = _corpora(corpus)

@@ -142,7 +142,7 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
 
     @app.post("/search")
     def search(request: SearchRequest) -> SearchResult:
-        return lake.answer(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget)[0]
+        return list(lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget))[0]
 
     @app.post("/search/batch", response_model=list[SearchResult])
     def search_batch(request: BatchRequest) -> StreamingResponse:
