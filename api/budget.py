@@ -4,10 +4,11 @@ request's memory up front and refuses it over budget, with a queue in front of i
 
 A batch is searched ``CHUNK_QUERIES`` queries at a time and its answers are written out one query at a
 time (``GraphLake.answers``), so what one request holds at once depends on a chunk, not on the batch:
-the query encoders' activations for a batch of the longest queries (a SPLADE batch of four 256-token
-queries holds (4, 256, 30,522) float32 logits: 125 MB), the scores of the chunk's queries against every
-node, the candidate pools its operators keep, and one query's hits while they are written. The factors
-were measured on this project's server (benchmarks/results/serve_load.md) and err high.
+the query encoders' largest batch (``query_encoders.BATCH_TOKENS``: one 256-token query through SPLADE
+holds (256, 30,522) float32 logits, 31 MB, and about 140 MB at the graph's peak), the scores of the
+chunk's queries against every node, the candidate pools its operators keep, and one query's hits while
+they are written. The factors were measured on this project's server (benchmarks/results/serve_load.md)
+and err high: the defaults keep a demo server within 1.5 times its idle size.
 """
 
 from __future__ import annotations
@@ -111,7 +112,7 @@ class MemoryBudget:
 
     @classmethod
     def from_env(cls) -> MemoryBudget:
-        server = int(number_from_env(SERVER_ENV, 512, kind=int, least=16))
+        server = int(number_from_env(SERVER_ENV, 384, kind=int, least=16))
         request = int(number_from_env(REQUEST_ENV, 384, kind=int, least=16))
         return cls(server * MB, request * MB, number_from_env(WAIT_ENV, 30.0, least=0.0))
 
