@@ -82,3 +82,29 @@ def _print_table(table: pa.Table) -> None:
         for row in rows:
             shown.add_row(*map(_cell, row))
         console.print(shown)
+
+
+export = typer.Typer(help="Take data out of the lake in other tools' formats.", no_args_is_help=True, rich_markup_mode=None)
+
+
+app.add_typer(export, name="export")
+
+
+@export.command(name="graph")
+def export_graph(
+    corpus: Annotated[str, typer.Option(help="The corpus whose graph to export.")],
+    kind: Annotated[str | None, typer.Option(help="Edge kind (citation, semantic, ...); every kind when left out.")] = None,
+    format: Annotated[str, typer.Option("--format", help="graphml (one file), csv or parquet (a folder of nodes and edges files).")] = "graphml",
+    out: Annotated[Path | None, typer.Option(help="Where to write it (default: CORPUS-KIND.graphml, or a CORPUS-KIND-FORMAT folder, here).")] = None,
+) -> None:
+    """Export a corpus graph: every node with its document's title, the edges with kind and weight."""
+    from graphlake.warehouse.graph_export import ExportError
+    from graphlake.warehouse.graph_export import export_graph as write
+
+    name = f"{corpus}-{kind or 'all'}"
+    target = out or Path(f"{name}.graphml" if format == "graphml" else f"{name}-{format}")
+    try:
+        written = write(lake_home(), corpus, kind, format, target)
+    except (ExportError, StorageError) as error:
+        fail(str(error))
+    errors.print(f"wrote {written}", highlight=False, soft_wrap=True)
