@@ -30,7 +30,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import KEY_ENV, key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
-from graphlake.api.http_protocol import MAX_BODY_BYTES, MAX_HEAD_BYTES, JsonErrorsProtocol, error_line, logging_config
+from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
@@ -235,10 +235,8 @@ class _Limits:
 
 
 def serve(lake: GraphLake, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve ``lake`` until interrupted, on h11 with the API's own refusals (``api/http_protocol.py``)."""
+    """Serve ``lake`` until interrupted, with a bounded head and the API's own refusals (``api/http_protocol.py``)."""
     import uvicorn
 
     tame_allocator()
-    uvicorn.run(
-        create_app(lake), host=host, port=port, log_level="info", http=JsonErrorsProtocol, h11_max_incomplete_event_size=MAX_HEAD_BYTES, log_config=logging_config()
-    )
+    uvicorn.run(create_app(lake), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config())
