@@ -14,7 +14,7 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
-PLOT, PLOTTED = "recall_at_k.png", "recall_at_k.json"  # the plot, and the values it draws
+TABLE, PLOT, PLOTTED = "report.md", "recall_at_k.png", "recall_at_k.json"  # the table, the plot, and the values it draws
 TABLE_METRICS = ("recall@2", "recall@5", "recall@10", "ndcg@10", "hit@10", "mrr")
 
 
@@ -39,13 +39,13 @@ def report_asset(home: Path):
                 results.setdefault(row["split"], {}).setdefault(name, {})[metric] = row["value"]
         markdown, curves = render_markdown(corpus, results), json.dumps(plotted(results), sort_keys=True)
         folder = _current(lake.lake, corpus)
-        if folder is not None and _read(folder / "report.md") == markdown and _read(folder / PLOTTED) == curves:
+        if folder is not None and _read(folder / TABLE) == markdown and _read(folder / PLOTTED) == curves:
             png = (folder / PLOT).read_bytes()  # an edit that moved no metric: no new version, and no matplotlib (1 s)
         else:
             png = render_plot(corpus, results)
 
             def fill(folder: Path) -> None:
-                (folder / "report.md").write_text(markdown, encoding="utf-8")
+                (folder / TABLE).write_text(markdown, encoding="utf-8")
                 (folder / PLOTTED).write_text(curves, encoding="utf-8")
                 (folder / PLOT).write_bytes(png)
 
