@@ -40,6 +40,7 @@ THREADS_MAX = 256  # threads per block
 HASH_SLOTS = 4096  # the visited hash (a power of two)
 PROBES = 16  # linear probes before the hash forgets a node
 TEAM = 8  # threads that score one candidate together (lanes over dimensions and stored entries)
+LANE_SUMS = EDGES_MAX * TEAM  # a literal for the shared array: numba-cuda sizes those by constants only
 BLOCKS_PER_SM = 4
 # the shared ``state`` slots
 SIZE, FOUND, COUNT, NODE, NEXT, OPENS, SCORED = range(7)
@@ -134,7 +135,7 @@ def _walk(
     top_id = cuda.shared.array(K_MAX, int32)
     top_sc = cuda.shared.array(K_MAX, float32)
     top_fl = cuda.shared.array(K_MAX, int8)
-    partial = cuda.shared.array(EDGES_MAX * TEAM, float32)  # each candidate's lanes' sums
+    partial = cuda.shared.array(LANE_SUMS, float32)  # each candidate's lanes' sums
     query = cuda.shared.array(DIM_MAX, float32)
     state = cuda.shared.array(8, int32)
 
