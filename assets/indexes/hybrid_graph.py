@@ -37,7 +37,7 @@ class HybridIndexConfig(Config):
     entry: Literal["largest_norm", "smallest_norm"] = "largest_norm"
     entry_points: int = 32
     device: Literal["cpu", "numpy", "cuda"] = "cpu"  # cpu: numba; cuda: cupy (the gpu extra); numpy: the cupy code on the CPU
-    knn: Literal["auto", "exact", "candidates", "nndescent"] = "auto"  # auto: exact up to EXACT_KNN_UP_TO nodes, candidates above
+    knn: Literal["auto", "exact", "candidates", "nndescent"] = "auto"  # auto: exact up to EXACT_KNN_UP_TO nodes (on a CUDA device always), candidates above
     nndescent_iterations: int = 25
     nndescent_samples: int = 16  # neighbours sampled per node and kind (new, old), with as many reverse ones
     seed: int = 0
