@@ -19,7 +19,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate
+from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.suggest import did_you_mean
 from graphlake.common.unicode_checks import lone_surrogate
@@ -186,6 +186,8 @@ class GraphLake:
             chunk = queries[start : start + CHUNK_QUERIES]
             indexes.prime(chunk, needs(op))
             found += op.run_batch(chunk, indexes)
+            if len(queries) > CHUNK_QUERIES:
+                give_memory_back()
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
         return _Searched(corpus, method, warm.version[0], indexes, found, round(latency, 3), [*indexes.notes, *([gap] if gap else [])])
