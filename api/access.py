@@ -1,11 +1,8 @@
-"""Who may ask a server, and where the CLI finds one: the environment variables, and the key check."""
+"""Who may ask a server: the key check (the key and the server's address are settings, ``common/settings.py``)."""
 
 from __future__ import annotations
 
 import hmac
-
-KEY_ENV = "GRAPHLAKE_API_KEY"  # set: `graphlake serve` requires this key, `graphlake query --server` sends it
-SERVER_ENV = "GRAPHLAKE_SERVER"  # a running `graphlake serve` (http://host:port) that `graphlake query` asks
 
 
 def key_matches(given: str, key: str) -> bool:

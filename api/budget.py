@@ -18,12 +18,11 @@ import threading
 import time
 from dataclasses import dataclass
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import SERVE_MEMORY_MB, SERVE_QUEUE_S, SERVE_REQUEST_MB
 from graphlake.kernels.text.encoders import MAX_TOKENS
 from graphlake.kernels.text.query_encoders import BATCH, BATCH_TOKENS
 
 CHUNK_QUERIES = 32  # queries searched at once in a batch: the batched path's speed, a chunk's memory
-REQUEST_ENV, SERVER_ENV, WAIT_ENV = "GRAPHLAKE_SERVE_REQUEST_MB", "GRAPHLAKE_SERVE_MEMORY_MB", "GRAPHLAKE_SERVE_QUEUE_S"
 MB = 1 << 20
 
 # measured factors (bytes); see the module's docstring
@@ -114,16 +113,14 @@ class MemoryBudget:
 
     @classmethod
     def from_env(cls) -> MemoryBudget:
-        server = int(number_from_env(SERVER_ENV, 384, kind=int, least=16))
-        request = int(number_from_env(REQUEST_ENV, 384, kind=int, least=16))
-        return cls(server * MB, request * MB, number_from_env(WAIT_ENV, 30.0, least=0.0))
+        return cls(int(SERVE_MEMORY_MB.number()) * MB, int(SERVE_REQUEST_MB.number()) * MB, SERVE_QUEUE_S.number())
 
     def take(self, cost: int) -> None:
         """Hold ``cost`` bytes of the budget, waiting for them if others hold too much; ``OverBudget`` past
         one request's budget, or when the wait runs out."""
         if cost > self.per_request:
             raise OverBudget(
-                f"this search would hold about {cost / MB:,.0f} MB, over the {self.per_request / MB:,.0f} MB one request may ({REQUEST_ENV}): "
+                f"this search would hold about {cost / MB:,.0f} MB, over the {self.per_request / MB:,.0f} MB one request may ({SERVE_REQUEST_MB.name}): "
                 "send fewer or shorter queries, or a smaller k or candidates",
                 busy=False,
             )
@@ -132,7 +129,7 @@ class MemoryBudget:
             while self._free < cost:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise OverBudget(f"the server is at its memory budget of {self.capacity / MB:,.0f} MB ({SERVER_ENV}); try again shortly", busy=True)
+                    raise OverBudget(f"the server is at its memory budget of {self.capacity / MB:,.0f} MB ({SERVE_MEMORY_MB.name}); try again shortly", busy=True)
                 self._room.wait(left)
             self._free -= cost
 

@@ -3,13 +3,12 @@ errors, over HTTP. What the adapters and ``graphlake query --server`` talk to a 
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import httpx
 
-from graphlake.api.access import KEY_ENV
 from graphlake.api.results import Hit, RequestError, SearchResult, UnknownName
+from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 
 
@@ -23,7 +22,7 @@ class RemoteLake:
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/")
-        key = api_key if api_key is not None else os.environ.get(KEY_ENV)
+        key = api_key if api_key is not None else API_KEY.text()
         self._client = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {key}"} if key else {})
 
     def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:

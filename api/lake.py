@@ -21,6 +21,7 @@ import pyarrow.compute as pc
 
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.results import CorpusInfo, Hit, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
+from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
 from graphlake.common.unicode_checks import lone_surrogate
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
@@ -31,7 +32,7 @@ from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, query_encodi
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.corpora import CORPUS_NAME, CorpusRegistry
-from graphlake.warehouse.home import ENV_VAR, home_of
+from graphlake.warehouse.home import home_of
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.readers.base import CITED_BY
 from graphlake.warehouse.scopes import LAKE_SCOPE
@@ -50,7 +51,7 @@ POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candi
 
 def open_lake(location: str | Path = "") -> GraphLake:
     """The lake at ``location``: a folder, ``s3://bucket/prefix``, or (empty) ``$GRAPHLAKE_HOME``, else the project's ``lake/``."""
-    return GraphLake(home_of(location or os.environ.get(ENV_VAR, "")))
+    return GraphLake(home_of(location or HOME.text() or ""))
 
 
 @dataclass(frozen=True)

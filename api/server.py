@@ -13,7 +13,6 @@ an unknown path (no redirect for a trailing slash), and a search whose index the
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from typing import Annotated, Any
 
@@ -26,11 +25,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from graphlake.api.access import KEY_ENV, key_matches
+from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
 from graphlake.warehouse.storage import StorageError
 
@@ -75,7 +75,7 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
 
 def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but /health."""
-    key = api_key if api_key is not None else os.environ.get(KEY_ENV, "")
+    key = api_key if api_key is not None else API_KEY.text() or ""
     budget = MemoryBudget.from_env()
     app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False)
 

@@ -8,10 +8,8 @@ them did (default 0.25).
 
 from __future__ import annotations
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import MAX_FAILURE_SHARE
 
-ENV = "GRAPHLAKE_MAX_FAILURE_SHARE"
-DEFAULT_SHARE = 0.25
 SHOWN = 3  # failures quoted in the message
 
 
@@ -20,7 +18,7 @@ class TooManyFailures(RuntimeError):
 
 
 def max_share() -> float:
-    return number_from_env(ENV, DEFAULT_SHARE, least=0, most=1, error=TooManyFailures)
+    return MAX_FAILURE_SHARE.number(error=TooManyFailures)
 
 
 class FailureBudget:
@@ -39,6 +37,6 @@ class FailureBudget:
         share = failed / self.total if self.total else 0.0
         if failed and (failed == self.total or share > self.share):
             quoted = "; ".join(f"{item}: {error[:160]}" for item, error in self.failures[:SHOWN])
-            limit = "all of them" if failed == self.total else f"more than {ENV}={self.share:g}"
+            limit = "all of them" if failed == self.total else f"more than {MAX_FAILURE_SHARE.name}={self.share:g}"
             raise TooManyFailures(f"{failed} of {self.total} {self.what} failed ({limit}); nothing was written. First: {quoted}")
         return {"failed_items": failed, "failed_share": round(share, 4)}

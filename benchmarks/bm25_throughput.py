@@ -36,6 +36,7 @@ import Stemmer
 from bm25s.tokenization import Tokenizer
 from rank_bm25 import BM25Okapi
 
+from graphlake.common import settings
 from graphlake.kernels.eval.metrics import evaluate, mean, rank_by_score
 from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
 from graphlake.retrieval.index.corpus_indexes import retrieval_texts
@@ -124,7 +125,7 @@ def main() -> None:
     parser.add_argument(
         "--datasets",
         type=Path,
-        default=Path(os.environ.get("GRAPHLAKE_DATASETS", DEFAULT_DATASETS)),
+        default=Path(settings.DATASETS.text() or DEFAULT_DATASETS),
         help="folder holding scifact/ (default: $GRAPHLAKE_DATASETS or ../shared/datasets)",
     )
     parser.add_argument("--k", type=int, default=100, help="documents retrieved per query")

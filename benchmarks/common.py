@@ -13,8 +13,10 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from graphlake.common import settings
+
 ROOT = Path(__file__).resolve().parents[1]
-DATASETS = Path(os.environ.get("GRAPHLAKE_DATASETS", ROOT.parent / "shared" / "datasets"))
+DATASETS = Path(settings.DATASETS.text() or ROOT.parent / "shared" / "datasets")
 
 
 def graphlake(*args: str) -> str:

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from graphlake.cli.app import app, console, fail, print_summary, run_assets
+from graphlake.common.settings import HOME
 from graphlake.warehouse.home import lake_home
 
 
@@ -61,7 +62,7 @@ def ui(
 
     home = lake_home()
     dagster_home = prepare_dagster_home(home)
-    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), "GRAPHLAKE_HOME": str(home)}
+    env = {**os.environ, "DAGSTER_HOME": str(dagster_home), HOME.name: str(home)}
     # Dagster advises its own projects to move to `dg dev`; the lake is not one, and the advice is noise here
     quiet = "ignore:Function `dev_command` is superseded"
     env["PYTHONWARNINGS"] = ",".join(filter(None, (os.environ.get("PYTHONWARNINGS"), quiet)))

@@ -1,5 +1,5 @@
 """Commands that set up and look after the lake: the demo, a corpus's ingest, listing and forgetting
-corpora, collecting leftovers, checking and repairing committed files."""
+corpora, collecting leftovers, checking and repairing committed files, the configuration in effect."""
 
 from __future__ import annotations
 
@@ -255,3 +255,42 @@ def doctor(
     if left:
         fail(f"still damaged after the repair: {'; '.join(map(str, left))}")
     errors.print("repaired: every committed file is whole", highlight=False)
+
+
+@app.command()
+def config(
+    as_json: Annotated[bool, typer.Option("--json", help="Print it as JSON.")] = False,
+) -> None:
+    """The configuration in effect: the lake's files (or the packaged defaults they replace) and every
+    GRAPHLAKE_ variable, each with its value and where it came from; exit 1 when a value is unusable."""
+    from graphlake.common.settings import VARIABLES, problems
+    from graphlake.pipelines.dagster_home import dagster_home_of
+    from graphlake.retrieval.methods import DEFAULT_METHODS
+    from graphlake.warehouse.corpora import REGISTRY_FILE
+    from graphlake.warehouse.models import MODELS_FILE
+
+    home = lake_home()
+    files = []
+    for name, path, otherwise in (
+        (REGISTRY_FILE, home / REGISTRY_FILE, "absent"),
+        (MODELS_FILE, home / MODELS_FILE, "packaged"),
+        ("methods.yaml", home / "methods.yaml", "packaged"),
+        ("dagster.yaml", dagster_home_of(home) / "dagster.yaml", "absent"),
+    ):
+        present = path.is_file()
+        files.append({"name": name, "path": str(path if present or otherwise == "absent" else DEFAULT_METHODS if name == "methods.yaml" else path), "source": "lake" if present else otherwise})
+    variables = [{"name": v.name, "value": v.shown(), "source": v.source()} for v in VARIABLES]
+    wrong = problems()
+    if as_json:
+        console.print_json(json.dumps({"home": str(home), "files": files, "variables": variables, "problems": wrong}))
+    else:
+        table = Table(title=f"lake {home}", title_justify="left")
+        for column in ("setting", "value", "from"):
+            table.add_column(column, overflow="fold")
+        for entry in files:
+            table.add_row(escape(entry["name"]), escape(entry["path"]), entry["source"])
+        for entry in variables:
+            table.add_row(escape(entry["name"]), escape(entry["value"]), entry["source"])
+        console.print(table)
+    if wrong:
+        fail("; ".join(wrong))

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -15,8 +14,8 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
-from graphlake.api.access import KEY_ENV, SERVER_ENV
 from graphlake.cli.app import app, console, errors, fail, run_plan
+from graphlake.common.settings import API_KEY, SERVER
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry, tuning_decision
@@ -40,7 +39,7 @@ def query(
         bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, corpus, source, start, end, terms, snippet, metadata}], notes}.")
     ] = False,
     server: Annotated[
-        str | None, typer.Option(envvar=SERVER_ENV, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER_ENV}).")
+        str | None, typer.Option(envvar=SERVER.name, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER.name}).")
     ] = None,
     build: Annotated[bool, typer.Option("--build", help="First build what the method reads that is missing or stale (as `materialize` would).")] = False,
 ) -> None:
@@ -135,7 +134,7 @@ def serve(
     from graphlake.api.server import serve as run_server
 
     home = lake_home()
-    errors.print(f"serving {home} on http://{host}:{port} (docs at /docs){'; API key required' if os.environ.get(KEY_ENV) else ''}", highlight=False, soft_wrap=True)
+    errors.print(f"serving {home} on http://{host}:{port} (docs at /docs){'; API key required' if API_KEY.set() else ''}", highlight=False, soft_wrap=True)
     run_server(GraphLake(home), host, port)
 
 

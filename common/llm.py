@@ -39,14 +39,10 @@ from pydantic import BaseModel, ValidationError
 
 from graphlake.common.openai_retries import Retries, retrying
 from graphlake.common.redact import redact
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import LLM_API_KEY, LLM_BASE_URL, LLM_MODEL, LLM_PRICE, LLM_RETRIES, LLM_TIMEOUT
 
-ENV_BASE_URL = "GRAPHLAKE_LLM_BASE_URL"
-ENV_MODEL = "GRAPHLAKE_LLM_MODEL"
-ENV_API_KEY = "GRAPHLAKE_LLM_API_KEY"
-ENV_PRICE = "GRAPHLAKE_LLM_PRICE_PER_1K_TOKENS"
-ENV_TIMEOUT = "GRAPHLAKE_LLM_TIMEOUT"  # seconds one attempt may take
-ENV_RETRIES = "GRAPHLAKE_LLM_RETRIES"  # attempts after the first
+ENV_BASE_URL, ENV_MODEL, ENV_API_KEY = LLM_BASE_URL.name, LLM_MODEL.name, LLM_API_KEY.name
+ENV_TIMEOUT, ENV_RETRIES = LLM_TIMEOUT.name, LLM_RETRIES.name
 
 T = TypeVar("T", bound=BaseModel)
 _SLUG = re.compile(r"[^A-Za-z0-9_.\-]+")
@@ -81,16 +77,16 @@ class LLMConfig:
 
     @classmethod
     def from_env(cls, **overrides) -> LLMConfig:
-        base_url = os.environ.get(ENV_BASE_URL)
+        base_url = LLM_BASE_URL.text()
         if not base_url:
             raise LLMUnavailable(f"no LLM server configured: set {ENV_BASE_URL} (e.g. http://127.0.0.1:8000/v1) and {ENV_MODEL}")
-        model = os.environ.get(ENV_MODEL)
+        model = LLM_MODEL.text()
         if not model:
             raise LLMUnavailable(f"{ENV_BASE_URL} is {base_url} but {ENV_MODEL} is not set")
-        settings = {"base_url": base_url, "model": model, "api_key": os.environ.get(ENV_API_KEY) or "none"}
-        for name, key, kind, least in ((ENV_PRICE, "price_per_1k_tokens", float, 0), (ENV_TIMEOUT, "timeout_s", float, 1e-3), (ENV_RETRIES, "max_retries", int, 0)):
-            if os.environ.get(name):
-                settings[key] = number_from_env(name, 0, kind=kind, least=least, error=LLMUnavailable)
+        settings = {"base_url": base_url, "model": model, "api_key": LLM_API_KEY.text() or "none"}
+        for variable, key in ((LLM_PRICE, "price_per_1k_tokens"), (LLM_TIMEOUT, "timeout_s"), (LLM_RETRIES, "max_retries")):
+            if variable.set():
+                settings[key] = variable.number(error=LLMUnavailable)
         return cls(**(settings | overrides))
 
     def describe(self) -> str:

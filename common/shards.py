@@ -17,10 +17,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import SHARD_NODES
 
-SHARD_ENV = "GRAPHLAKE_SHARD_NODES"
-SHARD_NODES = 512  # nodes a shard: one model call's worth of batches, and the in-process progress step
+SHARD_ENV = SHARD_NODES.name  # nodes a shard: one model call's worth of batches, and the in-process progress step
 
 
 @dataclass
@@ -35,7 +34,7 @@ class Sharded:
 
 
 def shard_nodes() -> int:
-    return int(number_from_env(SHARD_ENV, SHARD_NODES, kind=int, least=1))
+    return int(SHARD_NODES.number())
 
 
 def map_shards(function: Callable[[list], list], items: Sequence, advance: Callable[[int], None] = lambda count: None, name: str = "shard") -> tuple[list, Sharded]:

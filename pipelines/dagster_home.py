@@ -17,9 +17,14 @@ def dagster_command() -> str:
     return shutil.which("dagster", path=str(Path(sys.executable).parent)) or "dagster"
 
 
+def dagster_home_of(home: Path) -> Path:
+    """Where the lake's Dagster instance lives: ``$DAGSTER_HOME`` if set, else ``<lake>/dagster``."""
+    return Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+
+
 def prepare_dagster_home(home: Path) -> Path:
-    """``$DAGSTER_HOME`` if set, else ``<lake>/dagster`` seeded with the project's dagster.yaml."""
-    dagster_home = Path(os.environ.get("DAGSTER_HOME") or home / "dagster")
+    """``dagster_home_of(home)``, made and seeded with the project's dagster.yaml."""
+    dagster_home = dagster_home_of(home)
     dagster_home.mkdir(parents=True, exist_ok=True)
     settings = project_root() / "dagster.yaml"
     if settings.is_file() and not (dagster_home / "dagster.yaml").exists():

@@ -31,6 +31,7 @@ from dagster import (
     sensor,
 )
 
+from graphlake.common.settings import HOME, REINDEX_CRON
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, dagster_command, prepare_dagster_home
 from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -38,8 +39,7 @@ from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 INDEX_JOB = "index_corpus"
-CRON_ENV = "GRAPHLAKE_REINDEX_CRON"
-DEFAULT_CRON = "0 2 * * *"  # nightly, 02:00 UTC
+CRON_ENV = REINDEX_CRON.name
 COVERING = [DagsterRunStatus.SUCCESS, DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
 
 
@@ -81,7 +81,7 @@ def reindex_request(context: SensorEvaluationContext | ScheduleEvaluationContext
 
 def reindex_schedule(cron: str | None = None) -> ScheduleDefinition:
     """The schedule at ``cron`` (default ``$GRAPHLAKE_REINDEX_CRON``, else nightly at 02:00 UTC)."""
-    cron = cron or os.environ.get(CRON_ENV) or DEFAULT_CRON
+    cron = cron or REINDEX_CRON.text()
     description = f"Reindexes every corpus whose declaration or raw files changed since its last build (cron from {CRON_ENV})."
 
     def evaluate(context: ScheduleEvaluationContext, lake: LakeResource):
@@ -101,7 +101,7 @@ def reindex_schedule(cron: str | None = None) -> ScheduleDefinition:
 def switch(home: Path, on: bool) -> None:
     """Start (or stop) the reindex schedule and the change sensor in the lake's Dagster instance, with
     Dagster's own commands (they load the code location, as the daemon will)."""
-    env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(prepare_dagster_home(home))}
+    env = {**os.environ, HOME.name: str(home), "DAGSTER_HOME": str(prepare_dagster_home(home))}
     verb = "start" if on else "stop"
     for kind, name in (("schedule", "reindex_schedule"), ("sensor", corpus_change_sensor.name)):
         done = subprocess.run([dagster_command(), kind, verb, name, "-m", DEFINITIONS_MODULE], env=env, cwd=env["DAGSTER_HOME"], capture_output=True, text=True)
@@ -115,7 +115,7 @@ def switches(home: Path) -> dict[str, tuple[str, str, str]]:
     os.environ.setdefault("DAGSTER_HOME", str(prepare_dagster_home(home)))
     with DagsterInstance.get() as instance:
         running = {state.name for state in instance.all_instigator_state() if state.is_running}
-    cron = os.environ.get(CRON_ENV) or DEFAULT_CRON
+    cron = REINDEX_CRON.text()
     return {
         "reindex_schedule": ("schedule", "on" if "reindex_schedule" in running else "off", f"cron '{cron}' (UTC)"),
         corpus_change_sensor.name: ("sensor", "on" if corpus_change_sensor.name in running else "off", "every 5 minutes"),

@@ -32,6 +32,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
 from graphlake.common.progress import PREFIX
+from graphlake.common.settings import DASK
 from graphlake.common.suggest import did_you_mean
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster_home
 from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
@@ -47,7 +48,7 @@ from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError
 from graphlake.warehouse.storage import LakeStorage
 
 PROGRESS_TAG = "graphlake/progress"
-DASK_ENV = "GRAPHLAKE_DASK"  # run on Dask: a scheduler's address, or "local"
+DASK_ENV = DASK.name
 NOTE = "note"  # the metadata an asset explains itself in: what it skipped, what default stood in (lines)
 # the job a CLI command's run belongs to (each is a job of the code location too, pipelines/definitions.py)
 JOBS = {"demo": INDEX_JOB, "materialize": INDEX_JOB, "query": INDEX_JOB, "ingest": INGEST_JOB, "eval": EVALUATE_JOB}
@@ -217,7 +218,7 @@ def build_summary(metadata: dict[str, dict]) -> list[str]:
 def dask_cluster() -> dict | None:
     """The Dask cluster ``GRAPHLAKE_DASK`` names, as dagster-dask's ``cluster`` config: a scheduler's
     address, or ``local`` for a local cluster of worker processes; None (unset): run in-process."""
-    value = os.environ.get(DASK_ENV, "").strip()
+    value = DASK.text() or ""
     if not value:
         return None
     if value == "local":

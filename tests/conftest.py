@@ -32,6 +32,7 @@ import scipy.sparse as sp
 import yaml
 from filelock import FileLock
 
+from graphlake.common import settings
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text.encoders import PRECISION_ENV
 from graphlake.kernels.text.query_encoders import CACHE_ENV
@@ -71,9 +72,9 @@ def materialize_committed(home: Path, assets, **kwargs):
 @pytest.fixture
 def datasets_dir() -> Path:
     """``$GRAPHLAKE_DATASETS`` or ``../shared/datasets``; tests that need real data skip when it is absent."""
-    path = Path(os.environ.get("GRAPHLAKE_DATASETS", Path(__file__).resolve().parents[2] / "shared" / "datasets"))
+    path = Path(settings.DATASETS.text() or Path(__file__).resolve().parents[2] / "shared" / "datasets")
     if not path.is_dir():
-        pytest.skip(f"benchmark datasets not found at {path} (set GRAPHLAKE_DATASETS)")
+        pytest.skip(f"benchmark datasets not found at {path} (set {settings.DATASETS.name})")
     return path
 
 

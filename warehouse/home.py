@@ -9,7 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-ENV_VAR = "GRAPHLAKE_HOME"
+from graphlake.common.settings import HOME
+
+ENV_VAR = HOME.name
 
 
 class HomeError(ValueError):
@@ -23,7 +25,7 @@ def project_root() -> Path:
 
 
 def lake_home() -> Path:
-    return home_of(os.environ.get(ENV_VAR, ""))
+    return home_of(HOME.text() or "")
 
 
 def home_of(location: str | Path) -> Path:

@@ -24,31 +24,29 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import CACHE, LEASE_S
 from graphlake.warehouse.scopes import LAKE_SCOPE, LockedError, wait_seconds
 
-LEASE_ENV = "GRAPHLAKE_LEASE_S"
 REMOTE_FILE = "remote.json"  # in a cache: the lake it caches
-CACHE_ENV = "GRAPHLAKE_CACHE"
 _stores: dict[Path, ObjectStore | None] = {}
 
 
 def lease_seconds() -> float:
     """How long a writer's lease lasts unrenewed: a holder renews every third of it; a killed one's is free this long after."""
-    return number_from_env(LEASE_ENV, 30.0, least=1, error=LockedError)
+    return LEASE_S.number(error=LockedError)
 
 
 def cache_for(url: str, folder: Path | None = None) -> Path:
     """The local cache of the lake at ``url`` (``folder``, else ``$GRAPHLAKE_CACHE``, else one under
     ``~/.cache``), naming it."""
     store = ObjectStore(url)
-    configured = folder or os.environ.get(CACHE_ENV)
+    configured = folder or CACHE.text()
     cache = Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / store.bucket / (store.prefix or "_")
     cache.mkdir(parents=True, exist_ok=True)
     marker = cache / REMOTE_FILE
     named = json.loads(marker.read_text(encoding="utf-8"))["url"] if marker.is_file() else None
     if named not in (None, store.url):
-        raise ObjectStoreError(f"{cache} caches {named}, not {store.url}: set {CACHE_ENV} to another folder")
+        raise ObjectStoreError(f"{cache} caches {named}, not {store.url}: set {CACHE.name} to another folder")
     if named is None:
         marker.write_text(json.dumps({"url": store.url}), encoding="utf-8")
     return cache.resolve()

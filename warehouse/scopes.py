@@ -6,11 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import LOCK_WAIT
 
 LAKE_SCOPE = "_lake"
-WAIT_ENV = "GRAPHLAKE_LOCK_WAIT"  # seconds a writer waits for another; 0: fail at once
-DEFAULT_WAIT_S = 1800.0
+WAIT_ENV = LOCK_WAIT.name
 
 
 class LockedError(RuntimeError):
@@ -18,7 +17,7 @@ class LockedError(RuntimeError):
 
 
 def wait_seconds() -> float:
-    return number_from_env(WAIT_ENV, DEFAULT_WAIT_S, least=0, error=LockedError)
+    return LOCK_WAIT.number(error=LockedError)
 
 
 def scope_of(partition: Mapping[str, str]) -> str:

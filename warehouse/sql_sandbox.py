@@ -31,10 +31,10 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import SQL_MEMORY_MB, SQL_TIMEOUT
 from graphlake.common.unicode_checks import lone_surrogate
 
-TIMEOUT_ENV, MEMORY_ENV = "GRAPHLAKE_SQL_TIMEOUT", "GRAPHLAKE_SQL_MEMORY_MB"
+TIMEOUT_ENV, MEMORY_ENV = SQL_TIMEOUT.name, SQL_MEMORY_MB.name
 MAX_ROWS = 1_000_000  # the most rows one answer may carry
 STARTUP_SECONDS = 20.0  # the child's own start (imports, the catalog), on top of the statement's time limit
 HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding
@@ -73,8 +73,8 @@ class Answer:
 
 def limits() -> tuple[float, int]:
     """The time limit (seconds) and the memory limit (MB) from the environment, checked."""
-    seconds = number_from_env(TIMEOUT_ENV, 60.0, least=0.1, error=SandboxError)
-    megabytes = int(number_from_env(MEMORY_ENV, 2048, kind=int, least=64, error=SandboxError))
+    seconds = SQL_TIMEOUT.number(error=SandboxError)
+    megabytes = int(SQL_MEMORY_MB.number(error=SandboxError))
     return seconds, megabytes
 
 

@@ -19,7 +19,6 @@ torch and transformers are imported when a model is first loaded: the model name
 from __future__ import annotations
 
 import importlib.util
-import os
 from contextlib import AbstractContextManager, nullcontext
 from functools import lru_cache
 from pathlib import Path
@@ -27,12 +26,13 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.common.settings import ENCODER_PRECISION
 from graphlake.kernels.text.model_files import model_config
 
 DENSE_MODEL = "all-MiniLM-L6-v2"
 SPLADE_MODEL = "splade-tiny"
 MAX_TOKENS = 256
-PRECISION_ENV = "GRAPHLAKE_ENCODER_PRECISION"
+PRECISION_ENV = ENCODER_PRECISION.name
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # auto: what the device does fastest, below
 BATCHES = {"cpu": {"dense": 64, "splade": 32}, "cuda": {"dense": 256, "splade": 128}}  # texts per batch, fastest measured
 
@@ -62,7 +62,7 @@ def precision() -> str:
     """The dtype the encoders compute in: ``float32``, or the device's native reduced precision."""
     import torch
 
-    choice = os.environ.get(PRECISION_ENV, "auto").strip().lower() or "auto"
+    choice = (ENCODER_PRECISION.text() or "auto").lower()
     if choice not in PRECISIONS:
         raise ValueError(f"{PRECISION_ENV}={choice!r}: write one of {', '.join(PRECISIONS)}")
     if choice != "auto":

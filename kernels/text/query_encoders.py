@@ -33,10 +33,11 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.common.settings import MODEL_CACHE
 from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, splade_model_path
 from graphlake.kernels.text.model_files import dense_dimension, folder_revision, model_config, pooling
 
-CACHE_ENV = "GRAPHLAKE_MODEL_CACHE"
+CACHE_ENV = MODEL_CACHE.name
 FORMAT = 1  # bump when what a graph computes changes: older files are then ignored
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 BATCH = {"dense": 16, "splade": 4}  # the fastest measured on 2 cores; SPLADE holds (batch, tokens, vocabulary) logits
@@ -101,7 +102,7 @@ def _folder(kind: str, folder: Path | None) -> Path:
 
 
 def cache_dir() -> Path:
-    configured = os.environ.get(CACHE_ENV)
+    configured = MODEL_CACHE.text()
     return Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / "_models"
 
 

@@ -15,12 +15,12 @@ for the demo, semantic kNN + shared entities for BEIR sets, shared entities for 
 
 from __future__ import annotations
 
-import os
 from typing import ClassVar, Literal
 
 import numpy as np
 from pydantic import Field
 
+from graphlake.common.settings import RERANK_ALWAYS
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Weight, ranked, register
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
@@ -29,7 +29,7 @@ from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense
 
-RERANK_ALWAYS_ENV = "GRAPHLAKE_RERANK_ALWAYS"  # run the cross-encoder even where it lost to dense on held-out queries
+RERANK_ALWAYS_ENV = RERANK_ALWAYS.name
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
 
@@ -50,7 +50,7 @@ def _untrained(indexes: CorpusIndexes, instead: str) -> bool:
     quality = held_out_quality(indexes.lake.artifact("reranker", {}))
     if quality is not None and quality[0] <= quality[1]:
         versus = f"reranks its held-out training queries no better than dense retrieval (nDCG@10 {quality[0]:.3f} against {quality[1]:.3f})"
-        if os.environ.get(RERANK_ALWAYS_ENV, "") not in ("", "0"):
+        if RERANK_ALWAYS.flag():
             indexes.note(f"the lake's cross-encoder {versus}: run anyway ({RERANK_ALWAYS_ENV}), this ranking may be worse than its first stage")
             return False
         indexes.note(f"the lake's cross-encoder {versus}, so it is not run: {instead} ({RERANK_ALWAYS_ENV}=1 runs it anyway)")

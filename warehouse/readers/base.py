@@ -18,12 +18,11 @@ from typing import Any
 
 import pyarrow as pa
 
-from graphlake.common.settings import number_from_env
+from graphlake.common.settings import MAX_LINE_BYTES
 from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.warehouse.tables import row_schema
 
-MAX_LINE_ENV = "GRAPHLAKE_MAX_LINE_BYTES"
-MAX_LINE_BYTES = 10 * 1024 * 1024
+MAX_LINE_ENV = MAX_LINE_BYTES.name
 TOO_DEEP = "JSON nested deeper than the parser reads (about 1,000 levels): a document is a flat record"
 
 
@@ -104,7 +103,7 @@ def find_file(folder: Path, *names: str) -> Path:
 
 def max_line_bytes() -> int:
     try:
-        return int(number_from_env(MAX_LINE_ENV, MAX_LINE_BYTES, kind=int, least=1))
+        return int(MAX_LINE_BYTES.number())
     except ValueError as error:
         raise IngestError(Path(MAX_LINE_ENV), str(error)) from None
 
