@@ -271,14 +271,14 @@ def config(
 
     home = lake_home()
     files = []
-    for name, path, otherwise in (
-        (REGISTRY_FILE, home / REGISTRY_FILE, "absent"),
-        (MODELS_FILE, home / MODELS_FILE, "packaged"),
-        ("methods.yaml", home / "methods.yaml", "packaged"),
-        ("dagster.yaml", dagster_home_of(home) / "dagster.yaml", "absent"),
+    for name, path, otherwise, fallback in (  # fallback: the file used where the lake has none
+        (REGISTRY_FILE, home / REGISTRY_FILE, "absent", None),
+        (MODELS_FILE, home / MODELS_FILE, "packaged", None),
+        ("methods.yaml", home / "methods.yaml", "packaged", DEFAULT_METHODS),
+        ("dagster.yaml", dagster_home_of(home) / "dagster.yaml", "absent", None),
     ):
         present = path.is_file()
-        files.append({"name": name, "path": str(path if present or otherwise == "absent" else DEFAULT_METHODS if name == "methods.yaml" else path), "source": "lake" if present else otherwise})
+        files.append({"name": name, "path": str(path if present or fallback is None else fallback), "source": "lake" if present else otherwise})
     variables = [{"name": v.name, "value": v.shown(), "source": v.source()} for v in VARIABLES]
     wrong = problems()
     if as_json:
