@@ -15,7 +15,8 @@ from importlib import import_module
 from typing import Any
 
 _WHERE = {
-    **dict.fromkeys(("GraphLake", "open_lake", "MAX_BATCH", "MAX_K", "MAX_QUERY_CHARS"), "graphlake.api.lake"),
+    **dict.fromkeys(("GraphLake", "open_lake"), "graphlake.api.lake"),
+    **dict.fromkeys(("MAX_BATCH", "MAX_K", "MAX_QUERY_CHARS"), "graphlake.api.validation"),
     **dict.fromkeys(("CorpusInfo", "Hit", "MethodInfo", "RequestError", "RowsCut", "SearchResult", "UnknownName"), "graphlake.api.results"),
     **dict.fromkeys(("RemoteLake", "ServerError"), "graphlake.api.client"),
 }

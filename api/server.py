@@ -28,7 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
-from graphlake.api.lake import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS, GraphLake
+from graphlake.api.lake import GraphLake
+from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import MAX_FILTER_CHARS

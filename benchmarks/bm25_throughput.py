@@ -39,7 +39,7 @@ from rank_bm25 import BM25Okapi
 from graphlake.common import settings
 from graphlake.kernels.eval.metrics import evaluate, mean, rank_by_score
 from graphlake.kernels.text.bm25 import TOKEN_PATTERN, BM25Index
-from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.retrieval.methods import parse_methods
 from graphlake.warehouse.readers.base import ReadRequest
 from graphlake.warehouse.readers.beir import read

@@ -64,7 +64,7 @@ def export(folder: Path, datasets: Path) -> None:
             pa.table({
                 "query_id": [q["query_id"] for q in queries],
                 "query": [q["text"] for q in queries],
-                "embedding": [indexes.encode_dense(q["text"]).tolist() for q in queries],
+                "embedding": indexes.encode_dense_queries([q["text"] for q in queries]).tolist(),
                 **{name: [methods[name].run(q["text"], indexes).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
                 "gold": [sorted(gold[q["query_id"]]) for q in queries],
                 "timed": [q["text"] in timed for q in queries],
@@ -74,9 +74,9 @@ def export(folder: Path, datasets: Path) -> None:
         )
         pq.write_table(pa.table({"text": indexes.texts(), "doc_id": indexes.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
         np.save(out / "vectors.npy", np.asarray(indexes.dense, dtype=np.float16))
-        graph, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
+        graph, _ = corpus_graph(indexes, indexes.setting("corpus_graph"))
         sp.save_npz(out / "graph.npz", sp.csr_matrix(graph))
-        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.spec.corpus_graph)}))
+        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.setting("corpus_graph"))}))
         print(f"{corpus}: {len(queries)} queries, {len(indexes.texts())} nodes", flush=True)
 
 

@@ -47,7 +47,7 @@ from graphlake.kernels.hybrid import batched
 from graphlake.kernels.hybrid.cuda_search import CudaSearcher
 from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, Searcher, build, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import row_operands
-from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
 from graphlake.kernels.results import unfilled
 
 SETS = ("scifact",)
@@ -207,7 +207,7 @@ def correctness(data: Set) -> list[str]:
         scaled = np.asarray(weights) * graph.scales
         batch = batched.QueryBatch.of(cupy, data.queries, scaled)
         scores, found = (batched.host(part) for part in batched.search(device, index, batch, 128, 10))
-        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, scaled, 128, 10), strict=True)]
+        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, 10, HybridParams(weights=scaled, pool=128)), strict=True)]
         identical = np.mean([np.array_equal(found[i][found[i] >= 0], rows) for i, (rows, _) in enumerate(expected)])
         gap = max(float(np.abs(scores[i][: len(s)] - s).max()) for i, (_, s) in enumerate(expected))
         lines.append(f"| {label}, L 128: batched cupy search = numba search (top-10 lists identical; largest score difference) | {identical:.2%}; {gap:.1e} |")
@@ -229,7 +229,7 @@ def kernel_correctness(data: Set, graph: HybridGraph) -> list[str]:
     for label, weights, tokens in [*((label, w, None) for label, w in WEIGHTINGS.items()), ("ap_three 1/1/1, one required keyword", (1.0, 1.0, 1.0), required)]:
         scaled = np.asarray(weights) * graph.scales
         found = kernel.walk(data.queries, scaled, 128, 10, tokens)
-        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, scaled, 128, 10, tokens), strict=True)]
+        expected = [unfilled(s, r)[::-1] for s, r in zip(*searcher.search(data.queries, 10, HybridParams(weights=scaled, pool=128, required=tokens)), strict=True)]
         identical = np.mean([np.array_equal(found.rows[i, : found.counts[i]], rows) for i, (rows, _) in enumerate(expected)])
         gap = max(float(np.abs(found.scores[i, : len(s)] - s).max(initial=0.0)) for i, (_, s) in enumerate(expected))
         lines.append(f"| {label}, L 128: fused kernel = numba search on float16 dense (top-10 lists identical; largest score difference) | {identical:.2%}; {gap:.1e} |")
@@ -277,7 +277,7 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
             }
             single_queries = [queries.take(picked[i : i + 1]) for i in range(len(picked))] if size == 1 else [queries.take(picked)]
             runs |= {
-                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, scaled, pool, 10)[1] for q in single_queries]) for pool in POOLS
+                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, 10, HybridParams(weights=scaled, pool=pool))[1] for q in single_queries]) for pool in POOLS
             }
             runs["brute force (fused_exact)"] = lambda singles=singles: [exact(device, b, 10) for b in singles]
             if weights == (1.0, 1.0, 1.0):
@@ -319,11 +319,11 @@ def floors(label: str, vectors: HybridVectors, queries: Queries, graph: HybridGr
     lines = [f"| {label} | bandwidth floors ({speed / 1e12:.2f} TB/s; a node scored reads {per_node:,.0f} B) | | | |"]
     for pool in POOLS:
         scored = float(kernel.walk(queries.take(picked), scaled, pool, 10).scored.mean())
-        searcher.search(queries.take([0]), scaled, pool, 10)  # warm-up: compiled
+        searcher.search(queries.take([0]), 10, HybridParams(weights=scaled, pool=pool))  # warm-up: compiled
         with numba_threads(1):
             started = time.perf_counter()
             for i in picked[:200]:
-                searcher.search(queries.take([i]), scaled, pool, 10)
+                searcher.search(queries.take([i]), 10, HybridParams(weights=scaled, pool=pool))
             cpu = min(200, len(picked)) / (time.perf_counter() - started)
         lines.append(f"| {label} | L={pool}: {scored:,.0f} nodes scored per query; floor {speed / (scored * per_node):,.0f} QPS; numba searcher, one CPU thread: {cpu:,.0f} QPS | | | |")
     whole = used[0] * 4 * vectors.dense.size + used[1] * 8 * vectors.sparse.nnz + used[2] * 8 * vectors.lexical.nnz

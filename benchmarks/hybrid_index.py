@@ -37,7 +37,8 @@ from threadpoolctl import threadpool_limits
 
 from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
-from graphlake.kernels.hybrid.graph_index import BuildConfig, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
+from graphlake.kernels.hybrid.vectors import HybridParams, KGQuery
 from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import Queries
@@ -137,7 +138,7 @@ def speed(corpus: str, split: str) -> list[str]:
     for label, weights in WEIGHTINGS.items():
         scaled = np.asarray(weights, dtype=np.float64) * searcher.graph.scales
         truth = [top10(vectors.fused(one[i], scaled)[0]) for i in range(len(texts))]
-        runs = {f"ap L={pool}": (lambda i, pool=pool, scaled=scaled: searcher.search(one[i], scaled, pool, 10)[1][0]) for pool in POOLS}
+        runs = {f"ap L={pool}": (lambda i, pool=pool, scaled=scaled: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=pool))[1][0]) for pool in POOLS}
         runs["fused_exact"] = lambda i, scaled=scaled: top10(vectors.fused(one[i], scaled)[0])
         if weights == (1, 1, 1):
             runs |= {f"multipath depth={d}": (lambda i, d=d, scaled=scaled: multipath(indexes, vectors, one[i], scaled, d)) for d in DEPTHS}
@@ -153,7 +154,7 @@ def speed(corpus: str, split: str) -> list[str]:
 
     runs = {f"faiss-hnsw efSearch={ef}": (lambda i, ef=ef: faiss_search(i, ef)) for ef in EF_SEARCH}
     scaled = np.array([1.0, 0, 0]) * searcher.graph.scales
-    runs |= {f"ap_dense L={pool}": (lambda i, pool=pool: searcher.search(one[i], scaled, pool, 10)[1][0]) for pool in POOLS}
+    runs |= {f"ap_dense L={pool}": (lambda i, pool=pool: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=pool))[1][0]) for pool in POOLS}
     lines += table(f"{corpus}: dense only, recall@10 against exact dense (1 thread)", ["system", "parameter", "recall@10", "QPS"])
     for name, (qps, found) in timed(runs, len(texts)).items():
         system, _, parameter = name.partition(" ")
@@ -233,7 +234,7 @@ def inserts(corpus: str, split: str) -> list[str]:
 
     def measured(graph) -> tuple[list[float], float]:
         searcher = Searcher(graph, vectors)
-        found = [searcher.search(q, scales, 128, 100)[1][0] for q in one]
+        found = [searcher.search(q, 100, HybridParams(weights=scales, pool=128))[1][0] for q in one]
         values = [ndcg_at_k(list(dict.fromkeys(doc_ids[f].tolist())), gold[q["query_id"]], 10) for f, q in zip(found, asked, strict=True)]
         return values, float(np.mean([recall(f[:10], t) for f, t in zip(found, truth, strict=True)]))
 
@@ -309,10 +310,10 @@ def kg_speed(corpus: str, split: str) -> list[str]:
     truth = [top10(f + (reward(kg.node_hops(q.entity_hops), q.weight) if q is not None else 0)) for f, q in zip(fused, found, strict=True)]
     zero = [None if q is None else KGQuery(q.entity_hops, 0.0, q.hops, q.edges) for q in found]
     runs = {
-        "ap_three": lambda i: searcher.search(one[i], scaled, 128, 10)[1][0],
-        "ap_three_kg": lambda i: searcher.search(one[i], scaled, 128, 10, kg=[found[i]])[1][0],
-        "ap_three_kg_entry": lambda i: searcher.search(one[i], scaled, 128, 10, kg=[None if found[i] is None else KGQuery(found[i].entity_hops, weight, found[i].hops, False)])[1][0],
-        "kg_weight 0": lambda i: searcher.search(one[i], scaled, 128, 10, kg=[zero[i]])[1][0],
+        "ap_three": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128))[1][0],
+        "ap_three_kg": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[found[i]]))[1][0],
+        "ap_three_kg_entry": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[None if found[i] is None else KGQuery(found[i].entity_hops, weight, found[i].hops, False)]))[1][0],
+        "kg_weight 0": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[zero[i]]))[1][0],
     }
     against = {"ap_three": [top10(f) for f in fused], "kg_weight 0": [top10(f) for f in fused]}
     lines = [

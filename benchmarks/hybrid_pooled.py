@@ -41,7 +41,7 @@ from graphlake.kernels.hybrid.batched import DeviceVectors
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, exact_knn
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.update import insert, splice
-from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
+from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
 from graphlake.kernels.text import encoders
 from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
@@ -125,7 +125,7 @@ def curves(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.
         runs = {}
         for ablation, graph in graphs.items():
             searcher = Searcher(graph, vectors)
-            runs |= {(ablation, pool): (lambda i, s=searcher, pool=pool, w=scaled: s.search(one[i], w, pool, 10)[1][0]) for pool in POOLS}
+            runs |= {(ablation, pool): (lambda i, s=searcher, pool=pool, w=scaled: s.search(one[i], 10, HybridParams(weights=w, pool=pool))[1][0]) for pool in POOLS}
         runs[("fused_exact", 0)] = lambda i, w=scaled: top10(vectors.fused(one[i], w)[0])
         if label == "dense only":
 
@@ -177,7 +177,7 @@ def inserts(
 
     def quality(graph) -> float:
         searcher = Searcher(graph, vectors)
-        return float(np.mean([recall(searcher.search(q, scales, 128, 10)[1][0], t) for q, t in zip(one, truth, strict=True)]))
+        return float(np.mean([recall(searcher.search(q, 10, HybridParams(weights=scales, pool=128))[1][0], t) for q, t in zip(one, truth, strict=True)]))
 
     label, setting, knn_seconds = approximate
     started = time.perf_counter()
@@ -222,7 +222,7 @@ def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: n
     for q, rows in zip(asked, holders, strict=True):
         scores = vectors.fused(q, scales, rows)[0]
         truth.append(rows[top10(scores)])
-    runs = {f"walk L={pool}": (lambda i, pool=pool: searcher.search(asked[i], scales, pool, 10, [required[i]])[1][0]) for pool in POOLS}
+    runs = {f"walk L={pool}": (lambda i, pool=pool: searcher.search(asked[i], 10, HybridParams(weights=scales, pool=pool, required=[required[i]]))[1][0]) for pool in POOLS}
     runs["exact fallback"] = lambda i: holders[i][top10(vectors.fused(asked[i], scales, holders[i])[0])]
     lines = table(
         f"Required keywords, {name}, 1/1/1 ({len(asked)} of {len(queries)} queries hold a token of ≥ 5 % of the nodes; "

@@ -55,7 +55,7 @@ def tuning_said(lake: LakeStorage, corpus: str) -> str | None:
 def cpu_per_passage(lake: LakeStorage, corpus: str, count: int) -> float:
     """CPU-seconds (user + system) per passage for the corpus's dense model, on ``count`` of its passages
     (a seeded sample), encoded for the build (torch, its default batch)."""
-    from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+    from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
     from graphlake.warehouse.models import encode_dense
 

@@ -28,6 +28,7 @@ import yaml
 
 from common import HOTPOT, HOTPOT_TRAIN, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
+from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage
@@ -82,7 +83,7 @@ def difference(lake: LakeStorage, corpus: str, split: str, metric: str, method: 
 
 def latency(corpus: str, split: str, count: int) -> dict:
     """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
-    from graphlake.retrieval.core import run_inputs
+    from graphlake.retrieval.core import run_inputs_batch
     from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.learned_fusion import candidate_rows
@@ -95,9 +96,10 @@ def latency(corpus: str, split: str, count: int) -> dict:
     added, first, sizes = [], [], []
     for text in texts:
         started = time.perf_counter()
-        found = run_inputs(op, text, indexes)
+        request = indexes.request([text])
+        (found,) = run_inputs_batch(op, request, indexes)
         inputs_done = time.perf_counter()
-        op.order(text, found, indexes)
+        op.order(text, found, request, indexes)
         added.append((time.perf_counter() - inputs_done) * 1000)
         first.append((inputs_done - started) * 1000)
         sizes.append(len(candidate_rows(found, op.depth)))
@@ -235,7 +237,7 @@ def main() -> None:
             graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
     lake = LakeStorage(home)
     for corpus in (c for c in CORPORA if c in needed):  # the corpus graph, for Topological Recall, though no compared method reads it all
-        kinds = [k for k in CorpusRegistry(home).get(corpus).corpus_graph if not lake.has("edges", {"corpus": corpus, "kind": k})]
+        kinds = [k for k in corpus_graph_kinds(CorpusRegistry(home).get(corpus).format) if not lake.has("edges", {"corpus": corpus, "kind": k})]
         if kinds:  # --select runs what it names: only what is missing
             graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))
     store = args.output.with_suffix(".json")  # every set measured so far: sets can run one at a time, or in lakes side by side

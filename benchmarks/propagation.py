@@ -53,7 +53,7 @@ import scipy.sparse as sp
 from common import machine
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
-from graphlake.retrieval.core import run_inputs
+from graphlake.retrieval.core import run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.propagation import candidate_graph
@@ -81,7 +81,8 @@ def prepare(home: Path, corpus: str, cache: Path) -> tuple[CorpusIndexes, Entity
     started, seeds, rows, scores = time.perf_counter(), [], [], []
     for i, text in enumerate(texts):
         ppr = methods["graph_rrf"]
-        vector = ppr.seeds(text, run_inputs(ppr, text, indexes), indexes)
+        request = indexes.request([text])
+        vector = ppr.seeds(text, run_inputs_batch(ppr, request, indexes)[0], request, indexes)
         if vector.any():
             seeds.append(sp.csr_matrix(vector))
             candidates = methods["grapher_base"].run(text, indexes)
@@ -378,7 +379,7 @@ def write_report(
         ),
         (
             f"- queries: {n_queries}, those of the corpus whose `graph_rrf` seeds are not all zero; seeds = "
-            "`methods['graph_rrf'].seeds(text, indexes)`, computed before timing"
+            "`methods['graph_rrf'].seeds(text, inputs, request, indexes)`, computed before timing"
         ),
         "",
         "## Personalized PageRank on the entity graph, per query",

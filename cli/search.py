@@ -71,19 +71,15 @@ def _search_here(corpora: list[str], method: str, text: str, top: int, build: bo
     from graphlake.api import GraphLake, RequestError, UnknownName
 
     home = lake_home()
-    for corpus in corpora:
+    for corpus in corpora if build else ():  # without, the API names an undeclared corpus
+        from graphlake.pipelines.freshness import plan_refresh
+
         try:
             CorpusRegistry(home).get(corpus)
+            refresh = plan_refresh(LakeStorage(home), corpus, [method], home, runs=False)
         except (KeyError, ValueError, StorageError) as error:
             fail(str(error))
-        if build:
-            from graphlake.pipelines.freshness import plan_refresh
-
-            try:
-                refresh = plan_refresh(LakeStorage(home), corpus, [method], home, runs=False)
-            except (KeyError, ValueError, StorageError) as error:
-                fail(str(error))
-            run_plan(refresh, "query")
+        run_plan(refresh, "query")
     lake = GraphLake(home)
     try:
         for corpus in corpora:

@@ -78,7 +78,6 @@ REINDEX_CRON = Variable("GRAPHLAKE_REINDEX_CRON", "0 2 * * *", "When the schedul
 # Models
 MODEL_CACHE = Variable("GRAPHLAKE_MODEL_CACHE", None, "Folder for exported query-encoder graphs (default: ~/.cache/graphlake/_models).")
 ENCODER_PRECISION = Variable("GRAPHLAKE_ENCODER_PRECISION", "auto", "The encoders' dtype: auto, float32, bfloat16 or float16.")
-RERANK_ALWAYS = Variable("GRAPHLAKE_RERANK_ALWAYS", "0", "1: run the cross-encoder even where it lost to dense retrieval on held-out queries.")
 # The LLM
 LLM_BASE_URL = Variable("GRAPHLAKE_LLM_BASE_URL", None, "An OpenAI-compatible server for the LLM steps (http://127.0.0.1:8000/v1).")
 LLM_MODEL = Variable("GRAPHLAKE_LLM_MODEL", None, "The model that server is asked for.")
@@ -97,7 +96,7 @@ SQL_MEMORY_MB = Variable("GRAPHLAKE_SQL_MEMORY_MB", 2048, "Memory (MB) the SQL s
 VARIABLES: tuple[Variable, ...] = (
     HOME, SERVER, LOCK_WAIT, LEASE_S, CACHE,
     DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON,
-    MODEL_CACHE, ENCODER_PRECISION, RERANK_ALWAYS,
+    MODEL_CACHE, ENCODER_PRECISION,
     LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, LLM_PRICE, LLM_TIMEOUT, LLM_RETRIES,
     API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SQL_TIMEOUT, SQL_MEMORY_MB,
 )  # fmt: skip

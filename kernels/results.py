@@ -1,16 +1,80 @@
-"""What every search kernel returns: ``(scores, rows)``, each of shape ``(queries, k)``, best first
-(ties to the lower row), as faiss's ``search(x, k)`` does. A query with fewer than ``k`` results has its
-list filled after its last one with score −inf and row −1; :func:`unfilled` takes one query's results
-without the fill.
+"""How every search kernel is asked and what it answers, one vocabulary from the kernels up (faiss's
+``search(x, k, params)`` -> ``(D, I)``): ``search(queries, k, params)`` returns ``(scores, rows)``, each
+of shape ``(queries, k)``, best first (ties to the lower row). A query with fewer than ``k`` results
+has its list filled after its last one with score −inf and row −1; :func:`unfilled` takes one query's
+results without the fill, and the layers above keep the kernel's order.
 
-BM25's list is never short (a node sharing no term scores 0, and ``k`` is clamped to the corpus)."""
+``params`` is a :class:`SearchParams`: the rows the search may return (``allowed``, a metadata
+filter's), and in a kernel's own subclass its knobs (the hybrid graph's ``HybridParams``)."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
 FILL_ROW = -1
 FILL_SCORE = -np.inf
+
+
+@dataclass(frozen=True)
+class Allowed:
+    """The node rows a filter allows: a mask over every row, the rows themselves, and their share."""
+
+    mask: np.ndarray  # bool, one per node row
+    rows: np.ndarray  # int64, ascending
+    key: str  # the filter's canonical form
+
+    @property
+    def fraction(self) -> float:
+        return len(self.rows) / max(len(self.mask), 1)
+
+    def keep(self, rows: np.ndarray) -> np.ndarray:
+        """Which of ``rows`` are allowed (a mask over them)."""
+        return self.mask[rows]
+
+
+@dataclass(frozen=True)
+class SearchParams:
+    """What every search takes beside its queries and ``k``: the rows it may return (None: all)."""
+
+    allowed: Allowed | None = None
+
+    @property
+    def mask(self) -> np.ndarray | None:
+        return None if self.allowed is None else self.allowed.mask
+
+
+def filled(queries: int, k: int, dtype: np.dtype | type = np.float32) -> tuple[np.ndarray, np.ndarray]:
+    """``(scores, rows)`` of ``queries`` lists of ``k``, all fill."""
+    return np.full((queries, k), FILL_SCORE, dtype), np.full((queries, k), FILL_ROW, np.int64)
+
+
+def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Per query (a row of ``scores``: a score per node of ``rows``, every node row without), its ``k``
+    best, in the vocabulary above; ``positive``: only rows scoring above 0 (a sparse path's: a node
+    sharing no term with the query is no result)."""
+    found_scores, found_rows = filled(len(scores), k, scores.dtype if np.issubdtype(scores.dtype, np.floating) else np.float64)
+    for i, values in enumerate(scores):
+        candidates = np.arange(len(values)) if rows is None else rows
+        if positive:
+            kept = values > 0
+            candidates, values = candidates[kept], values[kept]
+        count = min(k, len(values))
+        if count == 0:
+            continue
+        part = np.argpartition(-values, count - 1)[:count]
+        order = part[np.lexsort((candidates[part], -values[part]))]
+        found_scores[i, :count], found_rows[i, :count] = values[order], candidates[order]
+    return found_scores, found_rows
+
+
+def allowed_scores(scores: np.ndarray, params: SearchParams) -> tuple[np.ndarray, np.ndarray | None]:
+    """``scores`` (a row per query, a column per node row) cut to the rows ``params`` allows, and those
+    rows (None: every row), as :func:`top_k` takes them."""
+    if params.allowed is None:
+        return scores, None
+    return scores[:, params.allowed.rows], params.allowed.rows
 
 
 def unfilled(scores: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

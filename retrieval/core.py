@@ -1,24 +1,32 @@
-"""The bottom of retrieval: operators, their candidates and errors, the operator registry, and one walk
-of an operator tree. Everything above builds on these names; this module imports no other layer of
-retrieval.
+"""The bottom of retrieval: operators, their candidates and errors, the operator registry, one walk of
+an operator tree, and the two things every operator receives: a ``Request`` (one search's own state)
+and the corpus's ``Indexes`` (long-lived and shared between requests). Everything above builds on
+these names; this module imports no other layer of retrieval.
 
 An operator is a pydantic model (its fields are its parameters, unknown ones refused) registered under
 its ``op`` name with ``@register``; what it reads is its ``INDEXES`` (index kinds,
 ``retrieval/index/kinds.py``), from which the runs' inputs, staleness and asset lineage follow.
+``run_batch(request, indexes)`` is the contract, in the manner of Lucene's searcher and query: the
+indexes are loaded once and shared by every request, while the queries, their encodings, the filter's
+rows, the notes and the candidates shared between operators belong to the request that made them.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar, get_args
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, TypeVar, get_args
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 
+from graphlake.kernels.results import Allowed, unfilled
+
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+    import scipy.sparse as sp
+
+    from graphlake.warehouse.storage import LakeStorage
 
 METHOD_NAME = re.compile(r"[A-Za-z0-9_]+")
 
@@ -66,6 +74,12 @@ class Candidates:
         return Candidates(self.rows[:k], self.scores[:k], self.meta)
 
 
+def unfill(scores: np.ndarray, rows: np.ndarray) -> list[Candidates]:
+    """Each query's candidates from a search kernel's ``(scores, rows)`` (``kernels/results.py``), in its
+    order, without the fill: the one way the kernels' answers come up."""
+    return [Candidates(*unfilled(s, r)[::-1]) for s, r in zip(scores, rows, strict=True)]
+
+
 def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
     """Top-k of a score vector, ties broken by row for determinism."""
     k = min(k, len(scores))
@@ -88,6 +102,92 @@ def from_dict(scores: dict[int, float], k: int) -> Candidates:
     rows = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
     return ranked(rows, values, k)
+
+
+LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
+SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
+
+
+def query_encodings(read: set[str] | frozenset[str]) -> tuple[bool, bool]:
+    """Whether a method reading the index kinds ``read`` (``needs``) encodes its queries with the dense
+    model, and with SPLADE."""
+    return not read <= LEXICAL, bool(read & SPLADE_READERS)
+
+
+class QueryEncoders(Protocol):
+    """The corpus's query encoders, as its indexes hold them (``CorpusIndexes``)."""
+
+    def encode_dense_queries(self, texts: list[str]) -> np.ndarray: ...
+
+    def encode_splade_queries(self, texts: list[str]) -> sp.csr_matrix: ...
+
+
+@dataclass
+class Request:
+    """One search's own state, made per request (``Indexes.request``) and dropped with it: the queries,
+    the number of hits kept (``k``), the rows the filter allows (None: all), their encodings (computed
+    ahead for the batch by ``prime``), the notes operators leave (what they did in place of what they
+    could not, in order, once each) and each operator's candidates per query, so that an operator several
+    methods or inputs share runs once per request (``shared_run``).
+
+    ``of(queries)`` is the same request for some of its queries: the encodings, notes and candidates
+    stay shared."""
+
+    queries: list[str]
+    encoders: QueryEncoders
+    k: int = 10
+    allowed: Allowed | None = None
+    notes: dict[str, None] = field(default_factory=dict)
+    encoded: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = field(default_factory=dict)
+    ran: dict[tuple[str, str], Candidates] = field(default_factory=dict)
+
+    def of(self, queries: list[str]) -> Request:
+        return replace(self, queries=list(queries))
+
+    def note(self, text: str) -> None:
+        self.notes.setdefault(text)
+
+    def prime(self, read: set[str] | frozenset[str]) -> None:
+        """Encode the request's queries at once (each encoder one batched call) for a method reading the
+        index kinds ``read`` (``needs``), for ``dense`` and ``splade`` to answer from."""
+        dense, splade = query_encodings(read)
+        texts = [t for t in dict.fromkeys(self.queries) if t not in self.encoded]
+        if not texts or not (dense or splade):
+            return
+        vectors = self.encoders.encode_dense_queries(texts) if dense else [None] * len(texts)
+        weights = self.encoders.encode_splade_queries(texts) if splade else None
+        for i, text in enumerate(texts):
+            self.encoded[text] = (vectors[i], weights[i] if weights is not None else None)
+
+    def dense(self, query: str) -> np.ndarray:
+        """The query's dense vector, by the corpus's dense model."""
+        primed = self.encoded.get(query, (None, None))[0]
+        return primed if primed is not None else self.encoders.encode_dense_queries([query])[0]
+
+    def splade(self, query: str) -> sp.csr_matrix:
+        """The query's SPLADE weights, a (1, vocabulary) row."""
+        primed = self.encoded.get(query, (None, None))[1]
+        return primed if primed is not None else self.encoders.encode_splade_queries([query])
+
+    def shared(self, key: str, compute: Callable[[Request], list[Candidates]]) -> list[Candidates]:
+        """Per query, what ``compute`` gives for the operator ``key`` names, computed only for the queries
+        this request has not asked it of yet."""
+        missing = [q for q in dict.fromkeys(self.queries) if (key, q) not in self.ran]
+        if missing:
+            self.ran.update(((key, q), found) for q, found in zip(missing, compute(self.of(missing)), strict=True))
+        return [self.ran[key, q] for q in self.queries]
+
+
+class Indexes(Protocol):
+    """What the operator contract needs of a corpus's loaded indexes (``retrieval/index/corpus_indexes.py``:
+    ``CorpusIndexes``, which operators read through its typed handles)."""
+
+    lake: LakeStorage
+    corpus: str
+
+    def get(self, name: str) -> Any: ...
+
+    def request(self, queries: list[str], expression: Any = None, check: bool = True, k: int = 10) -> Request: ...
 
 
 class _Nested(Exception):
@@ -121,7 +221,7 @@ class Op(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
     INDEXES: ClassVar[frozenset[str]] = frozenset()
     QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k"})  # parameters a request may set: no index is built from them
-    # how it honours a request's metadata filter (``CorpusIndexes.allowed``): "index" (it searches only the
+    # how it honours a request's metadata filter (``Request.allowed``): "index" (it searches only the
     # allowed nodes), "inputs" (it returns only its inputs' candidates); None: it cannot, and refuses one
     FILTER: ClassVar[Literal["index", "inputs"] | None] = None
     _key: str | None = PrivateAttr(None)
@@ -146,7 +246,7 @@ class Op(BaseModel):
         copy._key = copy._needs = None  # its parameters may differ: both are computed again
         return copy
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         """Index kinds it reads itself; ``kind/part`` where it needs one part of a kind (a trained network)."""
         return self.INDEXES
 
@@ -176,13 +276,13 @@ class Op(BaseModel):
         """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
         return None
 
-    def run(self, query: str, indexes: CorpusIndexes) -> Candidates:
-        """One query's candidates: a batch of one."""
-        return self.run_batch([query], indexes)[0]
+    def run(self, query: str, indexes: Indexes) -> Candidates:
+        """One query's candidates: a request of one, unfiltered."""
+        return self.run_batch(indexes.request([query]), indexes)[0]
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        """Each query's candidates, in the queries' order; the queries' encodings are computed ahead
-        (``CorpusIndexes.prime``) where the caller could."""
+    def run_batch(self, request: Request, indexes: Indexes) -> list[Candidates]:
+        """Each of the request's queries' candidates, in its order; their encodings are computed ahead
+        (``Request.prime``) where the caller could."""
         raise NotImplementedError
 
 
@@ -190,11 +290,11 @@ class PerQuery(Op):
     """An operator whose kernel takes one query at a time (a graph walk over Python structures, a plan,
     a cross-encoder's budget): the batch runs its inputs once for all queries, then ``run_one`` per query."""
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        inputs = run_inputs_batch(self, queries, indexes)
-        return [self.run_one(query, found, indexes) for query, found in zip(queries, inputs, strict=True)]
+    def run_batch(self, request: Request, indexes: Indexes) -> list[Candidates]:
+        inputs = run_inputs_batch(self, request, indexes)
+        return [self.run_one(query, found, request, indexes) for query, found in zip(request.queries, inputs, strict=True)]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: Indexes) -> Candidates:
         """One query's candidates, given its inputs' (``inputs``, in the declared order)."""
         raise NotImplementedError
 
@@ -223,26 +323,21 @@ def problem(error: ValidationError) -> str:
     return f"{where}: {chosen['msg']}"
 
 
-def shared_run(op: Op, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-    """``op``'s candidates for each query, run on the queries the request has not run it on yet: within
-    one request (``CorpusIndexes.request``) an operator that several methods or inputs share runs once."""
-    if not queries:
+def shared_run(op: Op, request: Request, indexes: Indexes) -> list[Candidates]:
+    """``op``'s candidates for each of the request's queries, run on the queries it has not run it on yet:
+    within one request an operator that several methods or inputs share runs once."""
+    if not request.queries:
         return []
-    return indexes.shared(op.canonical(), queries, lambda missing: op.run_batch(missing, indexes))
+    return request.shared(op.canonical(), lambda missing: op.run_batch(missing, indexes))
 
 
-def run_inputs_batch(op: Op, queries: list[str], indexes: CorpusIndexes) -> list[list[Candidates]]:
+def run_inputs_batch(op: Op, request: Request, indexes: Indexes) -> list[list[Candidates]]:
     """Per query, its inputs' candidates (each input run once on the whole batch)."""
     inputs = getattr(op, "inputs", ())
     if not inputs:
-        return [[] for _ in queries]
-    per_input = [shared_run(item, queries, indexes) for item in inputs]
+        return [[] for _ in request.queries]
+    per_input = [shared_run(item, request, indexes) for item in inputs]
     return [list(found) for found in zip(*per_input, strict=True)]
-
-
-def run_inputs(op: Op, query: str, indexes: CorpusIndexes) -> list[Candidates]:
-    """One query's inputs' candidates."""
-    return run_inputs_batch(op, [query], indexes)[0]
 
 
 def parse_operator(spec: Mapping[str, Any], method: str, resolve: Callable[[str], Op] | None = None) -> Op:
@@ -296,7 +391,7 @@ def needs(op: Op) -> frozenset[str]:
     """The index kinds (``kind`` or ``kind/part``) a method reads, through its inputs; computed once
     per operator (a learned part's name hashes the declaration)."""
     if op._needs is None:
-        op._needs = frozenset(name for node in walk(op) for name in node.indexes())
+        op._needs = frozenset(name for node in walk(op) for name in node.reads())
     return op._needs
 
 

@@ -15,6 +15,7 @@ import pyarrow.compute as pc
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.core import Methods
+from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, corpus_graph
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -136,11 +137,11 @@ def document_graph(lake: LakeStorage, corpus: str) -> DocumentGraph | None:
     if not corpus_graph_built(lake, corpus):
         return None
     indexes = CorpusIndexes(lake, corpus)
-    adjacency, _ = corpus_graph(indexes, indexes.spec.corpus_graph)
+    adjacency, _ = corpus_graph(indexes, indexes.setting("corpus_graph"))
     return DocumentGraph.from_nodes(adjacency, list(indexes.doc_ids()))
 
 
 def corpus_graph_built(lake: LakeStorage, corpus: str) -> bool:
     """Whether every edge kind of the corpus graph (Topological Recall's graph) is in the lake."""
-    kinds = CorpusRegistry(lake.home).get(corpus).corpus_graph
+    kinds = corpus_graph_kinds(CorpusRegistry(lake.home).get(corpus).format)
     return all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds)

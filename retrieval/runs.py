@@ -41,16 +41,16 @@ def run_method(
         params = {**params, SAMPLE_PARAM: sample}
     indexes = CorpusIndexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
-    warm = indexes.request()
-    method.run("warm up", warm)  # load indexes and models outside the timed loop
+    warm = indexes.request(["warm up"])
+    method.run_batch(warm, indexes)  # load indexes and models outside the timed loop
     notes = dict(warm.notes)
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
     latencies = []
     progress = StepProgress(f"{name} on {corpus}", queries.num_rows, report, unit="queries")
     for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
         started = time.perf_counter()
-        request = indexes.request()  # one query as the API answers one: its shared inputs run once
-        candidates = method.run(text, request)
+        request = indexes.request([text])  # one query as the API answers one: its shared inputs run once
+        (candidates,) = method.run_batch(request, indexes)
         latency = (time.perf_counter() - started) * 1000
         notes.update(request.notes)
         latencies.append(latency)

@@ -49,9 +49,11 @@ EVERY_METHOD = ["*"]  # a lake's methods.yaml `use` entry switching on every pac
 
 def walk_one(searcher, query, weights, pool: int, k: int, required=None, kg=None):
     """One query's ``(rows, scores)`` through a hybrid searcher's batch search, without the fill."""
+    from graphlake.kernels.hybrid.vectors import HybridParams
     from graphlake.kernels.results import unfilled
 
-    scores, rows = searcher.search(query, weights, pool, k, None if required is None else [required], None if kg is None else [kg])
+    params = HybridParams(weights=weights, pool=pool, required=None if required is None else [required], kg=None if kg is None else [kg])
+    scores, rows = searcher.search(query, k, params)
     kept_scores, kept_rows = unfilled(scores[0], rows[0])
     return kept_rows, kept_scores
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 
 from graphlake.kernels.hybrid.graph_index import Searcher
+from graphlake.kernels.hybrid.vectors import HybridParams
 from graphlake.retrieval.core import needs
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
@@ -17,16 +18,18 @@ from graphlake.warehouse.storage import LakeStorage
 QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
 
 home = sys.argv[1]
-indexes = CorpusIndexes(LakeStorage(home), "demo").request()
+indexes = CorpusIndexes(LakeStorage(home), "demo")
+request = indexes.request(QUERIES)
 op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
-indexes.prime(QUERIES, needs(op))
-found = op.run_batch(QUERIES, indexes)
+request.prime(needs(op))
+found = op.run_batch(request, indexes)
 searcher = indexes.hybrid_graph
-cpu_scores, cpu_rows = Searcher(searcher.graph, searcher.vectors).search(op.encode(QUERIES, indexes), op.scaled(indexes), op.candidates, op.k)
+params = HybridParams(weights=op.scaled(request, indexes), pool=op.candidates)
+cpu_scores, cpu_rows = Searcher(searcher.graph, searcher.vectors).search(op.encode(QUERIES, request, indexes), op.k, params)
 print(json.dumps({
     "device": searcher.device,
     "rows": [c.rows.tolist() for c in found],
     "cpu_rows": [r[r >= 0].tolist() for r in cpu_rows],
     "score_gap": max(float(np.abs(c.scores - s[: len(c.scores)]).max(initial=0.0)) for c, s in zip(found, cpu_scores, strict=True)),
-    "notes": list(indexes.notes),
+    "notes": list(request.notes),
 }))

@@ -20,7 +20,7 @@ from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import build_definitions, default_selection
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
-from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.retrieval.methods import load_methods
 from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog

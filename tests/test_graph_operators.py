@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.cli import app
-from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.core import MethodError, Request
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import alpha_source as alpha_queries
@@ -57,7 +57,6 @@ class GraphIndexes:
             "graph_rankers": TunedRankers({"ppr": 0.15, "gcs": 0.5}),
         }
         self.spec = SimpleNamespace(proximity="structural")
-        self.allowed = None  # no request filter
 
     def get(self, name: str):
         return self.loaded[name]
@@ -71,8 +70,8 @@ class GraphIndexes:
     def setting(self, name: str):
         return getattr(self.spec, name)
 
-    def shared(self, key: str, queries: list[str], compute):
-        return compute(queries)  # as CorpusIndexes outside a request: nothing kept
+    def request(self, queries: list[str], expression=None, check: bool = True, k: int = 10) -> Request:
+        return Request(list(queries), self, k)  # no filter; these operators encode no query
 
 
 METHODS = {

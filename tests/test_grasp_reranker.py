@@ -15,8 +15,8 @@ from graphlake.kernels.rerank.cross_encoder import CrossEncoder, Group, Pool, _r
 from graphlake.kernels.text import encoders
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
-from graphlake.retrieval.index.skb import StageOneSettings as Settings
-from graphlake.retrieval.index.skb import stage_one
+from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
+from graphlake.retrieval.index.skb_stage_one import stage_one
 from graphlake.retrieval.learned_kinds import grasp_rerankers, tuned_fusions
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion

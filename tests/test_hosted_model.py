@@ -157,7 +157,7 @@ def e5_vectors(url: str, texts: list[str], side: str) -> np.ndarray:
 def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends_the_build(lake, tmp_path):
     from graphlake.api import GraphLake
     from graphlake.common.embeddings import EmbeddingsUnavailable
-    from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+    from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
     from graphlake.warehouse.models import encode_dense
     from graphlake.warehouse.storage import LakeStorage

@@ -204,6 +204,7 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
         assert exact.rows.tolist() == fallback.rows.tolist() and len(exact.rows) == min(100, len(holders))
         assert np.isin(walked.rows, holders).all() and np.isin(exact.rows, holders).all()
     word = lake.read("nodes", {"corpus": "demo"}).column("text")[0].as_py().split()[0]
-    listed = run({"op": "hybrid_graph", "keywords": [word, "zzzyzzy"]}, indexes, texts[0])
-    assert len(listed.rows) == 0 and any("zzzyzzy" in note for note in indexes.notes)  # a word no node holds
+    request = indexes.request([texts[0]])
+    (listed,) = parse_methods({"m": {"op": "hybrid_graph", "keywords": [word, "zzzyzzy"]}})["m"].run_batch(request, indexes)
+    assert len(listed.rows) == 0 and any("zzzyzzy" in note for note in request.notes)  # a word no node holds
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == digest  # searching never writes

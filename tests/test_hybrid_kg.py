@@ -10,7 +10,8 @@ from conftest import noisy_queries, synthetic, walk_one
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
-from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, KGQuery, Searcher, build
+from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, Searcher, build
+from graphlake.kernels.hybrid.vectors import KGQuery
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges

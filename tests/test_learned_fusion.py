@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
-from graphlake.retrieval.core import Candidates, run_inputs
+from graphlake.retrieval.core import Candidates, run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
@@ -66,18 +66,20 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
 
     indexes = CorpusIndexes(lake, "demo")
     text = next(q["text"] for q in queries if q["split"] == "test")
-    found = run_inputs(op, text, indexes)
-    result = op.run(text, indexes)
+    (found,) = run_inputs_batch(op, indexes.request([text]), indexes)
+    request = indexes.request([text])
+    (result,) = op.run_batch(request, indexes)
     rows = candidate_rows(found, op.depth)
     scores = stored.ranker(op).booster.predict(features(text, found, rows, op.depth, IN_CORPUS))
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
-    assert set(result.rows.tolist()) <= set(rows.tolist()) and not indexes.notes
+    assert set(result.rows.tolist()) <= set(rows.tolist()) and not request.notes
 
     untrained = CorpusIndexes(lake, "demo")
     untrained._loaded["learned_fusion"] = LearnedRankers({}, {key(op): "corpus 'demo' has fewer than 2 training queries with gold"})
-    fallback = op.run(text, untrained)
+    request = untrained.request([text])
+    (fallback,) = op.run_batch(request, untrained)
     assert fallback.rows.tolist() == rrf(found, op.depth, op.k).rows.tolist()
-    assert any("no ranker trained" in note and "rrf of its inputs" in note for note in untrained.notes)
+    assert any("no ranker trained" in note and "rrf of its inputs" in note for note in request.notes)
     with pytest.raises(StorageError, match="materialize learned_fusion again"):  # a declaration it was not trained for
         op.model_copy(update={"depth": 50}).run(text, indexes)
 
@@ -89,7 +91,7 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     op = load_methods(demo_lake.home)["graphlake_ltr"]
     indexes = CorpusIndexes(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
-    found = [run_inputs(op, q["text"], indexes) for q in queries]
+    found = run_inputs_batch(op, indexes.request([q["text"] for q in queries]), indexes)
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))
     ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
     assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1

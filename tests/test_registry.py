@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.core import Candidates, MethodError, Op, register
+from graphlake.retrieval.core import Candidates, MethodError, Op, Request, register, unfill
 from graphlake.retrieval.index.kinds import EDGE_KINDS, INDEX_KINDS
 from graphlake.retrieval.index.corpus_indexes import Index, CorpusIndexes
 from graphlake.retrieval.methods import parse_methods
@@ -36,9 +36,11 @@ class ShortestFirst(Op):
     op: Literal["shortest_first"]
     k: int = Field(10, gt=0)
 
-    def run(self, query: str, indexes: CorpusIndexes) -> Candidates:
-        scores, rows = indexes.bm25.search([query], self.k)
-        matched = rows[0][scores[0] > 0].astype(np.int64)
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        return [self.shortest(matched.rows, indexes) for matched in unfill(*indexes.bm25.search(request.queries, self.k))]
+
+    @staticmethod
+    def shortest(matched: np.ndarray, indexes: CorpusIndexes) -> Candidates:
         lengths = np.array([len(indexes.texts()[row]) for row in matched], dtype=np.float64)
         order = np.lexsort((matched, lengths))
         return Candidates(matched[order], -lengths[order])

@@ -15,7 +15,6 @@ from typer.testing import CliRunner
 from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.cli import app
 from graphlake.retrieval.models.reranker import held_out_quality
-from graphlake.retrieval.operators.rerank import RERANK_ALWAYS_ENV
 from graphlake.retrieval.training.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
 from graphlake.warehouse.storage import LakeStorage
@@ -23,24 +22,23 @@ from graphlake.warehouse.storage import LakeStorage
 METHODS = "vector,re2,gar,fastinsight"
 BUDGET = 30  # cross-encoder calls a query: three of GAR's and FastInsight's batches of 10, not the catalogue's 100
 SMALLER = f"""
-re2: {{op: cross_encoder, inputs: [vector], depth: {BUDGET}, k: {BUDGET}}}
-gar: {{op: gar, inputs: [vector], graph: auto, batch: 10, budget: {BUDGET}, k: {BUDGET}}}
-fastinsight: {{op: fastinsight, graph: auto, batch: 10, budget: {BUDGET}, alpha: 0.2, beta: 1.0, k: {BUDGET}}}
+re2: {{op: cross_encoder, inputs: [vector], depth: {BUDGET}, k: {BUDGET}, always: true}}
+gar: {{op: gar, inputs: [vector], graph: auto, batch: 10, budget: {BUDGET}, k: {BUDGET}, always: true}}
+fastinsight: {{op: fastinsight, graph: auto, batch: 10, budget: {BUDGET}, alpha: 0.2, beta: 1.0, k: {BUDGET}, always: true}}
 """
 
 
 @pytest.fixture(scope="module")
 def evaluated(demo_reranked, tmp_path_factory):
     """A copy of the demo lake with its reranker trained (``demo_reranked``), evaluated with the four methods,
-    the three that rerank declared with a smaller budget (their packaged ones differ in it alone)."""
+    the three that rerank declared with a smaller budget, and ``always``: the demo's 11 training queries
+    teach a model that loses to dense, which they would then not run, and these tests are about how they
+    rerank."""
     home = copy_lake(demo_reranked, tmp_path_factory.mktemp("reranker") / "lake")
     with (home / "methods.yaml").open("a") as methods:
         methods.write(SMALLER)
     with pytest.MonkeyPatch.context() as patch:
         use_lake(patch, home)
-        # the demo's 11 training queries teach a model that loses to dense, which the methods would then not run:
-        # these tests are about how they rerank, so they rerank anyway
-        patch.setenv(RERANK_ALWAYS_ENV, "1")
         result = CliRunner().invoke(app, ["eval", "--corpus", "demo", "--methods", METHODS, "--json"], catch_exceptions=False)
         assert result.exit_code == 0, result.output
         yield home, {row["method"]: row for row in json.loads(result.stdout)}, patch

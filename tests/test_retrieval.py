@@ -9,15 +9,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from bm25s.stopwords import STOPWORDS_EN
 from conftest import materialize_committed
 from dagster import AssetSelection, DagsterInstance
 from typer.testing import CliRunner
 
 from graphlake.kernels.text.bm25 import BM25Index
+from graphlake.kernels.text.stopwords import ENGLISH
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.core import MethodError, Request
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage
@@ -33,7 +35,6 @@ class HandIndexes:
             "dense": np.eye(4, dtype=np.float32),
             "splade": sp.csr_matrix(np.array([[0, 1.0], [2.0, 0], [0, 0], [1.0, 1.0]], dtype=np.float32)),
         }
-        self.allowed = None  # no request filter
 
     def get(self, name: str):
         return self.loaded[name]
@@ -44,14 +45,14 @@ class HandIndexes:
         except KeyError:
             raise AttributeError(kind) from None
 
-    def shared(self, key: str, queries: list[str], compute):
-        return compute(queries)  # as CorpusIndexes outside a request: nothing kept
+    def request(self, queries: list[str], expression=None, check: bool = True, k: int = 10) -> Request:
+        return Request(list(queries), self, k)  # no filter
 
-    def encode_dense(self, text: str) -> np.ndarray:
-        return np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32)  # dense ranking: rows 2, 3, 1, 0
+    def encode_dense_queries(self, texts: list[str]) -> np.ndarray:
+        return np.tile(np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32), (len(texts), 1))  # dense ranking: rows 2, 3, 1, 0
 
-    def encode_splade(self, text: str) -> sp.csr_matrix:
-        return sp.csr_matrix(np.array([[1.0, 0.5]], dtype=np.float32))  # scores: 0.5, 2.0, 0, 1.5
+    def encode_splade_queries(self, texts: list[str]) -> sp.csr_matrix:
+        return sp.csr_matrix(np.tile(np.array([[1.0, 0.5]], dtype=np.float32), (len(texts), 1)))  # scores: 0.5, 2.0, 0, 1.5
 
 
 def test_leaf_operators_rank_as_expected():
@@ -59,6 +60,7 @@ def test_leaf_operators_rank_as_expected():
     indexes = HandIndexes()
     bm25 = methods["b"].run("apple", indexes)
     assert bm25.rows.tolist() == [1, 0]  # shorter document first; non-matching rows are dropped
+    assert sorted(ENGLISH) == sorted(STOPWORDS_EN)  # the stop set held beside the tokenizer is bm25s's own
     assert methods["d"].run("x", indexes).rows.tolist() == [2, 3, 1]
     splade = methods["s"].run("x", indexes)
     assert splade.rows.tolist() == [1, 3, 0] and splade.scores.tolist() == [2.0, 1.5, 0.5]

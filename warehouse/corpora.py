@@ -57,38 +57,6 @@ FORMAT_CHUNKING: dict[str, Chunking] = {
 }
 
 
-# GraphER §3: which proximity links a corpus's candidates. Tables link by foreign keys, multi-hop
-# passages by shared named entities, chunks of one document by adjacency.
-FORMAT_PROXIMITY: dict[str, str] = {
-    "spider": "structural",
-    "bird": "structural",
-    "hotpotqa": "conceptual",
-    "hotpotqa-ircot": "conceptual",
-    "2wiki": "conceptual",
-    "musique": "conceptual",
-    "hipporag": "conceptual",
-}
-
-# the corpus graph FastInsight and GAR walk: citations where documents cite, shared entities for
-# multi-hop passages, semantic kNN + shared entities for BEIR sets (SciFact has no citations)
-FORMAT_CORPUS_GRAPH: dict[str, tuple[str, ...]] = {
-    "demo": ("citation",),
-    "beir": ("semantic", "conceptual"),
-    **{name: ("conceptual",) for name in ("hotpotqa", "hotpotqa-ircot", "2wiki", "musique", "hipporag")},
-    "spider": ("structural",),
-    "bird": ("structural",),
-}
-
-
-# GRASP's knowledge bases (kernels/plan/skb_builders.py): the schema graph of SQL benchmarks, the 2Wiki KB
-# extracted from passages and its oracle built from gold evidence, and the entity graph of any other corpus
-FORMAT_SKB: dict[str, tuple[str, ...]] = {
-    "spider": ("sql_schema",),
-    "bird": ("sql_schema",),
-    "2wiki": ("wiki_rules", "wiki_evidence"),
-}
-
-
 # the formats that read a separate query file (``--queries``) or gold file (``--qrels``)
 READS = {"queries": {"hipporag", "jsonl", "spider", "bird", "files"}, "qrels": {"jsonl", "files"}}
 
@@ -179,19 +147,6 @@ class CorpusSpec(BaseModel):
     def effective_chunking(self) -> Chunking:
         return self.chunking if self.chunking is not None else FORMAT_CHUNKING.get(self.format, Chunking())
 
-    @property
-    def proximity(self) -> str:
-        return FORMAT_PROXIMITY.get(self.format, "contextual")
-
-    @property
-    def skb_sources(self) -> tuple[str, ...]:
-        """The SKBs GRASP builds for this corpus; the first is what ``source: auto`` means."""
-        return FORMAT_SKB.get(self.format, ("entities",))
-
-    @property
-    def corpus_graph(self) -> tuple[str, ...]:
-        return FORMAT_CORPUS_GRAPH.get(self.format, ("citation", "semantic"))
-
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
 
@@ -224,11 +179,12 @@ TUNED_ARTIFACT = "tuned_dense"  # per corpus: decision.json, and model/ where th
 TUNING_DECISION = "decision.json"
 
 
-def corpus_model(lake: LakeStorage, corpus: str, role: str) -> ModelSpec:
+def corpus_model(lake: LakeStorage, corpus: str, role: str, registry: CorpusRegistry | None = None) -> ModelSpec:
     """The model ``corpus`` uses for ``role``; a model the lake tunes, as the weights it kept for this
     corpus (its tuned folder, or the model it started from), named as declared. Unresolved (its
-    ``problem`` says so) until the corpus's first dense build tunes it."""
-    registry = CorpusRegistry(lake.home)
+    ``problem`` says so) until the corpus's first dense build tunes it. ``registry``: the declarations
+    as the caller read them (read here when not given)."""
+    registry = registry or CorpusRegistry(lake.home)
     spec = registry.model(corpus, role)
     decision = tuning_decision(lake, corpus) if spec.tune else None
     if decision is None:

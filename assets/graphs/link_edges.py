@@ -26,7 +26,7 @@ from dagster import AssetExecutionContext, Config, MetadataValue, asset
 from graphlake.assets.failure_budget import FailureBudget
 from graphlake.common.llm import LLMClient, LLMOutputError, lake_client
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links, llm_citations
-from graphlake.retrieval.index.corpus_indexes import dense_matrix
+from graphlake.retrieval.index.tables import dense_matrix
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.tables import edges_table

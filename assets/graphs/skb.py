@@ -8,13 +8,14 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
+from graphlake.retrieval.corpus_policy import skb_sources
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, build, coverage
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 
 class SKBConfig(Config):
-    sources: list[str] | None = None  # None: the corpus's (CorpusSpec.skb_sources)
+    sources: list[str] | None = None  # None: the corpus's (retrieval/corpus_policy.py)
 
 
 @asset(
@@ -25,7 +26,7 @@ def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -
     """Typed nodes and relations per source (tables skb_nodes, skb_edges); for 2Wiki the extracted KB's coverage of the gold evidence."""
     corpus = context.partition_key
     spec = lake.registry.get(corpus)
-    sources = config.sources or list(spec.skb_sources)
+    sources = config.sources or list(skb_sources(spec.format))
     summary: dict = {}
     for source in sources:
         started = time.perf_counter()

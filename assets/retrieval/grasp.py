@@ -14,8 +14,8 @@ from graphlake.kernels.plan.fusion import cell_name
 from graphlake.retrieval.index.kinds import index_assets
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.index.skb import SKB_ARTIFACT
-from graphlake.retrieval.index.skb import StageOneSettings as Settings
-from graphlake.retrieval.index.skb import planned, stage_one
+from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
+from graphlake.retrieval.index.skb_stage_one import planned, stage_one
 from graphlake.retrieval.learned_kinds import grasp_fusion_reads, grasp_reranker_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training import grasp_reranker as stage3

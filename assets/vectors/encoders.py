@@ -14,7 +14,7 @@ from dagster import AssetExecutionContext, Config, asset
 from graphlake.common.progress import StepProgress
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders, query_encoders
-from graphlake.retrieval.index.corpus_indexes import retrieval_texts
+from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource

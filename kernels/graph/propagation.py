@@ -21,7 +21,6 @@ from types import ModuleType
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse.linalg import LinearOperator, cg
 
 
 @dataclass(frozen=True)
@@ -108,6 +107,8 @@ def ppr_cg(walk: Walk, seeds, alpha: float = 0.15, rtol: float = 1e-6, max_iter:
     ``p = q / sum(q)``. Stops at relative residual ``rtol`` of the system solved; returns scores
     and iterations.
     """
+    from scipy.sparse.linalg import LinearOperator, cg  # 80 ms of scipy.linalg: imported by the walks that solve
+
     if walk.symmetric is None or walk.sqrt_degree is None:
         raise ValueError("ppr_cg needs an undirected (symmetric) graph; use ppr_power")
     s = _distribution(seeds)

@@ -22,15 +22,16 @@ edges, the KG reward) is not in the kernel: it searches without a KG query.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 from numba import config, cuda, float32, int8, int32, int64
 
-from graphlake.kernels.hybrid.graph_index import HybridGraph, KGQuery, Searcher
-from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.results import FILL_ROW, FILL_SCORE
+from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
+from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, filled
 
 POOL_MAX = 256  # the largest candidate pool (L) a block holds
 K_MAX = 128  # the largest k
@@ -268,12 +269,12 @@ class CudaSearcher:
         self.deleted = cuda.to_device(np.asarray(graph.deleted, dtype=np.uint8))
         self.blocks = BLOCKS_PER_SM * _multiprocessors()
 
-    def search(
-        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)``, each ``(len(queries), k)``, as every search kernel returns them (``kernels/results.py``):
-        see :meth:`walk`."""
-        found = self.walk(queries, weights, pool_size, k, required)
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` in the kernels' vocabulary (``kernels/results.py``): see :meth:`walk`. The
+        kernel takes no filter and no KG part (``DeviceSearcher`` walks those on the CPU)."""
+        if params.allowed is not None or any(item is not None for item in params.kg or ()):
+            raise ValueError("the CUDA kernel searches neither a filter nor a KG part: DeviceSearcher walks those on the CPU")
+        found = self.walk(queries, params.weights, params.pool, k, params.required)
         return np.where(found.rows >= 0, found.scores, FILL_SCORE).astype(np.float32), np.where(found.rows >= 0, found.rows, FILL_ROW)
 
     def walk(
@@ -318,23 +319,20 @@ class DeviceSearcher:
         self.graph, self.vectors = graph, vectors
         self.kernel, self.cpu = CudaSearcher(graph, vectors, half=False), Searcher(graph, vectors)
 
-    def search(
-        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list | None = None, kg: list[KGQuery | None] | None = None, allowed: np.ndarray | None = None
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)``, each ``(len(queries), k)``, as ``graph.Searcher.search`` returns them; a
-        filtered batch (``allowed``) walks on the CPU, as the kernel takes no mask."""
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` as ``graph.Searcher.search`` returns them; a filtered batch walks on the CPU, as
+        the kernel takes no mask, and so does a query with a KG part."""
         n = len(queries)
-        required, kg = required or [None] * n, kg or [None] * n
-        if max(pool_size, k) > POOL_MAX or k > K_MAX or allowed is not None:
-            return self.cpu.search(queries, weights, pool_size, k, required, kg, allowed)
-        scores, rows = np.full((n, k), FILL_SCORE, np.float32), np.full((n, k), FILL_ROW, np.int64)
+        required, kg = params.per_query(n)
+        if max(params.pool, k) > POOL_MAX or k > K_MAX or params.allowed is not None:
+            return self.cpu.search(queries, k, params)
+        scores, rows = filled(n, k)
         for on_device, searcher in ((True, self.kernel), (False, self.cpu)):
             picked = np.array([i for i in range(n) if (kg[i] is None) == on_device], dtype=np.int64)
             if not len(picked):
                 continue
-            extra = {} if on_device else {"kg": [kg[i] for i in picked]}
-            found_scores, found_rows = searcher.search(queries.take(picked), weights, pool_size, k, [required[i] for i in picked], **extra)
-            scores[picked], rows[picked] = found_scores, found_rows
+            part = replace(params, required=[required[i] for i in picked], kg=None if on_device else [kg[i] for i in picked])
+            scores[picked], rows[picked] = searcher.search(queries.take(picked), k, part)
         return scores, rows
 
 

@@ -38,8 +38,8 @@ from graphlake.kernels.hybrid.candidates import candidate_knn
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
-from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.results import FILL_ROW, FILL_SCORE
+from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, KGQuery, Queries
+from graphlake.kernels.results import filled
 from graphlake.kernels.text.triples import HUB_NODES
 
 MAX_THREADS = 8  # a batch's queries walked at once
@@ -566,17 +566,6 @@ def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr
     return best_ids[:found], best_scores[:found]
 
 
-@dataclass(frozen=True)
-class KGQuery:
-    """A query's KG part: each entity's hop from the query's entities (``KnowledgeGraph.hops``), the
-    reward weight (calibrated units), the hop limit, and whether logical edges are walked."""
-
-    entity_hops: np.ndarray
-    weight: float
-    hops: int = 3
-    edges: bool = True
-
-
 class Searcher:
     """Searches one index with one set of vectors; keeps the visited stamps between queries, one array per
     thread, so that a batch's queries walk on a thread each (the walk releases the GIL) without sharing them."""
@@ -590,29 +579,18 @@ class Searcher:
         matrices = (kg.node_entities, kg.holders, kg.undirected) if kg is not None else (sp.csr_matrix((0, 0)),) * 3
         self.kg_arrays = tuple(a for m in matrices for a in (m.indptr.astype(np.int64), m.indices.astype(np.int32)))
 
-    def search(
-        self,
-        queries: Queries,
-        weights: np.ndarray,
-        pool_size: int,
-        k: int,
-        required: list[np.ndarray | None] | None = None,
-        kg: list[KGQuery | None] | None = None,
-        allowed: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)``, each ``(len(queries), k)``: per query the top ``k`` live rows by
-        ``Σ weights[p]·sim_p`` (weights calibrated) plus its KG reward, best first, a short list filled
-        with score −inf and row −1 (``kernels/results.py``). Per query, ``required`` BM25 token ids keep
-        only the rows holding all of them; ``allowed`` (a bool per row, the batch's metadata filter) keeps
-        only the rows it marks. The pool and ``k`` are clamped to the corpus."""
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` in the kernels' vocabulary (``kernels/results.py``): per query the top ``k``
+        live rows by ``Σ weights[p]·sim_p`` plus its KG reward, of those holding its required tokens and
+        allowed by the batch's filter (``params``)."""
         n = len(queries)
-        required, kg = required or [None] * n, kg or [None] * n
+        required, kg = params.per_query(n)
         if any(item is not None for item in kg) and self.graph.kg is None:
             raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
-        scores, rows = np.full((n, k), FILL_SCORE), np.full((n, k), FILL_ROW, np.int64)
+        scores, rows = filled(n, k, np.float64)
         k = max(1, min(k, len(self.vectors)))
-        pool_size = max(k, min(pool_size, len(self.vectors)))
-        weights = np.asarray(weights, dtype=np.float64)
+        pool_size = max(k, min(params.pool, len(self.vectors)))
+        weights, allowed = np.asarray(params.weights, dtype=np.float64), params.mask
 
         def one(i: int) -> None:
             found, values = self._walk(queries.take([i]), weights, pool_size, k, required[i], kg[i], allowed)

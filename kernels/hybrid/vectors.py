@@ -12,11 +12,13 @@ is its own dense and SPLADE vectors and its token counts: what retrieval sees wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
+
+from graphlake.kernels.results import SearchParams
 
 PATHS = ("dense", "sparse", "lexical")
 CALIBRATION_SAMPLE = 256
@@ -35,6 +37,33 @@ class Queries:
 
     def take(self, rows: np.ndarray) -> Queries:
         return Queries(self.dense[rows], self.sparse[rows], self.lexical[rows])
+
+
+@dataclass(frozen=True)
+class KGQuery:
+    """A query's KG part: each entity's hop from the query's entities (``KnowledgeGraph.hops``), the
+    reward weight (calibrated units), the hop limit, and whether logical edges are walked."""
+
+    entity_hops: np.ndarray
+    weight: float
+    hops: int = 3
+    edges: bool = True
+
+
+@dataclass(frozen=True, eq=False)
+class HybridParams(SearchParams):
+    """How the hybrid graph is searched (``Searcher.search``): the path weights, calibrated, ``(3,)``
+    (dense, SPLADE, BM25); the candidate pool ``L``; and per query, the BM25 token ids every result holds
+    (``required``) and its KG part (``kg``), None for none. The pool and ``k`` are clamped to the corpus."""
+
+    weights: np.ndarray = field(default_factory=lambda: np.ones(3))
+    pool: int = 128
+    required: list[np.ndarray | None] | None = None
+    kg: list[KGQuery | None] | None = None
+
+    def per_query(self, n: int) -> tuple[list[np.ndarray | None], list[KGQuery | None]]:
+        """``required`` and ``kg`` for a batch of ``n`` queries, None each where unset."""
+        return self.required or [None] * n, self.kg or [None] * n
 
 
 @dataclass(frozen=True)

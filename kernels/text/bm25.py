@@ -15,6 +15,9 @@ import scipy.sparse as sp
 import Stemmer
 from bm25s.tokenization import Tokenizer
 
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, SearchParams, filled
+from graphlake.kernels.text.stopwords import ENGLISH
+
 # Lucene's StandardAnalyzer keeps one-character tokens; bm25s's default pattern drops them.
 TOKEN_PATTERN = r"(?u)\b\w+\b"
 
@@ -32,18 +35,23 @@ class BM25Index:
         retriever.index(tokens, show_progress=False)
         return cls(retriever, tokenizer)
 
-    def search(self, queries: list[str], k: int, allowed: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` of shape ``(len(queries), k')``, best first, k' = min(k, corpus size); with
-        ``allowed`` (a bool per document) the others score 0, before the top ``k`` are taken."""
-        k = min(k, self.retriever.scores["num_docs"])
-        if not queries:
-            return np.zeros((0, k), np.float32), np.zeros((0, k), np.int64)
+    def search(self, queries: list[str], k: int, params: SearchParams = SearchParams()) -> tuple[np.ndarray, np.ndarray]:
+        """``(scores, rows)`` in the kernels' vocabulary (``kernels/results.py``; ties in bm25s's order): a
+        node sharing no term with the query is no result, and with a filter (``params.allowed``) only its
+        rows are, the others scoring 0 before the top ``k`` are taken."""
+        found_scores, found_rows = filled(len(queries), k)
+        k_found = min(k, self.retriever.scores["num_docs"])
+        if not queries or not k_found:
+            return found_scores, found_rows
         # token ids, not the (ids, vocab) tuple: from a tuple bm25s rebuilds a reverse vocabulary on every
         # call (7x slower per query, see benchmarks/results/bm25_throughput.md); n_threads=0 skips its pool
         tokens = self.tokenizer.tokenize(queries, update_vocab=False, show_progress=False, return_as="ids")
-        mask = None if allowed is None else allowed.astype(self.retriever.dtype)
-        rows, scores = self.retriever.retrieve(tokens, k=k, show_progress=False, n_threads=0, weight_mask=mask)
-        return scores, rows
+        mask = None if params.allowed is None else params.allowed.mask.astype(self.retriever.dtype)
+        rows, scores = self.retriever.retrieve(tokens, k=k_found, show_progress=False, n_threads=0, weight_mask=mask)
+        matched = scores > 0
+        found_scores[:, :k_found] = np.where(matched, scores, FILL_SCORE)
+        found_rows[:, :k_found] = np.where(matched, rows, FILL_ROW)
+        return found_scores, found_rows
 
     def weights(self) -> sp.csr_matrix:
         """The per-document BM25 weight of every token, ``(docs, vocabulary)``: a query's score is the
@@ -77,4 +85,4 @@ class BM25Index:
 
 
 def _tokenizer() -> Tokenizer:
-    return Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords="en", stemmer=Stemmer.Stemmer("porter"))
+    return Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords=list(ENGLISH), stemmer=Stemmer.Stemmer("porter"))

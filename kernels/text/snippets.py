@@ -7,9 +7,11 @@ import re
 from functools import lru_cache
 
 import Stemmer
-from bm25s.stopwords import STOPWORDS_EN
+
+from graphlake.kernels.text.stopwords import ENGLISH
 
 _WORD = re.compile(r"\w+")
+STOPWORDS = frozenset(ENGLISH)
 SNIPPET_CHARS = 240
 
 
@@ -20,7 +22,7 @@ def _stemmer() -> Stemmer.Stemmer:
 
 def query_stems(query: str) -> dict[str, str]:
     """The query's words that BM25 would search for, by stem (the first spelling of each)."""
-    words = [w for w in _WORD.findall(query.lower()) if w not in STOPWORDS_EN]
+    words = [w for w in _WORD.findall(query.lower()) if w not in STOPWORDS]
     stems: dict[str, str] = {}
     for word, stem in zip(words, _stemmer().stemWords(words), strict=True):
         stems.setdefault(stem, word)

@@ -1,12 +1,11 @@
-"""One corpus's indexes, loaded through the declared index kinds on first use and checked to share the
-nodes table's order, and what operators derive from them (the corpus graph, the hybrid vectors, the
-entity graph). Kernels are imported where an index is loaded, so a command loads only what its
-method reads."""
+"""The index registry: one corpus's indexes, loaded through the declared index kinds on first use and
+checked to share the nodes table's order, kept warm and shared between requests, and what operators
+derive from them (the corpus graph, the hybrid vectors, the entity graph); a search's own state is the
+``Request`` it makes (``retrieval/core.py``). Kernels are imported where an index is loaded, so a
+command loads only what its method reads."""
 
 from __future__ import annotations
 
-import copy
-import threading
 import weakref
 from collections.abc import Callable
 from functools import cached_property
@@ -14,15 +13,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 import numpy as np
-import pyarrow as pa
 import scipy.sparse as sp
 
-from graphlake.retrieval.core import MethodError
+from graphlake.retrieval.core import MethodError, Request
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.index.kinds import index_kind, read_models, read_node_order
-from graphlake.retrieval.index.metadata import Allowed, DocumentMetadata, FilterCache
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
-from graphlake.warehouse.models import ModelSpec, dense_encoder, made_before_identities, model_identity, same_weights
+from graphlake.retrieval.index.kinds import index_kind
+from graphlake.retrieval.index.metadata import FilterCache
+from graphlake.retrieval.index.tables import CorpusTables
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.models import dense_encoder
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
@@ -44,33 +43,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector
-SPLADE_READERS = frozenset({"splade", "hybrid_graph"})
-
-
-def query_encodings(read: set[str] | frozenset[str]) -> tuple[bool, bool]:
-    """Whether a method reading the index kinds ``read`` (``core.needs``) encodes its queries with the dense
-    model, and with SPLADE."""
-    return not read <= LEXICAL, bool(read & SPLADE_READERS)
-
-
-def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
-    """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
-    titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
-    return [
-        f"{titles[doc_id]} {text}".strip() if titles[doc_id] else text
-        for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
-    ]
-
-
-def dense_matrix(vectors: pa.Table, dimension: int) -> np.ndarray:
-    """The dense vectors as one ``(nodes, dimension)`` float32 matrix (``dimension``: an empty table's)."""
-    column = vectors.column("dense").combine_chunks()
-    if len(column) == 0:
-        return np.zeros((0, dimension), dtype=np.float32)
-    return np.ascontiguousarray(column.flatten().to_numpy().reshape(len(column), -1), dtype=np.float32)
-
-
 class Index(Generic[T]):
     """A typed handle on the declared index kind of its attribute's name: ``indexes.bm25`` is the corpus's
     loaded BM25 index, so an operator's call into its kernel (``indexes.bm25.search(queries, k)``) is a
@@ -90,9 +62,10 @@ class Index(Generic[T]):
         return self if indexes is None else indexes.get(self.kind)
 
 
-class CorpusIndexes:
-    """One corpus's indexes, each loaded through the registry on first use and checked to share the
-    nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions).
+class CorpusIndexes(CorpusTables):
+    """One corpus's indexes, each loaded through the declared kinds on first use and checked to share the
+    nodes table's order; ``memo`` keeps what operators derive from them (pruned graphs, unions). Long-lived
+    and shared by the threads that serve requests: what one search owns is its ``Request`` (``request``).
 
     Operators read an index through its typed handle below; ``get(name)`` is for a kind named by data
     (an edge kind of the corpus graph)."""
@@ -111,181 +84,32 @@ class CorpusIndexes:
     hybrid_weights: Index[TunedWeights] = Index()
     learned_fusion: Index[LearnedRankers] = Index()
 
-    def __init__(self, lake: LakeStorage, corpus: str, reuse_pairs: bool = False) -> None:
-        self.lake, self.corpus, self.reuse_pairs = lake, corpus, reuse_pairs
-        self._loaded: dict[Any, Any] = {}
-        self._loading = threading.RLock()  # requests served on several threads load each index once
-        self.notes: dict[str, None] = {}  # what operators did in place of what they could not (an untrained model), in order, once each
-        self._queries: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = {}  # encoded ahead (``prime``)
-        self._ran: dict[tuple[str, str], Any] | None = None  # a request's operators' candidates per query (``shared``)
-        self.allowed: Allowed | None = None  # a request's filter: the node rows it allows (None: all)
-        self.root: CorpusIndexes = self  # what loads indexes: a request's view (``request``) loads through its root
+    def __init__(self, lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None) -> None:
+        super().__init__(lake, corpus, registry)
+        self.reuse_pairs = reuse_pairs
         self._filters = FilterCache()
         self.loading: str | None = None  # the index being loaded now, for a caller that says what it waits for
 
-    @cached_property
-    def node_ids(self) -> list[str]:
-        """The row order every index shares: the nodes table's (read when first asked, so that a request's
-        other mistakes, an unknown method, are named before a corpus never built is)."""
-        return self.nodes().column("node_id").to_pylist()
-
     def get(self, name: str) -> Any:
-        """The loaded index ``name``, loaded once."""
+        """The loaded index ``name``, loaded once (requests served on several threads load it once)."""
         if name not in self._loaded:
             kind = index_kind(name)
             if kind.load is None:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
             with self._loading:
-                if name not in self._loaded:  # loaded by the root: a loaded index may keep (a weak reference to) what loaded it
-                    self.root.loading = name
+                if name not in self._loaded:
+                    self.loading = name
                     try:
-                        self._loaded[name] = kind.load(self.root)
+                        self._loaded[name] = kind.load(self)
                     finally:
-                        self.root.loading = None
+                        self.loading = None
         return self._loaded[name]
 
-    def note(self, text: str) -> None:
-        self.notes.setdefault(text)
-
-    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
-        """A structure derived from the indexes, computed once per key."""
-        if key not in self._loaded:
-            with self._loading:
-                if key not in self._loaded:
-                    self._loaded[key] = compute()
-        return self._loaded[key]
-
-    def request(self, expression: Filter | None = None, check: bool = True) -> CorpusIndexes:
-        """These indexes for one request: what is loaded stays shared (warm), the notes, the queries
-        encoded ahead, the operators' candidates (``shared``) and the filter's allowed rows are the
-        request's own. A filter naming a field no document has raises ``FilterError`` (unless not ``check``)."""
-        _ = self.spec, self._positions, self.pair_cache  # computed once here, so that every view shares them
-        view = copy.copy(self)
-        view.notes, view._queries, view._ran = {}, {}, {}
-        view.allowed = None if expression is None else self._filters.allowed(expression, self.metadata(), self.node_documents(), check)
-        return view
-
-    def metadata(self) -> DocumentMetadata:
-        """The documents' metadata as filters read it."""
-        return self.memo(("metadata",), lambda: DocumentMetadata(self.corpus, self.documents()))
-
-    def node_documents(self) -> np.ndarray:
-        """Per node row, its document's row in the documents table."""
-
-        def positions() -> np.ndarray:
-            where = {doc_id: i for i, doc_id in enumerate(self.documents().column("doc_id").to_pylist())}
-            return np.fromiter((where[doc_id] for doc_id in self.doc_ids()), dtype=np.int64, count=len(self.node_ids))
-
-        return self.memo(("node documents",), positions)
-
-    def shared(self, key: str, queries: list[str], compute: Callable[[list[str]], list]) -> list:
-        """Per query, what ``compute`` gives for the operator ``key`` names, computed for the queries this
-        request has not asked it of yet (all of them outside a request: nothing is kept across requests)."""
-        if self._ran is None:
-            return compute(queries)
-        missing = [q for q in dict.fromkeys(queries) if (key, q) not in self._ran]
-        if missing:
-            self._ran.update(((key, q), found) for q, found in zip(missing, compute(missing), strict=True))
-        return [self._ran[key, q] for q in queries]
-
-    def prime(self, texts: list[str], read: set[str] | frozenset[str]) -> None:
-        """Encode a batch of queries at once (each encoder one batched call) for a method reading the index
-        kinds ``read`` (``core.needs``), for ``encode_dense`` and ``encode_splade`` to answer from."""
-        from graphlake.kernels.text import query_encoders
-
-        dense, splade = query_encodings(read)
-        texts = [t for t in dict.fromkeys(texts) if t not in self._queries]
-        if not texts:
-            return
-        vectors = self.encode_dense_queries(texts) if dense else [None] * len(texts)
-        weights = query_encoders.encode_queries_splade(texts, self.splade_folder()) if splade else None
-        for i, text in enumerate(texts):
-            self._queries[text] = (vectors[i], weights[i] if weights is not None else None)
-
-    @cached_property
-    def spec(self) -> CorpusSpec:
-        return CorpusRegistry(self.lake.home).get(self.corpus)
-
-    def setting(self, name: str) -> Any:
-        """A setting the corpus's declaration resolves (``proximity``, ``corpus_graph``, ``skb_sources``), resolved once."""
-        return self.memo(("setting", name), lambda: getattr(self.spec, name))
-
-    def check_order(self, name: str, node_ids: list[str]) -> None:
-        if node_ids != self.node_ids:
-            raise StorageError(f"{name} of corpus {self.corpus!r} was built from other nodes; materialize it again")
-
-    def artifact(self, name: str) -> Path:
-        folder = self.lake.artifact(name, {"corpus": self.corpus})
-        self.check_order(name, read_node_order(folder))
-        for role, made_by in read_models(folder).items():
-            self.check_model(name, role, made_by)
-        return folder
-
-    def model(self, role: str) -> ModelSpec:
-        """The model this corpus uses for ``role`` (models.yaml, or its own choice in corpora.yaml)."""
-        return self.memo(("model", role), lambda: corpus_model(self.lake, self.corpus, role))
-
-    def identity(self, role: str) -> dict:
-        """The model's name and revision, as vectors and indexes record who made them."""
-        from graphlake.kernels.text.query_encoders import cache_dir
-
-        return self.memo(("identity", role), lambda: model_identity(self.model(role), cache_dir()))
-
-    def check_model(self, what: str, role: str, made_by: dict[str, str]) -> None:
-        """Refuse vectors or an index made by another model than the one that encodes this corpus's queries."""
-        current = self.identity(role)
-        if not same_weights(made_by, current):
-            raise StorageError(
-                f"{what} of corpus {self.corpus!r}: made by {made_by['name']} ({made_by['revision']}), but the corpus's {role} queries are encoded by "
-                f"{current['name']} ({current['revision']}): materialize the corpus again"
-            )
-
-    def vectors(self, role: str) -> pa.Table:
-        """The corpus's vectors of its ``role`` model, checked to be that model's and in node order."""
-        name = self.model(role).name
-        table = self.lake.read("vectors", {"corpus": self.corpus, "model": name})
-        self.check_order(f"{name} vectors", table.column("node_id").to_pylist())
-        if "revision" not in table.column_names:
-            self.check_model(f"{name} vectors", role, made_before_identities(role))
-        for revision in table.column("revision").unique().to_pylist() if "revision" in table.column_names else []:
-            self.check_model(f"{name} vectors", role, {"name": name, "revision": revision})
-        return table
-
-    def node_rows(self, node_ids: list[str], table: str) -> np.ndarray:
-        """Rows of ``node_ids`` in the nodes table; an id it lacks means ``table`` is stale."""
-        position = self._positions
-        missing = next((n for n in node_ids if n not in position), None)
-        if missing is not None:
-            raise StorageError(f"{table} of corpus {self.corpus!r} names node {missing!r}, which is not in nodes; materialize it again")
-        return np.fromiter((position[n] for n in node_ids), dtype=np.int64, count=len(node_ids))
-
-    @cached_property
-    def _positions(self) -> dict[str, int]:
-        return {node_id: row for row, node_id in enumerate(self.node_ids)}
-
-    def nodes(self) -> pa.Table:
-        return self.memo(("nodes",), lambda: self.lake.read("nodes", {"corpus": self.corpus}))
-
-    def documents(self) -> pa.Table:
-        return self.memo(("documents",), lambda: self.lake.read("documents", {"corpus": self.corpus}))
-
-    def titles(self) -> dict[str, str]:
-        """Title by document id."""
-        columns = ("doc_id", "title")
-        return self.memo(("titles",), lambda: dict(zip(*(self.documents().column(c).to_pylist() for c in columns), strict=True)))
-
-    def texts(self) -> list[str]:
-        """``title + text`` of every node row, what the encoders and the cross-encoder read."""
-        return self.memo(("texts",), lambda: retrieval_texts(self.nodes(), self.documents()))
-
-    def doc_ids(self) -> np.ndarray:
-        return self.memo(("doc_ids",), lambda: np.asarray(self.nodes().column("doc_id").to_pylist(), dtype=object))
-
-    def encode_dense(self, text: str) -> np.ndarray:
-        primed = self._queries.get(text, (None, None))[0]
-        if primed is not None:
-            return primed
-        return self.encode_dense_queries([text])[0]
+    def request(self, queries: list[str], expression: Filter | None = None, check: bool = True, k: int = 10) -> Request:
+        """A search's own state over these indexes: the queries, ``k``, and the rows ``expression`` allows (a
+        filter naming a field no document has raises ``FilterError``, unless not ``check``)."""
+        allowed = None if expression is None else self._filters.allowed(expression, self.metadata(), self.node_documents(), check)
+        return Request(list(queries), self, k, allowed)
 
     def encode_dense_queries(self, texts: list[str]) -> np.ndarray:
         """Queries encoded by the corpus's dense model: ONNX for a local one, its endpoint for a hosted one."""
@@ -301,13 +125,11 @@ class CorpusIndexes:
         """The folder of the corpus's SPLADE model, which encodes its queries."""
         return self.memo(("splade folder",), lambda: self.model("sparse").path())
 
-    def encode_splade(self, text: str) -> sp.csr_matrix:
-        primed = self._queries.get(text, (None, None))[1]
-        if primed is not None:
-            return primed
+    def encode_splade_queries(self, texts: list[str]) -> sp.csr_matrix:
+        """Queries encoded by the corpus's SPLADE model, one row each."""
         from graphlake.kernels.text import query_encoders
 
-        return query_encoders.encode_queries_splade([text], self.splade_folder())
+        return query_encoders.encode_queries_splade(texts, self.splade_folder())
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's

@@ -17,15 +17,13 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from graphlake.retrieval.core import MethodError, Methods, needs
+from graphlake.retrieval.core import Indexes, MethodError, Methods, needs
+from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
 from graphlake.warehouse.models import model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
-
-if TYPE_CHECKING:
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 NODE_IDS_FILE = "node_ids.json"
 MODELS_FILE = "models.json"  # beside an index built from vectors: the models that made them
@@ -79,7 +77,7 @@ class IndexKind:
     name: str
     assets: tuple[str, ...]  # what builds it; the last is written last
     stored: Stored | None  # None: a name resolved per corpus (``corpus_graph``)
-    load: Callable[[CorpusIndexes], Any] | None
+    load: Callable[[Indexes], Any] | None  # given the corpus's index registry (``CorpusIndexes``) that keeps what it loads
     fitting: Fitting | None = None
 
 
@@ -87,7 +85,7 @@ def learned_kind(name: str, model: Any, fitting: Fitting) -> IndexKind:
     """A learned kind as most are: built by the asset of its name into the corpus's artefact of its name,
     loaded by ``model.load(folder)``."""
 
-    def load(indexes: CorpusIndexes) -> Any:
+    def load(indexes: Indexes) -> Any:
         return model.load(indexes.lake.artifact(name, {"corpus": indexes.corpus}))
 
     return IndexKind(name, (name,), Stored(artifact=name), load, fitting)
@@ -137,7 +135,7 @@ def corpus_needs(found: set[str], spec: CorpusSpec) -> dict[str, set[str]]:
     needed: dict[str, set[str]] = {}
     for name in found:
         kind, _, part = name.partition("/")
-        for resolved in graph_indexes(spec.corpus_graph) if kind == CORPUS_GRAPH else (index_kind(kind).name,):
+        for resolved in graph_indexes(corpus_graph_kinds(spec.format)) if kind == CORPUS_GRAPH else (index_kind(kind).name,):
             needed.setdefault(resolved, set()).update({part} if part else set())
     return needed
 

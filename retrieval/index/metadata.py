@@ -17,26 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphlake.common.suggest import did_you_mean
+from graphlake.kernels.results import Allowed
 from graphlake.retrieval.filters import BUILT_IN, And, Condition, Filter, FilterError, Not, Or
 
 CACHED_FILTERS = 128  # the allowed masks kept per corpus (a tenant's filter repeats on every request)
-
-
-@dataclass(frozen=True)
-class Allowed:
-    """The node rows a filter allows: a mask over every row, the rows themselves, and their share."""
-
-    mask: np.ndarray  # bool, one per node row
-    rows: np.ndarray  # int64, ascending
-    key: str  # the filter's canonical form
-
-    @property
-    def fraction(self) -> float:
-        return len(self.rows) / max(len(self.mask), 1)
-
-    def keep(self, rows: np.ndarray) -> np.ndarray:
-        """Which of ``rows`` are allowed (a mask over them)."""
-        return self.mask[rows]
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored, declare
-from graphlake.retrieval.index.corpus_indexes import EntityEdges, CorpusIndexes, dense_matrix, hybrid_vectors
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, EntityEdges, hybrid_vectors
+from graphlake.retrieval.index.tables import dense_matrix
 
 
 def _bm25(indexes: CorpusIndexes):
@@ -96,7 +97,7 @@ def _skb(indexes: CorpusIndexes):
     def load(source: str) -> LoadedSKB:
         indexes = owner()
         source = indexes.setting("skb_sources")[0] if source == "auto" else source
-        return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source))
+        return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source, lambda: indexes.dense))
 
     return load
 

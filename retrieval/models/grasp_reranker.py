@@ -5,6 +5,7 @@ the final fusion per Stage-2 operator, and what the reranker reads per candidate
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,7 +16,9 @@ from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+    from graphlake.retrieval.index.skb import LoadedSKB
+    from graphlake.retrieval.index.tables import CorpusTables
+
 MODEL_FOLDER = "model"
 REPORT_FILE = "grasp_reranker.json"
 
@@ -49,11 +52,14 @@ class TunedReranker:
         return cls(model, saved["fusion"], saved["report"])
 
 
-def candidate_texts(indexes: CorpusIndexes, rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int) -> list[str]:
-    """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB, or ``title + text``."""
-    texts = indexes.texts()
+def candidate_texts(
+    tables: CorpusTables, skbs: Callable[[str], LoadedSKB], rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int
+) -> list[str]:
+    """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB (of ``skbs``,
+    the corpus's by source), or ``title + text``."""
+    texts = tables.texts()
     if serialize == "text":
         return [texts[r] for r in rows.tolist()]
-    skb = indexes.skb("auto")
-    nodes = indexes.nodes().column("text")
+    skb = skbs("auto")
+    nodes = tables.nodes().column("text")
     return [skb.serialised(r, nodes[r].as_py(), max_neighbours, max_field_tokens) for r in rows.tolist()]

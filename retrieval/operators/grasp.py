@@ -16,11 +16,11 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
-from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, register
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, register
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 if TYPE_CHECKING:
-    from graphlake.retrieval.index.skb import StageOneSettings
+    from graphlake.retrieval.index.skb_stage_one import StageOneSettings
 
 
 @register
@@ -32,7 +32,7 @@ class SkbPlan(PerQuery):
     FILTER: ClassVar[Literal["index"]] = "index"
     op: Literal["skb_plan"]
     planner: Literal["rules", "llm"] = "rules"  # llm: the lake's LLM server (GRAPHLAKE_LLM_BASE_URL), App. B's prompt
-    source: str = "auto"  # which SKB: auto = the corpus's first (CorpusSpec.skb_sources)
+    source: str = "auto"  # which SKB: auto = the corpus's first (retrieval/corpus_policy.py)
     emit: Emit = "path"
     name_k: int = Field(5, gt=0)
     name_tau: float = Field(0.95, ge=0, le=1)
@@ -44,19 +44,19 @@ class SkbPlan(PerQuery):
     k: Count = 100
 
     def settings(self) -> StageOneSettings:
-        from graphlake.retrieval.index.skb import StageOneSettings  # spaCy and the SKB builders load with the first GRASP query only
+        from graphlake.retrieval.index.skb_stage_one import StageOneSettings  # spaCy and the SKB builders load with the first GRASP query only
 
         return StageOneSettings(self.emit, self.name_k, self.name_tau, self.doc_k, self.doc_tau, self.rescore, self.max_rows, self.timeout_s, self.k)
 
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
-        from graphlake.retrieval.index.skb import planned, stage_one
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+        from graphlake.retrieval.index.skb_stage_one import planned, stage_one
 
         skb = indexes.skb(self.source)
         plan, failure = planned(query, skb, self.planner, indexes)
-        allowed = None if indexes.allowed is None else indexes.allowed.mask
+        allowed = None if request.allowed is None else request.allowed.mask
         result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure, allowed)
         return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
 
@@ -82,20 +82,20 @@ class PlanRRF(PerQuery):
             raise ValueError(f"w_bucket takes {len(BUCKETS)} weights (one per n_cand bucket), m_risk 4 (no_trade, weak, normal, aggressive)")
         return self
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         if not self.mode.startswith("tuned"):
             return frozenset()
         from graphlake.retrieval.models.grasp_fusion import key
 
         return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         graph, partner = inputs
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
             fusion = indexes.grasp_fusion
             if not fusion.choices:
-                indexes.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
+                request.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
             mode, chosen = indexes.memo(("grasp_fusion choice", self.canonical()), lambda: fusion.choice(self))
             constant = chosen["constant"]
             weight, w_bucket, m_risk = chosen.get("weight", weight), chosen.get("w_bucket", w_bucket), chosen.get("m_risk", m_risk)
@@ -131,22 +131,22 @@ class GraspRerank(PerQuery):
     def first_stage(self) -> Op:
         return self.inputs[0]
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         tuned = self.model == "grasp" or self.fuse == "tuned"
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         from graphlake.retrieval.models.grasp_reranker import candidate_texts
         from graphlake.retrieval.models.untrained import Untrained
 
         (stage,) = inputs
         top = stage.rows[: self.depth]
-        tuned = indexes.grasp_reranker if "grasp_reranker" in self.indexes() else None
+        tuned = indexes.grasp_reranker if "grasp_reranker" in self.reads() else None
         encoder = tuned.model if self.model == "grasp" else indexes.reranker
         if encoder is None or isinstance(encoder, Untrained):
-            indexes.note(f"grasp_rerank: no {'GRASP-tuned' if self.model == 'grasp' else 'trained'} reranker in this lake; Stage 2's ranking is returned")
+            request.note(f"grasp_rerank: no {'GRASP-tuned' if self.model == 'grasp' else 'trained'} reranker in this lake; Stage 2's ranking is returned")
             return stage.top(self.k)
-        scores = encoder.score(query, candidate_texts(indexes, top, self.serialize, self.max_neighbours, self.max_field_tokens))
+        scores = encoder.score(query, candidate_texts(indexes, indexes.skb, top, self.serialize, self.max_neighbours, self.max_field_tokens))
         order = np.argsort(-scores, kind="stable")
         reranked = top[order]
         if self.fuse == "none":

@@ -30,9 +30,8 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.kernels.results import FILL_ROW
-from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, ExactBelow, Keyword, PerQuery, Weight, from_dict, ranked, register, shared_run
+from graphlake.kernels.hybrid.vectors import HybridParams, Queries
+from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, ExactBelow, Keyword, PerQuery, Request, Weight, from_dict, ranked, register, shared_run, unfill
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
@@ -74,51 +73,51 @@ class Hybrid(PerQuery):
     kg_edges: bool = True
     k: Count = 100
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         tuned = isinstance(self.weights, str) or (self.kg and self.kg_weight == "tuned")
         return self.INDEXES | ({"hybrid_weights"} if tuned else set())
 
-    def scaled(self, indexes: CorpusIndexes) -> np.ndarray:
+    def scaled(self, request: Request, indexes: CorpusIndexes) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
-        weights = self.vector(indexes)
+        weights = self.vector(request, indexes)
         return weights * indexes.hybrid_graph.graph.scales if self.calibrate else weights
 
-    def vector(self, indexes: CorpusIndexes) -> np.ndarray:
+    def vector(self, request: Request, indexes: CorpusIndexes) -> np.ndarray:
         """The path weights: declared, or tuned (1/1/1, noted, where the corpus had nothing to tune on)."""
         if not isinstance(self.weights, str):
             return self.weights.vector()
         tuned = indexes.hybrid_weights
         if isinstance(tuned, Untrained):
-            indexes.note(f"{self.op}: no tuned weights ({tuned.reason})")
+            request.note(f"{self.op}: no tuned weights ({tuned.reason})")
             return np.ones(3)
         return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
 
-    def kg_query(self, query: str, indexes: CorpusIndexes):
+    def kg_query(self, query: str, request: Request, indexes: CorpusIndexes):
         """The query's entity hops and reward weight (a ``KGQuery``); ``None`` without ``kg``, or when the
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
-        from graphlake.kernels.hybrid.graph_index import KGQuery
+        from graphlake.kernels.hybrid.vectors import KGQuery
         from graphlake.kernels.text.entities import title_aliases
 
         graph = indexes.hybrid_graph.graph.kg
         if graph is None:
-            indexes.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
+            request.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
             return None
         aliases = indexes.memo(("title_aliases",), lambda: title_aliases(indexes.titles().values()))
         seeds = graph.query_entities([query], aliases)[0]
         if len(seeds) == 0:
-            indexes.note(f"{self.op}: a query named no entity of the knowledge graph, so it was ranked without the KG")
+            request.note(f"{self.op}: a query named no entity of the knowledge graph, so it was ranked without the KG")
             return None
-        return KGQuery(graph.hops(seeds, self.kg_hops), self.reward_weight(indexes), self.kg_hops, self.kg_edges)
+        return KGQuery(graph.hops(seeds, self.kg_hops), self.reward_weight(request, indexes), self.kg_hops, self.kg_edges)
 
-    def reward_weight(self, indexes: CorpusIndexes) -> float:
+    def reward_weight(self, request: Request, indexes: CorpusIndexes) -> float:
         if self.kg_weight != "tuned":
             return float(self.kg_weight)
         tuned = indexes.hybrid_weights
         weight = None if isinstance(tuned, Untrained) else tuned.kg
         if weight is None:
-            indexes.note(f"{self.op}: no tuned kg_weight ({tuned.reason if isinstance(tuned, Untrained) else 'the training corpus has no KG'}); {DEFAULT_KG_WEIGHT} stands in")
+            request.note(f"{self.op}: no tuned kg_weight ({tuned.reason if isinstance(tuned, Untrained) else 'the training corpus has no KG'}); {DEFAULT_KG_WEIGHT} stands in")
             return DEFAULT_KG_WEIGHT
         return weight
 
@@ -131,16 +130,16 @@ class Hybrid(PerQuery):
 
         return reward(indexes.hybrid_graph.graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
-    def dense_weight(self, indexes: CorpusIndexes) -> float:
-        return float(self.vector(indexes)[0])
+    def dense_weight(self, request: Request, indexes: CorpusIndexes) -> float:
+        return float(self.vector(request, indexes)[0])
 
     @staticmethod
-    def encode(queries: list[str], indexes: CorpusIndexes) -> Queries:
+    def encode(queries: list[str], request: Request, indexes: CorpusIndexes) -> Queries:
         """The queries on the three paths, as the kernels take a batch."""
-        dense = np.stack([indexes.encode_dense(query) for query in queries])
-        return Queries(dense, sp.vstack([indexes.encode_splade(query) for query in queries], format="csr"), indexes.bm25.token_counts(queries))
+        dense = np.stack([request.dense(query) for query in queries])
+        return Queries(dense, sp.vstack([request.splade(query) for query in queries], format="csr"), indexes.bm25.token_counts(queries))
 
-    def required(self, query: str, indexes: CorpusIndexes) -> np.ndarray | None:
+    def required(self, query: str, request: Request, indexes: CorpusIndexes) -> np.ndarray | None:
         """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
         corpus never uses leaves no node to return."""
         if self.keywords == "none":
@@ -149,18 +148,18 @@ class Hybrid(PerQuery):
         if self.keywords == "idf_top1":
             token = vectors.rarest(indexes.bm25.token_counts([query]).indices)
             if token is None:
-                indexes.note(f"{self.op}: a query has no word of the corpus, so idf_top1 requires no keyword")
+                request.note(f"{self.op}: a query has no word of the corpus, so idf_top1 requires no keyword")
                 return None
             return np.array([token])
         counts = indexes.bm25.token_counts(self.keywords)
         missing = [word for word, row in zip(self.keywords, counts, strict=True) if row.nnz == 0]
         if missing:
-            indexes.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
+            request.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
         return np.unique(counts.indices) if not missing else np.full(1, -1)
 
-    def keep(self, rows: np.ndarray, scores: np.ndarray, indexes: CorpusIndexes) -> Candidates:
+    def keep(self, rows: np.ndarray, scores: np.ndarray, request: Request, indexes: CorpusIndexes) -> Candidates:
         """Without a dense weight, only nodes some sparse path scores."""
-        if not self.dense_weight(indexes):
+        if not self.dense_weight(request, indexes):
             positive = scores > 0
             rows, scores = rows[positive], scores[positive]
         return Candidates(rows.astype(np.int64), scores)
@@ -170,11 +169,11 @@ class Hybrid(PerQuery):
         """The rows holding every required token (none for an unknown word, marked −1)."""
         return np.zeros(0, np.int64) if (required < 0).any() else hybrid_vectors(indexes).containing(required)
 
-    def eligible(self, required: np.ndarray | None, indexes: CorpusIndexes) -> np.ndarray | None:
+    def eligible(self, required: np.ndarray | None, request: Request, indexes: CorpusIndexes) -> np.ndarray | None:
         """The rows a query may return: those holding its required keywords and allowed by the request's
         filter (None: every row)."""
         rows = None if required is None else self.holders(required, indexes)
-        allowed = indexes.allowed
+        allowed = request.allowed
         if allowed is None:
             return rows
         return allowed.rows if rows is None else rows[allowed.keep(rows)]
@@ -202,41 +201,40 @@ class HybridGraphSearch(Hybrid):
         the scan is quicker at 2 % allowed, the walk at 5 %)."""
         return self.filter_exact_below if self.filter_exact_below is not None else SCAN_NODES_PER_SLOT * pool
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
         """The batch's walks in one call of the index's searcher (its CPU or its CUDA kernel); a query whose
         required keywords or filter few nodes pass scores those nodes exactly instead. A filtered walk
         keeps only allowed nodes, with a pool the larger the fewer the filter allows, so that it finds as
         good ones (the walk goes through every node: the keyword edges' way of keeping a constrained
         search connected)."""
-        scaled, allowed = self.scaled(indexes), indexes.allowed
+        queries, scaled, allowed = request.queries, self.scaled(request, indexes), request.allowed
         pool = self.candidates if allowed is None else self.filtered_pool(allowed.fraction)
         found: list[Candidates | None] = [None] * len(queries)
         walked, required, kg = [], [], []
         for i, query in enumerate(queries):
-            needed, reward = self.required(query, indexes), self.kg_query(query, indexes)
-            eligible = self.eligible(needed, indexes)
+            needed, reward = self.required(query, request, indexes), self.kg_query(query, request, indexes)
+            eligible = self.eligible(needed, request, indexes)
             if eligible is not None:
                 keywords = needed is not None and len(eligible) < self.keyword_exact_below
                 if keywords or (allowed is not None and len(eligible) < self.scan_below(pool)):
                     what = "holding the required keywords" if needed is not None else ""
                     what += (" and " if what else "") + ("the filter allows" if allowed is not None else "")
                     why = "keyword_exact_below" if keywords else "filter_exact_below" if self.filter_exact_below is not None else f"a scan costs less than a walk with a pool of {pool:,}"
-                    indexes.note(f"{self.op}: the {len(eligible):,} nodes {what} were scored exactly (fewer than {why})")
-                    scores = hybrid_vectors(indexes).fused(self.encode([query], indexes), scaled, eligible)[0] + self.kg_reward(reward, indexes, eligible)
+                    request.note(f"{self.op}: the {len(eligible):,} nodes {what} were scored exactly (fewer than {why})")
+                    scores = hybrid_vectors(indexes).fused(self.encode([query], request, indexes), scaled, eligible)[0] + self.kg_reward(reward, indexes, eligible)
                     top = ranked(eligible, scores, self.k)
-                    found[i] = self.keep(top.rows, top.scores, indexes)
+                    found[i] = self.keep(top.rows, top.scores, request, indexes)
                     continue
                 if needed is not None:
-                    indexes.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
+                    request.note(f"{self.op}: the graph walk kept only nodes holding the required keywords")
             walked.append(i), required.append(needed), kg.append(reward)
         if walked:
-            encoded, searcher = self.encode([queries[i] for i in walked], indexes), indexes.hybrid_graph
+            encoded, searcher = self.encode([queries[i] for i in walked], request, indexes), indexes.hybrid_graph
             if allowed is None and searcher.device != "cpu":
-                indexes.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
-            scores, rows = searcher.search(encoded, scaled, pool, self.k, required, kg, None if allowed is None else allowed.mask)
-            for j, i in enumerate(walked):
-                kept = rows[j] != FILL_ROW
-                found[i] = self.keep(rows[j][kept], scores[j][kept], indexes)
+                request.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
+            params = HybridParams(allowed, weights=scaled, pool=pool, required=required, kg=kg)
+            for i, walk in zip(walked, unfill(*searcher.search(encoded, self.k, params)), strict=True):
+                found[i] = self.keep(walk.rows, walk.scores, request, indexes)
         return found
 
 
@@ -246,13 +244,13 @@ class FusedExact(Hybrid):
 
     op: Literal["fused_exact"]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
-        encoded = self.encode([query], indexes)
-        rows = self.eligible(self.required(query, indexes), indexes)
-        scores = hybrid_vectors(indexes).fused(encoded, self.scaled(indexes), rows)[0]
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+        encoded = self.encode([query], request, indexes)
+        rows = self.eligible(self.required(query, request, indexes), request, indexes)
+        scores = hybrid_vectors(indexes).fused(encoded, self.scaled(request, indexes), rows)[0]
         rows = np.arange(len(scores)) if rows is None else rows
-        top = ranked(rows, scores + self.kg_reward(self.kg_query(query, indexes), indexes, rows), self.k)
-        return self.keep(top.rows, top.scores, indexes)
+        top = ranked(rows, scores + self.kg_reward(self.kg_query(query, request, indexes), indexes, rows), self.k)
+        return self.keep(top.rows, top.scores, request, indexes)
 
 
 @register
@@ -264,20 +262,20 @@ class Multipath(Hybrid):
     op: Literal["multipath"]
     depth: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         paths = (DenseHNSW(op="dense_hnsw", k=self.depth), Splade(op="splade", k=self.depth), BM25(op="bm25", k=self.depth))
         fused: dict[int, float] = {}
-        for weight, path in zip(self.scaled(indexes), paths, strict=True):
+        for weight, path in zip(self.scaled(request, indexes), paths, strict=True):
             if weight:
-                (found,) = shared_run(path, [query], indexes)
+                (found,) = shared_run(path, request.of([query]), indexes)
                 for row, score in zip(found.rows.tolist(), found.scores.tolist(), strict=True):
                     fused[row] = fused.get(row, 0.0) + weight * score
-        required = self.required(query, indexes)
+        required = self.required(query, request, indexes)
         if required is not None:  # the paths searched the filter's nodes already
             holders = set(self.holders(required, indexes).tolist())
             fused = {row: score for row, score in fused.items() if row in holders}
         rows = np.fromiter(fused, dtype=np.int64, count=len(fused))
-        for row, extra in zip(rows.tolist(), self.kg_reward(self.kg_query(query, indexes), indexes, rows).tolist(), strict=True):
+        for row, extra in zip(rows.tolist(), self.kg_reward(self.kg_query(query, request, indexes), indexes, rows).tolist(), strict=True):
             fused[row] += extra
         top = from_dict(fused, self.k)
-        return self.keep(top.rows, top.scores, indexes)
+        return self.keep(top.rows, top.scores, request, indexes)

@@ -16,7 +16,7 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Count, Input, Op, from_dict, register, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, from_dict, register, run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
 
@@ -42,17 +42,18 @@ class LearnedFusion(Op):
     depth: Count = 100  # each input's top this many form the candidates
     k: Count = 100
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        return [self.order(query, found, indexes) for query, found in zip(queries, run_inputs_batch(self, queries, indexes), strict=True)]
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        found = run_inputs_batch(self, request, indexes)
+        return [self.order(query, inputs, request, indexes) for query, inputs in zip(request.queries, found, strict=True)]
 
-    def order(self, query: str, found: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def order(self, query: str, found: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         """The candidates ordered by the trained model, or fused by RRF where none was trained."""
         model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.learned_fusion.ranker(self))
         if model is None:
-            indexes.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
+            request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
             return rrf(found, self.depth, self.k)
         rows = candidate_rows(found, self.depth)
         if not len(rows):

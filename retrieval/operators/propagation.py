@@ -17,7 +17,8 @@ from pydantic import Field, model_validator
 
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
-from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, PerQuery, ranked, register, run_inputs_batch, shared_run
+from graphlake.kernels.results import SearchParams, allowed_scores, top_k
+from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, PerQuery, Request, ranked, register, run_inputs_batch, shared_run, unfill
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 Extractor = Literal["spacy", "regex"]
@@ -69,7 +70,7 @@ class PPR(PerQuery):
     def graph(self, indexes: CorpusIndexes):
         return indexes.cooccurrence.graph(self.hub_prune_percent, self.degree_cap)
 
-    def seeds(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> np.ndarray:
+    def seeds(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> np.ndarray:
         """The seed vector over the graph's rows (passages first, then entities) from the query and its
         inputs' candidates; all zeros if none."""
         graph = self.graph(indexes)
@@ -84,43 +85,42 @@ class PPR(PerQuery):
         passage_weights = np.concatenate([passage_seed_weights(c.scores, self.seed_weighting) for c in passages]) if passages else np.zeros(0)
         seeds = mix_seeds(size, entities, entity_weights, passage_rows, passage_weights, self.mixing)
         if not seeds.any() and self.fallback is not None:
-            backup = shared_run(self.fallback, [query], indexes)[0].top(self.seed_k)
+            backup = shared_run(self.fallback, request.of([query]), indexes)[0].top(self.seed_k)
             seeds = mix_seeds(size, entities[:0], entity_weights[:0], backup.rows, passage_seed_weights(backup.scores, self.seed_weighting))
         return seeds
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
         """``power``: the batch's walks in one sparse product a step, ``POWER_BATCH`` queries at a time;
         ``push`` and ``cg`` converge per query, one query at a time."""
         if self.mode != "power":
-            return super().run_batch(queries, indexes)
-        graph = self.graph(indexes)
-        seeds = [self.seeds(query, found, indexes) for query, found in zip(queries, run_inputs_batch(self, queries, indexes), strict=True)]
+            return super().run_batch(request, indexes)
+        graph, queries = self.graph(indexes), request.queries
+        seeds = [self.seeds(query, found, request, indexes) for query, found in zip(queries, run_inputs_batch(self, request, indexes), strict=True)]
         walked = [i for i, vector in enumerate(seeds) if vector.any()]
         found = [Candidates(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
         for start in range(0, len(walked), POWER_BATCH):
             chunk = walked[start : start + POWER_BATCH]
             scores, _ = ppr_power(graph.walk, np.stack([seeds[i] for i in chunk], axis=1), self.alpha, tol=0.0, max_iter=self.iterations)
             for column, i in enumerate(chunk):
-                found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]), indexes)
+                found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]), request)
         return found
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         graph = self.graph(indexes)
-        seeds = self.seeds(query, inputs, indexes)
+        seeds = self.seeds(query, inputs, request, indexes)
         if not seeds.any():
             return Candidates(np.zeros(0, np.int64), np.zeros(0))
         if self.mode == "push":
             scores = ppr_push(graph.walk, seeds, self.alpha, self.epsilon)
         else:
             scores, _ = ppr_cg(graph.walk, seeds, self.alpha, rtol=self.epsilon)
-        return self.top_passages(scores[: graph.n_passages], indexes)
+        return self.top_passages(scores[: graph.n_passages], request)
 
-    def top_passages(self, passages: np.ndarray, indexes: CorpusIndexes) -> Candidates:
+    def top_passages(self, passages: np.ndarray, request: Request) -> Candidates:
         """The top ``k`` passages a walk reached, of those the request's filter allows. The walk itself
         goes through every passage: a filter selects what is returned, not the graph's structure."""
-        reached = passages > 0
-        rows = np.flatnonzero(reached if indexes.allowed is None else reached & indexes.allowed.mask)
-        return ranked(rows, passages[rows], self.k)
+        scores, rows = allowed_scores(passages[None, :], SearchParams(request.allowed))
+        return unfill(*top_k(scores, self.k, rows, positive=True))[0]
 
 
 Ranker = Literal["ppr", "gcs", "gat", "mlp"]
@@ -157,7 +157,7 @@ class GraphRerank(PerQuery):
     alpha: float | None = Field(None, gt=0, lt=1)
     k: Count = 100
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         found = {"structural", "contextual", f"mentions_{self.extractor}"}
         if self.alpha is None or self.ranker in ("gat", "mlp"):
             found.add(f"graph_rankers/{self.ranker}" if self.ranker in ("gat", "mlp") else "graph_rankers")
@@ -170,15 +170,15 @@ class GraphRerank(PerQuery):
         proximity = indexes.setting("proximity") if self.proximity == "auto" else self.proximity
         return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
-    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, indexes: CorpusIndexes, alpha: float | None = None) -> np.ndarray:
+    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, request: Request, indexes: CorpusIndexes, alpha: float | None = None) -> np.ndarray:
         """New scores for the candidates, in their order; ``alpha`` overrides for tuning."""
         seeds = np.asarray(base.scores, dtype=np.float64)
         if self.ranker == "ppr":
-            alpha = alpha or self.alpha or self.tuned_alpha("ppr", indexes)
+            alpha = alpha or self.alpha or self.tuned_alpha("ppr", request, indexes)
             positive = np.maximum(seeds - seeds.min(), 0) + 1e-12  # PPR needs a distribution
             scores, _ = ppr_power(Walk.from_adjacency(adjacency), positive, alpha, tol=1e-9, max_iter=1000)
             return scores
-        alpha = alpha or self.alpha or self.tuned_alpha("gcs", indexes)
+        alpha = alpha or self.alpha or self.tuned_alpha("gcs", request, indexes)
         smoothed, _ = gcs(adjacency, seeds, alpha, tol=1e-9)
         if self.ranker == "gcs":
             return smoothed
@@ -190,21 +190,21 @@ class GraphRerank(PerQuery):
         if model is None:
             raise MethodError(f"graph_rerank: no trained {self.ranker} ranker; materialize graph_rankers")
         if isinstance(model, Untrained):
-            indexes.note(f"graph_rerank: no {self.ranker} for corpus {indexes.corpus!r}: {model.reason}")
+            request.note(f"graph_rerank: no {self.ranker} for corpus {indexes.corpus!r}: {model.reason}")
             return smoothed
-        graph = ranking_graph(smoothed, indexes.encode_dense(query), indexes.dense[base.rows], adjacency)
+        graph = ranking_graph(smoothed, request.dense(query), indexes.dense[base.rows], adjacency)
         return score(model, graph)
 
     @staticmethod
-    def tuned_alpha(ranker: str, indexes: CorpusIndexes) -> float:
+    def tuned_alpha(ranker: str, request: Request, indexes: CorpusIndexes) -> float:
         """The alpha ``graph_rankers`` holds for the ranker; noted when it is the untuned default."""
         rankers = indexes.graph_rankers
         if rankers.alpha_default:
-            indexes.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
+            request.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
         return rankers.alpha[ranker]
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         (base,) = inputs
         if len(base.rows) == 0:
             return base
-        return ranked(base.rows, self.rerank(query, base, self.candidate_graph(base, indexes), indexes), self.k)
+        return ranked(base.rows, self.rerank(query, base, self.candidate_graph(base, indexes), request, indexes), self.k)

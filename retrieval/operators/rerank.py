@@ -9,7 +9,7 @@ queries the cross-encoder is ``Untrained``, and in one whose cross-encoder reran
 queries no better than dense retrieval it is not run either: each method returns its first-stage
 ranking, noted.
 
-``graph: auto`` takes the corpus's graph for these methods (``CorpusSpec.corpus_graph``: citations
+``graph: auto`` takes the corpus's graph for these methods (``retrieval/corpus_policy.py``: citations
 for the demo, semantic kNN + shared entities for BEIR sets, shared entities for multi-hop passages).
 """
 
@@ -20,16 +20,14 @@ from typing import ClassVar, Literal
 import numpy as np
 from pydantic import Field
 
-from graphlake.common.settings import RERANK_ALWAYS
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
-from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Weight, ranked, register
+from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, Weight, ranked, register
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense
 
-RERANK_ALWAYS_ENV = RERANK_ALWAYS.name
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
 
@@ -38,22 +36,22 @@ def _scorer(query: str, indexes: CorpusIndexes) -> PairScorer:
     return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker.head)
 
 
-def _untrained(indexes: CorpusIndexes, instead: str) -> bool:
+def _untrained(request: Request, indexes: CorpusIndexes, instead: str, always: bool) -> bool:
     """Whether the cross-encoder is not to be run: the lake holds no trained one (no training queries
     anywhere), or the trained one reranked its held-out queries no better than dense retrieval did
-    (then reranking costs minutes to lose), unless ``RERANK_ALWAYS_ENV`` asks for it; noted in one
-    line, with what ranks ``instead``."""
+    (then reranking costs minutes to lose), unless the method says ``always``; noted in one line, with
+    what ranks ``instead``."""
     model = indexes.reranker
     if isinstance(model, Untrained):
-        indexes.note(f"no trained cross-encoder: {model.reason}; {instead}")
+        request.note(f"no trained cross-encoder: {model.reason}; {instead}")
         return True
     quality = held_out_quality(indexes.lake.artifact("reranker", {}))
     if quality is not None and quality[0] <= quality[1]:
         versus = f"reranks its held-out training queries no better than dense retrieval (nDCG@10 {quality[0]:.3f} against {quality[1]:.3f})"
-        if RERANK_ALWAYS.flag():
-            indexes.note(f"the lake's cross-encoder {versus}: run anyway ({RERANK_ALWAYS_ENV}), this ranking may be worse than its first stage")
+        if always:
+            request.note(f"the lake's cross-encoder {versus}: run anyway (always), this ranking may be worse than its first stage")
             return False
-        indexes.note(f"the lake's cross-encoder {versus}, so it is not run: {instead} ({RERANK_ALWAYS_ENV}=1 runs it anyway)")
+        request.note(f"the lake's cross-encoder {versus}, so it is not run: {instead} (always: true runs it anyway)")
         return True
     return False
 
@@ -63,17 +61,18 @@ class CrossEncoderRerank(PerQuery):
     """O_m: the cross-encoder scores the input's top ``depth`` candidates (Re2: dense top-100)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"reranker"})
-    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "depth"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "depth", "always"})
     FILTER: ClassVar[Literal["inputs"]] = "inputs"
     op: Literal["cross_encoder"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
     depth: ModelCalls = 100
+    always: bool = False  # run even where the cross-encoder reranked its held-out queries no better than dense retrieval
     k: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         (base,) = inputs
         rows = base.rows[: self.depth]
-        if len(rows) == 0 or _untrained(indexes, "cross_encoder returns its input's ranking"):
+        if len(rows) == 0 or _untrained(request, indexes, "cross_encoder returns its input's ranking", self.always):
             return base.top(self.k)
         return ranked(rows, _scorer(query, indexes).scores(rows), self.k)
 
@@ -84,14 +83,15 @@ class CrossEncoderRerank(PerQuery):
 class GraphBudgeted(PerQuery):
     """What GAR and FastInsight share: a corpus graph, a batch size and a budget of cross-encoder calls."""
 
-    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "batch", "budget", "alpha", "beta"})
+    QUERY_TIME: ClassVar[frozenset[str]] = frozenset({"k", "batch", "budget", "alpha", "beta", "always"})
 
     graph: Literal["auto"] | list[EdgeKind] = "auto"
     batch: ModelCalls = 10
     budget: ModelCalls = 100
+    always: bool = False  # run even where the cross-encoder reranked its held-out queries no better than dense retrieval
     k: Count = 100
 
-    def indexes(self) -> frozenset[str]:
+    def reads(self) -> frozenset[str]:
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
     def corpus_graph(self, indexes: CorpusIndexes):
@@ -106,9 +106,9 @@ class GAR(GraphBudgeted):
     op: Literal["gar"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
         (initial,) = inputs
-        if _untrained(indexes, "gar returns its input's ranking"):
+        if _untrained(request, indexes, "gar returns its input's ranking", self.always):
             return initial.top(self.k)
         graph, _ = self.corpus_graph(indexes)
         rows, scores = gar(initial.rows, graph, _scorer(query, indexes), self.batch, self.budget)
@@ -130,9 +130,9 @@ class FastInsight(GraphBudgeted):
     def first_stage(self) -> Op:
         return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``
 
-    def run_one(self, query: str, inputs: list[Candidates], indexes: CorpusIndexes) -> Candidates:
-        vector = indexes.encode_dense(query)
-        if _untrained(indexes, "fastinsight returns its first stage, the dense ranking"):
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+        vector = request.dense(query)
+        if _untrained(request, indexes, "fastinsight returns its first stage, the dense ranking", self.always):
             scores = indexes.dense @ vector
             return ranked(np.arange(len(scores)), scores, self.k)
         graph, degrees = self.corpus_graph(indexes)

@@ -4,33 +4,24 @@ per-query latency is a batch of one, what a user would wait."""
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
 from pydantic import Field
 
-from graphlake.retrieval.core import MAX_CANDIDATES, MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Weight, from_dict, min_max, ranked, register, run_inputs_batch
+from graphlake.kernels.results import SearchParams
+from graphlake.kernels.text.vector_search import HNSWParams, exact_dense, exact_sparse, hnsw
+from graphlake.retrieval.core import MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Request, Weight, from_dict, min_max, register, run_inputs_batch, unfill
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 
 FILTER_EXACT_BELOW = 2_000  # an approximate index scores exactly the nodes a filter allows when fewer pass it
-DENSE_GATHER_BELOW = 0.25  # a filter allowing less than this share of the nodes: multiply only their rows
 
 
-def exact_dense(queries: list[str], indexes: CorpusIndexes, k: int) -> list[Candidates]:
-    """Inner product of each unit query vector with every node vector the request's filter allows (all
-    without one), the batch in one matrix product: only the allowed rows' where a filter allows few."""
-    matrix, allowed = indexes.dense, indexes.allowed
-    vectors = np.stack([indexes.encode_dense(q) for q in queries], axis=1) if queries else np.zeros((matrix.shape[1], 0), np.float32)
-    if allowed is None:
-        rows, scores = np.arange(len(matrix)), matrix @ vectors
-    elif allowed.fraction < DENSE_GATHER_BELOW:
-        rows, scores = allowed.rows, matrix[allowed.rows] @ vectors
-    else:
-        rows, scores = allowed.rows, (matrix @ vectors)[allowed.rows]
-    return [ranked(rows, np.ascontiguousarray(column), k) for column in scores.T]
+def dense_vectors(request: Request, indexes: CorpusIndexes) -> np.ndarray:
+    """The request's queries by the corpus's dense model, one row each."""
+    return np.stack([request.dense(q) for q in request.queries]) if request.queries else np.zeros((0, indexes.dense.shape[1]), np.float32)
 
 
 class TopK(Op):
@@ -47,10 +38,8 @@ class BM25(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"bm25"})
     op: Literal["bm25"]
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        allowed = indexes.allowed
-        scores, rows = indexes.bm25.search(queries, self.k, None if allowed is None else allowed.mask)
-        return [Candidates(r[s > 0].astype(np.int64), s[s > 0]) for s, r in zip(scores, rows, strict=True)]
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        return unfill(*indexes.bm25.search(request.queries, self.k, SearchParams(request.allowed)))
 
 
 @register
@@ -61,8 +50,8 @@ class Dense(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense"})
     op: Literal["dense"]
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        return exact_dense(queries, indexes, self.k)
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        return unfill(*exact_dense(indexes.dense, dense_vectors(request, indexes), self.k, SearchParams(request.allowed)))
 
 
 @register
@@ -75,23 +64,12 @@ class DenseHNSW(TopK):
     ef_search: Count = 128
     filter_exact_below: ExactBelow = FILTER_EXACT_BELOW
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        import faiss  # loaded with the index already; the search depth per call, so threads share the index
-
-        index, allowed = indexes.dense_hnsw, indexes.allowed
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        allowed, vectors = request.allowed, dense_vectors(request, indexes)
         if allowed is not None and len(allowed.rows) < self.filter_exact_below:
-            indexes.note(f"{self.op}: the {len(allowed.rows):,} nodes the filter allows were scored exactly (fewer than filter_exact_below)")
-            return exact_dense(queries, indexes, self.k)
-        depth = max(self.ef_search, self.k)
-        selector = bitmap = None
-        if allowed is not None:  # the walk visits every node and keeps the allowed: deeper as fewer are, so as many are found
-            bitmap = np.packbits(allowed.mask, bitorder="little")
-            selector = faiss.IDSelectorBitmap(len(allowed.mask), faiss.swig_ptr(bitmap))
-            depth = min(math.ceil(depth / max(allowed.fraction, 1e-9)), MAX_CANDIDATES)
-        params = faiss.SearchParametersHNSW(efSearch=min(depth, max(index.ntotal, 1)), sel=selector)  # no deeper than the corpus
-        scores, rows = index.search(np.stack([indexes.encode_dense(q) for q in queries]), min(self.k, max(index.ntotal, 1)), params=params)
-        del bitmap  # faiss read it through a raw pointer: it lived until here
-        return [Candidates(r[r >= 0].astype(np.int64), s[r >= 0]) for s, r in zip(scores, rows, strict=True)]
+            request.note(f"{self.op}: the {len(allowed.rows):,} nodes the filter allows were scored exactly (fewer than filter_exact_below)")
+            return unfill(*exact_dense(indexes.dense, vectors, self.k, SearchParams(allowed)))
+        return unfill(*hnsw(indexes.dense_hnsw, vectors, self.k, HNSWParams(allowed, self.ef_search)))
 
 
 @register
@@ -101,15 +79,9 @@ class Splade(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"splade"})
     op: Literal["splade"]
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        weights = sp.vstack([indexes.encode_splade(q) for q in queries], format="csr")
-        scores = np.asarray((indexes.splade @ weights.T).todense())
-        allowed = indexes.allowed
-        found = []
-        for column in scores.T:
-            rows = np.flatnonzero((column > 0) if allowed is None else (column > 0) & allowed.mask)
-            found.append(ranked(rows, column[rows], self.k))
-        return found
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        weights = sp.vstack([request.splade(q) for q in request.queries], format="csr")
+        return unfill(*exact_sparse(indexes.splade, weights, self.k, SearchParams(request.allowed)))
 
 
 class Fusion(Op):
@@ -136,8 +108,8 @@ class RRF(Fusion):
     op: Literal["rrf"]
     constant: float = Field(60.0, ge=0)
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
-        return [self.fuse(inputs) for inputs in run_inputs_batch(self, queries, indexes)]
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        return [self.fuse(inputs) for inputs in run_inputs_batch(self, request, indexes)]
 
     def fuse(self, inputs: list[Candidates]) -> Candidates:
         fused: dict[int, float] = {}
@@ -155,11 +127,11 @@ class WeightedSum(Fusion):
     op: Literal["weighted_sum"]
     normalise: list[bool] | None = None
 
-    def run_batch(self, queries: list[str], indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
         normalise = self.normalise if self.normalise is not None else [True] * len(self.inputs)
         if len(normalise) != len(self.inputs):
             raise MethodError(f"weighted_sum: {len(normalise)} normalise flags for {len(self.inputs)} inputs")
-        return [self.fuse(inputs, normalise) for inputs in run_inputs_batch(self, queries, indexes)]
+        return [self.fuse(inputs, normalise) for inputs in run_inputs_batch(self, request, indexes)]
 
     def fuse(self, inputs: list[Candidates], normalise: list[bool]) -> Candidates:
         fused: dict[int, float] = {}

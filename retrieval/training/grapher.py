@@ -112,7 +112,7 @@ def tune_alpha(examples: list[dict], methods: Methods, config: Any) -> tuple[dic
     for ranker in ("ppr", "gcs"):
         op = GraphRerank(op="graph_rerank", inputs=[methods[config.base]], ranker=ranker)
         curves[ranker] = {
-            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"], a), config.metric_k)
+            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"].request([e["query"]]), e["indexes"], a), config.metric_k)
             for a in ALPHAS
         }
         alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
@@ -155,7 +155,7 @@ def candidate_examples(lake: LakeStorage, corpus: str, split: str | None, method
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]
     examples = []
-    for query, candidates in zip(queries, shared_run(op.inputs[0], [query["text"] for query in queries], indexes), strict=True):
+    for query, candidates in zip(queries, shared_run(op.inputs[0], indexes.request([query["text"] for query in queries]), indexes), strict=True):
         adjacency = op.candidate_graph(candidates, indexes)
         labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
         examples.append(

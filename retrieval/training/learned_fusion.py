@@ -140,13 +140,13 @@ def input_runs(fusions: list[Op], texts: list[str], indexes: CorpusIndexes) -> t
     runs: dict[int, list[Candidates]] = {name: [] for name in inputs}
     failed: dict[int, StorageError] = {}
     for start in range(0, len(texts), CHUNK):
-        chunk, request = texts[start : start + CHUNK], indexes.request()
+        request = indexes.request(texts[start : start + CHUNK])
         for name, item in inputs.items():
             if name in failed:
                 continue
             try:
-                request.prime(chunk, needs(item))
-                runs[name] += shared_run(item, chunk, request)
+                request.prime(needs(item))
+                runs[name] += shared_run(item, request, indexes)
             except StorageError as error:
                 failed[name] = error
     return {name: found for name, found in runs.items() if name not in failed}, failed

@@ -206,7 +206,7 @@ def training_groups(query: TrainingQuery, indexes: CorpusIndexes, methods: Metho
     from graphlake.kernels.rerank.cross_encoder import Group
 
     texts, docs = indexes.texts(), indexes.doc_ids()
-    dense = indexes.dense @ indexes.encode_dense(query.text)
+    dense = indexes.dense @ indexes.encode_dense_queries([query.text])[0]
     positives = []
     for doc in sorted(query.gold):
         rows = np.flatnonzero(docs == doc)

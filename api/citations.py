@@ -1,0 +1,48 @@
+"""A search's answer, one query at a time: the candidates of a batch made into hits that cite their
+document (its title, source and metadata, the span of its text a node is) with the query's matched
+words and a snippet."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from graphlake.api.results import Hit, SearchResult
+from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
+from graphlake.retrieval.core import Candidates, Request
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.warehouse.readers.base import CITED_BY
+
+
+@dataclass(frozen=True)
+class Searched:
+    """One corpus's search of a batch: the candidates of every query, made into an answer one query at a time."""
+
+    corpus: str
+    method: str
+    snapshot: int
+    indexes: CorpusIndexes
+    request: Request
+    found: list[Candidates]
+    latency_ms: float  # per query
+    notes: list[str]
+
+    def result(self, i: int) -> SearchResult:
+        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.request.k)
+        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, self.notes, {self.corpus: self.snapshot})
+
+
+def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:
+    """The top ``k`` candidates as hits that cite their document."""
+    titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
+    columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end")})
+    records, documents = indexes.metadata().records, indexes.node_documents()
+    stems = query_stems(query)
+    hits = []
+    for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1):
+        text, record = columns["text"][row], records[documents[row]]
+        terms, spans = matched_terms(stems, text)
+        source = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
+        hits.append(
+            Hit(rank, node_ids[row], docs[row], titles[docs[row]], text, float(score), corpus, source, columns["start"][row], columns["end"][row], terms, snippet(text, spans), dict(record))
+        )
+    return hits

@@ -1,0 +1,76 @@
+"""The Python API's arguments checked before any work, each refusal a ``RequestError`` naming the
+argument: names, queries, ``k``, the corpora of one call, a filter. The HTTP server bounds its request
+bodies by the same limits."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from graphlake.api.results import RequestError
+from graphlake.common.unicode_checks import lone_surrogate
+from graphlake.retrieval.core import METHOD_NAME
+from graphlake.retrieval.filters import Filter, FilterError, parse_filter
+from graphlake.warehouse.corpora import CORPUS_NAME
+
+MAX_QUERY_CHARS = 2_000
+MAX_K = 1_000
+MAX_BATCH = 256
+MAX_NAME_CHARS = 200
+MAX_CORPORA = 16  # searched in one call
+
+
+def kind_of(value: Any) -> str:
+    return "an empty string" if isinstance(value, str) and not value.strip() else type(value).__name__
+
+
+def check_names(corpus: Any, method: Any) -> None:
+    for what, value, pattern in (("corpus", corpus, CORPUS_NAME), ("method", method, METHOD_NAME)):
+        if not isinstance(value, str) or not value:
+            raise RequestError(f"{what}: a name, got {kind_of(value)}")
+        if len(value) > MAX_NAME_CHARS or not pattern.fullmatch(value):
+            shown = value if len(value) <= 40 else value[:37] + "..."
+            raise RequestError(f"{what}: {shown!r} is not a {what} name (letters, digits and {'_ . -' if what == 'corpus' else '_'})")
+
+
+def check_queries(queries: list[str], k: int) -> None:
+    if isinstance(queries, str) or not isinstance(queries, list | tuple):
+        raise RequestError(f"queries: a list of strings, got {kind_of(queries)} (search() takes one query)")
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise RequestError(f"k: an integer, got {k!r}")
+    if not queries:
+        raise RequestError("queries: give at least one")
+    if len(queries) > MAX_BATCH:
+        raise RequestError(f"queries: at most {MAX_BATCH} in one batch, got {len(queries)}")
+    for i, query in enumerate(queries):
+        if not isinstance(query, str):
+            raise RequestError(f"query {i}: a string, got {kind_of(query)}")
+        if not query.strip():
+            raise RequestError(f"query {i}: empty")
+        if len(query) > MAX_QUERY_CHARS:
+            raise RequestError(f"query {i}: at most {MAX_QUERY_CHARS} characters, got {len(query)}")
+        if not query.isascii() and (bad := lone_surrogate(query)) is not None:  # isascii: a flag, no scan
+            raise RequestError(f"query {i}: not valid Unicode (a lone surrogate at character {bad + 1})")
+    if not 1 <= k <= MAX_K:
+        raise RequestError(f"k: between 1 and {MAX_K}, got {k}")
+
+
+def corpora_named(corpus: Any) -> list[str]:
+    """The corpora a request names: one, or a list of distinct ones."""
+    if isinstance(corpus, list | tuple):
+        if not corpus:
+            raise RequestError("corpus: name at least one")
+        if len(set(map(str, corpus))) != len(corpus):
+            raise RequestError(f"corpus: each corpus once, got {', '.join(map(str, corpus))}")
+        if len(corpus) > MAX_CORPORA:
+            raise RequestError(f"corpus: at most {MAX_CORPORA} in one call, got {len(corpus)}")
+        return list(corpus)
+    return [corpus]
+
+
+def parsed_filter(given: Any) -> Filter | None:
+    if given is None:
+        return None
+    try:
+        return parse_filter(given)
+    except FilterError as error:
+        raise RequestError(str(error)) from None
