@@ -33,6 +33,7 @@ from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_enco
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.filters import Filter, FilterError
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -227,7 +228,7 @@ class GraphLake:
             if warm is None or warm.version != version:
                 pinned = lake.pinned(corpus, LAKE_SCOPE)
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
-                warm = _Warm(version, CorpusIndexes(pinned, corpus, registry=registry), load_methods(self.home))
+                warm = _Warm(version, corpus_indexes(pinned, corpus, registry=registry), load_methods(self.home))
                 self._warm[corpus] = warm
             self._stamps[corpus] = stamp
         return warm

@@ -111,8 +111,8 @@ def edge_checks(edge_assets: Sequence[AssetsDefinition]) -> list[AssetChecksDefi
         )
         def check(context: AssetCheckExecutionContext, edges: pa.Table, lake: LakeResource) -> AssetCheckResult:
             corpus = context.partition_key
-            nodes = lake.lake.read("nodes", {"corpus": corpus})
-            return edge_problems(edges, nodes, _entities(lake.lake, corpus))
+            nodes = lake.storage.read("nodes", {"corpus": corpus})
+            return edge_problems(edges, nodes, _entities(lake.storage, corpus))
 
         return check
 
@@ -128,7 +128,7 @@ def mentions_match_df(mentions_asset_key: AssetKey | str) -> AssetChecksDefiniti
         description="Each entity's df equals the number of distinct nodes that mention it.",
     )
     def check(context: AssetCheckExecutionContext, mentions: pa.Table, lake: LakeResource) -> AssetCheckResult:
-        entities = _entities(lake.lake, context.partition_key)
+        entities = _entities(lake.storage, context.partition_key)
         extractors = mentions.column("extractor").unique()
         return df_problems(mentions, entities.filter(pc.is_in(entities.column("extractor"), value_set=extractors)))
 

@@ -13,7 +13,7 @@ from dagster import AssetExecutionContext, AssetKey, AssetOut, AssetsDefinition,
 
 from graphlake.retrieval.core import Methods, method_asset_names, needs, uses_llm
 from graphlake.retrieval.evaluation import evaluate_stored
-from graphlake.retrieval.index.kinds import index_assets
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.runs import run_method
 from graphlake.warehouse.io_manager import LakeResource
@@ -34,7 +34,7 @@ def method_assets(home: Path) -> list[AssetsDefinition]:
 def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
     method, params = methods[name], methods.params(name)
     run_name, metrics_name, query_metrics_name = method_asset_names(name)
-    index_deps = [AssetKey(asset) for asset in index_assets({index.partition("/")[0] for index in needs(method)})]
+    index_deps = [AssetKey(asset) for asset in INDEX_KINDS.index_assets({index.partition("/")[0] for index in needs(method)})]
     llm = uses_llm(method)  # needs a server: opt-in, like the other LLM assets
 
     @asset(
@@ -47,7 +47,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
         table, summary = run_method(
-            name, method, params, lake.lake, context.partition_key, split=config.split, sample=config.sample, reuse_pairs=config.reuse_pairs, report=context.log.info
+            name, method, params, lake.storage, context.partition_key, split=config.split, sample=config.sample, reuse_pairs=config.reuse_pairs, report=context.log.info
         )
         context.add_output_metadata(summary)
         return table
@@ -63,7 +63,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
         deps=[AssetKey(run_name), AssetKey("queries"), AssetKey("qrels")],
     )
     def evaluate_asset(context: AssetExecutionContext, lake: LakeResource):
-        metrics, query_metrics = evaluate_stored(lake.lake, context.partition_key, name)
+        metrics, query_metrics = evaluate_stored(lake.storage, context.partition_key, name)
         headline = {
             f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4)
             for row in metrics.to_pylist()

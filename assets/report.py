@@ -32,13 +32,13 @@ def report_asset(home: Path):
         results: dict[str, dict[str, dict[str, float]]] = {}  # split -> method -> metric -> value
         for name in methods:
             partition = {"corpus": corpus, "method": name}
-            if not lake.lake.has("metrics", partition):
+            if not lake.storage.has("metrics", partition):
                 continue
-            for row in lake.lake.read("metrics", partition).to_pylist():
+            for row in lake.storage.read("metrics", partition).to_pylist():
                 metric = row["metric"] if row["k"] is None else f"{row['metric']}@{row['k']}"
                 results.setdefault(row["split"], {}).setdefault(name, {})[metric] = row["value"]
         markdown, curves = render_markdown(corpus, results), json.dumps(plotted(results), sort_keys=True)
-        folder = _current(lake.lake, corpus)
+        folder = _current(lake.storage, corpus)
         if folder is not None and _read(folder / TABLE) == markdown and _read(folder / PLOTTED) == curves:
             png = (folder / PLOT).read_bytes()  # an edit that moved no metric: no new version, and no matplotlib (1 s)
         else:
@@ -49,7 +49,7 @@ def report_asset(home: Path):
                 (folder / PLOTTED).write_text(curves, encoding="utf-8")
                 (folder / PLOT).write_bytes(png)
 
-            folder = lake.lake.write_artifact("report", {"corpus": corpus}, fill)
+            folder = lake.storage.write_artifact("report", {"corpus": corpus}, fill)
         image = base64.b64encode(png).decode()
         context.add_output_metadata(
             {

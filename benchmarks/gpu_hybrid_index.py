@@ -65,14 +65,15 @@ def export(folder: Path) -> None:
     from hybrid_index import encoded
 
     from graphlake.kernels.hybrid.graph_index import exact_knn
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+    from graphlake.retrieval.index.corpus_indexes import hybrid_vectors
+    from graphlake.retrieval.learned_kinds import corpus_indexes
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import LakeStorage
 
     lake = LakeStorage(lake_home())
     for corpus in SETS:
         split = EVALUATED[corpus]
-        indexes = CorpusIndexes(lake, corpus)
+        indexes = corpus_indexes(lake, corpus)
         vectors = hybrid_vectors(indexes)
         counts = indexes.bm25.token_counts(indexes.texts())
         texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]

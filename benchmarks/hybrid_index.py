@@ -43,6 +43,7 @@ from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -127,7 +128,7 @@ def timed(runs: dict[str, callable], count: int) -> dict[str, tuple[float, list]
 
 def speed(corpus: str, split: str) -> list[str]:
     lake = LakeStorage(lake_home())
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, encode_ms = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]  # sliced once: a query arrives as one row
@@ -219,7 +220,7 @@ def inserts(corpus: str, split: str) -> list[str]:
     deep and deduplicates documents, as the tuning does; the paired difference to the full build with
     its 95 % CI, recall@10 against exact fusion, and the insert's seconds against the full build's."""
     lake = LakeStorage(lake_home())
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     asked = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
     queries, _ = encoded(indexes, [q["text"] for q in asked])
@@ -266,7 +267,7 @@ def knowledge_graph(corpus: str, split: str) -> list[str]:
     lines: list[str] = []
     for extractor in ("spacy", "evidence") if evidences else ("spacy",):
         index_with_kg(corpus, extractor)
-        graph = CorpusIndexes(lake, corpus).hybrid_graph.graph
+        graph = corpus_indexes(lake, corpus).hybrid_graph.graph
         report = {row["method"]: row for row in json.loads(graphlake("eval", "--corpus", corpus, "--split", split, "--methods", ",".join([*KG_PAIRS, *set(KG_PAIRS.values())]), "--json"))}
         oracle = " — ORACLE: the questions' own gold evidence triples" if extractor == "evidence" else ""
         title = f"{corpus} / {split}: kg {extractor}{oracle} ({len(graph.kg.entities):,} entities, {len(graph.kg.source):,} relations)"
@@ -293,7 +294,7 @@ def index_with_kg(corpus: str, extractor: str) -> None:
 def kg_speed(corpus: str, split: str) -> list[str]:
     """Recall@10 against exact scoring and QPS, 1/1/1 at L 128, with and without the KG, entities found once."""
     lake = LakeStorage(lake_home())
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, _ = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]

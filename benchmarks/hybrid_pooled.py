@@ -44,7 +44,7 @@ from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
 from graphlake.kernels.text import encoders
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -69,7 +69,7 @@ def pooled(lake: LakeStorage, sets: list[str], most: int) -> tuple[HybridVectors
     seen: set[str] = set()
     for corpus in sets:
         try:
-            indexes = CorpusIndexes(lake, corpus)
+            indexes = corpus_indexes(lake, corpus)
             vectors, splade = indexes.dense, indexes.splade.tocsr()
         except StorageError:
             continue

@@ -84,12 +84,12 @@ def difference(lake: LakeStorage, corpus: str, split: str, metric: str, method: 
 def latency(corpus: str, split: str, count: int) -> dict:
     """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
     from graphlake.retrieval.core import run_inputs_batch
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+    from graphlake.retrieval.learned_kinds import corpus_indexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.learned_fusion import candidate_rows
 
     lake, op = LakeStorage(lake_home()), load_methods(lake_home())[LTR]
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     texts = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]
     op.run(texts[0], indexes)  # loads the model and the indexes
@@ -113,7 +113,7 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     what the training pairing costs."""
     from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
     from graphlake.kernels.eval.metrics import evaluate, mean
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+    from graphlake.retrieval.learned_kinds import corpus_indexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.queries import gold_by_query
     from graphlake.retrieval.training.learned_fusion import fit, input_runs, ranked_docs
@@ -121,7 +121,7 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     op = load_methods(lake.home)[LTR]
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     queries = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     runs, failed = input_runs([op], [q["text"] for q in queries], indexes)
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")

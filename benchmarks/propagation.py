@@ -55,6 +55,7 @@ from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.retrieval.core import run_inputs_batch
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.propagation import candidate_graph
 from graphlake.warehouse.storage import LakeStorage
@@ -68,7 +69,7 @@ Solver = Callable[[np.ndarray], tuple[object, int | None]]  # seeds -> (scores a
 def prepare(home: Path, corpus: str, cache: Path) -> tuple[CorpusIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
     lake = LakeStorage(home)
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     graph = indexes.cooccurrence.graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")

@@ -40,8 +40,7 @@ from rich.console import Console
 
 from graphlake.api import GraphLake
 from graphlake.pipelines.runner import materialize_corpus
-from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
@@ -55,7 +54,7 @@ def in_process(home: Path, corpus: str, methods: list[str], queries: list[str]) 
     rows = []
     api, declared = GraphLake(home), load_methods(home)
     for name in methods:
-        indexes, method = CorpusIndexes(LakeStorage(home), corpus), declared[name]
+        indexes, method = corpus_indexes(LakeStorage(home), corpus), declared[name]
         method.run("warm up", indexes)  # as run_method does before its timed loop
         api.warm(corpus, name)
         own, served = [], []
@@ -135,7 +134,7 @@ def load(home: Path, corpus: str, methods: list[str], queries: list[str], second
         source = Path(scratch) / "side.jsonl"
         source.write_text("".join(json.dumps(d) + "\n" for d in side_texts(0)))
         CorpusRegistry(copy).add(CorpusSpec(name=SIDE, format="jsonl", path=str(source)))
-        selection = AssetSelection.assets(*index_assets({"bm25", "dense"})).upstream().required_multi_asset_neighbors()
+        selection = AssetSelection.assets(*INDEX_KINDS.index_assets({"bm25", "dense"})).upstream().required_multi_asset_neighbors()
         materialize_corpus(copy, SIDE, selection, Console(file=io.StringIO()))
         port = 8765
         env = {"GRAPHLAKE_HOME": str(copy), "DAGSTER_HOME": str(copy / "dagster"), "PATH": str(Path(sys.executable).parent), "PYTHONPATH": pythonpath}

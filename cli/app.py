@@ -88,8 +88,7 @@ def _print_notes(notes: dict[str, str], corpus: str, build: bool) -> None:
     In a ``build`` of a corpus without queries, one line says what that means (empty runs and
     evaluations, trained models standing in their defaults) rather than one a method or a model."""
     if build and notes and LakeStorage(lake_home()).rows("queries", {"corpus": corpus}) == 0:
-        from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds)
-        from graphlake.retrieval.index.kinds import INDEX_KINDS
+        from graphlake.retrieval.learned_kinds import INDEX_KINDS
 
         learned = {asset for kind in INDEX_KINDS.values() if kind.fitting is not None for asset in kind.assets}
         about_queries = [a for a in notes if a in learned or a.startswith(("run_", "metrics_", "query_metrics_"))]

@@ -45,7 +45,7 @@ def demo() -> None:
 
     from graphlake.pipelines.definitions import default_selection
     from graphlake.retrieval.core import method_asset_names, needs, uses_llm
-    from graphlake.retrieval.index.kinds import index_assets, index_kind
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.reports import evaluation_report, random_floor
 
@@ -59,7 +59,7 @@ def demo() -> None:
     skipped = AssetSelection.assets(*(asset for name in left_out for asset in method_asset_names(name)))
     # and what only they read that is learned: the cross-encoder, GRASP's reranker fine-tuned from it
     kinds = lambda names: {index.partition("/")[0] for name in names for index in needs(methods[name])}  # noqa: E731
-    skipped |= AssetSelection.assets(*index_assets(kind for kind in kinds(left_out) - kinds(shown) if index_kind(kind).fitting is not None))
+    skipped |= AssetSelection.assets(*INDEX_KINDS.index_assets(kind for kind in kinds(left_out) - kinds(shown) if INDEX_KINDS.kind(kind).fitting is not None))
     # a build like any other (every query run, its source recorded), so that `materialize --corpus demo` next finds it current
     run_assets(DEMO_CORPUS, default_selection(home) - skipped, config, "demo", incremental=True)
     print_summary(DEMO_CORPUS)

@@ -141,7 +141,7 @@ def list_methods(
     """List every method, switched on (*) or available, by paper: what it does, the trained models or
     server it needs, its median query time on this lake; --use switches more on."""
     from graphlake.retrieval.core import needs, uses_llm
-    from graphlake.retrieval.index.kinds import index_kind
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
     from graphlake.retrieval.methods import available_methods, load_methods, switch_on
     from graphlake.retrieval.reports import typical_latency
 
@@ -158,7 +158,7 @@ def list_methods(
     rows = {}  # paper -> (mark, name, needs, ms, about) of each method
     for name, item in declared.items():
         op = methods[name]
-        trained = sorted({kind.partition("/")[0] for kind in needs(op) if index_kind(kind).fitting is not None})
+        trained = sorted({kind.partition("/")[0] for kind in needs(op) if INDEX_KINDS.kind(kind).fitting is not None})
         ms = f"{latency[name][0]:.0f} ms" if name in latency else ""
         rows.setdefault(item.paper, []).append(("*" if name in methods else " ", name, [*trained, *(["LLM server"] if uses_llm(op) else [])], ms, item.about))
     every = [row for paper in rows.values() for row in paper]

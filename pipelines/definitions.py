@@ -11,7 +11,7 @@ from graphlake.assets.method_runs import method_assets
 from graphlake.assets.report import report_asset
 from graphlake.pipelines.committing_executor import committing_executor
 from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
-from graphlake.retrieval.index.kinds import unread_index_assets
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.io_manager import LakeIOManager, LakeResource
@@ -34,7 +34,7 @@ def default_selection(home: Path) -> AssetSelection:
     """What a corpus build runs: every asset but the LLM-backed ones (they need a server,
     GRAPHLAKE_LLM_BASE_URL: opt-in) and the indexes and trained models that only methods the lake
     has not switched on read."""
-    return AssetSelection.all() - AssetSelection.groups("llm") - AssetSelection.assets(*unread_index_assets(load_methods(home)))
+    return AssetSelection.all() - AssetSelection.groups("llm") - AssetSelection.assets(*INDEX_KINDS.unread_index_assets(load_methods(home)))
 
 
 def index_corpus(home: Path):

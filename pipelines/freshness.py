@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from graphlake.kernels.eval.metrics import GRAPH_METRICS
-from graphlake.retrieval import learned_kinds  # noqa: F401  (declares the learned index kinds whose fitting this plans)
 from graphlake.retrieval.core import MethodError, Methods, method_asset_names, needs
 from graphlake.retrieval.evaluation import corpus_graph_built
-from graphlake.retrieval.index.kinds import IndexKind, asset_written_at, corpus_needs, index_kind
+from graphlake.retrieval.index.kinds import IndexKind
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.methods import load_methods, unknown_method
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -93,7 +93,7 @@ def plan_refresh(
     for name in names:
         run_partition = {**partition, "method": name}
         inputs = [lake.written_at(table, partition) for table in ("nodes", "queries")]
-        needed = corpus_needs(needs(methods[name]), spec)
+        needed = INDEX_KINDS.corpus_needs(needs(methods[name]), spec)
         for index in _learned_last(needed):
             inputs.append(_index_written(refresh, lake, corpus, index, needed[index], methods, rebuilding))
         if not runs:
@@ -115,9 +115,9 @@ def plan_refresh(
 
 def _index_written(refresh: Refresh, lake: LakeStorage, corpus: str, index: str, parts: set[str], methods: Methods, rebuilding: bool) -> float | None:
     """When the index was written, None when it is (to be) rebuilt; adds what it needs to ``refresh``."""
-    kind = index_kind(index)
+    kind = INDEX_KINDS.kind(index)
     last = kind.assets[-1]
-    written = None if rebuilding or last in refresh.assets else asset_written_at(lake, corpus, last)
+    written = None if rebuilding or last in refresh.assets else INDEX_KINDS.asset_written_at(lake, corpus, last)
     fitting = kind.fitting
     if fitting is not None:
         for source in fitting.sources(lake.home, corpus):
@@ -145,8 +145,8 @@ def _bring_up(refresh: Refresh, lake: LakeStorage, corpus: str, kinds: frozenset
     if base_missing:
         refresh.add(corpus, BASE_TABLES)
     latest: float | None = 0.0
-    for name in _learned_last(corpus_needs(set(kinds), CorpusRegistry(lake.home).get(corpus))):  # corpus_graph: that corpus's edge kinds
-        kind = index_kind(name)
+    for name in _learned_last(INDEX_KINDS.corpus_needs(set(kinds), CorpusRegistry(lake.home).get(corpus))):  # corpus_graph: that corpus's edge kinds
+        kind = INDEX_KINDS.kind(name)
         written = None if base_missing or kind.assets[-1] in refresh.scheduled(corpus) else kind.stored.written_at(lake, corpus)
         if written is None:
             if kind.fitting is not None:
@@ -174,7 +174,7 @@ def builders(kind: IndexKind) -> list[str]:
 def _learned_last(kinds) -> list[str]:
     """Index kinds in build order: the built ones first, so that what learned ones need on other corpora
     runs in as few stages as it can."""
-    return sorted(kinds, key=lambda name: (index_kind(name).fitting is not None, name))
+    return sorted(kinds, key=lambda name: (INDEX_KINDS.kind(name).fitting is not None, name))
 
 
 def _covers(stored: str | None, declaration: dict, split: str | None, sample: int | None) -> bool:

@@ -38,7 +38,7 @@ from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, prepare_dagster
 from graphlake.pipelines.definitions import EVALUATE_JOB, INGEST_JOB, build_definitions, default_selection
 from graphlake.pipelines.reindex import INDEX_JOB
 from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
-from graphlake.retrieval.index.kinds import INDEX_KINDS
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import ENV_VAR, HomeError, require_writable
 from graphlake.warehouse.io_manager import output_written_at

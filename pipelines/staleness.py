@@ -26,7 +26,7 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunSta
 
 from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.index.kinds import asset_written_at, learned_kind_of
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.queries import has_train_queries
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusSpec
@@ -110,7 +110,7 @@ def _learns_elsewhere(home: Path, lake: LakeStorage, corpus: str, asset: str) ->
     """Whether ``asset`` builds a learned index of ``corpus`` that what changed on it cannot change: one that
     learns only from other corpora (their changes reach it through ``plan_refresh``), or from this corpus
     while it has no training queries (it holds its untrained defaults)."""
-    kind = learned_kind_of(asset)
+    kind = INDEX_KINDS.learned_kind_of(asset)
     if kind is None:
         return False
     return corpus not in kind.fitting.sources(home, corpus) or not has_train_queries(lake, corpus)
@@ -133,7 +133,7 @@ def _written(lake: LakeStorage, instance: DagsterInstance, corpus: str, key: Ass
     if "table" in metadata:
         return output_written_at(lake, metadata, corpus)
     try:
-        return asset_written_at(lake, corpus, name)
+        return INDEX_KINDS.asset_written_at(lake, corpus, name)
     except (KeyError, StorageError):  # no table or index of its name: an artefact (the report), or one named at run time
         found = lake.artifact_written_at(name, {"corpus": corpus})
     if found is not None:

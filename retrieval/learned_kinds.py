@@ -4,7 +4,8 @@ build imports the fitting itself (``retrieval/training``), whose assets read the
 
 Each ``*_reads`` says which index kinds a kind's fitting reads on its training corpus, for the
 freshness planner and the assets' lineage; the ``learned_*`` / ``tuned_*`` finders name the declared
-operators a kind trains a part for.
+operators a kind trains a part for. ``INDEX_KINDS`` is every kind, stored and learned, in one table
+made here explicitly, and ``corpus_indexes`` opens a corpus's index registry over it.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from graphlake.retrieval.core import Methods, Op, needs, walk
-from graphlake.retrieval.index.kinds import Fitting, IndexKind, Stored, declare, held_parts, learned_kind
+from graphlake.retrieval.index.kinds import Fitting, IndexKind, IndexKinds, Stored, held_parts, learned_kind
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.stored import STORED_KINDS
 from graphlake.retrieval.models import grasp_fusion, learned_fusion
 from graphlake.retrieval.models.grapher import DEFAULT_BASE, NETWORKS, TunedRankers
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, stage_key
@@ -23,6 +25,7 @@ from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.propagation import GraphRerank
 from graphlake.retrieval.queries import graph_ranker_sources, reranker_sources, training_corpora
+from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 RERANKER_MINERS = ("bm25", "dense")  # the methods that mine the cross-encoder's hard negatives by default
@@ -114,7 +117,7 @@ def _every_corpus_with_train_queries(home: Path, corpus: str) -> list[str]:
     return reranker_sources(home)
 
 
-declare(
+LEARNED_KINDS: tuple[IndexKind, ...] = (
     learned_kind("graph_rankers", TunedRankers, Fitting(graph_ranker_sources, grapher_reads, grapher_parts, lambda parts: {"networks": sorted(parts)})),
     learned_kind("grasp_fusion", grasp_fusion.TunedFusion, Fitting(training_corpora, grasp_fusion_reads, held_parts("grasp_fusion", grasp_fusion.TunedFusion))),
     learned_kind("grasp_reranker", TunedReranker, Fitting(training_corpora, grasp_reranker_reads)),
@@ -122,3 +125,9 @@ declare(
     learned_kind("learned_fusion", learned_fusion.LearnedRankers, Fitting(training_corpora, learned_fusion_reads, held_parts("learned_fusion", learned_fusion.LearnedRankers))),
     IndexKind("reranker", ("reranker",), Stored(artifact="reranker", lake_wide=True), lake_reranker, Fitting(_every_corpus_with_train_queries, reranker_reads)),
 )
+INDEX_KINDS = IndexKinds(*STORED_KINDS, *LEARNED_KINDS)  # every kind, the one table the lake's indexes load through
+
+
+def corpus_indexes(lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None) -> CorpusIndexes:
+    """A corpus's index registry, loading through every declared kind."""
+    return CorpusIndexes(lake, corpus, INDEX_KINDS, reuse_pairs, registry)

@@ -29,7 +29,7 @@ from typing import Any
 import yaml
 
 from graphlake.common.suggest import did_you_mean
-from graphlake.retrieval import learned_kinds, operators  # noqa: F401  (the operators register themselves, the learned kinds they read are declared)
+from graphlake.retrieval import operators  # noqa: F401  (the operators register themselves: @register)
 from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, parse_operator
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping
 

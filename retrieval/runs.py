@@ -13,7 +13,7 @@ import pyarrow as pa
 
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -39,7 +39,7 @@ def run_method(
         params = {**params, SPLIT_PARAM: split}
     if sample is not None:
         params = {**params, SAMPLE_PARAM: sample}
-    indexes = CorpusIndexes(lake, corpus, reuse_pairs)
+    indexes = corpus_indexes(lake, corpus, reuse_pairs)
     node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
     warm = indexes.request(["warm up"])
     method.run_batch(warm, indexes)  # load indexes and models outside the timed loop

@@ -11,14 +11,14 @@ import numpy as np
 from graphlake.kernels.hybrid.graph_index import Searcher
 from graphlake.kernels.hybrid.vectors import HybridParams
 from graphlake.retrieval.core import needs
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.storage import LakeStorage
 
 QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
 
 home = sys.argv[1]
-indexes = CorpusIndexes(LakeStorage(home), "demo")
+indexes = corpus_indexes(LakeStorage(home), "demo")
 request = indexes.request(QUERIES)
 op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
 request.prime(needs(op))

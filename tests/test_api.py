@@ -22,7 +22,7 @@ from rich.console import Console
 from served import KEY, Server
 
 from graphlake.pipelines.runner import materialize_corpus
-from graphlake.retrieval.index.kinds import index_assets
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage
 
@@ -98,7 +98,7 @@ def test_a_reindex_committed_while_serving_is_picked_up_and_no_response_mixes_sn
     source = tmp_path / "tiny.jsonl"
     source.write_text("".join(json.dumps({"id": i, "title": "", "text": t}) + "\n" for i, t in TINY.items()))
     CorpusRegistry(lake).add(CorpusSpec(name="tiny", format="jsonl", path=str(source)))
-    selection = AssetSelection.assets(*index_assets({"bm25"})).upstream().required_multi_asset_neighbors()
+    selection = AssetSelection.assets(*INDEX_KINDS.index_assets({"bm25"})).upstream().required_multi_asset_neighbors()
     materialize_corpus(lake, "tiny", selection, Console(file=io.StringIO()))
     nodes = {LakeStorage(lake).snapshot("tiny").number: set(LakeStorage(lake).read("nodes", {"corpus": "tiny"}).column("node_id").to_pylist())}
     server = Server(lake, tmp_path / "server.log")

@@ -261,7 +261,7 @@ def test_mentions_check_runs_in_dagster(tmp_path, paris_df, passed):
     @asset(partitions_def=corpus_partitions, metadata={"table": "mentions", "partition": {"extractor": "regex"}})
     def regex_mentions(lake: LakeResource) -> pa.Table:
         rows = [("e:paris", "Paris", "paris", paris_df), ("e:france", "France", "france", 1)]
-        lake.lake.write("entities", {"corpus": "g", "extractor": "regex"}, entities_table(rows, "regex"))
+        lake.storage.write("entities", {"corpus": "g", "extractor": "regex"}, entities_table(rows, "regex"))
         return mentions_table(MENTIONS["regex"], "regex")
 
     with DagsterInstance.ephemeral() as instance:

@@ -18,6 +18,7 @@ from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.cli import app
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import LakeStorage
 
@@ -175,7 +176,7 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
     lake = LakeStorage(demo_copy)
     folder = lake.artifact("hybrid_graph", {"corpus": "demo"})
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    indexes = CorpusIndexes(lake, "demo")
+    indexes = corpus_indexes(lake, "demo")
     texts = [q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist()][:12]
     methods = load_methods(demo_copy)
     ap = [name for name in methods if name.startswith("ap_")]

@@ -16,7 +16,7 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
 from graphlake.cli import app
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.training.hybrid_weights import KG_GRID
 from graphlake.warehouse.storage import LakeStorage
@@ -140,7 +140,7 @@ def test_kg_methods_on_the_lake(demo_copy):
         assert result.exit_code == 0, result.output
     lake = LakeStorage(demo_copy)
     assert lake.read("triples", {"corpus": "demo", "extractor": "evidence"}).num_rows == 0  # the demo's questions carry no evidences
-    indexes = CorpusIndexes(lake, "demo")
+    indexes = corpus_indexes(lake, "demo")
     kg = indexes.hybrid_graph.graph.kg
     spacy = lake.read("triples", {"corpus": "demo", "extractor": "spacy"})
     assert kg.extractor == "spacy" and len(kg.source) > 0

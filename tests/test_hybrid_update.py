@@ -103,7 +103,7 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     from typer.testing import CliRunner
 
     from graphlake.cli import app
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+    from graphlake.retrieval.learned_kinds import corpus_indexes
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.storage import LakeStorage
 
@@ -130,7 +130,7 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     assert (report["mode"], report["inserted"], report["removed"]) == ("incremental", 5, 10), report
 
     lake_ = LakeStorage(lake)
-    indexes, methods = CorpusIndexes(lake_, "mine"), load_methods(lake)
+    indexes, methods = corpus_indexes(lake_, "mine"), load_methods(lake)
     doc_of = dict(zip(indexes.node_ids, indexes.doc_ids().tolist(), strict=True))
     gone = {f"d{i}" for i in range(5)}
     for name in ("ap_three", "ap_full", "ap_dense"):

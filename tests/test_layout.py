@@ -70,7 +70,7 @@ def unresolved(definitions: Definitions) -> set[tuple[str, str]]:
 
 def test_every_asset_dependency_is_a_defined_asset(tmp_path, monkeypatch):
     from graphlake.pipelines.definitions import build_definitions
-    from graphlake.retrieval.index.kinds import INDEX_KINDS
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
 
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     definitions = build_definitions(tmp_path / "lake")
@@ -86,7 +86,7 @@ def test_every_asset_dependency_is_a_defined_asset(tmp_path, monkeypatch):
 
 def test_every_index_an_operator_reads_is_declared():
     from graphlake.retrieval.core import OPERATORS
-    from graphlake.retrieval.index.kinds import INDEX_KINDS, index_assets
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
     from graphlake.retrieval.methods import load_methods  # noqa: F401  (registers the operators)
 
     read = {name.partition("/")[0] for cls in OPERATORS.values() for name in cls.INDEXES}
@@ -94,7 +94,7 @@ def test_every_index_an_operator_reads_is_declared():
     for kind in INDEX_KINDS.values():
         assert kind.assets, kind.name
         assert (kind.fitting is None) == (kind.name not in {"graph_rankers", "reranker", "hybrid_weights", "grasp_fusion", "grasp_reranker", "learned_fusion"})
-    assert index_assets({"bm25", "reranker"}) == ["bm25_index", "reranker"]
+    assert INDEX_KINDS.index_assets({"bm25", "reranker"}) == ["bm25_index", "reranker"]
 
 
 def test_a_wheel_holds_every_module_and_data_file(tmp_path):

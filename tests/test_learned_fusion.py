@@ -13,7 +13,7 @@ import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs_batch
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
 from graphlake.retrieval.operators.learned import rrf
@@ -64,7 +64,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     with pytest.raises(StorageError, match="learned_fusion for 'demo' would learn from its evaluated queries"):
         check_disjoint(lake, "demo", "demo", [q for q in queries if q["split"] == "test"][:1], "learned_fusion")
 
-    indexes = CorpusIndexes(lake, "demo")
+    indexes = corpus_indexes(lake, "demo")
     text = next(q["text"] for q in queries if q["split"] == "test")
     (found,) = run_inputs_batch(op, indexes.request([text]), indexes)
     request = indexes.request([text])
@@ -74,7 +74,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
     assert set(result.rows.tolist()) <= set(rows.tolist()) and not request.notes
 
-    untrained = CorpusIndexes(lake, "demo")
+    untrained = corpus_indexes(lake, "demo")
     untrained._loaded["learned_fusion"] = LearnedRankers({}, {key(op): "corpus 'demo' has fewer than 2 training queries with gold"})
     request = untrained.request([text])
     (fallback,) = op.run_batch(request, untrained)
@@ -89,7 +89,7 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     stand in for the other corpus's; the ranker keeps that through saving and loading."""
     lake = LakeStorage(demo_lake.home)
     op = load_methods(demo_lake.home)["graphlake_ltr"]
-    indexes = CorpusIndexes(lake, "demo")
+    indexes = corpus_indexes(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
     found = run_inputs_batch(op, indexes.request([q["text"] for q in queries]), indexes)
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))

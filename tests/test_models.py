@@ -124,7 +124,8 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     from crash_corpus import CORPUS, SELECTION, TEXTS, write_corpus
 
     from graphlake.api import GraphLake
-    from graphlake.retrieval.index.kinds import index_kind, read_models
+    from graphlake.retrieval.index.kinds import read_models
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
     from graphlake.warehouse.storage import LakeStorage, StorageError
 
     source = tmp_path / "raw"
@@ -136,7 +137,7 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
         assert done.exit_code == 0, done.output
     before = GraphLake(lake).search(CORPUS, "dense", "storm on the cape", 3).hits
 
-    hnsw = index_kind("dense_hnsw").stored
+    hnsw = INDEX_KINDS.kind("dense_hnsw").stored
     assert hnsw.written_at(LakeStorage(lake), CORPUS) is not None
     mine = cls_pooled_minilm(tmp_path / "mine")
     (lake / "models.yaml").write_text(f"use: {{dense: mine}}\nmodels:\n  mine: {{kind: dense, folder: {mine}}}\n")

@@ -19,8 +19,9 @@ from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, Request, register, unfill
-from graphlake.retrieval.index.kinds import EDGE_KINDS, INDEX_KINDS
-from graphlake.retrieval.index.corpus_indexes import Index, CorpusIndexes
+from graphlake.retrieval.index.kinds import EDGE_KINDS
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, Handle
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import select_queries
@@ -53,7 +54,7 @@ def invoke(*args: str):
 def test_every_index_an_operator_may_read_by_name_has_one_typed_handle():
     """Operators reach an index through ``CorpusIndexes.<kind>``; only the kinds named by data (the corpus
     graph's edge kinds and mentions) are read with ``get``."""
-    handles = {name for name, value in vars(CorpusIndexes).items() if isinstance(value, Index)}
+    handles = {name for name, value in vars(CorpusIndexes).items() if isinstance(value, Handle)}
     by_data = set(EDGE_KINDS) - {"cooccurrence"} | {"mentions_spacy", "mentions_regex"}
     loadable = {name for name, kind in INDEX_KINDS.items() if kind.load is not None}
     assert handles == loadable - by_data

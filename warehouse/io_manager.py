@@ -37,7 +37,7 @@ class _RunBoundLake(Config):
         self._run_id = context.run.run_id if context.run else None
 
     @property
-    def lake(self) -> LakeStorage:
+    def storage(self) -> LakeStorage:
         return LakeStorage(Path(self.home), self._run_id)
 
 
@@ -56,7 +56,7 @@ class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
         previous = committed.read(table, partition) if committed.has(table, partition) else None
         spec = table_spec(table)
         obj = conform(spec, partition, obj)  # as stored: with its partition columns
-        path = self.lake.write(table, partition, obj)
+        path = self.storage.write(table, partition, obj)
         changes = row_changes(previous, obj, spec.key)
         context.add_output_metadata(
             {
@@ -73,7 +73,7 @@ class LakeIOManager(_RunBoundLake, ConfigurableIOManager):
         upstream = context.upstream_output
         assert upstream is not None, "graphlake tables are always produced by assets"
         table, partition = asset_address(Path(self.home), upstream.definition_metadata, context.asset_partition_key)
-        return self.lake.read(table, partition)
+        return self.storage.read(table, partition)
 
 
 def output_written_at(lake: LakeStorage, metadata: Mapping, corpus: str) -> float | None:

@@ -92,7 +92,7 @@ def _mentions(lake: LakeResource, corpus: str, extractor: str, nodes: pa.Table) 
     if extractor not in EXTRACTORS:
         raise ValueError(f"corpus {corpus!r}: unknown extractor {extractor!r}; choose one of {EXTRACTORS}")
     try:
-        mentions = lake.lake.read("mentions", {"corpus": corpus, "extractor": extractor})
+        mentions = lake.storage.read("mentions", {"corpus": corpus, "extractor": extractor})
     except StorageError as error:
         raise StorageError(f"corpus {corpus!r} has no {extractor} mentions; materialize mentions_{extractor} first ({error})") from error
     position = pc.index_in(mentions.column("node_id"), value_set=nodes.column("node_id").combine_chunks())

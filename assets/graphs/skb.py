@@ -30,10 +30,10 @@ def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -
     summary: dict = {}
     for source in sources:
         started = time.perf_counter()
-        built = build(lake.lake, corpus, source, spec.train_corpus)
+        built = build(lake.storage, corpus, source, spec.train_corpus)
         nodes, edges = built.tables()
-        lake.lake.write("skb_nodes", {"corpus": corpus, "source": source}, nodes)
-        lake.lake.write("skb_edges", {"corpus": corpus, "source": source}, edges)
+        lake.storage.write("skb_nodes", {"corpus": corpus, "source": source}, nodes)
+        lake.storage.write("skb_edges", {"corpus": corpus, "source": source}, edges)
         summary[source] = {
             "oracle": source in ORACLE_SOURCES,
             "nodes": dict(sorted(_counts(nodes.column("label")).items())),
@@ -41,8 +41,8 @@ def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -
             "seconds": round(time.perf_counter() - started, 2),
         }
         if source == "wiki_rules":
-            summary[source]["coverage"] = coverage(lake.lake, corpus, built)
-    lake.lake.write_artifact(SKB_ARTIFACT, {"corpus": corpus}, lambda folder: (folder / "sources.json").write_text(json.dumps(summary, indent=1)))
+            summary[source]["coverage"] = coverage(lake.storage, corpus, built)
+    lake.storage.write_artifact(SKB_ARTIFACT, {"corpus": corpus}, lambda folder: (folder / "sources.json").write_text(json.dumps(summary, indent=1)))
     context.add_output_metadata({"sources": MetadataValue.json(summary), **{f"{s}/edges": sum(v["edges"].values()) for s, v in summary.items()}})
 
 

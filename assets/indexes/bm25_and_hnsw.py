@@ -33,7 +33,7 @@ def bm25_index(context: AssetExecutionContext, config: BM25Config, lake: LakeRes
     index = BM25Index.build(retrieval_texts(nodes, documents), k1=config.k1, b=config.b)
     node_ids = nodes.column("node_id").to_pylist()
 
-    folder = write_index(lake.lake, "bm25", context.partition_key, node_ids, index.save)
+    folder = write_index(lake.storage, "bm25", context.partition_key, node_ids, index.save)
     context.add_output_metadata(
         {"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )
@@ -55,7 +55,7 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
     def fill(folder: Path) -> None:
         faiss.write_index(index, str(folder / "hnsw.faiss"))
 
-    folder = write_index(lake.lake, "dense_hnsw", context.partition_key, node_ids, fill, {"dense": made_by})
+    folder = write_index(lake.storage, "dense_hnsw", context.partition_key, node_ids, fill, {"dense": made_by})
     context.add_output_metadata(
         {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
     )

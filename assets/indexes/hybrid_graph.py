@@ -14,7 +14,8 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
-from graphlake.retrieval.index.kinds import index_assets, read_models, write_index
+from graphlake.retrieval.index.kinds import read_models, write_index
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
@@ -48,14 +49,14 @@ class HybridIndexConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in (*index_assets({"dense", "splade", "bm25"}), "triples_spacy", "triples_llm", "triples_evidence")],
+    deps=[AssetKey(name) for name in (*INDEX_KINDS.index_assets({"dense", "splade", "bm25"}), "triples_spacy", "triples_llm", "triples_evidence")],
 )
 def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig, lake: LakeResource) -> None:
     """The hybrid graph (semantic and keyword edges, entry points, per-path calibration), as an artefact folder."""
     from graphlake.kernels.hybrid.graph_index import BuildConfig  # numba: loaded when the index is built, not with the Definitions
     from graphlake.kernels.hybrid.update import update
 
-    indexes = CorpusIndexes(lake.lake, context.partition_key)
+    indexes = corpus_indexes(lake.storage, context.partition_key)
     vectors = hybrid_vectors(indexes)
     texts = indexes.texts()
     nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(texts))
@@ -70,7 +71,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
         graph.save(folder)
         (folder / KEYS_FILE).write_text(json.dumps(keys), encoding="utf-8")
 
-    write_index(lake.lake, "hybrid_graph", context.partition_key, indexes.node_ids, fill, {role: indexes.identity(role) for role in ("dense", "sparse")})
+    write_index(lake.storage, "hybrid_graph", context.partition_key, indexes.node_ids, fill, {role: indexes.identity(role) for role in ("dense", "sparse")})
     keyword = (graph.keyword >= 0).sum(axis=1)
     context.add_output_metadata(
         {

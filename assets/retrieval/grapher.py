@@ -3,8 +3,7 @@ queries, for use on this corpus (``retrieval/training/grapher.py`` has the metho
 
 from dagster import AssetExecutionContext, AssetKey, Config, asset
 
-from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.learned_kinds import grapher_reads
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, grapher_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_BASE
 from graphlake.retrieval.training.grapher import learn
@@ -26,8 +25,8 @@ class GraphRankersConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "qrels", *index_assets(grapher_reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "qrels", *INDEX_KINDS.index_assets(grapher_reads(load_methods())))],
 )
 def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:
     """Tuned alpha per propagation ranker and trained GAT / MLP rankers, as an artefact folder."""
-    context.add_output_metadata(learn(lake.lake, context.partition_key, config, context.log.info))
+    context.add_output_metadata(learn(lake.storage, context.partition_key, config, context.log.info))

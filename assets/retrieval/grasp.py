@@ -11,12 +11,10 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
 from graphlake.kernels.plan.fusion import cell_name
-from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, grasp_fusion_reads, grasp_reranker_reads
 from graphlake.retrieval.index.skb import SKB_ARTIFACT
 from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
 from graphlake.retrieval.index.skb_stage_one import planned, stage_one
-from graphlake.retrieval.learned_kinds import grasp_fusion_reads, grasp_reranker_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training import grasp_reranker as stage3
 from graphlake.retrieval.training.grasp_fusion import learn
@@ -32,12 +30,12 @@ class GraspFusionConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(grasp_fusion_reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(grasp_fusion_reads(load_methods())))],
 )
 def grasp_fusion(context: AssetExecutionContext, config: GraspFusionConfig, lake: LakeResource) -> None:
     """Static or dynamic RRF and its weights per tuned fusion, chosen by validation Hit@1 over 1,290,429 settings."""
-    tuned, summary = learn(lake.lake, context.partition_key, config, context.log.info)
-    lake.lake.write_artifact("grasp_fusion", {"corpus": context.partition_key}, tuned.save)
+    tuned, summary = learn(lake.storage, context.partition_key, config, context.log.info)
+    lake.storage.write_artifact("grasp_fusion", {"corpus": context.partition_key}, tuned.save)
     context.add_output_metadata(summary | ({"report": MetadataValue.json(tuned.report)} if tuned.report else {}))
 
 
@@ -56,12 +54,12 @@ class GraspRerankerConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", "reranker", "grasp_fusion", *index_assets(grasp_reranker_reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", "reranker", "grasp_fusion", *INDEX_KINDS.index_assets(grasp_reranker_reads(load_methods())))],
 )
 def grasp_reranker(context: AssetExecutionContext, config: GraspRerankerConfig, lake: LakeResource) -> None:
     """The lake's reranker fine-tuned on serialised Stage-2 candidates of the training queries, with the final fusion's (w, k)."""
-    tuned, summary = stage3.learn(lake.lake, context.partition_key, config, context.log.info)
-    lake.lake.write_artifact("grasp_reranker", {"corpus": context.partition_key}, tuned.save)
+    tuned, summary = stage3.learn(lake.storage, context.partition_key, config, context.log.info)
+    lake.storage.write_artifact("grasp_reranker", {"corpus": context.partition_key}, tuned.save)
     curve = tuned.report.get("training", {}).get("curve")
     context.add_output_metadata(summary | ({"curve": MetadataValue.json(curve)} if curve else {}))
 
@@ -76,11 +74,11 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
     """Each planner's plan for every query on every SKB of the corpus, validated and executed: the table
     skb_plans (plan JSON, valid, error or the planner's failure, risk level, n_cand, compiled SQL, ms)."""
     corpus = context.partition_key
-    indexes = CorpusIndexes(lake.lake, corpus)
-    queries = lake.lake.read("queries", {"corpus": corpus}).to_pylist()
+    indexes = corpus_indexes(lake.storage, corpus)
+    queries = lake.storage.read("queries", {"corpus": corpus}).to_pylist()
     queries = queries[: config.max_queries] if config.max_queries else queries
     summary = {}
-    built = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
+    built = json.loads((lake.storage.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
     for source, planner in ((s, p) for s in built for p in config.planners):
         loaded = indexes.skb(source)
         rows = []
@@ -101,7 +99,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
                     "plan_ms": round((time.perf_counter() - started) * 1000, 3),  # planning included
                 }
             )
-        lake.lake.write("skb_plans", {"corpus": corpus, "source": source, "planner": planner}, pa.Table.from_pylist(rows, schema=row_schema("skb_plans")))
+        lake.storage.write("skb_plans", {"corpus": corpus, "source": source, "planner": planner}, pa.Table.from_pylist(rows, schema=row_schema("skb_plans")))
         cells = Counter(cell_name(row["valid"], row["n_cand"], row["risk_level"]) for row in rows)
         summary[f"{source}/{planner}"] = {"queries": len(rows), "valid": sum(r["valid"] for r in rows), "cells": dict(sorted(cells.items()))}
     context.add_output_metadata({"plans": MetadataValue.json(summary)})

@@ -2,7 +2,7 @@
 
 from dagster import AssetExecutionContext, AssetKey, asset
 
-from graphlake.retrieval.index.kinds import index_assets
+from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.training.hybrid_weights import tune
 from graphlake.warehouse.io_manager import LakeResource
@@ -11,13 +11,13 @@ from graphlake.warehouse.partitions import corpus_partitions
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("queries", "qrels", "hybrid_graph_index", *index_assets({"dense", "splade", "bm25"}))],
+    deps=[AssetKey(name) for name in ("queries", "qrels", "hybrid_graph_index", *INDEX_KINDS.index_assets({"dense", "splade", "bm25"}))],
 )
 def hybrid_weights(context: AssetExecutionContext, lake: LakeResource) -> None:
     """Allan-Poe's path weights tuned on the training queries (§5.7), for ``weights: tuned_two`` / ``tuned_three``,
     and the KG reward's ``kg_weight: tuned``."""
-    tuned = tune(lake.lake, context.partition_key)
-    lake.lake.write_artifact("hybrid_weights", {"corpus": context.partition_key}, tuned.save)
+    tuned = tune(lake.storage, context.partition_key)
+    lake.storage.write_artifact("hybrid_weights", {"corpus": context.partition_key}, tuned.save)
     if isinstance(tuned, Untrained):
         context.add_output_metadata({"note": tuned.reason})
         return

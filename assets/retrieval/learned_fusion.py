@@ -3,8 +3,7 @@ the training corpus's queries over its inputs' candidates (``retrieval/training/
 
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.learned_kinds import learned_fusion_reads
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, learned_fusion_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training.learned_fusion import learn
 from graphlake.warehouse.io_manager import LakeResource
@@ -23,11 +22,11 @@ class LearnedFusionConfig(Config):
 
 @asset(
     partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(learned_fusion_reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(learned_fusion_reads(load_methods())))],
 )
 def learned_fusion(context: AssetExecutionContext, config: LearnedFusionConfig, lake: LakeResource) -> None:
     """A lambdarank model over the first stages' candidates per learned fusion, early-stopped on held-out training queries."""
-    rankers, summary = learn(lake.lake, context.partition_key, config, context.log.info)
-    lake.lake.write_artifact("learned_fusion", {"corpus": context.partition_key}, rankers.save)
+    rankers, summary = learn(lake.storage, context.partition_key, config, context.log.info)
+    lake.storage.write_artifact("learned_fusion", {"corpus": context.partition_key}, rankers.save)
     importance = {name: fusion["importance"] for name, fusion in rankers.report.get("fusions", {}).items()}
     context.add_output_metadata(summary | ({"report": MetadataValue.json(rankers.report), "importance": MetadataValue.json(importance)} if rankers.report.get("fusions") else {}))

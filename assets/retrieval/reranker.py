@@ -4,8 +4,7 @@ few thousand groups, about one epoch); a GPU gets through more epochs in the sam
 
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
-from graphlake.retrieval.index.kinds import index_assets
-from graphlake.retrieval.learned_kinds import RERANKER_MINERS, reranker_reads
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, RERANKER_MINERS, reranker_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.training.reranker import learn
 from graphlake.warehouse.io_manager import LakeResource
@@ -29,12 +28,12 @@ class RerankerConfig(Config):
 
 
 @asset(
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *index_assets(reranker_reads(load_methods())))],
+    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(reranker_reads(load_methods())))],
 )
 def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeResource) -> None:
     """A cross-encoder fine-tuned on the lake's training queries, stored with its curve and validation."""
     explicit = "reranker" in (context.run.run_config.get("ops") or {})  # a run that sets this config asks for it
-    summary = learn(lake.lake, config, context.log.info, explicit)
+    summary = learn(lake.storage, config, context.log.info, explicit)
     if "curve" in summary:
         summary["curve"] = MetadataValue.json(summary["curve"])
     context.add_output_metadata(summary)

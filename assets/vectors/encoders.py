@@ -56,8 +56,8 @@ def _encode_with_cache(
     texts = retrieval_texts(nodes, documents)
     hashes = [content_hash(t) for t in texts]
     partition = {"corpus": context.partition_key, "model": model}
-    previous = lake.lake.read("vectors", partition) if lake.lake.has("vectors", partition) else None
-    if previous is not None and previous.num_rows and (stored := stored_revision(lake.lake, "vectors", partition, role)) != revision:
+    previous = lake.storage.read("vectors", partition) if lake.storage.has("vectors", partition) else None
+    if previous is not None and previous.num_rows and (stored := stored_revision(lake.storage, "vectors", partition, role)) != revision:
         context.log.info(f"{model}: its weights changed ({stored} -> {revision}): every node is encoded again")
         previous = None
     if previous is None or not previous.num_rows:
@@ -101,16 +101,16 @@ def _encode_with_cache(
 def _vectors_of_same_weights(context: AssetExecutionContext, lake: LakeResource, role: str, revision: str, model: str) -> pa.Table | None:
     """The corpus's vectors that another name for the same weights made (a tuned model that kept its base,
     a model declared twice): reused, as its own would be."""
-    for other in lake.lake.partitions("vectors", {"corpus": context.partition_key}):
-        if other["model"] != model and lake.lake.rows("vectors", other) and stored_revision(lake.lake, "vectors", other, role) == revision:
+    for other in lake.storage.partitions("vectors", {"corpus": context.partition_key}):
+        if other["model"] != model and lake.storage.rows("vectors", other) and stored_revision(lake.storage, "vectors", other, role) == revision:
             context.log.info(f"{model}: the weights that made {other['model']}'s vectors ({revision}): reusing them")
-            return lake.lake.read("vectors", other)
+            return lake.storage.read("vectors", other)
     return None
 
 
 def encoding_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpec, dict[str, str]]:
     """The model ``corpus`` uses for ``role`` and its identity; refused, naming it, where it cannot encode here."""
-    spec = corpus_model(lake.lake, corpus, role)
+    spec = corpus_model(lake.storage, corpus, role)
     problem = spec.problem()
     if problem:
         raise StorageError(f"corpus {corpus!r}: {role} model {spec.name!r} ({spec.source}) cannot encode: {problem}")
@@ -132,7 +132,7 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
         if role == "dense" and lake.registry.model(context.partition_key, role).tune:
             context.add_output_metadata(_tuned(context, lake, config.tuning))
         spec, made_by = encoding_model(lake, context.partition_key, role)
-        encode = partial(encode_rows, batch_size=config.batch_size, spec=spec, cache=lake.lake.home / EMBEDDING_CACHE)
+        encode = partial(encode_rows, batch_size=config.batch_size, spec=spec, cache=lake.storage.home / EMBEDDING_CACHE)
         table, metadata = _encode_with_cache(context, lake, role, made_by, nodes, documents, encode)
         if spec.endpoint is None:  # a hosted model encodes the queries too
             query_encoders.prepare(queries, spec.path())
@@ -149,13 +149,13 @@ def _tuned(context: AssetExecutionContext, lake: LakeResource, config: TuningCon
 
     corpus = context.partition_key
     declared = lake.registry.model(corpus, "dense")
-    base = declared_models(lake.lake.home).models[declared.tune]
+    base = declared_models(lake.storage.home).models[declared.tune]
     settings = TuningSettings(**config.model_dump())
-    data = training_set(lake.lake, corpus)
+    data = training_set(lake.storage, corpus)
     fingerprint = data.fingerprint(revision(base, query_encoders.cache_dir()), settings)
     partition = {"corpus": corpus}
-    if lake.lake.artifact_written_at(TUNED_ARTIFACT, partition) is not None:
-        decision = json.loads((lake.lake.artifact(TUNED_ARTIFACT, partition) / TUNING_DECISION).read_text(encoding="utf-8"))
+    if lake.storage.artifact_written_at(TUNED_ARTIFACT, partition) is not None:
+        decision = json.loads((lake.storage.artifact(TUNED_ARTIFACT, partition) / TUNING_DECISION).read_text(encoding="utf-8"))
         if decision.get("fingerprint") == fingerprint:
             return {"tuning": decision["kept"], "note": f"{declared.name}: tuned before on the same data; the {decision['kept']} encoder stays"}
 
@@ -164,7 +164,7 @@ def _tuned(context: AssetExecutionContext, lake: LakeResource, config: TuningCon
         (folder / TUNING_DECISION).write_text(json.dumps(decision, indent=1), encoding="utf-8")
 
     decision: dict = {}
-    lake.lake.write_artifact(TUNED_ARTIFACT, partition, fill)
+    lake.storage.write_artifact(TUNED_ARTIFACT, partition, fill)
     held = decision.get("held_out", {})
     return {"tuning": decision["kept"], "note": decision["said"], **({"held_out_ndcg_tuned": held["tuned"], "held_out_ndcg_untuned": held["untuned"]} if held else {})}
 

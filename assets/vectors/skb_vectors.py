@@ -23,7 +23,7 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
     tables reuse dense_vectors): what anchors are linked against. Each distinct text is encoded once, and
     only if the previous build did not encode it."""
     corpus = context.partition_key
-    sources = json.loads((lake.lake.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
+    sources = json.loads((lake.storage.artifact(SKB_ARTIFACT, {"corpus": corpus}) / "sources.json").read_text())
     spec, made_by = encoding_model(lake, corpus, "dense")
     previous = _previous_vectors(lake, corpus, made_by)
 
@@ -31,7 +31,7 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
         progress = StepProgress("SKB encoding", len(texts), context.log.info, unit="texts")
         parts = []
         for start in range(0, len(texts), PROGRESS_SLICE):
-            parts.append(encode_dense(spec, texts[start : start + PROGRESS_SLICE], cache=lake.lake.home / EMBEDDING_CACHE))
+            parts.append(encode_dense(spec, texts[start : start + PROGRESS_SLICE], cache=lake.storage.home / EMBEDDING_CACHE))
             progress.advance(len(parts[-1]))
         return np.concatenate(parts) if parts else encode_dense(spec, [])
 
@@ -39,17 +39,17 @@ def skb_vectors(context: AssetExecutionContext, lake: LakeResource) -> None:
         save_vectors(folder, vectors)
         (folder / MODELS_FILE).write_text(json.dumps({"dense": made_by}), encoding="utf-8")
 
-    vectors, encoded = vectors_for([lake.lake.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encode, previous)
-    lake.lake.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, fill)
+    vectors, encoded = vectors_for([lake.storage.read("skb_nodes", {"corpus": corpus, "source": s}) for s in sources], encode, previous)
+    lake.storage.write_artifact(VECTORS_ARTIFACT, {"corpus": corpus}, fill)
     context.add_output_metadata({"nodes": len(vectors["ids"]), "texts": len(vectors["hash"]), "encoded": encoded, "reused": len(vectors["hash"]) - encoded})
 
 
 def _previous_vectors(lake: LakeResource, corpus: str, made_by: dict[str, str]) -> dict | None:
     """The last build's vectors, if the same model made them (an older build that did not record its
     model: the packaged one) and they are in the layout that caches by content hash."""
-    if lake.lake.artifact_written_at(VECTORS_ARTIFACT, {"corpus": corpus}) is None:
+    if lake.storage.artifact_written_at(VECTORS_ARTIFACT, {"corpus": corpus}) is None:
         return None
-    folder = lake.lake.artifact(VECTORS_ARTIFACT, {"corpus": corpus})
+    folder = lake.storage.artifact(VECTORS_ARTIFACT, {"corpus": corpus})
     if not same_weights(read_models(folder).get("dense", made_before_identities("dense")), made_by):
         return None
     stored = load_vectors(folder)

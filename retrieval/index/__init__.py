@@ -1,5 +1,3 @@
-"""The index layer: the declared index kinds (``kinds``), one corpus's indexes loaded through them
-(``lake``), the stored kinds' declarations (``stored``, imported here so that they are always
-declared) and GRASP's knowledge bases (``skb``)."""
-
-from graphlake.retrieval.index import stored  # noqa: F401  (declares the stored kinds)
+"""The index layer: the declared index kinds (``kinds``) and the stored kinds' declarations
+(``stored``), a corpus's tables (``tables``) and its indexes loaded through the kinds
+(``corpus_indexes``), and GRASP's knowledge bases (``skb``, ``skb_stage_one``)."""

@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.core import MethodError, Request
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.index.kinds import index_kind
+from graphlake.retrieval.index.kinds import IndexKinds
 from graphlake.retrieval.index.metadata import FilterCache
 from graphlake.retrieval.index.tables import CorpusTables
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-class Index(Generic[T]):
+class Handle(Generic[T]):
     """A typed handle on the declared index kind of its attribute's name: ``indexes.bm25`` is the corpus's
     loaded BM25 index, so an operator's call into its kernel (``indexes.bm25.search(queries, k)``) is a
     method call a reader and a type checker can follow. The kind's declaration (``retrieval/index/``)
@@ -53,7 +53,7 @@ class Index(Generic[T]):
         self.kind = name
 
     @overload
-    def __get__(self, indexes: None, owner: type) -> Index[T]: ...
+    def __get__(self, indexes: None, owner: type) -> Handle[T]: ...
 
     @overload
     def __get__(self, indexes: CorpusIndexes, owner: type) -> T: ...
@@ -70,30 +70,31 @@ class CorpusIndexes(CorpusTables):
     Operators read an index through its typed handle below; ``get(name)`` is for a kind named by data
     (an edge kind of the corpus graph)."""
 
-    bm25: Index[BM25Index] = Index()
-    dense: Index[np.ndarray] = Index()  # (nodes, dimension) float32, the corpus's dense model's
-    dense_hnsw: Index[faiss.Index] = Index()
-    splade: Index[sp.csc_matrix] = Index()  # (nodes, vocabulary)
-    cooccurrence: Index[EntityEdges] = Index()
-    hybrid_graph: Index[Searcher | DeviceSearcher] = Index()
-    skb: Index[Callable[[str], LoadedSKB]] = Index()  # by source, ``auto`` the corpus's first
-    reranker: Index[CrossEncoder | Untrained] = Index()
-    graph_rankers: Index[TunedRankers] = Index()
-    grasp_fusion: Index[TunedFusion] = Index()
-    grasp_reranker: Index[TunedReranker] = Index()
-    hybrid_weights: Index[TunedWeights] = Index()
-    learned_fusion: Index[LearnedRankers] = Index()
+    bm25: Handle[BM25Index] = Handle()
+    dense: Handle[np.ndarray] = Handle()  # (nodes, dimension) float32, the corpus's dense model's
+    dense_hnsw: Handle[faiss.Index] = Handle()
+    splade: Handle[sp.csc_matrix] = Handle()  # (nodes, vocabulary)
+    cooccurrence: Handle[EntityEdges] = Handle()
+    hybrid_graph: Handle[Searcher | DeviceSearcher] = Handle()
+    skb: Handle[Callable[[str], LoadedSKB]] = Handle()  # by source, ``auto`` the corpus's first
+    reranker: Handle[CrossEncoder | Untrained] = Handle()
+    graph_rankers: Handle[TunedRankers] = Handle()
+    grasp_fusion: Handle[TunedFusion] = Handle()
+    grasp_reranker: Handle[TunedReranker] = Handle()
+    hybrid_weights: Handle[TunedWeights] = Handle()
+    learned_fusion: Handle[LearnedRankers] = Handle()
 
-    def __init__(self, lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None) -> None:
+    def __init__(self, lake: LakeStorage, corpus: str, kinds: IndexKinds, reuse_pairs: bool = False, registry: CorpusRegistry | None = None) -> None:
+        """``kinds``: every kind it may load (``retrieval/learned_kinds.py``'s ``INDEX_KINDS``, through ``corpus_indexes``)."""
         super().__init__(lake, corpus, registry)
-        self.reuse_pairs = reuse_pairs
+        self.kinds, self.reuse_pairs = kinds, reuse_pairs
         self._filters = FilterCache()
         self.loading: str | None = None  # the index being loaded now, for a caller that says what it waits for
 
     def get(self, name: str) -> Any:
         """The loaded index ``name``, loaded once (requests served on several threads load it once)."""
         if name not in self._loaded:
-            kind = index_kind(name)
+            kind = self.kinds.kind(name)
             if kind.load is None:
                 raise MethodError(f"index {name!r} is resolved per corpus; read its edge kinds instead")
             with self._loading:
@@ -104,6 +105,10 @@ class CorpusIndexes(CorpusTables):
                     finally:
                         self.loading = None
         return self._loaded[name]
+
+    def of_corpus(self, corpus: str) -> CorpusIndexes:
+        """Another corpus's indexes of the same lake, loading through the same kinds."""
+        return CorpusIndexes(self.lake, corpus, self.kinds, self.reuse_pairs)
 
     def request(self, queries: list[str], expression: Filter | None = None, check: bool = True, k: int = 10) -> Request:
         """A search's own state over these indexes: the queries, ``k``, and the rows ``expression`` allows (a

@@ -4,7 +4,8 @@ A declaration (:class:`IndexKind`) names the kind, the assets that build it, whe
 it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
 reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
 the typed handles of ``CorpusIndexes`` all follow from the declarations. The stored kinds are declared in
-``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``.
+``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``, which puts them all in
+one table (:class:`IndexKinds`, ``INDEX_KINDS``) that the index registry is given.
 
 Every index is built over the nodes in the order of the ``nodes`` table and keeps that order's node
 ids beside it (:func:`write_node_order`), or is a table keyed by node id, so a row number means the
@@ -106,80 +107,75 @@ def held_parts(name: str, model: Any) -> Callable[[LakeStorage, str], set[str]]:
     return parts
 
 
-INDEX_KINDS: dict[str, IndexKind] = {}
+class IndexKinds(dict[str, IndexKind]):
+    """Every index kind an operator may read, by name, filled once and explicitly: the stored kinds
+    (``stored.py``) and the learned ones (``retrieval/learned_kinds.py``, which makes the lake's table,
+    ``INDEX_KINDS``); what follows from the declarations is asked of it."""
 
+    def __init__(self, *kinds: IndexKind) -> None:
+        super().__init__()
+        for kind in kinds:
+            if kind.name in self:
+                raise MethodError(f"index kind {kind.name!r} is declared twice")
+            self[kind.name] = kind
 
-def declare(*kinds: IndexKind) -> None:
-    """Add kinds to the registry; a name declared twice is a programming error."""
-    for kind in kinds:
-        if kind.name in INDEX_KINDS and INDEX_KINDS[kind.name] != kind:
-            raise MethodError(f"index kind {kind.name!r} is declared twice")
-        INDEX_KINDS[kind.name] = kind
+    def kind(self, name: str) -> IndexKind:
+        """The kind of ``name`` (``kind`` or ``kind/part``); an unknown one is a declaration error."""
+        kind = self.get(name.partition("/")[0])
+        if kind is None:
+            raise MethodError(f"unknown index {name!r}; declared: {', '.join(self)}")
+        return kind
 
+    def corpus_needs(self, found: set[str], spec: CorpusSpec) -> dict[str, set[str]]:
+        """Index kinds (with the parts asked of each) read on this corpus: ``corpus_graph`` resolved to its edge kinds."""
+        needed: dict[str, set[str]] = {}
+        for name in found:
+            kind, _, part = name.partition("/")
+            for resolved in graph_indexes(corpus_graph_kinds(spec.format)) if kind == CORPUS_GRAPH else (self.kind(kind).name,):
+                needed.setdefault(resolved, set()).update({part} if part else set())
+        return needed
 
-def index_kind(name: str) -> IndexKind:
-    """The kind of ``name`` (``kind`` or ``kind/part``); an unknown one is a declaration error."""
-    kind = INDEX_KINDS.get(name.partition("/")[0])
-    if kind is None:
-        raise MethodError(f"unknown index {name!r}; declared: {', '.join(INDEX_KINDS)}")
-    return kind
+    def kinds_read(self, methods: Methods) -> set[str]:
+        """Every index kind the switched-on methods read, with what the learned ones among them learn from
+        (on a training corpus of the same lake)."""
+        found: set[str] = set()
+        todo = {name.partition("/")[0] for op in methods.values() for name in needs(op)}
+        while todo:
+            name = todo.pop()
+            if name in found:
+                continue
+            found.add(name)
+            fitting = self.kind(name).fitting if name != CORPUS_GRAPH else None
+            if fitting is not None:
+                todo |= {read.partition("/")[0] for read in fitting.reads(methods)}
+        return found
+
+    def unread_index_assets(self, methods: Methods) -> list[str]:
+        """The assets that build an index artefact or trained model no switched-on method reads: a lake's
+        default build leaves them out. Tables (vectors, edges, mentions) are built whatever reads them."""
+        read = self.kinds_read(methods)
+        kept = set(self.index_assets(name for name in read if name != CORPUS_GRAPH))
+        return [kind.assets[-1] for kind in self.values() if kind.name not in read and kind.stored is not None and kind.stored.artifact and kind.assets[-1] not in kept]
+
+    def learned_kind_of(self, asset: str) -> IndexKind | None:
+        """The learned index kind ``asset`` builds (its last asset), None when it builds no learned one."""
+        return next((kind for kind in self.values() if kind.fitting is not None and kind.assets[-1] == asset), None)
+
+    def asset_written_at(self, lake: LakeStorage, corpus: str, asset: str) -> float | None:
+        """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
+        for kind in self.values():
+            if kind.stored is not None and kind.assets[-1] == asset:
+                return kind.stored.written_at(lake, corpus)
+        return lake.written_at(asset, {"corpus": corpus})
+
+    def index_assets(self, names) -> list[str]:
+        """The assets that build these index kinds, in the registry's order of each kind's assets."""
+        return list(dict.fromkeys(asset for name in sorted(names) for asset in self.kind(name).assets))
 
 
 def graph_indexes(kinds) -> frozenset[str]:
     """The indexes a corpus graph of these edge kinds is read from (conceptual edges come from spaCy mentions)."""
     return frozenset(kinds) | ({"mentions_spacy"} if "conceptual" in kinds else frozenset())
-
-
-def corpus_needs(found: set[str], spec: CorpusSpec) -> dict[str, set[str]]:
-    """Index kinds (with the parts asked of each) read on this corpus: ``corpus_graph`` resolved to its edge kinds."""
-    needed: dict[str, set[str]] = {}
-    for name in found:
-        kind, _, part = name.partition("/")
-        for resolved in graph_indexes(corpus_graph_kinds(spec.format)) if kind == CORPUS_GRAPH else (index_kind(kind).name,):
-            needed.setdefault(resolved, set()).update({part} if part else set())
-    return needed
-
-
-def kinds_read(methods: Methods) -> set[str]:
-    """Every index kind the switched-on methods read, with what the learned ones among them learn from
-    (on a training corpus of the same lake)."""
-    found: set[str] = set()
-    todo = {name.partition("/")[0] for op in methods.values() for name in needs(op)}
-    while todo:
-        name = todo.pop()
-        if name in found:
-            continue
-        found.add(name)
-        fitting = index_kind(name).fitting if name != CORPUS_GRAPH else None
-        if fitting is not None:
-            todo |= {read.partition("/")[0] for read in fitting.reads(methods)}
-    return found
-
-
-def unread_index_assets(methods: Methods) -> list[str]:
-    """The assets that build an index artefact or trained model no switched-on method reads: a lake's
-    default build leaves them out. Tables (vectors, edges, mentions) are built whatever reads them."""
-    read = kinds_read(methods)
-    kept = set(index_assets(name for name in read if name != CORPUS_GRAPH))
-    return [kind.assets[-1] for kind in INDEX_KINDS.values() if kind.name not in read and kind.stored is not None and kind.stored.artifact and kind.assets[-1] not in kept]
-
-
-def learned_kind_of(asset: str) -> IndexKind | None:
-    """The learned index kind ``asset`` builds (its last asset), None when it builds no learned one."""
-    return next((kind for kind in INDEX_KINDS.values() if kind.fitting is not None and kind.assets[-1] == asset), None)
-
-
-def asset_written_at(lake: LakeStorage, corpus: str, asset: str) -> float | None:
-    """When an asset last wrote its output for a corpus (epoch seconds), None when it never did."""
-    for kind in INDEX_KINDS.values():
-        if kind.stored is not None and kind.assets[-1] == asset:
-            return kind.stored.written_at(lake, corpus)
-    return lake.written_at(asset, {"corpus": corpus})
-
-
-def index_assets(names) -> list[str]:
-    """The assets that build these index kinds, in the registry's order of each kind's assets."""
-    return list(dict.fromkeys(asset for name in sorted(names) for asset in index_kind(name).assets))
 
 
 def write_index(lake: LakeStorage, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None], models: dict[str, dict] | None = None) -> Path:

@@ -110,7 +110,7 @@ def verified_examples(indexes: CorpusIndexes, source: str, limit: int, scan: int
     queries = [q for q in indexes.lake.read("queries", {"corpus": train_corpus}).to_pylist() if split is None or q["split"] == split]
     if not queries:
         return []
-    train = indexes if train_corpus == indexes.corpus else CorpusIndexes(indexes.lake, train_corpus)
+    train = indexes if train_corpus == indexes.corpus else indexes.of_corpus(train_corpus)
     try:
         skb = train.skb(source)
     except StorageError:

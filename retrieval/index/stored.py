@@ -10,7 +10,7 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored, declare
+from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, EntityEdges, hybrid_vectors
 from graphlake.retrieval.index.tables import dense_matrix
 
@@ -102,7 +102,7 @@ def _skb(indexes: CorpusIndexes):
     return load
 
 
-declare(
+STORED_KINDS: tuple[IndexKind, ...] = (
     IndexKind("bm25", ("bm25_index",), Stored(artifact="bm25"), _bm25),
     IndexKind("dense", ("dense_vectors",), Stored("vectors", partition=(("model", "@dense"),)), _dense),
     IndexKind("dense_hnsw", ("dense_hnsw_index",), Stored(artifact="dense_hnsw"), _hnsw),

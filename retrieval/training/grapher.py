@@ -28,13 +28,11 @@ import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs, shared_run
-from graphlake.retrieval.index.kinds import asset_written_at, index_kind
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, grapher_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.propagation import GraphRerank
-from graphlake.retrieval.learned_kinds import grapher_reads
 from graphlake.retrieval.queries import alpha_source, gold_by_query, held_out, training_source
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
@@ -58,9 +56,9 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
     if config.base not in methods.available:
         raise ValueError(f"graph_rankers: base method {config.base!r} is not declared")
     networks = networks_used(methods) if config.networks is None else [n for n in NETWORKS if n in config.networks]
-    inputs = ["nodes", "queries", "qrels", *(index_kind(name).assets[-1] for name in sorted(grapher_reads(methods, config.base)))]
+    inputs = ["nodes", "queries", "qrels", *(INDEX_KINDS.kind(name).assets[-1] for name in sorted(grapher_reads(methods, config.base)))]
     content = {"config": {**config.model_dump(), "networks": networks}, "sources": [(train_corpus, split), (alpha_corpus, alpha_split)]}
-    content["written"] = {source: {name: asset_written_at(lake, source, name) for name in inputs} for source in (train_corpus, alpha_corpus)}
+    content["written"] = {source: {name: INDEX_KINDS.asset_written_at(lake, source, name) for name in inputs} for source in (train_corpus, alpha_corpus)}
     digest = fingerprint(content)
     source, same = _rankers_with(lake, digest, prefer=corpus)
     if same is not None:
@@ -150,7 +148,7 @@ def candidate_examples(lake: LakeStorage, corpus: str, split: str | None, method
     partition = {"corpus": corpus}
     queries = lake.read("queries", partition).to_pylist()
     gold = gold_by_query(lake.read("qrels", partition))
-    indexes = CorpusIndexes(lake, corpus)
+    indexes = corpus_indexes(lake, corpus)
     doc_ids = indexes.doc_ids()
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]

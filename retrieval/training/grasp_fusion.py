@@ -22,7 +22,7 @@ from graphlake.retrieval.core import Op
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TunedFusion
-from graphlake.retrieval.learned_kinds import tuned_fusions
+from graphlake.retrieval.learned_kinds import corpus_indexes, tuned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -55,7 +55,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
         log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
         return TunedFusion({}, {"default": reason, "untuned": dict.fromkeys(fusions, reason)}), {"tuned": False, "reason": reason}
     check_disjoint(lake, corpus, source, validation, "grasp_fusion")
-    indexes = CorpusIndexes(lake, source)
+    indexes = corpus_indexes(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
     gold = gold_rows(lake, source, indexes)
     choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}, "untuned": {}}

@@ -31,7 +31,7 @@ from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.learned_kinds import grasp_rerankers
+from graphlake.retrieval.learned_kinds import corpus_indexes, grasp_rerankers
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
@@ -84,7 +84,7 @@ def training_data(lake: LakeStorage, corpus: str, config: Any, group_size: int) 
         return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
     check_disjoint(lake, corpus, source, validation + learning, "grasp_reranker")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
-    indexes = CorpusIndexes(lake, source)
+    indexes = corpus_indexes(lake, source)
     gold = gold_rows(lake, source, indexes)
     texts = lambda rows: candidate_texts(indexes, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
     key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)

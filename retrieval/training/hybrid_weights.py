@@ -24,6 +24,7 @@ from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.kernels.text import query_encoders
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import gold_by_query, training_source
@@ -48,7 +49,7 @@ def tune(lake: LakeStorage, corpus: str) -> TunedWeights | Untrained:
     if not rows:
         where = f"corpus {source!r}" + (f" split {split!r}" if split else "")
         return Untrained(f"{where} has no queries with gold to tune the path weights on; 1/1/1 stands in")
-    indexes = CorpusIndexes(lake, source)
+    indexes = corpus_indexes(lake, source)
     vectors = hybrid_vectors(indexes)
     bm25 = indexes.bm25
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))

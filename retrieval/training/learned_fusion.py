@@ -22,7 +22,7 @@ from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, per_input
 from graphlake.retrieval.operators.learned import rrf
-from graphlake.retrieval.learned_kinds import learned_fusions
+from graphlake.retrieval.learned_kinds import corpus_indexes, learned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -59,7 +59,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
         log(f"learned_fusion: {reason}; the fusions fall back to rrf of their inputs")
         return LearnedRankers({}, dict.fromkeys(fusions, reason)), {"trained": False, "reason": reason}
     check_disjoint(lake, corpus, source, queries, "learned_fusion")
-    indexes = CorpusIndexes(lake, source)
+    indexes = corpus_indexes(lake, source)
     runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():

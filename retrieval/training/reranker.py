@@ -31,12 +31,11 @@ import numpy as np
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.core import Methods
-from graphlake.retrieval.index.kinds import index_assets, index_kind
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, reranker_reads
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.learned_kinds import reranker_reads
 from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
@@ -191,13 +190,13 @@ def training_queries(lake: LakeStorage, corpora: list[str], max_per_corpus: int,
 def _indexes(lake: LakeStorage, corpus: str, methods: Methods, miners: list[str]) -> CorpusIndexes:
     """A training corpus's indexes; the miners need theirs built."""
     kinds = sorted(reranker_reads(methods, miners))
-    missing = [index_kind(name).assets[-1] for name in kinds if index_kind(name).stored.written_at(lake, corpus) is None]
+    missing = [INDEX_KINDS.kind(name).assets[-1] for name in kinds if INDEX_KINDS.kind(name).stored.written_at(lake, corpus) is None]
     if missing:
         raise StorageError(
             f"reranker: training corpus {corpus!r} lacks {' and '.join(missing)}; "
-            f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in index_assets(kinds))}'"
+            f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in INDEX_KINDS.index_assets(kinds))}'"
         )
-    return CorpusIndexes(lake, corpus)
+    return corpus_indexes(lake, corpus)
 
 
 def training_groups(query: TrainingQuery, indexes: CorpusIndexes, methods: Methods, config: Any) -> list[Group]:
