@@ -23,7 +23,6 @@ import argparse
 import gzip
 import importlib.util
 import json
-import os
 import shlex
 import sys
 import tempfile
@@ -81,8 +80,8 @@ def dense_paths(scratch: Path) -> dict[str, Callable[[list[str]], np.ndarray]]:
         return run
 
     paths = {
-        "torch float32": lambda texts: at("float32", lambda: encoders.encode_dense(texts)),
-        "torch bfloat16 autocast": lambda texts: at("auto", lambda: encoders.encode_dense(texts)),
+        "torch float32": lambda texts: encoders.encode_dense(texts, dtype="float32"),
+        "torch bfloat16 autocast": lambda texts: encoders.encode_dense(texts, dtype="auto"),
         "torch int8 (quantize_dynamic)": pooled(torch_run(torch.ao.quantization.quantize_dynamic(bert, {torch.nn.Linear}, dtype=torch.qint8))),
     }
     paths |= _onnx_paths(_Pool(bert), tokenizer, scratch / "dense", pooled)
@@ -100,19 +99,6 @@ class _Pool(torch.nn.Module):
         hidden = self.body(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids).last_hidden_state
         mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
         return torch.nn.functional.normalize((hidden * mask).sum(1) / mask.sum(1), dim=-1)
-
-
-def at(precision: str, encode: Callable):
-    """``encode()`` with the encoders' precision setting (``GRAPHLAKE_ENCODER_PRECISION``) set to ``precision``."""
-    previous = os.environ.get(encoders.PRECISION_ENV)
-    os.environ[encoders.PRECISION_ENV] = precision
-    try:
-        return encode()
-    finally:
-        if previous is None:
-            del os.environ[encoders.PRECISION_ENV]
-        else:
-            os.environ[encoders.PRECISION_ENV] = previous
 
 
 def _onnx_paths(module: torch.nn.Module, tokenizer, stem: Path, pooled: Callable) -> dict[str, Callable]:
@@ -140,8 +126,8 @@ def _onnx_paths(module: torch.nn.Module, tokenizer, stem: Path, pooled: Callable
 
 def splade_paths() -> dict[str, Callable[[list[str]], sp.csr_matrix]]:
     return {
-        "torch float32": lambda texts: at("float32", lambda: encoders.encode_splade(texts)),
-        "torch bfloat16 autocast": lambda texts: at("auto", lambda: encoders.encode_splade(texts)),
+        "torch float32": lambda texts: encoders.encode_splade(texts, dtype="float32"),
+        "torch bfloat16 autocast": lambda texts: encoders.encode_splade(texts, dtype="auto"),
     }
 
 
@@ -190,8 +176,8 @@ def main() -> None:
         queries = [query_texts[q] for q in qrels]
         for model, encode in (("MiniLM (dense)", encoders.encode_dense), ("SPLADE", encoders.encode_splade)):
             for precision in ("float32", "auto"):
-                found = at(precision, lambda encode=encode: ndcg(doc_ids, encode(texts), encode(queries), qrels))
-                lines.append(f"| {model} | {precision if precision == 'float32' else encoders.precision()} | {found:.4f} |")
+                found = ndcg(doc_ids, encode(texts, dtype=precision), encode(queries, dtype=precision), qrels)
+                lines.append(f"| {model} | {encoders.precision(precision)} | {found:.4f} |")
     args.output.write_text("\n".join(lines) + "\n")
 
 

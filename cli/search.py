@@ -201,7 +201,7 @@ def list_models(
 ) -> None:
     """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
     roles and corpora use it, and whether it is ready."""
-    from graphlake.kernels.text.query_encoders import cache_dir
+    from graphlake.common.settings import model_cache
     from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES
     from graphlake.warehouse.models import assemble as assemble_model
     from graphlake.warehouse.models import declared_models, listing
@@ -222,7 +222,7 @@ def list_models(
     lake = LakeStorage(home)
     trained = lake.artifact_written_at("reranker", {}) is not None
     decisions = {name: tuning_decision(lake, name) for name in chosen}
-    rows = listing(declared, chosen, cache_dir(), trained, {name: made["kept"] for name, made in decisions.items() if made})
+    rows = listing(declared, chosen, model_cache(), trained, {name: made["kept"] for name, made in decisions.items() if made})
     if as_json:
         print(json.dumps(rows))
         return

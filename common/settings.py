@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,21 @@ VARIABLES: tuple[Variable, ...] = (
     API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SQL_TIMEOUT, SQL_MEMORY_MB,
 )  # fmt: skip
 SECRETS = tuple(v.name for v in VARIABLES if v.secret)
+PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # what ENCODER_PRECISION may say; auto: what the device does fastest
+
+
+def model_cache() -> Path:
+    """Where unpacked model archives and the exported query encoders live (``MODEL_CACHE``)."""
+    configured = MODEL_CACHE.text()
+    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / "_models"
+
+
+def encoder_precision() -> str:
+    """The dtype the builds' encoders compute in (``ENCODER_PRECISION``), checked."""
+    choice = (ENCODER_PRECISION.text() or "auto").lower()
+    if choice not in PRECISIONS:
+        raise ValueError(f"{ENCODER_PRECISION.name}={choice!r}: write one of {', '.join(PRECISIONS)}")
+    return choice
 
 
 def problems() -> list[str]:

@@ -34,13 +34,13 @@ from filelock import FileLock
 
 from graphlake.common import settings
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.text.encoders import PRECISION_ENV
-from graphlake.kernels.text.query_encoders import CACHE_ENV
+from graphlake.common.settings import ENCODER_PRECISION, MODEL_CACHE
 
 # float32 encoders in every test (and every process a test starts): bfloat16 is used only where the CPU
 # has it, so recorded rankings (test_rankings.py) must not depend on which machine runs the suite
-os.environ.setdefault(PRECISION_ENV, "float32")
+os.environ.setdefault(ENCODER_PRECISION.name, "float32")
 # the query encoders' exported graphs go to a cache of this session (and its processes), not the user's
+CACHE_ENV = MODEL_CACHE.name
 if CACHE_ENV not in os.environ:
     os.environ[CACHE_ENV] = tempfile.mkdtemp(prefix="graphlake-cache-")
     atexit.register(shutil.rmtree, os.environ[CACHE_ENV], ignore_errors=True)

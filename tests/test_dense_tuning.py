@@ -13,7 +13,7 @@ import yaml
 from typer.testing import CliRunner
 
 from graphlake.kernels.text.model_files import folder_revision
-from graphlake.kernels.text.query_encoders import cache_dir
+from graphlake.common.settings import model_cache
 from graphlake.cli import app
 from graphlake.warehouse.corpora import DEMO_CONFIG, TUNED_ARTIFACT, TUNING_DECISION
 from graphlake.warehouse.storage import LakeStorage
@@ -67,7 +67,7 @@ def test_the_tuned_encoder_is_kept_only_when_it_ranks_held_out_queries_better_be
     assert made["kept"] == "tuned" and made["held_out"]["low"] > 0, made
     assert made["held_out"]["queries"] == 6 and made["training"] == {**made["training"], "source": "demo", "queries": 5}
     assert "tuning the dense encoder" in said and "kept the tuned encoder" in said and "138 by dense_vectors (0 reused)" in said, said
-    tuned = folder_revision(folder / "model", cache_dir())
+    tuned = folder_revision(folder / "model", model_cache())
     vectors = LakeStorage(home).read("vectors", {"corpus": "demo", "model": "tuned"})
     assert set(vectors.column("revision").to_pylist()) == {tuned} and vectors.num_rows == 138
     assert serving(home) == {"demo": "tuned"}

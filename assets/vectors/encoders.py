@@ -12,6 +12,7 @@ import pyarrow as pa
 from dagster import AssetExecutionContext, Config, asset
 
 from graphlake.common.progress import StepProgress
+from graphlake.common.settings import encoder_precision, model_cache
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders, query_encoders
 from graphlake.retrieval.index.tables import retrieval_texts
@@ -114,7 +115,7 @@ def encoding_model(lake: LakeResource, corpus: str, role: str) -> tuple[ModelSpe
     problem = spec.problem()
     if problem:
         raise StorageError(f"corpus {corpus!r}: {role} model {spec.name!r} ({spec.source}) cannot encode: {problem}")
-    return spec, model_identity(spec, query_encoders.cache_dir())
+    return spec, model_identity(spec, model_cache())
 
 
 def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[..., list[dict]], description: str):
@@ -135,7 +136,7 @@ def _vector_asset(name: str, role: str, queries: str, encode_rows: Callable[...,
         encode = partial(encode_rows, batch_size=config.batch_size, spec=spec, cache=lake.storage.home / EMBEDDING_CACHE)
         table, metadata = _encode_with_cache(context, lake, role, made_by, nodes, documents, encode)
         if spec.endpoint is None:  # a hosted model encodes the queries too
-            query_encoders.prepare(queries, spec.path())
+            query_encoders.prepare(queries, spec.path(), model_cache())
         context.add_output_metadata(metadata)
         return table
 
@@ -152,7 +153,7 @@ def _tuned(context: AssetExecutionContext, lake: LakeResource, config: TuningCon
     base = declared_models(lake.storage.home).models[declared.tune]
     settings = TuningSettings(**config.model_dump())
     data = training_set(lake.storage, corpus)
-    fingerprint = data.fingerprint(revision(base, query_encoders.cache_dir()), settings)
+    fingerprint = data.fingerprint(revision(base, model_cache()), settings)
     partition = {"corpus": corpus}
     if lake.storage.artifact_written_at(TUNED_ARTIFACT, partition) is not None:
         decision = json.loads((lake.storage.artifact(TUNED_ARTIFACT, partition) / TUNING_DECISION).read_text(encoding="utf-8"))
@@ -175,7 +176,7 @@ def _dense_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path)
 
 
 def _splade_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path) -> list[dict]:
-    matrix = encoders.encode_splade(texts, batch_size=batch_size, folder=spec.path())
+    matrix = encoders.encode_splade(texts, batch_size=batch_size, dtype=encoder_precision(), folder=spec.path())
     return [
         {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
         for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)

@@ -11,7 +11,8 @@ was no faster than torch, and dynamic int8 (torch's or ONNX Runtime's) moved the
 0.92–0.94 (``benchmarks/encoders.py`` measures all of them). On CUDA they stay in float32: the models
 are small enough that the host (tokenizer, batching) bounds them, and on an H200 float16 autocast's
 casts cost 30–40 % of float32's passages per second at the default batches, which are larger there
-(``benchmarks/gpu_encoders.py``). ``GRAPHLAKE_ENCODER_PRECISION`` (``float32``, ``bfloat16``, ``float16``) overrides the choice.
+(``benchmarks/gpu_encoders.py``). A caller's ``dtype`` (``float32``, ``bfloat16``, ``float16``; the
+builds pass ``GRAPHLAKE_ENCODER_PRECISION``'s) overrides the choice.
 
 torch and transformers are imported when a model is first loaded: the model names alone are cheap.
 """
@@ -26,14 +27,12 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.common.settings import ENCODER_PRECISION
+from graphlake.common.settings import PRECISIONS
 from graphlake.kernels.text.model_files import model_config
 
 DENSE_MODEL = "all-MiniLM-L6-v2"
 SPLADE_MODEL = "splade-tiny"
 MAX_TOKENS = 256
-PRECISION_ENV = ENCODER_PRECISION.name
-PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # auto: what the device does fastest, below
 BATCHES = {"cpu": {"dense": 64, "splade": 32}, "cuda": {"dense": 256, "splade": 128}}  # texts per batch, fastest measured
 
 
@@ -58,13 +57,13 @@ def device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def precision() -> str:
-    """The dtype the encoders compute in: ``float32``, or the device's native reduced precision."""
+def precision(choice: str = "auto") -> str:
+    """The dtype the encoders compute in for ``choice`` (one of ``common.settings.PRECISIONS``): as
+    chosen, or for ``auto`` ``float32`` or the device's native reduced precision."""
     import torch
 
-    choice = (ENCODER_PRECISION.text() or "auto").lower()
     if choice not in PRECISIONS:
-        raise ValueError(f"{PRECISION_ENV}={choice!r}: write one of {', '.join(PRECISIONS)}")
+        raise ValueError(f"encoder precision {choice!r}: one of {', '.join(PRECISIONS)}")
     if choice != "auto":
         return choice
     if device() == "cuda":
@@ -72,10 +71,10 @@ def precision() -> str:
     return "bfloat16" if torch.ops.mkldnn._is_mkldnn_bf16_supported() else "float32"
 
 
-def _autocast(dtype: str | None = None) -> AbstractContextManager:
+def _autocast(dtype: str) -> AbstractContextManager:
     import torch
 
-    dtype = dtype or precision()
+    dtype = precision(dtype)
     return nullcontext() if dtype == "float32" else torch.autocast(device(), dtype=getattr(torch, dtype))
 
 
@@ -90,11 +89,11 @@ def _dense(folder: Path | None):
     return model
 
 
-def encode_dense(texts: list[str], batch_size: int = 0, dtype: str | None = None, folder: Path | None = None) -> np.ndarray:
+def encode_dense(texts: list[str], batch_size: int = 0, dtype: str = "auto", folder: Path | None = None) -> np.ndarray:
     """``(len(texts), dimension)`` float32, unit length, so inner product is cosine, from the
     sentence-transformers folder ``folder`` (None: the packaged MiniLM). sentence-transformers sorts the
     texts by length, so batches carry little padding. ``batch_size`` 0: the device's default; ``dtype``
-    None: :func:`precision`. Queries go through ``query_encoders``."""
+    as :func:`precision` reads it. Queries go through ``query_encoders``."""
     if not texts:
         return np.zeros((0, _dense(folder).get_embedding_dimension()), dtype=np.float32)
     with _autocast(dtype):
@@ -114,7 +113,7 @@ def _splade(folder: Path | None):
     return tokenizer, model
 
 
-def encode_splade(texts: list[str], batch_size: int = 0, dtype: str | None = None, folder: Path | None = None) -> sp.csr_matrix:
+def encode_splade(texts: list[str], batch_size: int = 0, dtype: str = "auto", folder: Path | None = None) -> sp.csr_matrix:
     """``(len(texts), vocab)`` sparse float32 term weights from the masked-LM folder ``folder`` (None: the
     packaged SPLADE; ``batch_size`` 0: the device's default; ``dtype`` as for :func:`encode_dense`).
 

@@ -2,9 +2,9 @@
 
 A ``graphlake query`` or a server's first request paid 2–3 s importing torch and transformers for a
 10-word query. A query encoder (a dense model with its pooling, a SPLADE with its max over tokens) is
-exported once per model folder and revision with ``torch.onnx`` into a local cache
-(``GRAPHLAKE_MODEL_CACHE``, else ``~/.cache/graphlake/_models``, a name no object-store lake's cache
-folder can have); the build exports it where it encodes the passages (``prepare``), a machine that only
+exported once per model folder and revision with ``torch.onnx`` into a local cache (``cache``, given by
+the caller: ``common.settings.model_cache``, a name no object-store lake's cache folder can have); the
+build exports it where it encodes the passages (``prepare``), a machine that only
 serves on first use. ``folder`` None is the packaged model of the kind (MiniLM, the small SPLADE).
 Afterwards a query is tokenized by ``tokenizers`` and run by ONNX Runtime, which on a 2-core EPYC
 took half torch's CPU-seconds per query (10 against 21 ms dense, 5 against 12 ms SPLADE) at float32,
@@ -33,11 +33,9 @@ from pathlib import Path
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.common.settings import MODEL_CACHE
 from graphlake.kernels.text.encoders import MAX_TOKENS, dense_model_path, splade_model_path
 from graphlake.kernels.text.model_files import dense_dimension, folder_revision, model_config, pooling
 
-CACHE_ENV = MODEL_CACHE.name
 FORMAT = 1  # bump when what a graph computes changes: older files are then ignored
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 BATCH = {"dense": 16, "splade": 4}  # the fastest measured on 2 cores; SPLADE holds (batch, tokens, vocabulary) logits
@@ -101,25 +99,20 @@ def _folder(kind: str, folder: Path | None) -> Path:
     return folder if folder is not None else PACKAGED[kind]()
 
 
-def cache_dir() -> Path:
-    configured = MODEL_CACHE.text()
-    return Path(configured).expanduser() if configured else Path.home() / ".cache" / "graphlake" / "_models"
-
-
-def graph_path(kind: str, folder: Path | None = None) -> Path:
+def graph_path(kind: str, folder: Path | None, cache: Path) -> Path:
     """The exported graph's file: named by the folder's content (``model_files.folder_revision``) and
     the exporter's torch version, so new weights or a torch upgrade export anew."""
-    stamp = f"{folder_revision(_folder(kind, folder), cache_dir())}-torch{importlib.metadata.version('torch')}-f{FORMAT}"
-    return cache_dir() / f"{kind}-{stamp}.onnx"
+    stamp = f"{folder_revision(_folder(kind, folder), cache)}-torch{importlib.metadata.version('torch')}-f{FORMAT}"
+    return cache / f"{kind}-{stamp}.onnx"
 
 
 _exporting = threading.Lock()
 
 
-def prepare(kind: str, folder: Path | None = None) -> Path:
+def prepare(kind: str, folder: Path | None, cache: Path) -> Path:
     """The query encoder's graph, exported first if it is missing (needs torch; about 1 s a model).
     Written to a temporary file and renamed, so a reader never sees half a graph."""
-    target = graph_path(kind, folder)
+    target = graph_path(kind, folder, cache)
     if target.exists():
         return target
     with _exporting:
@@ -171,14 +164,14 @@ class _Encoder:
     runs, and a server's repeated questions, ask for the same queries: a build's ten runs of 20 queries
     encoded them 356 times instead of 40."""
 
-    def __init__(self, kind: str, folder: Path | None) -> None:
+    def __init__(self, kind: str, folder: Path | None, cache: Path) -> None:
         import onnxruntime
 
         options = onnxruntime.SessionOptions()
         options.intra_op_num_threads = min(THREADS, os.cpu_count() or 1)
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         options.enable_cpu_mem_arena = False
-        self._session = onnxruntime.InferenceSession(str(prepare(kind, folder)), options, providers=["CPUExecutionProvider"])
+        self._session = onnxruntime.InferenceSession(str(prepare(kind, folder, cache)), options, providers=["CPUExecutionProvider"])
         self._tokenize = _tokenizer(kind, folder)
         self._fed = [i.name for i in self._session.get_inputs()]  # a model without segments (MPNet) leaves token_type_ids out of its graph
         self._kind = kind
@@ -231,19 +224,19 @@ def _size(text: str, row: np.ndarray | sp.csr_matrix) -> int:
 
 
 @lru_cache(maxsize=4)
-def _encoder(kind: str, folder: Path | None) -> _Encoder:
-    return _Encoder(kind, folder)
+def _encoder(kind: str, folder: Path | None, cache: Path) -> _Encoder:
+    return _Encoder(kind, folder, cache)
 
 
-def encode_queries_dense(texts: list[str], folder: Path | None = None) -> np.ndarray:
+def encode_queries_dense(texts: list[str], folder: Path | None, cache: Path) -> np.ndarray:
     """``(len(texts), dimension)`` float32 unit vectors, as :func:`encoders.encode_dense` gives them in float32."""
     if not texts:
         return np.zeros((0, dense_dimension(_folder("dense", folder))), dtype=np.float32)
-    return np.stack(_encoder("dense", folder).rows(texts))
+    return np.stack(_encoder("dense", folder, cache).rows(texts))
 
 
-def encode_queries_splade(texts: list[str], folder: Path | None = None) -> sp.csr_matrix:
+def encode_queries_splade(texts: list[str], folder: Path | None, cache: Path) -> sp.csr_matrix:
     """``(len(texts), vocab)`` sparse float32 term weights, as :func:`encoders.encode_splade` gives them in float32."""
     if not texts:
         return sp.csr_matrix((0, int(model_config(_folder("splade", folder))["vocab_size"])), dtype=np.float32)
-    return sp.vstack(_encoder("splade", folder).rows(texts), format="csr")
+    return sp.vstack(_encoder("splade", folder, cache).rows(texts), format="csr")

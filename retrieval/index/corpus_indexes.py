@@ -20,6 +20,7 @@ from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.kinds import IndexKinds
 from graphlake.retrieval.index.metadata import FilterCache
 from graphlake.retrieval.index.tables import CorpusTables
+from graphlake.common.settings import model_cache
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.models import dense_encoder
 from graphlake.warehouse.storage import LakeStorage, StorageError
@@ -134,7 +135,7 @@ class CorpusIndexes(CorpusTables):
         """Queries encoded by the corpus's SPLADE model, one row each."""
         from graphlake.kernels.text import query_encoders
 
-        return query_encoders.encode_queries_splade(texts, self.splade_folder())
+        return query_encoders.encode_queries_splade(texts, self.splade_folder(), self.memo(("model cache",), model_cache))
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs; read back from the lake's

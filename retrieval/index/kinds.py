@@ -50,10 +50,10 @@ class Stored:
         written = lake.artifact_written_at(self.artifact, partition)
         if written is None or self.lake_wide:
             return written
-        from graphlake.kernels.text.query_encoders import cache_dir
+        from graphlake.common.settings import model_cache
 
         for role, made_by in read_models(lake.artifact(self.artifact, partition)).items():
-            if not same_weights(made_by, model_identity(corpus_model(lake, corpus, role), cache_dir())):
+            if not same_weights(made_by, model_identity(corpus_model(lake, corpus, role), model_cache())):
                 return None
         return written
 

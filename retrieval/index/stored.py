@@ -12,7 +12,7 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, EntityEdges, hybrid_vectors
-from graphlake.retrieval.index.tables import dense_matrix
+from graphlake.retrieval.index.tables import dense_matrix, numbers
 
 
 def _bm25(indexes: CorpusIndexes):
@@ -39,8 +39,8 @@ def _splade(indexes: CorpusIndexes) -> sp.csc_matrix:
     table = indexes.vectors("sparse")
     vocabulary = int(model_config(indexes.model("sparse").path())["vocab_size"])
     values, positions = table.column("values").combine_chunks(), table.column("indices").combine_chunks()
-    indptr = np.asarray(positions.offsets, dtype=np.int64)
-    matrix = sp.csr_matrix((values.flatten().to_numpy(), positions.flatten().to_numpy(), indptr), shape=(len(table), vocabulary))
+    indptr = numbers(positions.offsets).astype(np.int64)
+    matrix = sp.csr_matrix((numbers(values.flatten()), numbers(positions.flatten()), indptr), shape=(len(table), vocabulary))
     return matrix.tocsc()
 
 
@@ -79,12 +79,17 @@ def _mentions(extractor: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
 def _hybrid_graph(indexes: CorpusIndexes):
     """The index's searcher: the CUDA kernel's where a CUDA device is (``NUMBA_ENABLE_CUDASIM=1``: numba's
     simulator) and the kernel holds the index, else the CPU walk; both take a batch and return
-    ``(scores, rows)``, and ``device`` says which it is."""
-    from graphlake.kernels.hybrid.cuda_search import cuda_searcher
+    ``(scores, rows)``, and ``device`` says which it is. numba's CUDA target is imported only where a
+    device can be (``cuda_probe``)."""
+    from graphlake.kernels.hybrid.cuda_probe import cuda_possible
     from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 
     graph, vectors = HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes)
-    return cuda_searcher(graph, vectors) or Searcher(graph, vectors)
+    if cuda_possible():
+        from graphlake.kernels.hybrid.cuda_search import cuda_searcher
+
+        return cuda_searcher(graph, vectors) or Searcher(graph, vectors)
+    return Searcher(graph, vectors)
 
 
 def _skb(indexes: CorpusIndexes):

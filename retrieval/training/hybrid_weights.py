@@ -22,7 +22,6 @@ import numpy as np
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.kernels.text import query_encoders
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
@@ -54,7 +53,7 @@ def tune(lake: LakeStorage, corpus: str) -> TunedWeights | Untrained:
     bm25 = indexes.bm25
     scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
     texts = [q["text"] for q in rows]
-    queries = Queries(indexes.encode_dense_queries(texts), query_encoders.encode_queries_splade(texts, indexes.model("sparse").path()), bm25.token_counts(texts))
+    queries = Queries(indexes.encode_dense_queries(texts), indexes.encode_splade_queries(texts), bm25.token_counts(texts))
     scorer = _Scorer(vectors, queries, scales, indexes.doc_ids(), [gold[q["query_id"]] for q in rows])
     single = {path: scorer.ndcg(np.eye(3)[p]) for p, path in enumerate(("dense", "sparse", "lexical"))}
     two_grid = {alpha: scorer.ndcg(np.array([alpha, 1 - alpha, 0.0])) for alpha in GRID}
