@@ -267,7 +267,7 @@ def config(
     from graphlake.pipelines.dagster_home import dagster_home_of
     from graphlake.retrieval.methods import DEFAULT_METHODS
     from graphlake.warehouse.corpora import REGISTRY_FILE
-    from graphlake.warehouse.models import MODELS_FILE
+    from graphlake.warehouse.encoder_specs import MODELS_FILE
 
     home = lake_home()
     files = []

@@ -202,9 +202,9 @@ def list_models(
     """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
     roles and corpora use it, and whether it is ready."""
     from graphlake.common.settings import model_cache
-    from graphlake.warehouse.models import ROLES, SPLIT_PACKAGES
-    from graphlake.warehouse.models import assemble as assemble_model
-    from graphlake.warehouse.models import declared_models, listing
+    from graphlake.warehouse.encoder_specs import ROLES, SPLIT_PACKAGES
+    from graphlake.warehouse.encoder_specs import assemble as assemble_model
+    from graphlake.warehouse.encoder_specs import declared_models, listing
 
     home = lake_home()
     for model in SPLIT_PACKAGES if assemble else ():

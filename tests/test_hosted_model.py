@@ -159,7 +159,7 @@ def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends
     from graphlake.common.embeddings import EmbeddingsUnavailable
     from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
-    from graphlake.warehouse.models import encode_dense
+    from graphlake.warehouse.encoder_specs import encode_dense
     from graphlake.warehouse.storage import LakeStorage
 
     port = free_port()

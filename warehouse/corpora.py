@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
-from graphlake.warehouse.models import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
+from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
 

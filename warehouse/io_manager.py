@@ -18,7 +18,7 @@ from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitRes
 from pydantic import PrivateAttr
 
 from graphlake.warehouse.corpora import CorpusRegistry, table_written_at
-from graphlake.warehouse.models import ROLE_MARK
+from graphlake.warehouse.encoder_specs import ROLE_MARK
 from graphlake.warehouse.row_changes import row_changes
 from graphlake.warehouse.storage import LakeStorage, conform
 from graphlake.warehouse.tables import table_spec

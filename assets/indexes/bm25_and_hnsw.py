@@ -10,7 +10,7 @@ from graphlake.assets.vectors.encoders import encoding_model
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.tables import dense_matrix, retrieval_texts
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import dimension
+from graphlake.warehouse.encoder_specs import dimension
 from graphlake.warehouse.partitions import corpus_partitions
 
 

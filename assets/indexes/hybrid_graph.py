@@ -19,7 +19,7 @@ from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.models import made_before_identities, same_weights
+from graphlake.warehouse.encoder_specs import made_before_identities, same_weights
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 

@@ -22,7 +22,7 @@ from graphlake.retrieval.index.metadata import FilterCache
 from graphlake.retrieval.index.tables import CorpusTables
 from graphlake.common.settings import model_cache
 from graphlake.warehouse.corpora import CorpusRegistry
-from graphlake.warehouse.models import dense_encoder
+from graphlake.warehouse.encoder_specs import dense_encoder
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:

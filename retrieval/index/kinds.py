@@ -23,7 +23,7 @@ from typing import Any
 from graphlake.retrieval.core import Indexes, MethodError, Methods, needs
 from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
-from graphlake.warehouse.models import model_identity, same_weights
+from graphlake.warehouse.encoder_specs import model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 NODE_IDS_FILE = "node_ids.json"

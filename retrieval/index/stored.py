@@ -22,7 +22,7 @@ def _bm25(indexes: CorpusIndexes):
 
 
 def _dense(indexes: CorpusIndexes) -> np.ndarray:
-    from graphlake.warehouse.models import dimension
+    from graphlake.warehouse.encoder_specs import dimension
 
     return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")) or 0)
 

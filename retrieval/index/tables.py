@@ -20,7 +20,7 @@ from graphlake.retrieval.corpus_policy import SETTINGS
 from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
-from graphlake.warehouse.models import ModelSpec, made_before_identities, model_identity, same_weights
+from graphlake.warehouse.encoder_specs import ModelSpec, made_before_identities, model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
