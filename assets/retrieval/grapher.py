@@ -1,14 +1,12 @@
 """GraphER's learned part as an asset: alpha tuned and the GAT / MLP trained on a training corpus's
 queries, for use on this corpus (``retrieval/training/grapher.py`` has the method)."""
 
-from dagster import AssetExecutionContext, AssetKey, Config, asset
+from dagster import AssetExecutionContext, Config
 
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, grapher_reads
-from graphlake.retrieval.methods import load_methods
+from graphlake.assets.retrieval.learned import learned_asset
 from graphlake.retrieval.models.grapher import DEFAULT_BASE
 from graphlake.retrieval.training.grapher import learn
-from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import LakeStorage
 
 
 class GraphRankersConfig(Config):
@@ -23,10 +21,9 @@ class GraphRankersConfig(Config):
     seed: int = 0
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "qrels", *INDEX_KINDS.index_assets(grapher_reads(load_methods())))],
-)
-def graph_rankers(context: AssetExecutionContext, config: GraphRankersConfig, lake: LakeResource) -> None:
+def fit(context: AssetExecutionContext, config: GraphRankersConfig, storage: LakeStorage) -> dict:
     """Tuned alpha per propagation ranker and trained GAT / MLP rankers, as an artefact folder."""
-    context.add_output_metadata(learn(lake.storage, context.partition_key, config, context.log.info))
+    return learn(storage, context.partition_key, config, context.log.info)
+
+
+graph_rankers = learned_asset("graph_rankers", GraphRankersConfig, fit, ("nodes", "qrels"))

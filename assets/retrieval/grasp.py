@@ -10,16 +10,17 @@ from collections import Counter
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
+from graphlake.assets.retrieval.learned import learned_asset
 from graphlake.kernels.plan.fusion import cell_name
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, grasp_fusion_reads, grasp_reranker_reads
 from graphlake.retrieval.index.skb import SKB_ARTIFACT
 from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
 from graphlake.retrieval.index.skb_stage_one import planned, stage_one
-from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.training import grasp_reranker as stage3
 from graphlake.retrieval.training.grasp_fusion import learn
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.tables import row_schema
 
 
@@ -28,15 +29,14 @@ class GraspFusionConfig(Config):
     seed: int = 0
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(grasp_fusion_reads(load_methods())))],
-)
-def grasp_fusion(context: AssetExecutionContext, config: GraspFusionConfig, lake: LakeResource) -> None:
+def fit_fusion(context: AssetExecutionContext, config: GraspFusionConfig, storage: LakeStorage) -> dict:
     """Static or dynamic RRF and its weights per tuned fusion, chosen by validation Hit@1 over 1,290,429 settings."""
-    tuned, summary = learn(lake.storage, context.partition_key, config, context.log.info)
-    lake.storage.write_artifact("grasp_fusion", {"corpus": context.partition_key}, tuned.save)
-    context.add_output_metadata(summary | ({"report": MetadataValue.json(tuned.report)} if tuned.report else {}))
+    tuned, summary = learn(storage, context.partition_key, config, context.log.info)
+    storage.write_artifact("grasp_fusion", {"corpus": context.partition_key}, tuned.save)
+    return summary | ({"report": MetadataValue.json(tuned.report)} if tuned.report else {})
+
+
+grasp_fusion = learned_asset("grasp_fusion", GraspFusionConfig, fit_fusion, ("nodes", "queries", "qrels"))
 
 
 class GraspRerankerConfig(Config):
@@ -52,16 +52,15 @@ class GraspRerankerConfig(Config):
     seed: int = 0
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", "reranker", "grasp_fusion", *INDEX_KINDS.index_assets(grasp_reranker_reads(load_methods())))],
-)
-def grasp_reranker(context: AssetExecutionContext, config: GraspRerankerConfig, lake: LakeResource) -> None:
+def fit_reranker(context: AssetExecutionContext, config: GraspRerankerConfig, storage: LakeStorage) -> dict:
     """The lake's reranker fine-tuned on serialised Stage-2 candidates of the training queries, with the final fusion's (w, k)."""
-    tuned, summary = stage3.learn(lake.storage, context.partition_key, config, context.log.info)
-    lake.storage.write_artifact("grasp_reranker", {"corpus": context.partition_key}, tuned.save)
+    tuned, summary = stage3.learn(storage, context.partition_key, config, context.log.info)
+    storage.write_artifact("grasp_reranker", {"corpus": context.partition_key}, tuned.save)
     curve = tuned.report.get("training", {}).get("curve")
-    context.add_output_metadata(summary | ({"curve": MetadataValue.json(curve)} if curve else {}))
+    return summary | ({"curve": MetadataValue.json(curve)} if curve else {})
+
+
+grasp_reranker = learned_asset("grasp_reranker", GraspRerankerConfig, fit_reranker, ("nodes", "queries", "qrels"), also=("reranker", "grasp_fusion"))
 
 
 class PlansConfig(Config):

@@ -1,13 +1,11 @@
 """graphlake's own learned stage as an asset: a LightGBM ranker per declared ``learned_fusion``, trained on
 the training corpus's queries over its inputs' candidates (``retrieval/training/learned_fusion.py``)."""
 
-from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MetadataValue
 
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, learned_fusion_reads
-from graphlake.retrieval.methods import load_methods
+from graphlake.assets.retrieval.learned import learned_asset
 from graphlake.retrieval.training.learned_fusion import learn
-from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import LakeStorage
 
 
 class LearnedFusionConfig(Config):
@@ -20,13 +18,12 @@ class LearnedFusionConfig(Config):
     min_data_in_leaf: int = 20
 
 
-@asset(
-    partitions_def=corpus_partitions,
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(learned_fusion_reads(load_methods())))],
-)
-def learned_fusion(context: AssetExecutionContext, config: LearnedFusionConfig, lake: LakeResource) -> None:
+def fit(context: AssetExecutionContext, config: LearnedFusionConfig, storage: LakeStorage) -> dict:
     """A lambdarank model over the first stages' candidates per learned fusion, early-stopped on held-out training queries."""
-    rankers, summary = learn(lake.storage, context.partition_key, config, context.log.info)
-    lake.storage.write_artifact("learned_fusion", {"corpus": context.partition_key}, rankers.save)
+    rankers, summary = learn(storage, context.partition_key, config, context.log.info)
+    storage.write_artifact("learned_fusion", {"corpus": context.partition_key}, rankers.save)
     importance = {name: fusion["importance"] for name, fusion in rankers.report.get("fusions", {}).items()}
-    context.add_output_metadata(summary | ({"report": MetadataValue.json(rankers.report), "importance": MetadataValue.json(importance)} if rankers.report.get("fusions") else {}))
+    return summary | ({"report": MetadataValue.json(rankers.report), "importance": MetadataValue.json(importance)} if rankers.report.get("fusions") else {})
+
+
+learned_fusion = learned_asset("learned_fusion", LearnedFusionConfig, fit, ("nodes", "queries", "qrels"))

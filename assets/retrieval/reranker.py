@@ -2,12 +2,12 @@
 (``retrieval/training/reranker.py`` has the method). The defaults fit a 45-minute budget on a 2-core CPU (a
 few thousand groups, about one epoch); a GPU gets through more epochs in the same budget."""
 
-from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
+from dagster import AssetExecutionContext, Config, MetadataValue
 
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, RERANKER_MINERS, reranker_reads
-from graphlake.retrieval.methods import load_methods
+from graphlake.assets.retrieval.learned import learned_asset
+from graphlake.retrieval.learned_kinds import RERANKER_MINERS
 from graphlake.retrieval.training.reranker import learn
-from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.storage import LakeStorage
 
 
 class RerankerConfig(Config):
@@ -27,13 +27,13 @@ class RerankerConfig(Config):
     seed: int = 0
 
 
-@asset(
-    deps=[AssetKey(name) for name in ("nodes", "queries", "qrels", *INDEX_KINDS.index_assets(reranker_reads(load_methods())))],
-)
-def reranker(context: AssetExecutionContext, config: RerankerConfig, lake: LakeResource) -> None:
+def fit(context: AssetExecutionContext, config: RerankerConfig, storage: LakeStorage) -> dict:
     """A cross-encoder fine-tuned on the lake's training queries, stored with its curve and validation."""
     explicit = "reranker" in (context.run.run_config.get("ops") or {})  # a run that sets this config asks for it
-    summary = learn(lake.storage, config, context.log.info, explicit)
+    summary = learn(storage, config, context.log.info, explicit)
     if "curve" in summary:
         summary["curve"] = MetadataValue.json(summary["curve"])
-    context.add_output_metadata(summary)
+    return summary
+
+
+reranker = learned_asset("reranker", RerankerConfig, fit, ("nodes", "queries", "qrels"), per_corpus=False)
