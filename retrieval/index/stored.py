@@ -85,11 +85,12 @@ def _hybrid_graph(indexes: CorpusIndexes):
     from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 
     graph, vectors = HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes)
+    device = None
     if cuda_possible():
         from graphlake.kernels.hybrid.cuda_search import cuda_searcher
 
-        return cuda_searcher(graph, vectors) or Searcher(graph, vectors)
-    return Searcher(graph, vectors)
+        device = cuda_searcher(graph, vectors)
+    return device or Searcher(graph, vectors)
 
 
 def _skb(indexes: CorpusIndexes):

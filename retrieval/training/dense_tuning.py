@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from graphlake.kernels.eval.metrics import evaluate, paired_bootstrap
+from graphlake.retrieval.core import unfill
 from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage
@@ -70,13 +71,12 @@ def training_set(lake: LakeStorage, corpus: str) -> TrainingSet:
 def tune(data: TrainingSet, base: Path, settings: TuningSettings, target: Path, log: Callable[[str], None]) -> dict:
     """Tune the encoder in ``base`` on ``data``; write it to ``target`` only if it is kept. The decision,
     with both encoders' held-out nDCG@10 and what the tuning saw, is returned."""
-    from graphlake.kernels.results import unfilled
     from graphlake.kernels.text.bm25 import BM25Index
 
     if len(data.queries) < 2:
         return {"kept": "base", "said": f"corpus {data.source!r} has {len(data.queries)} training queries with gold, too few to tune the dense encoder and judge it on: the untuned one stays"}
     bm25 = BM25Index.build(data.texts)
-    ranked = [unfilled(*found)[1] for found in zip(*bm25.search([q["text"] for q in data.queries], min(len(data.texts), max(settings.pool, 10))), strict=True)]
+    ranked = [found.rows for found in unfill(*bm25.search([q["text"] for q in data.queries], min(len(data.texts), max(settings.pool, 10))))]
     judge, learn = held_out(len(data.queries), settings.validation_share, settings.seed)
     pairs = [pair for i in learn for pair in _pairs(data, i, ranked[i])]
     started = time.perf_counter()
