@@ -1,8 +1,8 @@
 """The query path against an earlier revision, side by side in one run on one built lake: per method,
 a warm API search's latency one query at a time (p50, p95), and ``search_batch`` of a batch against the
 same queries searched one by one (wall seconds, and CPU seconds of the process); and a fresh
-``graphlake query`` per default method on the demo lake: the modules it imports and its CPU seconds
-(the median of ``--repeat`` processes).
+``graphlake query`` per default method on the demo lake, through the console script as a user runs it:
+the modules it imports and its CPU seconds (the median of ``--repeat`` processes).
 
 Each revision runs in a process of its own (``--before`` through a git worktree, the working tree
 as installed), one after the other per set, on the same queries (a seeded sample of the evaluated
@@ -63,14 +63,18 @@ print(json.dumps({"queries": len(texts), "methods": found}))
 
 
 FRESH = """
-import json, sys
-from graphlake.cli import app
+import atexit, json, sys
 
+atexit.register(lambda: print(json.dumps({"modules": len(sys.modules), "graphlake": sum(m.startswith("graphlake.") for m in sys.modules)})))
+sys.argv = ["graphlake", "query", "--corpus", "demo", "--method", sys.argv[1], "--json", "Which vessel carried the sled?"]
 try:
-    app(["query", "--corpus", "demo", "--method", sys.argv[1], "--json", "Which vessel carried the sled?"])
+    from graphlake.cli.main import main
+except ImportError:  # a revision whose console script was the application itself
+    from graphlake.cli import app as main
+try:
+    main()
 except SystemExit as end:
     assert not end.code, end.code
-print(json.dumps({"modules": len(sys.modules), "graphlake": sum(m.startswith("graphlake.") for m in sys.modules)}))
 """
 FRESH_METHODS = ("bm25", "dense", "rrf", "graph_rrf", "grapher_gcs", "ap_three", "grasp_fused", "graphlake_ltr")
 

@@ -49,6 +49,9 @@ class _App(typer.Typer):
 # plain help (no rich panels): a flag reads as a flag, ``--json``, not ``--json <bool>``
 app = _App(help="graphlake: a Graph-RAG retrieval lakehouse.", no_args_is_help=True, add_completion=False, rich_markup_mode=None)
 VERBOSE = {"on": False}  # --verbose, set by the app's callback
+# set by a command that read the lake, printed its answer and wrote nothing: the console script
+# (cli/main.py) may then end the process without tearing the interpreter down
+ENDING = {"read_only": False}
 
 
 @app.callback()

@@ -14,7 +14,7 @@ import typer
 from rich.markup import escape
 from rich.table import Column, Table
 
-from graphlake.cli.app import app, console, errors, fail, run_plan
+from graphlake.cli.app import ENDING, app, console, errors, fail, run_plan
 from graphlake.common.settings import API_KEY, SERVER
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
@@ -50,6 +50,7 @@ def query(
         result = _ask_server(server, named, method, text, top, where)
     else:
         result = _search_here(corpus, method, text, top, build, where)
+    ENDING["read_only"] = not build
     if as_json:
         print(json.dumps(result))
         return
