@@ -10,13 +10,17 @@ Text (``graphlake query --filter``, and any API that takes a string)::
 
     year >= 2015 and year < 2020 and (lang = "en" or lang in ["de", "fr"]) and not draft = true
 
+    year exists and title prefix "Design" and abstract contains "sled"
+
 A condition names a ``field``: a key of the document's metadata (``a.b`` reaches into an object),
 or ``doc_id`` / ``title``. Its operators are ``eq``, ``ne``, ``in``, ``gt``, ``gte``, ``lt``,
-``lte``; several in one condition must all hold. A list-valued field matches when one of its
-elements does (``authors = "X"``: X is among the authors). A document without the field matches no
-condition on it (``ne`` included, as SQL's NULL), and ``not`` of such a condition matches it.
+``lte``, ``exists`` (true: the document has the field; false: it has not, or only nulls and empty
+lists), ``prefix`` and ``contains`` (a string value starts with / holds the text, case as given);
+several in one condition must all hold. A list-valued field matches when one of its elements does
+(``authors = "X"``: X is among the authors). A document without the field matches no condition on it
+but ``exists: false`` (``ne`` included, as SQL's NULL), and ``not`` of such a condition matches it.
 Numbers compare with numbers, strings with strings (ISO dates compare as dates do), booleans only
-equal booleans.
+equal booleans; a value of a type the field never holds is refused (``metadata.py`` checks it).
 """
 
 from __future__ import annotations
@@ -47,8 +51,9 @@ def _exact(value: Any) -> Any:
 Text = Annotated[StrictStr, Field(max_length=1_000)]
 Value = Annotated[StrictBool | StrictInt | StrictFloat | Text, BeforeValidator(_exact)]
 FieldName = Annotated[str, Field(min_length=1, max_length=200, pattern=r"^[^\s]+$")]
-OPERATORS = ("eq", "ne", "in", "gt", "gte", "lt", "lte")
+OPERATORS = ("eq", "ne", "in", "gt", "gte", "lt", "lte", "exists", "prefix", "contains")
 RANGES = ("gt", "gte", "lt", "lte")
+TEXTUAL = ("prefix", "contains")  # operators on string values only
 
 
 class FilterError(ValueError):
@@ -65,6 +70,10 @@ class _Node(BaseModel):
     def fields(self) -> set[str]:
         raise NotImplementedError
 
+    def conditions(self) -> list[Condition]:
+        """Every condition in the filter, in order."""
+        raise NotImplementedError
+
 
 class Condition(_Node):
     """One field's test: every operator given must hold (``gte`` and ``lt`` make a range)."""
@@ -77,6 +86,9 @@ class Condition(_Node):
     gte: Value | None = None
     lt: Value | None = None
     lte: Value | None = None
+    exists: StrictBool | None = None
+    prefix: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
+    contains: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
 
     @model_validator(mode="after")
     def _some(self) -> Condition:
@@ -92,8 +104,15 @@ class Condition(_Node):
         """The operators this condition sets, with their values."""
         return {name: value for name in OPERATORS if (value := getattr(self, "in_" if name == "in" else name)) is not None}
 
+    def values(self) -> list[tuple[str, Any]]:
+        """Each value compared with the field, with its operator (an ``in`` list's one by one; not ``exists``)."""
+        return [(name, item) for name, value in self.operators().items() if name != "exists" for item in (value if name == "in" else [value])]
+
     def fields(self) -> set[str]:
         return {self.field}
+
+    def conditions(self) -> list[Condition]:
+        return [self]
 
 
 class And(_Node):
@@ -102,6 +121,9 @@ class And(_Node):
     def fields(self) -> set[str]:
         return set().union(*(part.fields() for part in self.and_))
 
+    def conditions(self) -> list[Condition]:
+        return [condition for part in self.and_ for condition in part.conditions()]
+
 
 class Or(_Node):
     or_: Annotated[list[Filter], Field(min_length=1, max_length=MAX_TERMS)] = Field(alias="or")
@@ -109,12 +131,18 @@ class Or(_Node):
     def fields(self) -> set[str]:
         return set().union(*(part.fields() for part in self.or_))
 
+    def conditions(self) -> list[Condition]:
+        return [condition for part in self.or_ for condition in part.conditions()]
+
 
 class Not(_Node):
     not_: Filter = Field(alias="not")
 
     def fields(self) -> set[str]:
         return self.not_.fields()
+
+    def conditions(self) -> list[Condition]:
+        return self.not_.conditions()
 
 
 Filter = Union[Condition, And, Or, Not]  # noqa: UP007 (the forward references above need the name)
@@ -201,6 +229,7 @@ _TOKEN = re.compile(
 )
 _COMPARISONS = {"=": "eq", "==": "eq", "!=": "ne", "<": "lt", "<=": "lte", ">": "gt", ">=": "gte"}
 _KEYWORDS = {"and", "or", "not", "in"}
+_TESTS = ("exists", "prefix", "contains")  # words after a field name: ``year exists``, ``title prefix "A"``
 
 
 class _Parser:
@@ -298,15 +327,18 @@ class _Parser:
         kind, name, position = self.next("a field name")
         if kind != "word" or name.lower() in _KEYWORDS:
             self.fail(position, f"expected a field name, got {name!r}")
+        for test in _TESTS:
+            if self.keyword(test):
+                return self.build({"field": name, test: True if test == "exists" else self.value()}, position)
         negated = self.keyword("not")
         if negated or self.keyword("in"):
             if negated and not self.keyword("in"):
                 self.fail(self.peek()[2] if self.peek() else len(self.text), f"expected 'in' after '{name} not'")
             found: Filter = self.build({"field": name, "in": self.values()}, position)
             return Not(**{"not": found}) if negated else found
-        kind, op, at = self.next(f"a comparison after {name!r} (=, !=, <, <=, >, >=, in)")
+        kind, op, at = self.next(f"a comparison after {name!r} (=, !=, <, <=, >, >=, in, exists, prefix, contains)")
         if kind != "op":
-            self.fail(at, f"expected a comparison after {name!r} (=, !=, <, <=, >, >=, in), got {op!r}")
+            self.fail(at, f"expected a comparison after {name!r} (=, !=, <, <=, >, >=, in, exists, prefix, contains), got {op!r}")
         return self.build({"field": name, _COMPARISONS[op]: self.value()}, position)
 
     def build(self, data: dict, position: int) -> Filter:

@@ -18,7 +18,7 @@ import pyarrow.compute as pc
 
 from graphlake.common.suggest import did_you_mean
 from graphlake.kernels.results import Allowed
-from graphlake.retrieval.filters import BUILT_IN, And, Condition, Filter, FilterError, Not, Or
+from graphlake.retrieval.filters import BUILT_IN, TEXTUAL, And, Condition, Filter, FilterError, Not, Or
 
 CACHED_FILTERS = 128  # the allowed masks kept per corpus (a tenant's filter repeats on every request)
 
@@ -27,7 +27,7 @@ CACHED_FILTERS = 128  # the allowed masks kept per corpus (a tenant's filter rep
 class _Column:
     """One field over the documents: for each value type, the values and the document each belongs to."""
 
-    present: np.ndarray  # bool per document: it has the field (a non-null value)
+    present: np.ndarray  # bool per document: it has the field (a value not null: a scalar, or an object within)
     typed: dict[str, tuple[np.ndarray, pa.Array]]  # "number" | "string" | "bool" -> (document index, values)
 
 
@@ -42,6 +42,8 @@ def _type(value: Any) -> str | None:
 
 
 _ARROW = {"number": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
+_SINGULAR = {"number": "a number", "string": "a string", "bool": "true/false"}
+_PLURAL = {"number": "numbers", "string": "strings", "bool": "true/false"}
 
 
 def _walk(value: Any, parts: list[str]) -> Iterator[Any]:
@@ -110,11 +112,10 @@ class DocumentMetadata:
             found = ((i, list(_walk(record[name], []) if name in record else _walk(record, parts))) for i, record in enumerate(self.records))
         for i, items in found:
             for value in items:
-                kind = _type(value)
-                if kind is None:
-                    continue  # an object or null: nothing a condition compares with
                 present[i] = True
-                values[kind][0].append(i), values[kind][1].append(value)
+                kind = _type(value)
+                if kind is not None:  # an object is there, but nothing a comparison reads
+                    values[kind][0].append(i), values[kind][1].append(value)
         typed = {kind: (np.asarray(docs, dtype=np.int64), pa.array(items, _ARROW[kind])) for kind, (docs, items) in values.items() if docs}
         return _Column(present, typed)
 
@@ -124,13 +125,24 @@ class DocumentMetadata:
 
     @staticmethod
     def check_all(expression: Filter, corpora: list[DocumentMetadata]) -> None:
-        """Refuse a filter naming a field no document of any of these corpora has."""
+        """Refuse a filter naming a field no document of any of these corpora has, or comparing a field
+        with a value of a type it never holds (``year >= "2016"`` where years are numbers): either
+        would otherwise select nothing, silently."""
         known = set().union(*(metadata.known() for metadata in corpora))
+        where = f"corpus {corpora[0].corpus!r}" if len(corpora) == 1 else "the corpora " + ", ".join(repr(m.corpus) for m in corpora)
         for name in sorted(expression.fields() - known):
             listed = sorted(known)
             shown = ", ".join(listed[:20]) + (f", ... ({len(listed)} in all)" if len(listed) > 20 else "")
-            where = f"corpus {corpora[0].corpus!r}" if len(corpora) == 1 else "the corpora " + ", ".join(repr(m.corpus) for m in corpora)
             raise FilterError(f"filter: no document of {where} has the field {name!r}{did_you_mean(name, known)} (fields: {shown})")
+        for condition in expression.conditions():
+            held = set().union(*(metadata.column(condition.field).typed for metadata in corpora))
+            for op, value in condition.values():
+                wanted = "string" if op in TEXTUAL else _type(value)
+                if wanted not in held:
+                    holds = " and ".join(_PLURAL[kind] for kind in sorted(held)) or "only objects"
+                    raise FilterError(
+                        f"filter: {condition.field} {op} {json.dumps(value)}: {_SINGULAR[wanted]}, but {condition.field!r} holds {holds} in {where}: it would match nothing"
+                    )
 
     def select(self, expression: Filter) -> np.ndarray:
         """A mask over the documents: those the filter allows."""
@@ -144,10 +156,12 @@ class DocumentMetadata:
 
     def _condition(self, condition: Condition) -> np.ndarray:
         column = self.column(condition.field)
-        mask = column.present.copy()
+        mask = np.ones(len(self.records), dtype=bool)
         for op, value in condition.operators().items():
-            if op == "ne":
-                mask &= ~self._any(column, "eq", value)
+            if op == "exists":
+                mask &= column.present if value else ~column.present
+            elif op == "ne":
+                mask &= column.present & ~self._any(column, "eq", value)
             else:
                 mask &= self._any(column, op, value)
         return mask
@@ -163,6 +177,10 @@ class DocumentMetadata:
             same = [item for item in wanted if _type(item) == kind]
             if op in ("eq", "in"):
                 hits = pc.is_in(values, value_set=pa.array(same, _ARROW[kind]))
+            elif op == "prefix":
+                hits = pc.starts_with(values, pattern=value)
+            elif op == "contains":
+                hits = pc.match_substring(values, pattern=value)
             else:
                 compare = {"gt": pc.greater, "gte": pc.greater_equal, "lt": pc.less, "lte": pc.less_equal}[op]
                 hits = compare(values, pa.scalar(same[0], _ARROW[kind]))
