@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from graphlake.api.results import Hit, SearchResult
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
@@ -34,7 +36,8 @@ class Searched:
 def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:
     """The top ``k`` candidates as hits that cite their document."""
     titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
-    columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end")})
+    columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")})
+    before, after = indexes.memo(("neighbour rows",), lambda: neighbours(indexes.node_documents(), np.asarray(columns["chunk_idx"])))
     records, documents = indexes.metadata().records, indexes.node_documents()
     stems = query_stems(query)
     hits = []
@@ -42,7 +45,21 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
         text, record = columns["text"][row], records[documents[row]]
         terms, spans = matched_terms(stems, text)
         source = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
+        previous, following = before[row], after[row]
         hits.append(
-            Hit(rank, node_ids[row], docs[row], titles[docs[row]], text, float(score), corpus, source, columns["start"][row], columns["end"][row], terms, snippet(text, spans), dict(record))
+            Hit(
+                rank, node_ids[row], docs[row], titles[docs[row]], text, float(score), corpus, source, columns["start"][row], columns["end"][row], terms, snippet(text, spans),
+                dict(record), columns["chunk_idx"][row], node_ids[previous] if previous >= 0 else None, node_ids[following] if following >= 0 else None,
+            )
         )
     return hits
+
+
+def neighbours(documents: np.ndarray, chunks: np.ndarray) -> tuple[list[int], list[int]]:
+    """Per node row, the row of its document's node before it and after it (-1: none)."""
+    order = np.lexsort((chunks, documents))
+    same = documents[order][1:] == documents[order][:-1]
+    before, after = np.full(len(order), -1, dtype=np.int64), np.full(len(order), -1, dtype=np.int64)
+    before[order[1:][same]] = order[:-1][same]
+    after[order[:-1][same]] = order[1:][same]
+    return before.tolist(), after.tolist()

@@ -1,8 +1,11 @@
 """A running ``graphlake serve``, searched as a ``GraphLake`` is: the same calls, the same results and
-errors, over HTTP. What the adapters and ``graphlake query --server`` talk to a server through."""
+errors, over HTTP, and awaitable (``asearch``) without blocking the event loop. What the adapters and
+``graphlake query --server`` talk to a server through."""
 
 from __future__ import annotations
 
+import asyncio
+import weakref
 from typing import Any
 
 import httpx
@@ -17,13 +20,15 @@ class ServerError(RuntimeError):
 
 
 class RemoteLake:
-    """``search`` and ``search_batch`` of the lake a server at ``url`` serves; ``api_key`` (default
-    ``$GRAPHLAKE_API_KEY``) is sent when set."""
+    """``search`` and ``search_batch`` of the lake a server at ``url`` serves, and their awaitable
+    ``asearch`` and ``asearch_batch``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/")
         key = api_key if api_key is not None else API_KEY.text()
-        self._client = httpx.Client(timeout=timeout, headers={"Authorization": f"Bearer {key}"} if key else {})
+        self._options = {"timeout": timeout, "headers": {"Authorization": f"Bearer {key}"} if key else {}}
+        self._client = httpx.Client(**self._options)
+        self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()  # a client is its loop's
 
     def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
         return _result(self._post("/search", _body(corpus, method, k, filter, overrides, query=query)))
@@ -33,14 +38,48 @@ class RemoteLake:
     ) -> list[SearchResult]:
         return [_result(item) for item in self._post("/search/batch", _body(corpus, method, k, filter, overrides, queries=queries))]
 
+    async def asearch(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+        return _result(await self._apost("/search", _body(corpus, method, k, filter, overrides, query=query)))
+
+    async def asearch_batch(
+        self, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+    ) -> list[SearchResult]:
+        return [_result(item) for item in await self._apost("/search/batch", _body(corpus, method, k, filter, overrides, queries=queries))]
+
+    def as_retriever(self, **settings: Any) -> Any:
+        """A LangChain retriever over this server's lake, as ``GraphLake.as_retriever``."""
+        from graphlake.api.langchain import GraphLakeRetriever
+
+        return GraphLakeRetriever(lake=self, **settings)
+
     def close(self) -> None:
         self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the running loop's connections (each event loop has its own)."""
+        client = self._async.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
 
     def _post(self, route: str, body: dict) -> Any:
         try:
             answer = self._client.post(self.url + route, json=body)
         except httpx.HTTPError as error:
             raise ServerError(f"server {self.url}: {error}") from None
+        return self._read(answer)
+
+    async def _apost(self, route: str, body: dict) -> Any:
+        loop = asyncio.get_running_loop()
+        client = self._async.get(loop)
+        if client is None:
+            client = self._async[loop] = httpx.AsyncClient(**self._options)
+        try:
+            answer = await client.post(self.url + route, json=body)
+        except httpx.HTTPError as error:
+            raise ServerError(f"server {self.url}: {error}") from None
+        return self._read(answer)
+
+    def _read(self, answer: httpx.Response) -> Any:
         if answer.status_code == 200:
             return answer.json()
         json_answer = answer.headers.get("content-type", "").startswith("application/json")

@@ -10,6 +10,7 @@ Beside the facade: the arguments' checks (``validation.py``), the hits that cite
 
 from __future__ import annotations
 
+import asyncio
 import os
 import threading
 import time
@@ -120,6 +121,23 @@ class GraphLake:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
         return list(self.answers(corpus, method, queries, k, filter, overrides))
+
+    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+        """``search`` in a worker thread: awaiting it leaves the event loop free while the indexes work."""
+        return await asyncio.to_thread(self.search, corpus, method, query, k, filter, **overrides)
+
+    async def asearch_batch(
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+    ) -> list[SearchResult]:
+        """``search_batch`` in a worker thread."""
+        return await asyncio.to_thread(self.search_batch, corpus, method, queries, k, filter, **overrides)
+
+    def as_retriever(self, **settings: Any) -> Any:
+        """A LangChain retriever over this lake (the ``langchain`` extra): ``corpus``, then ``method``, ``k``,
+        ``filter`` and ``search_kwargs`` as ``graphlake.api.langchain.GraphLakeRetriever`` takes them."""
+        from graphlake.api.langchain import GraphLakeRetriever
+
+        return GraphLakeRetriever(lake=self, **settings)
 
     def answers(
         self,

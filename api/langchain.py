@@ -1,34 +1,54 @@
 """graphlake as a LangChain retriever (the ``langchain`` extra): a lake searched in process
-(``GraphLake``) or through a running server (``RemoteLake``), its hits as LangChain ``Document``\\ s
-whose metadata cite them.
+(``GraphLake``) or through a running server (``RemoteLake``), its hits as LangChain ``Document``\\ s.
+A document's metadata are its own, as ingested; graphlake's citation and provenance (corpus, node,
+document, source, offsets, rank, score, method, snapshot, matched terms) sit beside them under
+``"graphlake"``.
 
     from graphlake.api import open_lake
-    from graphlake.api.langchain import GraphLakeRetriever
 
-    retriever = GraphLakeRetriever(lake=open_lake("lake"), corpus="demo", filter="year >= 2016")
-    documents = retriever.invoke("Which vessel carried the BenthoCam sled?")
+    retriever = open_lake("lake").as_retriever(corpus="demo", search_kwargs={"k": 3, "filter": "year >= 2016"})
+    documents = retriever.invoke("Which vessel carried the BenthoCam sled?", k=2)
+
+The settings are LangChain's: ``k``, ``filter``, ``method`` and any query-time parameter of the method
+(``methods()`` lists them) set as fields, in ``search_kwargs``, or per call (``invoke(q, k=1)``), each
+over the one before; a setting the method does not take is refused, not dropped.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from langchain_core.callbacks import CallbackManagerForRetrieverRun
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
+
+from graphlake.api.results import NAMESPACE, SearchResult
+from graphlake.api.retriever_settings import SearchSettings
 
 
 class GraphLakeRetriever(BaseRetriever):
     """The top ``k`` nodes of ``method`` on ``corpus`` (a list: several, fused), those passing ``filter``."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
-    lake: Any  # a GraphLake or a RemoteLake: anything with their search()
+    model_config = ConfigDict(arbitrary_types_allowed=True, extra="forbid")
+    lake: Any  # a GraphLake or a RemoteLake: anything with their search() and asearch()
     corpus: str | list[str]
     method: str = "rrf"
     k: int = 4
     filter: dict | str | None = None
+    search_kwargs: dict[str, Any] = Field(default_factory=dict)  # LangChain's name: k, filter, method and query-time parameters
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        result = self.lake.search(self.corpus, self.method, query, self.k, self.filter)
-        return [Document(page_content=hit.text, metadata=hit.citation(), id=hit.node_id) for hit in result.hits]
+    def _settings(self, call: dict[str, Any]) -> SearchSettings:
+        call.pop("verbose", None)  # LangChain's own (its callbacks read it), passed on to every retriever
+        return SearchSettings(self.corpus, self.method, self.k, self.filter).updated(self.search_kwargs, "search_kwargs").updated(call, "invoke")
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **call: Any) -> list[Document]:
+        return documents(self._settings(call).search(self.lake, query))
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **call: Any) -> list[Document]:
+        return documents(await self._settings(call).asearch(self.lake, query))
+
+
+def documents(result: SearchResult) -> list[Document]:
+    return [Document(page_content=hit.text, metadata={**hit.metadata, NAMESPACE: result.provenance(hit)}, id=hit.node_id) for hit in result.hits]
+

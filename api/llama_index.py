@@ -1,61 +1,120 @@
 """graphlake as a LlamaIndex retriever (the ``llamaindex`` extra): a lake searched in process
 (``GraphLake``) or through a running server (``RemoteLake``), its hits as ``NodeWithScore``\\ s of
-``TextNode``\\ s that carry their document's metadata and their place in it; LlamaIndex's own
-``MetadataFilters`` work as graphlake's filters do.
+``TextNode``\\ s. A node carries its document's metadata as ingested and graphlake's citation and
+provenance under ``"graphlake"``; its ``ref_doc_id`` is its document, its PREVIOUS and NEXT the
+document's neighbouring nodes; only its text and the fields named in ``llm_metadata`` (the title, by
+default) reach an LLM's prompt or an embedding. LlamaIndex's ``MetadataFilters`` work as graphlake's
+filters do, every operator graphlake can mean mapped, the others refused by name.
 
     from graphlake.api import open_lake
     from graphlake.api.llama_index import GraphLakeRetriever
 
-    retriever = GraphLakeRetriever(open_lake("lake"), corpus="demo", filter="year >= 2016")
+    retriever = GraphLakeRetriever(open_lake("lake"), corpus="demo", similarity_top_k=3, filter="year >= 2016")
     nodes = retriever.retrieve("Which vessel carried the BenthoCam sled?")
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.retrievers import BaseRetriever
-from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
-from graphlake.api.results import RequestError
+from graphlake.api.results import NAMESPACE, RequestError, SearchResult
+from graphlake.api.retriever_settings import SearchSettings
 
-_OPERATORS = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte", FilterOperator.IN: "in"}
+_SAME = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
+_LISTED = {FilterOperator.IN: "in", FilterOperator.ANY: "in"}  # ANY: a list field holding any of the values, as graphlake's in means on lists
+MAPPED = "==, !=, >, >=, <, <=, in, nin, any, all, contains, text_match, is_empty"
 
 
-def from_metadata_filters(filters: MetadataFilters) -> dict:
-    """LlamaIndex's filters as graphlake's JSON form (``nin`` as ``not in``); an operator graphlake has
-    no counterpart for is refused naming it."""
-    parts = []
-    for item in filters.filters:
-        if isinstance(item, MetadataFilters):
-            parts.append(from_metadata_filters(item))
-        elif item.operator == FilterOperator.NIN:
-            parts.append({"not": {"field": item.key, "in": list(item.value)}})
-        elif item.operator in _OPERATORS:
-            parts.append({"field": item.key, _OPERATORS[item.operator]: list(item.value) if item.operator == FilterOperator.IN else item.value})
-        else:
-            raise RequestError(f"filter: LlamaIndex's {item.operator.value!r} on {item.key!r} has no graphlake counterpart (eq, ne, gt, gte, lt, lte, in, nin)")
-    group = {FilterCondition.AND: "and", FilterCondition.OR: "or"}.get(filters.condition)
+def from_metadata_filters(filters: MetadataFilters) -> dict | None:
+    """LlamaIndex's filters as graphlake's JSON form, None for none. ``contains`` (a list holding the value)
+    is graphlake's ``eq`` on a list, ``any`` its ``in``, ``all`` one ``eq`` per value, ``text_match`` its
+    ``contains``, ``is_empty`` ``exists: false``; the NOT condition holds where none of its filters does.
+    An operator graphlake cannot mean is refused naming it."""
+    parts = [part for item in filters.filters if (part := _part(item)) is not None]
+    if not parts:
+        return None
+    if filters.condition == FilterCondition.NOT:
+        return {"not": parts[0] if len(parts) == 1 else {"or": parts}}
+    group = {FilterCondition.AND: "and", FilterCondition.OR: "or"}.get(filters.condition or FilterCondition.AND)
     if group is None:
-        raise RequestError(f"filter: LlamaIndex's condition {filters.condition!r} has no graphlake counterpart (and, or)")
+        raise RequestError(f"filter: LlamaIndex's condition {filters.condition!r} has no graphlake counterpart (and, or, not)")
     return parts[0] if len(parts) == 1 else {group: parts}
 
 
-class GraphLakeRetriever(BaseRetriever):
-    """The top ``k`` nodes of ``method`` on ``corpus`` (a list: several, fused), those passing ``filter``
-    (graphlake's JSON or text form, or LlamaIndex's ``MetadataFilters``)."""
+def _part(item: MetadataFilter | MetadataFilters) -> dict | None:
+    if isinstance(item, MetadataFilters):
+        return from_metadata_filters(item)
+    key, operator, value = item.key, item.operator, item.value
+    values = list(value) if isinstance(value, list) else [value]  # one value for in: a list of one, never its characters
+    if operator in _SAME:
+        return {"field": key, _SAME[operator]: value}
+    if operator in _LISTED:
+        return {"field": key, "in": values}
+    if operator == FilterOperator.NIN:
+        return {"not": {"field": key, "in": values}}
+    if operator == FilterOperator.ALL:
+        return {"and": [{"field": key, "eq": one} for one in values]}
+    if operator == FilterOperator.CONTAINS:
+        return {"field": key, "eq": value}
+    if operator == FilterOperator.TEXT_MATCH:
+        return {"field": key, "contains": value}
+    if operator == FilterOperator.IS_EMPTY:
+        return {"field": key, "exists": False}
+    raise RequestError(f"filter: LlamaIndex's {operator.value!r} on {key!r} has no graphlake counterpart ({MAPPED}; text_match is case-sensitive)")
 
-    def __init__(self, lake: Any, corpus: str | list[str], method: str = "rrf", k: int = 4, filter: MetadataFilters | MetadataFilter | dict | str | None = None, **kwargs: Any) -> None:
+
+class GraphLakeRetriever(BaseRetriever):
+    """The top ``similarity_top_k`` (or ``k``) nodes of ``method`` on ``corpus`` (a list: several, fused),
+    those passing ``filter`` (graphlake's JSON or text form, or LlamaIndex's ``MetadataFilters``);
+    ``search_kwargs``: the method's query-time parameters; ``llm_metadata``: the metadata fields an LLM
+    and an embedding see beside the text (``"title"`` is the document's title where its metadata have none)."""
+
+    def __init__(
+        self,
+        lake: Any,
+        corpus: str | list[str],
+        method: str = "rrf",
+        k: int | None = None,
+        filter: MetadataFilters | MetadataFilter | dict | str | None = None,
+        similarity_top_k: int | None = None,
+        search_kwargs: dict[str, Any] | None = None,
+        llm_metadata: Sequence[str] = ("title",),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
+        if k is not None and similarity_top_k is not None and k != similarity_top_k:
+            raise RequestError(f"k ({k}) and similarity_top_k ({similarity_top_k}) name the same setting: give one")
         if isinstance(filter, MetadataFilter):
             filter = MetadataFilters(filters=[filter])
-        self.lake, self.corpus, self.method, self.k = lake, corpus, method, k
-        self.filter = from_metadata_filters(filter) if isinstance(filter, MetadataFilters) else filter
+        where = from_metadata_filters(filter) if isinstance(filter, MetadataFilters) else filter
+        self.lake, self.llm_metadata = lake, tuple(llm_metadata)
+        self.settings = SearchSettings(corpus, method, k or similarity_top_k or 4, where).updated(search_kwargs or {}, "search_kwargs")
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        result = self.lake.search(self.corpus, self.method, query_bundle.query_str, self.k, self.filter)
-        return [
-            NodeWithScore(node=TextNode(id_=hit.node_id, text=hit.text, metadata=hit.citation(), start_char_idx=hit.start, end_char_idx=hit.end), score=hit.score)
-            for hit in result.hits
-        ]
+        return nodes(self.settings.search(self.lake, query_bundle.query_str), self.llm_metadata)
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        return nodes(await self.settings.asearch(self.lake, query_bundle.query_str), self.llm_metadata)
+
+
+def nodes(result: SearchResult, shown: tuple[str, ...]) -> list[NodeWithScore]:
+    found = []
+    for hit in result.hits:
+        metadata = {**hit.metadata, **({"title": hit.title} if "title" in shown and "title" not in hit.metadata else {}), NAMESPACE: result.provenance(hit)}
+        hidden = [key for key in metadata if key not in shown]
+        related = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.doc_id)}
+        if hit.prev_node_id is not None:
+            related[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=hit.prev_node_id)
+        if hit.next_node_id is not None:
+            related[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=hit.next_node_id)
+        node = TextNode(
+            id_=hit.node_id, text=hit.text, metadata=metadata, excluded_llm_metadata_keys=hidden, excluded_embed_metadata_keys=hidden,
+            relationships=related, start_char_idx=hit.start, end_char_idx=hit.end,
+        )  # fmt: skip
+        found.append(NodeWithScore(node=node, score=hit.score))
+    return found

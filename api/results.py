@@ -21,11 +21,16 @@ class RowsCut(UserWarning):
     """An SQL answer cut to its row limit: there were more rows."""
 
 
+NAMESPACE = "graphlake"  # the key under which a framework's document carries graphlake's provenance
+PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "rank", "score", "terms", "snippet")
+
+
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One retrieved node, with what an answer cites it by: its document's source (URL or path), its
-    place in the document (``document text[start:end]`` is ``text``), the query's words it holds and a
-    snippet around them, and the document's metadata."""
+    place in the document (``document text[start:end]`` is ``text``; ``chunk``: its position among
+    the document's nodes, beside ``prev_node_id`` and ``next_node_id``), the query's words it holds and
+    a snippet around them, and the document's metadata as it was ingested."""
 
     rank: int
     node_id: str
@@ -40,12 +45,9 @@ class Hit:
     terms: list[str]  # the text's words that match the query's (stemmed as BM25 compares them), as the text spells them
     snippet: str
     metadata: dict
-
-    def citation(self) -> dict:
-        """The document's metadata and what cites this hit (corpus, node, document, source, offsets,
-        rank, score, terms, snippet): the metadata a framework's document carries."""
-        cited = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "rank", "score", "terms", "snippet")
-        return {**self.metadata, **{name: getattr(self, name) for name in cited}}
+    chunk: int
+    prev_node_id: str | None  # the document's node before this one, None for its first
+    next_node_id: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +61,12 @@ class SearchResult:
     hits: list[Hit]
     notes: list[str]  # what ranked in place of an untrained model, and other caveats of this method here
     snapshots: dict[str, int]  # per corpus searched, its snapshot
+
+    def provenance(self, hit: Hit) -> dict:
+        """What cites ``hit`` and how it was found (corpus, node, document, title, source, offsets, rank,
+        score, matched terms, snippet, method, snapshot): what a framework's document carries under
+        ``NAMESPACE``, beside the document's own metadata, which it leaves as it was."""
+        return {**{name: getattr(hit, name) for name in PROVENANCE}, "method": self.method, "snapshot": self.snapshots.get(hit.corpus, self.snapshot)}
 
 
 @dataclass(frozen=True, slots=True)

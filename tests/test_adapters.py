@@ -12,9 +12,10 @@ import re
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 from served import KEY
 
-from graphlake.api import GraphLake
+from graphlake.api import GraphLake, RequestError
 from graphlake.api.client import RemoteLake
 from graphlake.warehouse.storage import LakeStorage
 
@@ -53,29 +54,98 @@ def test_the_readme_python_runs_on_the_demo_lake(demo_lake):
 
 @pytest.mark.parametrize("framework", ["langchain", "llama_index"])
 def test_a_framework_retriever_answers_in_process_and_through_the_server(framework, served, demo_lake):
+    """Each framework's retriever, on the lake and on a server, answers as the API does with the settings
+    given where that framework gives them: LangChain's fields, ``search_kwargs``, ``as_retriever`` and
+    per call (a setting the method does not take refused, not dropped); LlamaIndex's ``similarity_top_k``
+    and ``MetadataFilters``. The document's metadata stay as ingested, graphlake's citation beside them."""
     in_process, remote = GraphLake(demo_lake.home), RemoteLake(served.url, api_key=KEY)
     expected = [hit.node_id for hit in in_process.search("demo", "rrf", QUESTION, k=3, filter="year >= 2016").hits]
+    stored = {hit.doc_id: hit.metadata for hit in in_process.search("demo", "rrf", QUESTION, k=50).hits}
     for lake in (in_process, remote):
         if framework == "langchain":
             from langchain_core.documents import Document
 
             from graphlake.api.langchain import GraphLakeRetriever
 
-            documents = GraphLakeRetriever(lake=lake, corpus="demo", k=3, filter="year >= 2016").invoke(QUESTION)
+            retriever = lake.as_retriever(corpus="demo", search_kwargs={"k": 3, "filter": "year >= 2016"})
+            documents = retriever.invoke(QUESTION)
             assert all(isinstance(d, Document) for d in documents)
+            assert [d.id for d in retriever.invoke(QUESTION, k=1)] == expected[:1]  # per call, over search_kwargs
+            assert {d.metadata["year"] for d in retriever.invoke(QUESTION, filter="year < 2016")} <= set(range(2000, 2016))
+            assert [d.id for d in GraphLakeRetriever(lake=lake, corpus="demo", k=3, filter="year >= 2016").invoke(QUESTION)] == expected
+            with pytest.raises(RequestError, match="depth cannot be set per query"):
+                retriever.invoke(QUESTION, depth=5)  # rrf has no depth: refused, not dropped
+            with pytest.raises(ValidationError, match="serach_kwargs"):
+                lake.as_retriever(corpus="demo", serach_kwargs={"k": 1})
             found = [(d.id, d.page_content, d.metadata) for d in documents]
         else:
-            from llama_index.core.schema import NodeWithScore
+            from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore
             from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter
 
             from graphlake.api.llama_index import GraphLakeRetriever
 
-            nodes = GraphLakeRetriever(lake, "demo", k=3, filter=MetadataFilter(key="year", value=2016, operator=FilterOperator.GTE)).retrieve(QUESTION)
+            nodes = GraphLakeRetriever(lake, "demo", similarity_top_k=3, filter=MetadataFilter(key="year", value=2016, operator=FilterOperator.GTE)).retrieve(QUESTION)
             assert all(isinstance(n, NodeWithScore) for n in nodes)
-            assert all(n.node.end_char_idx - n.node.start_char_idx == len(n.node.get_content()) for n in nodes)
-            found = [(n.node.node_id, n.node.get_content(), n.node.metadata) for n in nodes]
+            for n in nodes:  # what reaches a prompt: the title and the text, no citation, no other field
+                assert n.node.end_char_idx - n.node.start_char_idx == len(n.node.get_content())
+                title = n.node.metadata["graphlake"]["title"]
+                assert n.node.get_content(MetadataMode.LLM) == n.node.get_content(MetadataMode.EMBED) == f"title: {title}\n\n{n.node.get_content()}"
+                assert n.node.ref_doc_id == n.node.metadata["graphlake"]["doc_id"]
+                chunk = int(n.node.node_id.rpartition("#")[2])  # the demo's node ids: document#chunk
+                assert (NodeRelationship.PREVIOUS in n.node.relationships) == (chunk > 0)
+                assert chunk == 0 or n.node.relationships[NodeRelationship.PREVIOUS].node_id == f"{n.node.ref_doc_id}#{chunk - 1}"
+            bare = GraphLakeRetriever(lake, "demo", k=1, llm_metadata=()).retrieve(QUESTION)[0].node
+            assert bare.get_content(MetadataMode.LLM) == bare.get_content()
+            found = [(n.node.node_id, n.node.get_content(), {k: v for k, v in n.node.metadata.items() if k != "title"}) for n in nodes]
         assert [node_id for node_id, _, _ in found] == expected, (framework, type(lake).__name__)
-        for node_id, text, metadata in found:  # the citation travels in the framework's own metadata
-            assert metadata["node_id"] == node_id and metadata["year"] >= 2016 and metadata["corpus"] == "demo"
-            assert metadata["source"].endswith("corpus.jsonl") and metadata["end"] - metadata["start"] == len(text)
+        for node_id, text, metadata in found:  # the citation travels in the framework's own metadata, under its name
+            cited = metadata.pop("graphlake")
+            assert metadata == stored[cited["doc_id"]] and metadata["year"] >= 2016
+            assert cited["node_id"] == node_id and cited["corpus"] == "demo" and cited["method"] == "rrf" and cited["snapshot"] >= 1
+            assert cited["source"].endswith("corpus.jsonl") and cited["end"] - cited["start"] == len(text)
     remote.close()
+
+
+def test_every_llama_index_filter_operator_is_mapped_or_refused_by_name(demo_lake):
+    """Each of LlamaIndex's operators selects what its graphlake counterpart does, or is refused naming it;
+    an operator a new LlamaIndex adds fails here until it is mapped. One value for ``in`` is a list of
+    one, not its characters; an empty ``MetadataFilters`` is no filter; NOT holds where none of its filters does."""
+    from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
+
+    from graphlake.api.llama_index import GraphLakeRetriever
+
+    lake, query = GraphLake(demo_lake.home), "sled survey vessel"
+    pair = ["Colm Dempsey", "Ingrid Valtersen"]
+    cases = {
+        FilterOperator.EQ: ("year", 2015, "year = 2015"),
+        FilterOperator.NE: ("year", 2015, "year != 2015"),
+        FilterOperator.GT: ("year", 2015, "year > 2015"),
+        FilterOperator.GTE: ("year", 2015, "year >= 2015"),
+        FilterOperator.LT: ("year", 2016, "year < 2016"),
+        FilterOperator.LTE: ("year", 2016, "year <= 2016"),
+        FilterOperator.IN: ("doc_id", "d04", 'doc_id in ["d04"]'),
+        FilterOperator.NIN: ("doc_id", ["d04", "d35"], 'doc_id not in ["d04", "d35"]'),
+        FilterOperator.ANY: ("authors", pair, f"authors in {json.dumps(pair)}"),
+        FilterOperator.ALL: ("authors", pair, f'authors = "{pair[0]}" and authors = "{pair[1]}"'),
+        FilterOperator.CONTAINS: ("authors", pair[1], f'authors = "{pair[1]}"'),
+        FilterOperator.TEXT_MATCH: ("title", "Sled", 'title contains "Sled"'),
+        FilterOperator.IS_EMPTY: ("cites", None, "not cites exists"),
+    }
+    refused = {FilterOperator.TEXT_MATCH_INSENSITIVE}
+    assert set(cases) | refused == set(FilterOperator)
+
+    def ranked(where) -> list[str]:
+        return [n.node.node_id for n in GraphLakeRetriever(lake, "demo", method="bm25", k=300, filter=where).retrieve(query)]
+
+    def expected(text: str | None) -> list[str]:
+        return [hit.node_id for hit in lake.search("demo", "bm25", query, 300, text).hits]
+
+    everything = expected(None)
+    for operator, (key, value, text) in cases.items():
+        found = ranked(MetadataFilter(key=key, value=value, operator=operator))
+        assert found == expected(text) and 0 < len(found) < len(everything), (operator, len(found))
+    two = [MetadataFilter(key="year", value=2015, operator=FilterOperator.EQ), MetadataFilter(key="doc_id", value="d04", operator=FilterOperator.EQ)]
+    assert ranked(MetadataFilters(filters=two, condition=FilterCondition.NOT)) == expected('not (year = 2015 or doc_id = "d04")')
+    assert ranked(MetadataFilters(filters=[])) == everything
+    with pytest.raises(RequestError, match="'text_match_insensitive' on 'title'"):
+        ranked(MetadataFilter(key="title", value="sled", operator=FilterOperator.TEXT_MATCH_INSENSITIVE))

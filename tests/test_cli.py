@@ -76,9 +76,12 @@ def test_query_prints_each_hit_on_two_lines_of_80_columns_with_its_whole_node_id
 
 
 def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(lake, tmp_path):
+    """...and an application's retrievers hand back each document's own metadata as it was written, even
+    where its keys are the ones graphlake cites by (start, end, rank, score, source, title)."""
     docs = tmp_path / "docs.jsonl"
+    own = [{"start": f"2024-05-1{i}T08:00", "end": None, "rank": "captain", "score": "A+", "source": "crm", "title": "Dr", "tags": ["x", i]} for i in range(3)]
     docs.write_text(
-        "".join(json.dumps({"id": f"x{i}", "title": f"T{i}", "text": f"Sentence {i}. Another one."}) + "\n" for i in range(3)),
+        "".join(json.dumps({"id": f"x{i}", "title": f"T{i}", "text": f"Sentence {i}. Another one.", "metadata": own[i]}) + "\n" for i in range(3)),
         encoding="utf-8",
     )
     queries = tmp_path / "q.jsonl"
@@ -98,6 +101,19 @@ def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(la
     built = invoke("query", "--corpus", "mine", "--method", "bm25", "--build", "--json", "Sentence 2")
     assert built.exit_code == 0, built.stderr
     assert json.loads(built.stdout)["hits"][0]["doc_id"] == "x2"
+    from llama_index.core.schema import MetadataMode
+
+    from graphlake.api import open_lake
+    from graphlake.api.llama_index import GraphLakeRetriever
+
+    application = open_lake(lake)
+    (document,) = application.as_retriever(corpus="mine", method="bm25", k=1).invoke("Sentence 2")
+    (node,) = GraphLakeRetriever(application, "mine", method="bm25", k=1, llm_metadata=("title", "tags")).retrieve("Sentence 2")
+    for metadata in (document.metadata, node.node.metadata):
+        cited = metadata.pop("graphlake")
+        assert metadata == own[2] and cited["doc_id"] == "x2" and cited["title"] == "T2" and cited["source"] == "crm" and cited["rank"] == 1
+    shown, _, text = node.node.get_content(MetadataMode.LLM).partition("\n\n")  # the user's own title, as chosen
+    assert sorted(shown.splitlines()) == ["tags: ['x', 2]", "title: Dr"] and text == "Sentence 2. Another one."
 
 
 def test_bad_input_fails_with_file_and_line_and_writes_nothing(lake, tmp_path):

@@ -1,0 +1,34 @@
+"""What the framework retrievers share: a search's settings (corpus, method, ``k``, filter and the
+method's query-time parameters), set at construction, in ``search_kwargs`` and per call, each over the
+one before, and the search they make on a lake, in a thread or on the event loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from graphlake.api.results import RequestError, SearchResult
+
+NAMED = ("k", "filter", "method")  # the settings every method takes; any other is one of the method's query-time parameters
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    corpus: str | list[str]
+    method: str
+    k: int
+    filter: Any
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def updated(self, values: dict[str, Any], where: str) -> SearchSettings:
+        """These settings with ``values`` over them; ``where`` names where they were given when one is refused."""
+        if not isinstance(values, dict) or not all(isinstance(name, str) for name in values):
+            raise RequestError(f"{where}: a mapping of setting names to values, got {values!r}"[:200])
+        named = {name: values[name] for name in NAMED if name in values}
+        return replace(self, **named, overrides={**self.overrides, **{name: value for name, value in values.items() if name not in NAMED}})
+
+    def search(self, lake: Any, query: str) -> SearchResult:
+        return lake.search(self.corpus, self.method, query, self.k, self.filter, **self.overrides)
+
+    async def asearch(self, lake: Any, query: str) -> SearchResult:
+        return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, **self.overrides)
