@@ -30,7 +30,19 @@ class Searched:
 
     def result(self, i: int) -> SearchResult:
         hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.request.k)
-        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, self.notes, {self.corpus: self.snapshot})
+        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, [*self.notes, *self.short(len(hits))], {self.corpus: self.snapshot})
+
+    def short(self, found: int) -> list[str]:
+        """Why fewer hits than ``k`` came back, when they did: the method ranks no other node (BM25 and
+        SPLADE score only the nodes sharing a term with the query), or there are no more to return."""
+        k, allowed = self.request.k, self.request.allowed
+        if found >= k:
+            return []
+        there = len(self.indexes.node_ids) if allowed is None else len(allowed.rows)
+        which = "node" if allowed is None else "node the filter allows"
+        if found >= there:
+            return [f"{found} of the {k} hits asked: the corpus has no other {which}"]
+        return [f"{found} of the {k} hits asked: {self.method} ranks no other {which} for this query"]
 
 
 def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:

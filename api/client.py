@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from graphlake.api.results import Hit, RequestError, SearchResult, UnknownName
+from graphlake.api.results import Hit, IndexNotBuilt, RequestError, SearchResult, UnknownName
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 
@@ -84,7 +84,7 @@ class RemoteLake:
             return answer.json()
         json_answer = answer.headers.get("content-type", "").startswith("application/json")
         message = answer.json().get("error", answer.text) if json_answer else answer.text
-        raise {404: UnknownName, 422: RequestError}.get(answer.status_code, ServerError)(message)
+        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError}.get(answer.status_code, ServerError)(message)
 
 
 def _body(corpus: Any, method: str, k: int, filter: Any, overrides: dict, **query: Any) -> dict:

@@ -16,6 +16,7 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
-from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
@@ -43,7 +44,7 @@ from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
-from graphlake.warehouse.storage import LakeStorage
+from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
 POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
 
@@ -98,8 +99,9 @@ class GraphLake:
     def warm(self, corpus: str, method: str) -> None:
         """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is the search's."""
         check_names(corpus, method)
-        warm = self._current(corpus)
-        _method(warm.methods, method, {}, 1).run("warm up", warm.indexes)
+        with _built(corpus):
+            warm = self._current(corpus)
+            _method(warm.methods, method, {}, 1).run("warm up", warm.indexes)
 
     def loading(self, corpus: str) -> str | None:
         """The index of ``corpus`` being loaded now (``warm``, a first search), None when none is."""
@@ -172,7 +174,10 @@ class GraphLake:
         if budget is not None:
             budget.take(cost)
         try:
-            searched = [self._search(name, warm[name], method, ops[name], queries, k, expression, len(names) == 1) for name in names]
+            searched = []
+            for name in names:
+                with _built(name):
+                    searched.append(self._search(name, warm[name], method, ops[name], queries, k, expression, len(names) == 1))
         except BaseException:
             if budget is not None:
                 budget.give_back(cost)
@@ -257,6 +262,18 @@ class GraphLake:
         if self._remote:
             return None
         return tuple(map(_mtime, (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file)))
+
+
+@contextmanager
+def _built(corpus: str) -> Iterator[None]:
+    """A table or artefact a search reads that is missing or stale, as ``IndexNotBuilt`` naming what and
+    the command that builds it, without the lake's paths (a server's answer must not show them)."""
+    try:
+        yield
+    except StorageError as error:
+        what = error.what if isinstance(error, NotBuilt) else str(error).splitlines()[0]
+        hint = f"`graphlake materialize --corpus {corpus}` or `graphlake query --build ...` builds it"
+        raise IndexNotBuilt(f"corpus {corpus!r}: {what} ({hint})") from None
 
 
 def _mtime(path: str) -> int:

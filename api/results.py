@@ -1,5 +1,5 @@
 """What the API answers with, the same in Python and over HTTP: hits, search results, corpora, methods,
-and the two errors a request can meet (an unknown name, a value out of bounds).
+and the errors a request can meet (an unknown name, a value out of bounds, an index not built).
 
 Plain dataclasses: a search builds one per hit, and pydantic's ``model_construct`` cost 5 µs apiece, a
 third of a BM25 search on SciFact; the server's response models are these same classes."""
@@ -15,6 +15,11 @@ class UnknownName(LookupError):
 
 class RequestError(ValueError):
     """A request the lake cannot answer as asked (a parameter out of bounds, one a method does not take)."""
+
+
+class IndexNotBuilt(LookupError):
+    """What a method reads on a corpus is not built, or was built from other inputs: the message names it
+    and the command that builds it (never a path of the lake's machine)."""
 
 
 class RowsCut(UserWarning):

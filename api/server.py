@@ -30,10 +30,9 @@ from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tam
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
-from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, SearchResult, UnknownName
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
-from graphlake.warehouse.storage import StorageError
 
 OPEN_PATHS = frozenset({"/health"})
 MAX_HEADERS = 100  # Envoy's default count
@@ -107,9 +106,9 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
         detail = _unreadable(error.__cause__) if error.status_code == 400 else str(error.detail)
         return refusal(error.status_code, detail, error.headers)
 
-    @app.exception_handler(StorageError)
-    async def not_built(request: Request, error: StorageError) -> JSONResponse:
-        return refusal(409, str(error).splitlines()[0])
+    @app.exception_handler(IndexNotBuilt)
+    async def not_built(request: Request, error: IndexNotBuilt) -> JSONResponse:
+        return refusal(409, str(error))
 
     @app.exception_handler(Exception)
     async def failed(request: Request, error: Exception) -> JSONResponse:  # the traceback goes to the server's log

@@ -69,7 +69,7 @@ def query(
 def _search_here(corpora: list[str], method: str, text: str, top: int, build: bool, where: str | None) -> dict:
     """One query through the API on this machine; with ``build``, after building what the method reads
     that is missing or stale. Without, a missing or stale index is named with the command that builds it."""
-    from graphlake.api import GraphLake, RequestError, UnknownName
+    from graphlake.api import GraphLake, IndexNotBuilt, RequestError, UnknownName
 
     home = lake_home()
     for corpus in corpora if build else ():  # without, the API names an undeclared corpus
@@ -87,9 +87,7 @@ def _search_here(corpora: list[str], method: str, text: str, top: int, build: bo
             with _said_when_slow(lambda corpus=corpus: f"{corpus}: loading what {method} reads" + (f" ({what})" if (what := lake.loading(corpus)) else "") + " ..."):
                 lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
         return dataclasses.asdict(lake.search(corpora[0] if len(corpora) == 1 else corpora, method, text, top, where))
-    except StorageError as error:
-        fail(f"{error} (`graphlake query --build ...` or `graphlake materialize --corpus {corpus}` builds it)")
-    except (ConfigFileError, MethodError, RequestError, UnknownName) as error:
+    except (ConfigFileError, MethodError, RequestError, UnknownName, IndexNotBuilt) as error:
         fail(str(error))
 
 
@@ -108,13 +106,13 @@ def _said_when_slow(line: Callable[[], str], after_s: float = SLOW_LOAD_S) -> It
 
 def _ask_server(server: str, corpus: str | list[str], method: str, text: str, top: int, where: str | None) -> dict:
     """The query sent to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
-    from graphlake.api import RequestError, UnknownName
+    from graphlake.api import IndexNotBuilt, RequestError, UnknownName
     from graphlake.api.client import RemoteLake, ServerError
 
     lake = RemoteLake(server)
     try:
         return dataclasses.asdict(lake.search(corpus, method, text, top, where))
-    except (ServerError, RequestError, UnknownName) as error:  # the server's own one line
+    except (ServerError, RequestError, UnknownName, IndexNotBuilt) as error:  # the server's own one line
         fail(str(error) if isinstance(error, ServerError) else f"server {server}: {error}")
     finally:
         lake.close()

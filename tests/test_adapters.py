@@ -24,10 +24,12 @@ QUESTION = "Which vessel carried the BenthoCam sled?"
 
 def test_hits_cite_their_document_by_source_and_offsets(demo_lake):
     documents = {row["doc_id"]: row for row in LakeStorage(demo_lake.home).read("documents", {"corpus": "demo"}).to_pylist()}
+    chunks = {(row["doc_id"], row["chunk_idx"]): row["node_id"] for row in LakeStorage(demo_lake.home).read("nodes", {"corpus": "demo"}).to_pylist()}
     result, cited = GraphLake(demo_lake.home).search("demo", "rrf", QUESTION, k=10), False
     for hit in result.hits:
         stored = documents[hit.doc_id]
         assert stored["text"][hit.start : hit.end] == hit.text and hit.corpus == "demo" and hit.title == stored["title"]
+        assert chunks[hit.doc_id, hit.chunk] == hit.node_id and (hit.prev_node_id, hit.next_node_id) == (chunks.get((hit.doc_id, hit.chunk - 1)), chunks.get((hit.doc_id, hit.chunk + 1)))
         assert hit.metadata == json.loads(stored["metadata"])
         if hit.source.endswith("tables.json"):  # a table of the demo's schema: the file it was read from
             continue
@@ -38,6 +40,8 @@ def test_hits_cite_their_document_by_source_and_offsets(demo_lake):
     top = result.hits[0]
     assert {t.lower() for t in top.terms} >= {"benthocam", "sled"} and all(term in top.text for term in top.terms), top.terms  # as the text spells them
     assert len(top.snippet) <= 250 and any(term in top.snippet for term in top.terms), top.snippet
+    few = GraphLake(demo_lake.home).search("demo", "bm25", "BenthoCam", k=100)  # fewer than k: said why
+    assert len(few.hits) < 100 and few.notes == [f"{len(few.hits)} of the 100 hits asked: bm25 ranks no other node for this query"]
 
 
 def test_the_readme_python_runs_on_the_demo_lake(demo_lake):

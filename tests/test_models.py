@@ -126,7 +126,8 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     from graphlake.api import GraphLake
     from graphlake.retrieval.index.kinds import read_models
     from graphlake.retrieval.learned_kinds import INDEX_KINDS
-    from graphlake.warehouse.storage import LakeStorage, StorageError
+    from graphlake.api import IndexNotBuilt
+    from graphlake.warehouse.storage import LakeStorage
 
     source = tmp_path / "raw"
     write_corpus(source, TEXTS)
@@ -154,7 +155,7 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     assert len(after) == 3 and [h.score for h in after] != [h.score for h in before]
 
     (mine / "README.md").write_text("fine-tuned since\n")  # another revision of the folder
-    with pytest.raises(StorageError) as refused:
+    with pytest.raises(IndexNotBuilt) as refused:  # the API's public error: what is stale, and what rebuilds it
         GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3)
     said = str(refused.value)
     assert len(said.splitlines()) == 1 and f"made by mine ({revision})" in said and "queries are encoded by mine (" in said, said

@@ -39,6 +39,15 @@ class StorageError(RuntimeError):
     """A table could not be written or read; the message names the table and partition."""
 
 
+class NotBuilt(StorageError):
+    """A table's partition or an artefact that has no version yet: ``what`` names it, ``where`` is the
+    folder looked in (the message has both; a server answers with ``what`` only)."""
+
+    def __init__(self, what: str, where: Path) -> None:
+        self.what, self.where = what, where
+        super().__init__(f"{what} (looked in {where})")
+
+
 class LakeStorage:
     def __init__(self, home: Path, run_id: str | None = None, pins: Mapping[str, Snapshot] | None = None) -> None:
         self.home = Path(home)
@@ -160,7 +169,7 @@ class LakeStorage:
     def artifact(self, name: str, partition: Mapping[str, str]) -> Path:
         found = self._folder(name, partition)
         if found is None:
-            raise StorageError(f"artefact {name!r} has no version for {dict(partition)} yet (looked in {self._artifact_root(name, partition)})")
+            raise NotBuilt(f"artefact {name!r} has no version for {dict(partition)} yet", self._artifact_root(name, partition))
         return found
 
     def has(self, table: str, partition: Mapping[str, str]) -> bool:
@@ -239,7 +248,7 @@ class LakeStorage:
     def read(self, table: str, partition: Mapping[str, str]) -> pa.Table:
         path = self._file(table, partition)
         if path is None:
-            raise StorageError(f"table {table!r} has no partition {dict(partition)} yet (looked in {self.partition_dir(table, partition)})")
+            raise NotBuilt(f"table {table!r} has no partition {dict(partition)} yet", self.partition_dir(table, partition))
         return _read(path)
 
     def _entry(self, table: str, partition: Mapping[str, str]) -> Entry | None:
