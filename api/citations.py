@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphlake.api.hit_spans import Shown, spans
 from graphlake.api.results import Hit, SearchResult
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
@@ -27,44 +28,74 @@ class Searched:
     found: list[Candidates]
     latency_ms: float  # per query
     notes: list[str]
+    k: int  # hits asked, of the request's pool of ranked nodes
+    shown: Shown
 
     def result(self, i: int) -> SearchResult:
-        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.request.k)
-        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, [*self.notes, *self.short(len(hits))], {self.corpus: self.snapshot})
+        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown)
+        notes = [*self.notes, *self.short(len(hits), len(self.found[i].rows))]
+        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, notes, {self.corpus: self.snapshot})
 
-    def short(self, found: int) -> list[str]:
+    def short(self, found: int, ranked: int) -> list[str]:
         """Why fewer hits than ``k`` came back, when they did: the method ranks no other node (BM25 and
-        SPLADE score only the nodes sharing a term with the query), or there are no more to return."""
-        k, allowed = self.request.k, self.request.allowed
+        SPLADE score only the nodes sharing a term with the query), the nodes it ranked make fewer spans
+        or documents, or there are no more to return."""
+        k, allowed = self.k, self.request.allowed
         if found >= k:
             return []
         there = len(self.indexes.node_ids) if allowed is None else len(allowed.rows)
         which = "node" if allowed is None else "node the filter allows"
-        if found >= there:
-            return [f"{found} of the {k} hits asked: the corpus has no other {which}"]
+        if ranked >= there:
+            return [f"{found} of the {k} hits asked: the corpus has no other {which}" + ("" if self.shown.by == "chunk" else f" ({ranked} nodes in {found} {self.shown.by}s)")]
+        if ranked > found:
+            return [f"{found} of the {k} hits asked: the {ranked} nodes {self.method} ranked make {found} {self.shown.by}s"]
         return [f"{found} of the {k} hits asked: {self.method} ranks no other {which} for this query"]
 
 
-def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int) -> list[Hit]:
-    """The top ``k`` candidates as hits that cite their document."""
+def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int, shown: Shown) -> list[Hit]:
+    """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
+    its document, with its context when asked."""
+    by, context = shown.by, shown.context
     titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
     columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")})
     before, after = indexes.memo(("neighbour rows",), lambda: neighbours(indexes.node_documents(), np.asarray(columns["chunk_idx"])))
     records, documents = indexes.metadata().records, indexes.node_documents()
     stems = query_stems(query)
     hits = []
-    for rank, (row, score) in enumerate(zip(candidates.rows[:k].tolist(), candidates.scores[:k].tolist(), strict=True), start=1):
-        text, record = columns["text"][row], records[documents[row]]
-        terms, spans = matched_terms(stems, text)
+    ranked = spans(candidates.rows.tolist(), documents, columns["start"], columns["end"], k, by)
+    score_of = dict(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True))
+    for rank, span in enumerate(ranked, start=1):
+        row = span.rows[0]
+        first, last = min(span.rows, key=columns["start"].__getitem__), max(span.rows, key=columns["end"].__getitem__)
+        text = _document_text(indexes, documents[row])[span.start : span.end] if len(span.rows) > 1 else columns["text"][row]
+        record = records[documents[row]]
+        terms, found = matched_terms(stems, text)
         source = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
-        previous, following = before[row], after[row]
+        around = _context(indexes, documents[row], first, last, before, after, columns, context) if context is not None else None
         hits.append(
             Hit(
-                rank, node_ids[row], docs[row], titles[docs[row]], text, float(score), corpus, source, columns["start"][row], columns["end"][row], terms, snippet(text, spans),
-                dict(record), columns["chunk_idx"][row], node_ids[previous] if previous >= 0 else None, node_ids[following] if following >= 0 else None,
+                rank, node_ids[row], docs[row], titles[docs[row]], text, float(score_of[row]), corpus, source, span.start, span.end, terms, snippet(text, found),
+                dict(record), columns["chunk_idx"][row], node_ids[before[first]] if before[first] >= 0 else None, node_ids[after[last]] if after[last] >= 0 else None,
+                [[span.start, span.end], *span.others], *(around or (None, None, None)),
             )
         )
     return hits
+
+
+def _document_text(indexes: CorpusIndexes, document: int) -> str:
+    return indexes.memo(("document texts",), lambda: indexes.documents().column("text").to_pylist())[document]
+
+
+def _context(indexes: CorpusIndexes, document: int, first: int, last: int, before: list[int], after: list[int], columns: dict, context: int | str) -> tuple[str, int, int]:
+    """The text around a hit: ``context`` nodes before its first and after its last, or its whole document."""
+    text = _document_text(indexes, document)
+    if context == "document":
+        return text, 0, len(text)
+    for _ in range(int(context)):
+        first = before[first] if before[first] >= 0 else first
+        last = after[last] if after[last] >= 0 else last
+    start, end = columns["start"][first], columns["end"][last]
+    return text[start:end], start, end
 
 
 def neighbours(documents: np.ndarray, chunks: np.ndarray) -> tuple[list[int], list[int]]:

@@ -30,7 +30,8 @@ from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, g
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
 from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
-from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter
+from graphlake.api.hit_spans import Shown
+from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
@@ -112,31 +113,34 @@ class GraphLake:
         warm = self._warm.get(corpus)
         return None if warm is None else warm.indexes.loading
 
-    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any) -> SearchResult:
         """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
         ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time
-        parameters (``methods()`` lists them). Several corpora (a list) are searched alike and their rankings
-        fused by reciprocal rank, each hit naming its corpus."""
+        parameters (``methods()`` lists them). A hit is a span of its document (``api/hit_spans.py``): its
+        best node with the ranked nodes of its document it overlaps (``group_by="span"``), one a document
+        (``"document"``), or the ranked nodes as they are (``"chunk"``, as the evaluation reads them);
+        ``context``: that many neighbouring nodes a side, or ``"document"``, with each hit. Several corpora (a
+        list) are searched alike and their rankings fused by reciprocal rank, each hit naming its corpus."""
         if not isinstance(query, str):
             raise RequestError(f"query: a string, got {kind_of(query)}")
-        return list(self.answers(corpus, method, [query], k, filter, overrides))[0]
+        return list(self.answers(corpus, method, [query], k, filter, overrides, shown=shown(group_by, context)))[0]
 
     def search_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
-        return list(self.answers(corpus, method, queries, k, filter, overrides))
+        return list(self.answers(corpus, method, queries, k, filter, overrides, shown=shown(group_by, context)))
 
-    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any) -> SearchResult:
+    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any) -> SearchResult:
         """``search`` in the lake's search thread: awaiting it leaves the event loop free while the indexes work."""
-        return await self._in_worker(partial(self.search, corpus, method, query, k, filter, **overrides))
+        return await self._in_worker(partial(self.search, corpus, method, query, k, filter, group_by, context, **overrides))
 
     async def asearch_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, **overrides: Any
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """``search_batch`` in the lake's search thread."""
-        return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, **overrides))
+        return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, group_by, context, **overrides))
 
     async def _in_worker(self, search: Callable[[], Any]) -> Any:
         """Awaited searches run one at a time in a thread of the lake's: each holds the interpreter's lock
@@ -160,6 +164,7 @@ class GraphLake:
         filter: Filter | dict | str | None,
         overrides: dict[str, Any],
         budget: MemoryBudget | None = None,
+        shown: Shown = Shown(),
     ) -> Iterator[SearchResult]:
         """``search_batch`` as an iterator, with the query-time values as one mapping whatever their names (a
         body field named ``queries`` or ``self`` is a value the method refuses, not a second argument). The
@@ -179,15 +184,16 @@ class GraphLake:
                 DocumentMetadata.check_all(expression, [w.indexes.metadata() for w in warm.values()])
             except FilterError as error:
                 raise RequestError(str(error)) from None
-        ops = {name: _method(warm[name].methods, method, overrides, k) for name in names}
-        cost = sum(estimate(_shape(warm[name].indexes, ops[name], queries, k)) for name in names) if budget is not None else 0
+        pool = shown.pool(k)  # the ranked nodes that fill k hits once merged or grouped
+        ops = {name: _method(warm[name].methods, method, overrides, pool) for name in names}
+        cost = sum(estimate(_shape(warm[name].indexes, ops[name], queries, pool)) for name in names) if budget is not None else 0
         if budget is not None:
             budget.take(cost)
         try:
             searched = []
             for name in names:
                 with _built(name):
-                    searched.append(self._search(name, warm[name], method, ops[name], queries, k, expression, len(names) == 1))
+                    searched.append(self._search(name, warm[name], method, ops[name], queries, k, pool, expression, len(names) == 1, shown))
         except BaseException:
             if budget is not None:
                 budget.give_back(cost)
@@ -204,13 +210,15 @@ class GraphLake:
 
         return each()
 
-    def _search(self, corpus: str, warm: _Warm, method: str, op: Op, queries: list[str], k: int, expression: Filter | None, check: bool) -> Searched:
-        """One corpus's candidates for every query, ``CHUNK_QUERIES`` at a time; ``check``: refuse a filter
-        naming a field none of its documents has."""
+    def _search(
+        self, corpus: str, warm: _Warm, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown
+    ) -> Searched:
+        """One corpus's ``pool`` candidates for every query, ``CHUNK_QUERIES`` at a time, shown as ``k`` hits;
+        ``check``: refuse a filter naming a field none of its documents has."""
         if expression is not None and (refusing := unfiltered(op)) is not None:
             raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
         try:
-            request = warm.indexes.request(queries, expression, check, k)
+            request = warm.indexes.request(queries, expression, check, pool)
         except FilterError as error:
             raise RequestError(str(error)) from None
         started, found = time.perf_counter(), []
@@ -222,7 +230,7 @@ class GraphLake:
                 give_memory_back()
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
-        return Searched(corpus, method, warm.version[0], warm.indexes, request, found, round(latency, 3), [*request.notes, *([gap] if gap else [])])
+        return Searched(corpus, method, warm.version[0], warm.indexes, request, found, round(latency, 3), [*request.notes, *([gap] if gap else [])], k, shown)
 
     def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses

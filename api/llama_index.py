@@ -112,9 +112,10 @@ def nodes(result: SearchResult, shown: tuple[str, ...]) -> list[NodeWithScore]:
             related[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=hit.prev_node_id)
         if hit.next_node_id is not None:
             related[NodeRelationship.NEXT] = RelatedNodeInfo(node_id=hit.next_node_id)
+        widened = hit.context is not None  # the context asked, in place of the hit's own span: what a prompt reads
         node = TextNode(
-            id_=hit.node_id, text=hit.text, metadata=metadata, excluded_llm_metadata_keys=hidden, excluded_embed_metadata_keys=hidden,
-            relationships=related, start_char_idx=hit.start, end_char_idx=hit.end,
+            id_=hit.node_id, text=hit.context if widened else hit.text, metadata=metadata, excluded_llm_metadata_keys=hidden, excluded_embed_metadata_keys=hidden,
+            relationships=related, start_char_idx=hit.context_start if widened else hit.start, end_char_idx=hit.context_end if widened else hit.end,
         )  # fmt: skip
         found.append(NodeWithScore(node=node, score=hit.score))
     return found

@@ -27,15 +27,19 @@ class RowsCut(UserWarning):
 
 
 NAMESPACE = "graphlake"  # the key under which a framework's document carries graphlake's provenance
-PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "rank", "score", "terms", "snippet")
+PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "spans", "context_start", "context_end", "rank", "score", "terms", "snippet")
 
 
 @dataclass(frozen=True, slots=True)
 class Hit:
     """One retrieved node, with what an answer cites it by: its document's source (URL or path), its
-    place in the document (``document text[start:end]`` is ``text``; ``chunk``: its position among
-    the document's nodes, beside ``prev_node_id`` and ``next_node_id``), the query's words it holds and
-    a snippet around them, and the document's metadata as it was ingested."""
+    place in the document (``document text[start:end]`` is ``text``; ``chunk``: its best node's position
+    among the document's nodes; ``prev_node_id`` and ``next_node_id``: the nodes either side of its
+    span), the query's words it holds and a snippet around them, and the document's metadata as it was
+    ingested. A hit is a span (``api/hit_spans.py``): its best node merged with the ranked nodes of its
+    document it overlaps; ``spans`` lists its own ``[start, end]`` first, then, grouped by document, the
+    document's other ranked spans. ``context``: the text around it, when asked, from ``context_start``
+    to ``context_end``."""
 
     rank: int
     node_id: str
@@ -53,6 +57,10 @@ class Hit:
     chunk: int
     prev_node_id: str | None  # the document's node before this one, None for its first
     next_node_id: str | None
+    spans: list[list[int]]
+    context: str | None = None
+    context_start: int | None = None
+    context_end: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

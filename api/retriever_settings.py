@@ -1,5 +1,5 @@
-"""What the framework retrievers share: a search's settings (corpus, method, ``k``, filter and the
-method's query-time parameters), set at construction, in ``search_kwargs`` and per call, each over the
+"""What the framework retrievers share: a search's settings (corpus, method, ``k``, filter, how hits are
+grouped and their context, and the method's query-time parameters), set at construction, in ``search_kwargs`` and per call, each over the
 one before, and the search they make on a lake, in a thread or on the event loop."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from graphlake.api.results import RequestError, SearchResult
 
-NAMED = ("k", "filter", "method")  # the settings every method takes; any other is one of the method's query-time parameters
+NAMED = ("k", "filter", "method", "group_by", "context")  # the settings every method takes; any other is one of the method's query-time parameters
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,8 @@ class SearchSettings:
     method: str
     k: int
     filter: Any
+    group_by: str = "span"
+    context: int | str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def updated(self, values: dict[str, Any], where: str) -> SearchSettings:
@@ -28,7 +30,7 @@ class SearchSettings:
         return replace(self, **named, overrides={**self.overrides, **{name: value for name, value in values.items() if name not in NAMED}})
 
     def search(self, lake: Any, query: str) -> SearchResult:
-        return lake.search(self.corpus, self.method, query, self.k, self.filter, **self.overrides)
+        return lake.search(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, **self.overrides)
 
     async def asearch(self, lake: Any, query: str) -> SearchResult:
-        return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, **self.overrides)
+        return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, **self.overrides)

@@ -14,7 +14,7 @@ an unknown path (no redirect for a trailing slash), and a search whose index the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -28,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
+from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.lake import GraphLake
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
 from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, SearchResult, UnknownName
@@ -50,6 +51,11 @@ class _Search(BaseModel):
     method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     k: int = Field(10, ge=1, le=MAX_K)
     filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text
+    group_by: Literal["span", "document", "chunk"] = "span"  # api/hit_spans.py: a hit is a span of its document, one a document, or a ranked node
+    context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] | Literal["document"] | None = None  # neighbouring nodes a side with each hit, or its document
+
+    def shown(self) -> Shown:
+        return Shown(self.group_by, self.context)
 
     def overrides(self) -> dict[str, Any]:
         return dict(self.model_extra or {})
@@ -140,12 +146,12 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
 
     @app.post("/search", response_model=SearchResult)
     def search(request: SearchRequest) -> Response:
-        [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget)
+        [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget, request.shown())
         return Response(_json(answer), media_type="application/json")
 
     @app.post("/search/batch", response_model=list[SearchResult])
     def search_batch(request: BatchRequest) -> StreamingResponse:
-        answers = lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget)
+        answers = lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget, request.shown())
         return StreamingResponse(_json_list(answers), media_type="application/json", background=BackgroundTask(give_memory_back))
 
     return app

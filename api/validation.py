@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from graphlake.api.hit_spans import GROUPINGS, MAX_CONTEXT, Shown
 from graphlake.api.results import RequestError
 from graphlake.common.unicode_checks import lone_surrogate
 from graphlake.retrieval.core import METHOD_NAME
@@ -74,3 +75,11 @@ def parsed_filter(given: Any) -> Filter | None:
         return parse_filter(given)
     except FilterError as error:
         raise RequestError(str(error)) from None
+
+
+def shown(group_by: Any, context: Any) -> Shown:
+    if group_by not in GROUPINGS:
+        raise RequestError(f"group_by: one of {', '.join(GROUPINGS)}, got {group_by!r}"[:200])
+    if context is not None and context != "document" and (isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= MAX_CONTEXT):
+        raise RequestError(f"context: neighbouring nodes a side, 0 to {MAX_CONTEXT}, or \"document\", got {context!r}"[:200])
+    return Shown(group_by, context)

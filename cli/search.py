@@ -36,20 +36,25 @@ def query(
         str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, corpus, source, start, end, terms, snippet, metadata}], notes}.")
+        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, corpus, source, start, end, terms, snippet, metadata, chunk, prev_node_id, next_node_id, spans, context, context_start, context_end}], notes}.")
     ] = False,
     server: Annotated[
         str | None, typer.Option(envvar=SERVER.name, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER.name}).")
     ] = None,
     build: Annotated[bool, typer.Option("--build", help="First build what the method reads that is missing or stale (as `materialize` would).")] = False,
+    group_by: Annotated[
+        str, typer.Option("--group-by", help="span: a hit is a node merged with the ranked nodes of its document it overlaps; document: one hit a document; chunk: the ranked nodes.")
+    ] = "span",
+    context: Annotated[str | None, typer.Option("--context", help="With each hit, that many neighbouring nodes a side, or 'document'.")] = None,
 ) -> None:
     """Search a corpus with one method and print the top hits with their titles: the Python API's
     search, on what the lake has built (--build builds what the method reads first)."""
     named = corpus[0] if len(corpus) == 1 else corpus
+    shown = {"group_by": group_by, "context": int(context) if context is not None and context.isdigit() else context}
     if server:
-        result = _ask_server(server, named, method, text, top, where)
+        result = _ask_server(server, named, method, text, top, where, shown)
     else:
-        result = _search_here(corpus, method, text, top, build, where)
+        result = _search_here(corpus, method, text, top, build, where, shown)
     ENDING["read_only"] = not build
     if as_json:
         print(json.dumps(result))
@@ -66,7 +71,7 @@ def query(
         console.print(f"[yellow]note:[/] {note}", highlight=False, soft_wrap=True)
 
 
-def _search_here(corpora: list[str], method: str, text: str, top: int, build: bool, where: str | None) -> dict:
+def _search_here(corpora: list[str], method: str, text: str, top: int, build: bool, where: str | None, shown: dict) -> dict:
     """One query through the API on this machine; with ``build``, after building what the method reads
     that is missing or stale. Without, a missing or stale index is named with the command that builds it."""
     from graphlake.api import GraphLake, IndexNotBuilt, RequestError, UnknownName
@@ -86,7 +91,7 @@ def _search_here(corpora: list[str], method: str, text: str, top: int, build: bo
         for corpus in corpora:
             with _said_when_slow(lambda corpus=corpus: f"{corpus}: loading what {method} reads" + (f" ({what})" if (what := lake.loading(corpus)) else "") + " ..."):
                 lake.warm(corpus, method)  # the latency shown is the search's, not the loading's
-        return dataclasses.asdict(lake.search(corpora[0] if len(corpora) == 1 else corpora, method, text, top, where))
+        return dataclasses.asdict(lake.search(corpora[0] if len(corpora) == 1 else corpora, method, text, top, where, **shown))
     except (ConfigFileError, MethodError, RequestError, UnknownName, IndexNotBuilt) as error:
         fail(str(error))
 
@@ -104,14 +109,14 @@ def _said_when_slow(line: Callable[[], str], after_s: float = SLOW_LOAD_S) -> It
         watcher.join()
 
 
-def _ask_server(server: str, corpus: str | list[str], method: str, text: str, top: int, where: str | None) -> dict:
+def _ask_server(server: str, corpus: str | list[str], method: str, text: str, top: int, where: str | None, shown: dict) -> dict:
     """The query sent to a running server, with $GRAPHLAKE_API_KEY when set; its error message as ours."""
     from graphlake.api import IndexNotBuilt, RequestError, UnknownName
     from graphlake.api.client import RemoteLake, ServerError
 
     lake = RemoteLake(server)
     try:
-        return dataclasses.asdict(lake.search(corpus, method, text, top, where))
+        return dataclasses.asdict(lake.search(corpus, method, text, top, where, **shown))
     except (ServerError, RequestError, UnknownName, IndexNotBuilt) as error:  # the server's own one line
         fail(str(error) if isinstance(error, ServerError) else f"server {server}: {error}")
     finally:

@@ -27,7 +27,7 @@ QUESTION = "Which vessel carried the BenthoCam sled?"
 def test_hits_cite_their_document_by_source_and_offsets(demo_lake):
     documents = {row["doc_id"]: row for row in LakeStorage(demo_lake.home).read("documents", {"corpus": "demo"}).to_pylist()}
     chunks = {(row["doc_id"], row["chunk_idx"]): row["node_id"] for row in LakeStorage(demo_lake.home).read("nodes", {"corpus": "demo"}).to_pylist()}
-    result, cited = GraphLake(demo_lake.home).search("demo", "rrf", QUESTION, k=10), False
+    result, cited = GraphLake(demo_lake.home).search("demo", "rrf", QUESTION, k=10, group_by="chunk"), False  # nodes: spans have their own test
     for hit in result.hits:
         stored = documents[hit.doc_id]
         assert stored["text"][hit.start : hit.end] == hit.text and hit.corpus == "demo" and hit.title == stored["title"]
@@ -192,4 +192,39 @@ def test_awaited_searches_leave_the_event_loop_free(served, demo_lake):
     assert min(gap for gap, _ in rounds) < 0.020, [round(gap * 1000, 1) for gap, _ in rounds]
     remote = RemoteLake(served.url, api_key=KEY)
     assert asyncio.run(remote.asearch("demo", "rrf", QUESTION, k=3)).hits == remote.search("demo", "rrf", QUESTION, k=3).hits
+    remote.close()
+
+
+def test_hits_are_spans_of_their_document_one_a_document_when_grouped_and_widened_by_context(served, demo_lake):
+    """By default no two hits of one document overlap (the demo's chunker carries sentences over: its
+    overlapping nodes merge into one span, the document's text between its ends); grouped by document,
+    one hit a document, its other ranked spans listed; with ``context``, the neighbouring nodes' text.
+    The same through the server and a LangChain retriever; a bad grouping refused naming it."""
+    storage = LakeStorage(demo_lake.home)
+    texts = {row["doc_id"]: row["text"] for row in storage.read("documents", {"corpus": "demo"}).to_pylist()}
+    nodes = {(row["start"], row["end"]) for row in storage.read("nodes", {"corpus": "demo"}).to_pylist()}
+    lake = GraphLake(demo_lake.home)
+    chunks, spans = (lake.search("demo", "rrf", QUESTION, k=30, group_by=by).hits for by in ("chunk", "span"))
+    assert [h.node_id for h in spans[:3]] == [h.node_id for h in chunks[:3]] and len(spans) == 30
+    assert any((h.start, h.end) not in nodes for h in spans)  # some merged: the check below can fail
+    for i, hit in enumerate(spans):
+        assert hit.text == texts[hit.doc_id][hit.start : hit.end] and hit.spans == [[hit.start, hit.end]]
+        assert not [other for other in spans[:i] if other.doc_id == hit.doc_id and other.start < hit.end and hit.start < other.end], hit.node_id
+    grouped = lake.search("demo", "rrf", QUESTION, k=8, group_by="document", context=1)
+    first_seen = list(dict.fromkeys(h.doc_id for h in chunks))[:8]
+    assert [h.doc_id for h in grouped.hits] == first_seen  # one a document, in the order its best node ranked
+    for hit in grouped.hits:
+        assert hit.spans[0] == [hit.start, hit.end] and hit.context == texts[hit.doc_id][hit.context_start : hit.context_end]
+        assert hit.context_start <= hit.start < hit.end <= hit.context_end and (hit.context_start, hit.context_end) != (hit.start, hit.end) or len(texts[hit.doc_id]) == hit.end - hit.start
+    assert sum(len(h.spans) for h in grouped.hits) > len(grouped.hits)  # other spans of a document: listed
+    whole = lake.search("demo", "bm25", "sled", k=2, context="document").hits[0]
+    assert whole.context == texts[whole.doc_id]
+    remote = RemoteLake(served.url, api_key=KEY)
+    assert remote.search("demo", "rrf", QUESTION, k=8, group_by="document", context=1).hits == grouped.hits
+    documents = remote.as_retriever(corpus="demo", search_kwargs={"group_by": "document", "context": 1}).invoke(QUESTION, k=8)
+    assert [d.page_content for d in documents] == [h.context for h in grouped.hits]
+    with pytest.raises(RequestError, match="group_by: Input should be 'span', 'document' or 'chunk'"):
+        remote.search("demo", "rrf", QUESTION, group_by="doc")
+    with pytest.raises(RequestError, match="group_by: one of span, document, chunk, got 'doc'"):
+        lake.search("demo", "rrf", QUESTION, group_by="doc")
     remote.close()
