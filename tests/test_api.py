@@ -43,17 +43,17 @@ def test_the_server_answers_as_the_stored_runs_and_guards_itself(served, demo_la
     methods = {m["name"]: m for m in httpx.get(f"{served.url}/methods", headers=auth).json()}
     assert "weights" in methods["ap_three"]["query_time"] and methods["bm25"]["switched_on"]
 
-    # the same hits as the runs the demo stored for its test queries, one by one and in one batch
+    # the same hits as the runs the demo stored for its test queries, one by one and in one batch (as nodes: the runs rank nodes)
     lake = LakeStorage(demo_lake.home)
     queries = {q["query_id"]: q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "test"}
     for method in METHODS:
         stored: dict[str, list[tuple[str, float]]] = {}
         for row in sorted(lake.read("runs", {"corpus": "demo", "method": method}).to_pylist(), key=lambda r: r["rank"]):
             stored.setdefault(row["query_id"], []).append((row["node_id"], row["score"]))
-        batch = post("/search/batch", {"corpus": "demo", "method": method, "queries": list(queries.values()), "k": 10})
+        batch = post("/search/batch", {"corpus": "demo", "method": method, "queries": list(queries.values()), "k": 10, "group_by": "chunk"})
         assert batch.status_code == 200, batch.text
         for (query_id, text), answered in zip(queries.items(), batch.json(), strict=True):
-            single = post("/search", {"corpus": "demo", "method": method, "query": text, "k": 10}).json()
+            single = post("/search", {"corpus": "demo", "method": method, "query": text, "k": 10, "group_by": "chunk"}).json()
             expected = stored[query_id][:10]
             for result in (single, answered):
                 assert result["snapshot"] == demo["snapshot"]
