@@ -5,12 +5,14 @@ errors, over HTTP, and awaitable (``asearch``) without blocking the event loop. 
 from __future__ import annotations
 
 import asyncio
+import warnings
 import weakref
 from typing import Any
 
 import httpx
+import pyarrow as pa
 
-from graphlake.api.results import Hit, IndexNotBuilt, RequestError, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 
@@ -20,8 +22,9 @@ class ServerError(RuntimeError):
 
 
 class RemoteLake:
-    """``search`` and ``search_batch`` of the lake a server at ``url`` serves, and their awaitable
-    ``asearch`` and ``asearch_batch``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
+    """The lake a server at ``url`` serves, with ``GraphLake``'s calls: ``search`` and ``search_batch``
+    (and their awaitable ``asearch`` and ``asearch_batch``), ``corpora``, ``methods``, ``warm``, ``sql``
+    and ``as_retriever``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/")
@@ -46,6 +49,25 @@ class RemoteLake:
     ) -> list[SearchResult]:
         return [_result(item) for item in await self._apost("/search/batch", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, **overrides}, queries=queries))]
 
+    def corpora(self) -> list[CorpusInfo]:
+        return [CorpusInfo(**item) for item in self._read(self._send("GET", "/corpora", None))]
+
+    def methods(self) -> list[MethodInfo]:
+        return [MethodInfo(**item) for item in self._read(self._send("GET", "/methods", None))]
+
+    def warm(self, corpus: str, method: str) -> None:
+        """Have the server load what ``method`` reads on ``corpus`` now."""
+        self._post("/warm", {"corpus": corpus, "method": method})
+
+    def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
+        """The server's answer to a read-only statement, as ``GraphLake.sql`` gives it (``RowsCut`` warned when cut)."""
+        answer = self._send("POST", "/sql", {"statement": statement, "limit": limit})
+        if answer.status_code != 200:
+            self._read(answer)
+        if answer.headers.get("x-rows-cut") == "1":
+            warnings.warn(RowsCut(f"the first {limit:,} rows of more"), stacklevel=2)
+        return pa.ipc.open_stream(answer.content).read_all()
+
     def as_retriever(self, **settings: Any) -> Any:
         """A LangChain retriever over this server's lake, as ``GraphLake.as_retriever``."""
         from graphlake.api.langchain import GraphLakeRetriever
@@ -62,11 +84,13 @@ class RemoteLake:
             await client.aclose()
 
     def _post(self, route: str, body: dict) -> Any:
+        return self._read(self._send("POST", route, body))
+
+    def _send(self, verb: str, route: str, body: dict | None) -> httpx.Response:
         try:
-            answer = self._client.post(self.url + route, json=body)
+            return self._client.request(verb, self.url + route, json=body)
         except httpx.HTTPError as error:
             raise ServerError(f"server {self.url}: {error}") from None
-        return self._read(answer)
 
     async def _apost(self, route: str, body: dict) -> Any:
         loop = asyncio.get_running_loop()

@@ -1,7 +1,8 @@
 """``graphlake serve``: the API over HTTP (FastAPI on uvicorn), bound to 127.0.0.1 unless told otherwise.
 
 ``POST /search`` and ``POST /search/batch`` answer what :meth:`GraphLake.search` and ``search_batch``
-return (a batch streamed, one query's answer at a time); ``GET`` (and ``HEAD``) ``/corpora``,
+return (a batch streamed, one query's answer at a time); ``POST /sql`` a read-only statement's rows
+(an Arrow IPC stream), ``POST /warm`` loads a method's indexes; ``GET`` (and ``HEAD``) ``/corpora``,
 ``/methods`` and ``/health``; the OpenAPI docs at ``/docs``. With ``$GRAPHLAKE_API_KEY`` set, every
 route but ``/health`` wants it, as ``Authorization: Bearer <key>`` (the scheme in any case, as HTTP
 has it) or ``X-API-Key: <key>``; it is compared in constant time and never logged (nor is any query
@@ -13,11 +14,14 @@ an unknown path (no redirect for a trailing slash), and a search whose index the
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Union
 
+import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from starlette.background import BackgroundTask
@@ -31,11 +35,15 @@ from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, erro
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.lake import GraphLake
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
-from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.common.settings import API_KEY
+from graphlake.retrieval.core import OPERATORS
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
 
 OPEN_PATHS = frozenset({"/health"})
+MAX_SQL_CHARS = 100_000
+MAX_SQL_ROWS = 100_000  # in one answer over HTTP (the Python API's own limit is ten times that)
+ARROW_STREAM = "application/vnd.apache.arrow.stream"
 MAX_HEADERS = 100  # Envoy's default count
 KEY_FORMS = "Authorization: Bearer <key>, or X-API-Key: <key>"
 
@@ -67,6 +75,20 @@ class SearchRequest(_Search):
 
 class BatchRequest(_Search):
     queries: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+class SqlRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    statement: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
+    limit: int = Field(10_000, ge=1, le=MAX_SQL_ROWS)
+
+
+class WarmRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class Health(BaseModel):
@@ -144,6 +166,36 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     def methods() -> list[MethodInfo]:
         return lake.methods()
 
+    @app.post("/warm")
+    def warm(request: WarmRequest) -> Health:
+        """Load what the method reads on the corpus now, so that the first search's latency is the search's."""
+        lake.warm(request.corpus, request.method)
+        return Health(status="warm", corpora=1)
+
+    @app.post("/sql", response_class=Response, responses={200: {"content": {ARROW_STREAM: {}}, "description": "the rows, as an Arrow IPC stream"}})
+    def sql(request: SqlRequest) -> Response:
+        """A read-only statement in the lake's SQL sandbox; the rows as an Arrow IPC stream, ``X-Rows-Cut: 1`` when there were more than ``limit``."""
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always", RowsCut)
+            table = lake.sql(request.statement, request.limit)
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        cut = any(issubclass(w.category, RowsCut) for w in said)
+        return Response(sink.getvalue().to_pybytes(), media_type=ARROW_STREAM, headers={"X-Rows-Cut": "1"} if cut else {})
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's schema, with each method's query-time parameters in the search bodies (the models
+        allow any further field: the method validates its own, strictly)."""
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
+            for body in ("SearchRequest", "BatchRequest"):
+                schema["components"]["schemas"][body]["properties"].update(query_time_parameters(lake))
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
+
     @app.post("/search", response_model=SearchResult)
     def search(request: SearchRequest) -> Response:
         [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget, request.shown())
@@ -155,6 +207,38 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
         return StreamingResponse(_json_list(answers), media_type="application/json", background=BackgroundTask(give_memory_back))
 
     return app
+
+
+def query_time_parameters(lake: GraphLake) -> dict[str, dict[str, Any]]:
+    """Per query-time parameter of the lake's methods (``k`` aside): its JSON schema, the union of the
+    types its operators take (``weights``: a list of numbers for rrf, path weights for ap_three), and
+    the methods that take it."""
+    takers: dict[str, list[str]] = {}
+    for method in lake.methods():
+        for name in method.query_time:
+            takers.setdefault(name, []).append(method.name)
+    found = {}
+    for name, methods in sorted(takers.items()):
+        if name == "k":
+            continue
+        types = list(dict.fromkeys(op.model_fields[name].annotation for op in OPERATORS.values() if name in op.QUERY_TIME and name in op.model_fields))
+        schema = _inlined(TypeAdapter(Union[tuple(types)] if len(types) > 1 else types[0]).json_schema())  # noqa: UP007 (a tuple of types)
+        found[name] = {**schema, "description": f"query-time parameter of {', '.join(methods)}"}
+    return found
+
+
+def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """A schema with its ``$defs`` written in place (the OpenAPI document keeps its own components)."""
+    defs = schema.pop("$defs", {})
+
+    def inline(node: Any) -> Any:
+        if isinstance(node, dict):
+            if "$ref" in node:
+                return inline(defs[node["$ref"].rsplit("/", 1)[-1]])
+            return {key: inline(value) for key, value in node.items()}
+        return [inline(item) for item in node] if isinstance(node, list) else node
+
+    return inline(schema)
 
 
 def _key_of(headers: Headers) -> tuple[str, str | None]:

@@ -92,6 +92,33 @@ def test_the_server_answers_as_the_stored_runs_and_guards_itself(served, demo_la
 TINY = {f"t{i}": f"Harbour note {i}: the tide gauge was read at dawn and the boats went out." for i in range(8)}
 
 
+def test_a_remote_lake_answers_the_local_calls(served, demo_lake):
+    """``RemoteLake`` has ``GraphLake``'s calls, answering alike: corpora, methods, warm, SQL (its rows
+    as an Arrow stream, cut with the same warning) and the same errors; the OpenAPI schema lists the
+    methods' query-time parameters with their types."""
+    import warnings
+
+    from graphlake.api import GraphLake, RemoteLake, RequestError, RowsCut, UnknownName
+
+    local, remote = GraphLake(demo_lake.home), RemoteLake(served.url, api_key=KEY)
+    assert remote.corpora() == local.corpora() and remote.methods() == local.methods()
+    spec = httpx.get(f"{served.url}/openapi.json", headers={"X-API-Key": KEY}).json()  # each method's query-time parameters, typed
+    weights = spec["components"]["schemas"]["SearchRequest"]["properties"]["weights"]
+    assert {part.get("type") for part in weights["anyOf"]} >= {"array", "object"} and {"rrf", "ap_three"} <= set(weights["description"].replace(",", "").split())
+    remote.warm("demo", "ap_three")
+    with pytest.raises(UnknownName, match="unknown method 'ap_thre'"):
+        remote.warm("demo", "ap_thre")
+    statement = "select doc_id, title from documents where corpus = 'demo' order by doc_id"
+    assert remote.sql(statement).equals(local.sql(statement))
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        assert remote.sql(statement, limit=2).num_rows == 2
+    assert [w.category for w in said] == [RowsCut]
+    with pytest.raises(RequestError, match="read-only|not allowed|cannot"):
+        remote.sql("drop table documents")
+    remote.close()
+
+
 def test_a_reindex_committed_while_serving_is_picked_up_and_no_response_mixes_snapshots(lake, tmp_path):
     """Requests stream while a reindex commits: each response's hits are nodes of the snapshot it
     names, and once the new snapshot is committed the answers come from it, without a restart."""
