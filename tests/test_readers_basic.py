@@ -381,10 +381,10 @@ def test_files_titles_ids_and_what_is_skipped(tmp_path: Path) -> None:
         ("pkg-b/copyright", "pkg b copyright"),
         ("readme.rst", "The Title"),
     ]
-    for row in rows(result.documents):  # a file's metadata: its path as read (a .gz's own), when it changed, its size
+    for row in rows(result.documents):  # a file's metadata: its path in the folder and as read (a .gz's own), when it changed, its size
         path = next(p for p in (folder / row["doc_id"], folder / f"{row['doc_id']}.gz") if p.exists())
         changed = datetime.fromtimestamp(path.stat().st_mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        assert json.loads(row["metadata"]) == {"path": str(path), "mtime": changed, "size": path.stat().st_size}
+        assert json.loads(row["metadata"]) == {"path": path.relative_to(folder).as_posix(), "source": str(path), "mtime": changed, "size": path.stat().st_size}
     assert rows(result.documents)[1]["text"] == "Some preamble.\n\n# The Introduction\n\nBody text.\n\n# Second heading\n"
     assert result.notes == ["skipped 3 files: 1 empty, 1 .json (--ext .json reads them), 1 .png"]  # an image is not pointed to --ext
     assert (result.queries.num_rows, result.qrels.num_rows, result.foreign_keys.num_rows) == (0, 0, 0)
@@ -453,6 +453,32 @@ def test_files_encodings_binary_files_and_skip_bad(tmp_path: Path) -> None:
         read_files(ReadRequest(only_bad, skip_bad=True))
 
 
+def test_files_metadata_from_sidecars_and_the_folders_metadata_jsonl(tmp_path: Path) -> None:
+    """What the user says of a file: ``metadata.jsonl`` at the folder's top, a ``NAME.meta.json`` beside
+    it over that, both over the file's own fields; neither is read as a document; a sidecar of no file
+    read, a line naming no file, or a non-object stops the read naming the file and line."""
+    write_text(tmp_path / "a.md", "# A\n\nAlpha.\n")
+    write_text(tmp_path / "notes" / "b.txt", "Beta.\n")
+    write_text(tmp_path / "notes" / "c.txt", "Gamma.\n")
+    write_text(tmp_path / "metadata.jsonl", '{"path": "a.md", "lang": "en", "year": 2020}\n{"path": "notes/b.txt", "lang": "de"}\n')
+    write_text(tmp_path / "a.md.meta.json", '{"year": 2021, "tags": ["x"], "source": "https://example.org/a"}')
+    found = {row["doc_id"]: json.loads(row["metadata"]) for row in rows(read_files(ReadRequest(tmp_path)).documents)}
+    assert set(found) == {"a.md", "notes/b.txt", "notes/c.txt"}
+    assert {key: found["a.md"][key] for key in ("path", "lang", "year", "tags", "source")} == {"path": "a.md", "lang": "en", "year": 2021, "tags": ["x"], "source": "https://example.org/a"}
+    assert found["notes/b.txt"]["lang"] == "de" and found["notes/b.txt"]["path"] == "notes/b.txt" and "lang" not in found["notes/c.txt"]
+    write_text(tmp_path / "metadata.jsonl", '{"path": "a.md"}\n{"path": "nope.md", "x": 1}\n')
+    with pytest.raises(IngestError, match=r"metadata.jsonl:2: path 'nope.md': no such text file in the folder"):
+        read_files(ReadRequest(tmp_path))
+    (tmp_path / "metadata.jsonl").unlink()
+    write_text(tmp_path / "gone.md.meta.json", "{}")
+    with pytest.raises(IngestError, match=r"gone.md.meta.json: the metadata of 'gone.md', which is not a text file read here"):
+        read_files(ReadRequest(tmp_path))
+    (tmp_path / "gone.md.meta.json").unlink()
+    write_text(tmp_path / "a.md.meta.json", "[1, 2]")
+    with pytest.raises(IngestError, match="a.md.meta.json: expected a JSON object of metadata fields, got list"):
+        read_files(ReadRequest(tmp_path))
+
+
 def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, monkeypatch) -> None:
     from graphlake.warehouse.readers import files
 
@@ -464,7 +490,7 @@ def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, mon
     assert [r["doc_id"] for r in parts] == ["book.txt", "book.txt#2", "book.txt#3", "book.txt#4", "book.txt#5"]
     assert "".join(r["text"] for r in parts) == text and all(len(r["text"]) <= 40 for r in parts)
     assert parts[0]["text"] == "First paragraph, short.\n\n" and parts[1]["text"] == "Second paragraph is here.\n\n"
-    assert parts[1]["title"] == "book (2 of 5)" and {k: v for k, v in json.loads(parts[1]["metadata"]).items() if k != "mtime"} == {"path": str(tmp_path / "book.txt"), "size": (tmp_path / "book.txt").stat().st_size, "part": 2, "parts": 5}
+    assert parts[1]["title"] == "book (2 of 5)" and {k: v for k, v in json.loads(parts[1]["metadata"]).items() if k != "mtime"} == {"path": "book.txt", "source": str(tmp_path / "book.txt"), "size": (tmp_path / "book.txt").stat().st_size, "part": 2, "parts": 5}
     assert result.notes == [f"book.txt: {len(text)} characters, split at paragraph boundaries into 5 documents of at most 40"]
 
 

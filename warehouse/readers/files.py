@@ -7,6 +7,13 @@ is skipped and counted by suffix in the notes. A
 file that cannot be decoded, or is binary (NUL bytes), stops the read naming it, unless the request
 says to skip bad files (then it is listed too). A file longer than a document may be is split at
 paragraph boundaries into parts ``path#2``, ``path#3``... (the first keeps the path).
+
+A file's metadata are its ``path`` inside the folder (as a filter names it: ``path = "notes/a.md"``),
+its ``source`` (the file as read, what a hit cites), ``mtime`` and ``size``, and what the user says of
+it: a sidecar ``NAME.meta.json`` beside it (a JSON object), or a line of ``metadata.jsonl`` at the
+folder's top (``{"path": "notes/a.md", ...}``); a sidecar's field wins over the folder file's, and
+both over the file's own. A sidecar that names no file read, or is not an object, stops the read
+naming it: metadata are never dropped in silence.
 """
 
 from __future__ import annotations
@@ -18,9 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 
 from graphlake.warehouse.readers import jsonl
-from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, add_qrels_file, read_bytes
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, Location, ReadRequest, add_qrels_file, iter_jsonl, load_json, read_bytes, require
 
 TEXT_SUFFIXES = (".txt", ".md", ".markdown", ".rst", ".text")
+SIDECAR = ".meta.json"  # NAME.meta.json: the metadata of the file NAME beside it
+FOLDER_METADATA = "metadata.jsonl"  # at the folder's top: {"path": ..., fields} a line
 # the names a package's documentation goes by: read whatever follows them (README.Debian, NEWS.md)
 TEXT_NAMES = frozenset({"readme", "news", "changes", "changelog", "authors", "copying", "license", "licence", "todo", "thanks", "history", "install", "copyright", "notice"})
 MARKDOWN = (".md", ".markdown")
@@ -50,6 +59,7 @@ def read(request: ReadRequest) -> Ingested:
     paths, others = _listing(folder, suffixes)
     if not paths:
         raise IngestError(folder, f"no text files found (read: {', '.join(suffixes)}, extension-less files and their .gz; --ext adds a suffix)")
+    told = _told(folder, paths)
     stems = Counter(_stem(doc_id) for _, doc_id in paths)
     for path, doc_id in paths:
         try:
@@ -66,7 +76,7 @@ def read(request: ReadRequest) -> Ingested:
         parts = [part for part in _parts(text, PART_CHARS) if part.strip()]
         for number, part in enumerate(parts, start=1):
             part_id = doc_id if number == 1 else f"{doc_id}#{number}"
-            metadata = _file_metadata(path) | ({"part": number, "parts": len(parts)} if len(parts) > 1 else {})
+            metadata = _file_metadata(path, folder) | ({"part": number, "parts": len(parts)} if len(parts) > 1 else {}) | told.get(path, {})
             builder.add_document(part_id, title if len(parts) == 1 else f"{title} ({number} of {len(parts)})", part, Location(path), metadata)
         if len(parts) > 1:
             builder.notes.append(f"{doc_id}: {len(text):,} characters, split at paragraph boundaries into {len(parts)} documents of at most {PART_CHARS:,}")
@@ -85,12 +95,40 @@ def read(request: ReadRequest) -> Ingested:
     return builder.build()
 
 
-def _file_metadata(path: Path) -> dict:
-    """What a file says of itself: its path as read, when it last changed (ISO 8601, UTC: comparable as
-    text, ``mtime >= "2026-01-01"``) and its size in bytes."""
+def _file_metadata(path: Path, folder: Path) -> dict:
+    """What a file says of itself: its path inside the folder (a .gz's own), the file as read, when it
+    last changed (ISO 8601, UTC: comparable as text, ``mtime >= "2026-01-01"``) and its size in bytes."""
     status = path.stat()
     changed = datetime.fromtimestamp(status.st_mtime, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {"path": str(path), "mtime": changed, "size": status.st_size}
+    return {"path": path.relative_to(folder).as_posix(), "source": str(path), "mtime": changed, "size": status.st_size}
+
+
+def _told(folder: Path, paths: list[tuple[Path, str]]) -> dict[Path, dict]:
+    """The metadata the user gives files: ``metadata.jsonl``'s lines, then each file's sidecar over them."""
+    read = {path.relative_to(folder).as_posix(): path for path, _ in paths}
+    told: dict[Path, dict] = {}
+    listed = folder / FOLDER_METADATA
+    if listed.is_file():
+        seen: dict[str, Location] = {}
+        for where, record in iter_jsonl(listed):
+            named = require(record, "path", where)
+            if named not in read:
+                raise IngestError(where, f"path {named!r}: no such text file in the folder (a path inside it, as {next(iter(read))!r})")
+            if named in seen:
+                raise IngestError(where, f"path {named!r} again, first at line {seen[named].line}")
+            seen[named] = where
+            told[read[named]] = {key: value for key, value in record.items() if key != "path"}
+    for sidecar in sorted(folder.rglob(f"*{SIDECAR}")):
+        file = sidecar.with_name(sidecar.name[: -len(SIDECAR)])
+        if any(part.startswith(".") for part in sidecar.relative_to(folder).parts):
+            continue
+        if file not in read.values():
+            raise IngestError(sidecar, f"the metadata of {file.name!r}, which is not a text file read here")
+        fields = load_json(sidecar)
+        if not isinstance(fields, dict):
+            raise IngestError(sidecar, f"expected a JSON object of metadata fields, got {type(fields).__name__}")
+        told[file] = told.get(file, {}) | fields
+    return told
 
 
 def _files(count: int) -> str:
@@ -103,8 +141,8 @@ def _listing(folder: Path, suffixes: tuple[str, ...]) -> tuple[list[tuple[Path, 
     read, others = [], Counter()
     for path in sorted(folder.rglob("*")):
         relative = path.relative_to(folder)
-        if not path.is_file() or any(part.startswith(".") for part in relative.parts):
-            continue
+        if not path.is_file() or any(part.startswith(".") for part in relative.parts) or path.name.endswith(SIDECAR) or relative.as_posix() == FOLDER_METADATA:
+            continue  # hidden, or metadata of the files (read by _told)
         doc_id = relative.as_posix()
         doc_id = doc_id[: -len(".gz")] if doc_id.lower().endswith(".gz") else doc_id
         suffix = PurePosixPath(doc_id).suffix.lower()
