@@ -130,7 +130,9 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
         stand_ins = {"re2", "gar", "fastinsight", *(f"grapher_{r}" for r in ("ppr", "gcs", "gat", "mlp"))}
         kg = {"ap_three_kg", "ap_three_kg_entry", "ap_dense_kg", "ap_sparse_kg", "ap_full_kg"}  # no tuned kg_weight, or no entity named
         grasp = {"grasp_fused", "grasp_static", "grasp_dynamic", "grasp_dense_partner", "grasp_zs", "grasp"}  # nothing tuned, no reranker
-        said = {name for name, said in notes.items() if said}
+        short = {name for name, said in notes.items() if any("of the 3 hits asked" in note for note in said)}  # a tiny corpus: fewer than k, said why
+        assert short == {name for name, found in hits.items() if len(found) < 3} and short
+        said = {name for name, said in notes.items() if [note for note in said if "hits asked" not in note]}
         assert said == stand_ins | kg | grasp | {"ap_three_kw", "ap_two_tuned", "ap_three_tuned", "graphlake_ltr", "graphlake_ltr_full"}
         assert hits["grasp"] == hits["grasp_zs"] == hits["grasp_fused"]
         assert any("no tuned fusion" in note for note in notes["grasp_fused"])
@@ -139,8 +141,8 @@ def test_a_corpus_without_queries_materializes_and_every_method_searches_it(lake
         assert any("learned_fusion: no ranker trained" in note and "rrf of its inputs" in note for note in notes["graphlake_ltr"])
         assert any("scored exactly" in note for note in notes["ap_three_kw"])  # which keyword path ran: few holders, exact
         assert hits["bm25"][0] == best, hits["bm25"]
-    # a file's hits cite it: its path, mtime and size are metadata a filter reads, the offsets slice the file
-    where = 'path in ["%s"] and size > 100 and mtime >= "2000-01-01"' % (notes_folder / "note2.md")
+    # a file's hits cite it: its path in the folder, mtime and size are metadata a filter reads, the offsets slice the file
+    where = 'path in ["note2.md"] and size > 100 and mtime >= "2000-01-01"'
     cited = invoke("query", "--corpus", "mine", "--method", "rrf", "--json", "--filter", where, "Who filmed the seabed?")
     assert cited.exit_code == 0, cited.stderr
     [*hits_of_note] = json.loads(cited.stdout)["hits"]
@@ -182,4 +184,5 @@ def test_an_alpha_corpus_tunes_the_alpha_of_a_corpus_without_queries(reranked_co
     # demo's 11 queries train it to no better than dense, and the answer says so, nothing else
     answer = json.loads(invoke("query", "--corpus", "mine", "--method", "re2", "--build", "--json", "Who filmed the seabed?").stdout)
     trained, dense = held_out_quality(LakeStorage(reranked_copy).artifact("reranker", {}))
-    assert answer["hits"] and len(answer["notes"]) == (trained <= dense) and all("no better than dense retrieval" in note for note in answer["notes"])
+    said = [note for note in answer["notes"] if "hits asked" not in note]  # a corpus of four nodes: fewer than k, said apart
+    assert answer["hits"] and len(said) == (trained <= dense) and all("no better than dense retrieval" in note for note in said)
