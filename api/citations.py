@@ -4,11 +4,12 @@ words and a snippet."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from graphlake.api.hit_spans import Shown, spans
+from graphlake.api.relevance import Calibration
 from graphlake.api.results import Hit, SearchResult
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
@@ -30,11 +31,17 @@ class Searched:
     notes: list[str]
     k: int  # hits asked, of the request's pool of ranked nodes
     shown: Shown
+    calibration: Calibration | str  # of the method's scores here, or why there is none
 
     def result(self, i: int) -> SearchResult:
-        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown)
+        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration)
         notes = [*self.notes, *self.short(len(hits), len(self.found[i].rows))]
-        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, notes, {self.corpus: self.snapshot})
+        if (least := self.shown.min_relevance) is not None:
+            kept = [replace(hit, rank=rank) for rank, hit in enumerate((hit for hit in hits if hit.relevance >= least), start=1)]
+            notes += [f"min_relevance {least}: {len(hits) - len(kept)} of {len(hits)} hits below it left out"] if len(kept) < len(hits) else []
+            hits = kept
+        said = self.calibration if isinstance(self.calibration, str) else self.calibration.said()
+        return SearchResult(self.corpus, self.method, self.snapshot, self.latency_ms, hits, notes, {self.corpus: self.snapshot}, said)
 
     def short(self, found: int, ranked: int) -> list[str]:
         """Why fewer hits than ``k`` came back, when they did: the method ranks no other node (BM25 and
@@ -52,9 +59,9 @@ class Searched:
         return [f"{found} of the {k} hits asked: {self.method} ranks no other {which} for this query"]
 
 
-def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int, shown: Shown) -> list[Hit]:
+def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str) -> list[Hit]:
     """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
-    its document, with its context when asked."""
+    its document, with its context when asked and its calibrated relevance where the method has one."""
     by, context = shown.by, shown.context
     titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
     columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")})
@@ -64,6 +71,7 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
     hits = []
     ranked = spans(candidates.rows.tolist(), documents, columns["start"], columns["end"], k, by)
     score_of = dict(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True))
+    relevance = {} if isinstance(calibration, str) else dict(zip(candidates.rows.tolist(), calibration(candidates.scores).tolist(), strict=True))
     for rank, span in enumerate(ranked, start=1):
         row = span.rows[0]
         first, last = min(span.rows, key=columns["start"].__getitem__), max(span.rows, key=columns["end"].__getitem__)
@@ -76,7 +84,7 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
             Hit(
                 rank, node_ids[row], docs[row], titles[docs[row]], text, float(score_of[row]), corpus, source, span.start, span.end, terms, snippet(text, found),
                 dict(record), columns["chunk_idx"][row], node_ids[before[first]] if before[first] >= 0 else None, node_ids[after[last]] if after[last] >= 0 else None,
-                [[span.start, span.end], *span.others], *(around or (None, None, None)),
+                [[span.start, span.end], *span.others], *(around or (None, None, None)), relevance.get(row),
             )
         )
     return hits

@@ -24,4 +24,5 @@ def fused(results: tuple[SearchResult, ...], k: int) -> SearchResult:
         hits=hits,
         notes=[f"{r.corpus}: {note}" for r in results for note in r.notes],
         snapshots={r.corpus: r.snapshot for r in results},
+        calibration="; ".join(f"{r.corpus}: {r.calibration}" for r in results),
     )

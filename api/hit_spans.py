@@ -20,10 +20,11 @@ MAX_POOL = 10_000  # the candidates a grouping reads past k, at most (the operat
 @dataclass(frozen=True)
 class Shown:
     """How a search's hits are shown: grouped ``by`` (``GROUPINGS``), with ``context`` (neighbouring nodes a
-    side, or ``"document"``) or without."""
+    side, or ``"document"``) or without, those of at least ``min_relevance`` or all."""
 
     by: str = "span"
     context: int | str | None = None
+    min_relevance: float | None = None  # hits below it dropped (api/relevance.py)
 
     def pool(self, k: int) -> int:
         """How many ranked nodes to read to fill ``k`` hits: a merge takes a node from the list, a document

@@ -31,6 +31,7 @@ from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
 from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
 from graphlake.api.hit_spans import Shown
+from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
@@ -71,6 +72,17 @@ class _Warm:
         if method not in self.gaps:
             self.gaps[method] = first_stage_gap(self.indexes.lake, corpus, method, self.methods)
         return self.gaps[method]
+
+    def calibration(self, corpus: str, method: str) -> Calibration | str:
+        """The method's relevance calibration here (``api/relevance.py``), or why it has none."""
+
+        def fit() -> Calibration | str:
+            lake, partition = self.indexes.lake, {"corpus": corpus}
+            if not lake.has("runs", {**partition, "method": method}) or not lake.has("qrels", partition):
+                return f"no stored run of {method!r} on {corpus!r} with gold to fit it on (`graphlake eval --corpus {corpus} --methods {method}` makes one)"
+            return fitted(lake.read("runs", {**partition, "method": method}), lake.read("queries", partition), lake.read("qrels", partition))
+
+        return self.indexes.memo(("relevance calibration", method), fit)
 
 
 class GraphLake:
@@ -113,34 +125,36 @@ class GraphLake:
         warm = self._warm.get(corpus)
         return None if warm is None else warm.indexes.loading
 
-    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any) -> SearchResult:
+    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
         """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
         ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time
         parameters (``methods()`` lists them). A hit is a span of its document (``api/hit_spans.py``): its
         best node with the ranked nodes of its document it overlaps (``group_by="span"``), one a document
         (``"document"``), or the ranked nodes as they are (``"chunk"``, as the evaluation reads them);
-        ``context``: that many neighbouring nodes a side, or ``"document"``, with each hit. Several corpora (a
-        list) are searched alike and their rankings fused by reciprocal rank, each hit naming its corpus."""
+        ``context``: that many neighbouring nodes a side, or ``"document"``, with each hit. Each hit's
+        ``relevance`` is its score calibrated for the method on the corpus (``api/relevance.py``);
+        ``min_relevance`` keeps those at least that relevant. Several corpora (a list) are searched alike
+        and their rankings fused by reciprocal rank, each hit naming its corpus."""
         if not isinstance(query, str):
             raise RequestError(f"query: a string, got {kind_of(query)}")
-        return list(self.answers(corpus, method, [query], k, filter, overrides, shown=shown(group_by, context)))[0]
+        return list(self.answers(corpus, method, [query], k, filter, overrides, shown=shown(group_by, context, min_relevance)))[0]
 
     def search_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
-        return list(self.answers(corpus, method, queries, k, filter, overrides, shown=shown(group_by, context)))
+        return list(self.answers(corpus, method, queries, k, filter, overrides, shown=shown(group_by, context, min_relevance)))
 
-    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any) -> SearchResult:
+    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
         """``search`` in the lake's search thread: awaiting it leaves the event loop free while the indexes work."""
-        return await self._in_worker(partial(self.search, corpus, method, query, k, filter, group_by, context, **overrides))
+        return await self._in_worker(partial(self.search, corpus, method, query, k, filter, group_by, context, min_relevance, **overrides))
 
     async def asearch_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, **overrides: Any
+        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
     ) -> list[SearchResult]:
         """``search_batch`` in the lake's search thread."""
-        return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, group_by, context, **overrides))
+        return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, group_by, context, min_relevance, **overrides))
 
     async def _in_worker(self, search: Callable[[], Any]) -> Any:
         """Awaited searches run one at a time in a thread of the lake's: each holds the interpreter's lock
@@ -217,6 +231,9 @@ class GraphLake:
         ``check``: refuse a filter naming a field none of its documents has."""
         if expression is not None and (refusing := unfiltered(op)) is not None:
             raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
+        calibration = warm.calibration(corpus, method)
+        if shown.min_relevance is not None and isinstance(calibration, str):
+            raise RequestError(f"min_relevance: {method!r} on {corpus!r} has no relevance calibration: {calibration}")
         try:
             request = warm.indexes.request(queries, expression, check, pool)
         except FilterError as error:
@@ -230,7 +247,8 @@ class GraphLake:
                 give_memory_back()
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
-        return Searched(corpus, method, warm.version[0], warm.indexes, request, found, round(latency, 3), [*request.notes, *([gap] if gap else [])], k, shown)
+        notes = [*request.notes, *([gap] if gap else [])]
+        return Searched(corpus, method, warm.version[0], warm.indexes, request, found, round(latency, 3), notes, k, shown, calibration)
 
     def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses

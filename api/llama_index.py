@@ -117,5 +117,5 @@ def nodes(result: SearchResult, shown: tuple[str, ...]) -> list[NodeWithScore]:
             id_=hit.node_id, text=hit.context if widened else hit.text, metadata=metadata, excluded_llm_metadata_keys=hidden, excluded_embed_metadata_keys=hidden,
             relationships=related, start_char_idx=hit.context_start if widened else hit.start, end_char_idx=hit.context_end if widened else hit.end,
         )  # fmt: skip
-        found.append(NodeWithScore(node=node, score=hit.score))
+        found.append(NodeWithScore(node=node, score=hit.score if hit.relevance is None else hit.relevance))  # one scale for every method where calibrated
     return found

@@ -27,7 +27,7 @@ class RowsCut(UserWarning):
 
 
 NAMESPACE = "graphlake"  # the key under which a framework's document carries graphlake's provenance
-PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "spans", "context_start", "context_end", "rank", "score", "terms", "snippet")
+PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "spans", "context_start", "context_end", "rank", "score", "relevance", "terms", "snippet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,7 @@ class Hit:
     context: str | None = None
     context_start: int | None = None
     context_end: int | None = None
+    relevance: float | None = None  # the chance a hit so scored is relevant, by its method's calibration here (api/relevance.py); None: uncalibrated
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +75,7 @@ class SearchResult:
     hits: list[Hit]
     notes: list[str]  # what ranked in place of an untrained model, and other caveats of this method here
     snapshots: dict[str, int]  # per corpus searched, its snapshot
+    calibration: str | None = None  # how the hits' relevance was fitted, or why it was not
 
     def provenance(self, hit: Hit) -> dict:
         """What cites ``hit`` and how it was found (corpus, node, document, title, source, offsets, rank,

@@ -9,7 +9,7 @@ from typing import Any
 
 from graphlake.api.results import RequestError, SearchResult
 
-NAMED = ("k", "filter", "method", "group_by", "context")  # the settings every method takes; any other is one of the method's query-time parameters
+NAMED = ("k", "filter", "method", "group_by", "context", "min_relevance")  # the settings every method takes; any other is one of the method's query-time parameters
 
 
 @dataclass(frozen=True)
@@ -20,6 +20,7 @@ class SearchSettings:
     filter: Any
     group_by: str = "span"
     context: int | str | None = None
+    min_relevance: float | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
 
     def updated(self, values: dict[str, Any], where: str) -> SearchSettings:
@@ -30,7 +31,7 @@ class SearchSettings:
         return replace(self, **named, overrides={**self.overrides, **{name: value for name, value in values.items() if name not in NAMED}})
 
     def search(self, lake: Any, query: str) -> SearchResult:
-        return lake.search(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, **self.overrides)
+        return lake.search(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, self.min_relevance, **self.overrides)
 
     async def asearch(self, lake: Any, query: str) -> SearchResult:
-        return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, **self.overrides)
+        return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, self.min_relevance, **self.overrides)

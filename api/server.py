@@ -61,9 +61,10 @@ class _Search(BaseModel):
     filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text
     group_by: Literal["span", "document", "chunk"] = "span"  # api/hit_spans.py: a hit is a span of its document, one a document, or a ranked node
     context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] | Literal["document"] | None = None  # neighbouring nodes a side with each hit, or its document
+    min_relevance: Annotated[float, Field(ge=0, le=1)] | None = None  # api/relevance.py: hits at least this relevant
 
     def shown(self) -> Shown:
-        return Shown(self.group_by, self.context)
+        return Shown(self.group_by, self.context, self.min_relevance)
 
     def overrides(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

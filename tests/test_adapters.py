@@ -228,3 +228,31 @@ def test_hits_are_spans_of_their_document_one_a_document_when_grouped_and_widene
     with pytest.raises(RequestError, match="group_by: one of span, document, chunk, got 'doc'"):
         lake.search("demo", "rrf", QUESTION, group_by="doc")
     remote.close()
+
+
+def test_relevance_is_one_scale_for_every_method_and_a_threshold_means_the_same(served, demo_lake):
+    """Each hit's relevance is its method's score mapped (isotonic, fitted on the stored run's judged test
+    queries) into [0, 1], never rising down the ranking; ``min_relevance`` keeps those above it, the same
+    in process, over HTTP and through LlamaIndex, whose ``SimilarityPostprocessor(similarity_cutoff=0.5)``
+    then keeps what ``min_relevance=0.5`` does, whatever the method's own score scale."""
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+
+    from graphlake.api.llama_index import GraphLakeRetriever
+
+    lake, remote = GraphLake(demo_lake.home), RemoteLake(served.url, api_key=KEY)
+    scales = {}
+    for method in ("bm25", "rrf", "ap_three", "graphlake_ltr"):
+        result = lake.search("demo", method, QUESTION, k=20, group_by="chunk")
+        relevance = [hit.relevance for hit in result.hits]
+        assert result.calibration.startswith("isotonic on 23 judged queries") and all(0 <= r <= 1 for r in relevance), (method, result.calibration)
+        assert relevance == sorted(relevance, reverse=True), method
+        scales[method] = result.hits[0].score
+        kept = lake.search("demo", method, QUESTION, k=20, min_relevance=0.5)
+        assert all(hit.relevance >= 0.5 for hit in kept.hits) and [h.rank for h in kept.hits] == list(range(1, len(kept.hits) + 1))
+        assert remote.search("demo", method, QUESTION, k=20, min_relevance=0.5).hits == kept.hits
+        nodes = SimilarityPostprocessor(similarity_cutoff=0.5).postprocess_nodes(GraphLakeRetriever(lake, "demo", method=method, k=20).retrieve(QUESTION))
+        assert [n.node.node_id for n in nodes] == [h.node_id for h in kept.hits], method
+    assert max(scales.values()) / min(scales.values()) > 100  # the raw scores' scales: far apart
+    with pytest.raises(RequestError, match="min_relevance: a number from 0 to 1"):
+        lake.search("demo", "rrf", QUESTION, min_relevance=2)
+    remote.close()

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
@@ -103,7 +104,7 @@ def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(la
     assert json.loads(built.stdout)["hits"][0]["doc_id"] == "x2"
     from llama_index.core.schema import MetadataMode
 
-    from graphlake.api import open_lake
+    from graphlake.api import RequestError, open_lake
     from graphlake.api.llama_index import GraphLakeRetriever
 
     application = open_lake(lake)
@@ -112,6 +113,9 @@ def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(la
     for metadata in (document.metadata, node.node.metadata):
         cited = metadata.pop("graphlake")
         assert metadata == own[2] and cited["doc_id"] == "x2" and cited["title"] == "T2" and cited["source"] == "crm" and cited["rank"] == 1
+        assert cited["relevance"] is None  # no evaluated run to fit it on
+    with pytest.raises(RequestError, match="'bm25' on 'mine' has no relevance calibration: no stored run of 'bm25' on 'mine' with gold"):
+        application.search("mine", "bm25", "Sentence 2", min_relevance=0.5)
     shown, _, text = node.node.get_content(MetadataMode.LLM).partition("\n\n")  # the user's own title, as chosen
     assert sorted(shown.splitlines()) == ["tags: ['x', 2]", "title: Dr"] and text == "Sentence 2. Another one."
 

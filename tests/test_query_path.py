@@ -93,7 +93,7 @@ def test_a_warm_search_stays_in_the_api_retrieval_and_the_kernels(demo_lake, tmp
     found = json.loads(done.stdout.splitlines()[-1])
     called = found["called"]
     assert {"bm25", "ap_three", "grasp_fused", "graphlake_ltr"} <= set(called)  # the defaults, every one traced
-    assert len(called["ap_three"]) <= 13, called["ap_three"]  # the files docs/architecture.md lists, one a job
+    assert len(called["ap_three"]) <= 15, called["ap_three"]  # the files docs/architecture.md lists, one a job
     assert "kernels/hybrid/graph_index.py" in called["ap_three"]  # the trace reaches the kernel: it can fail
     strays = {name: [f for f in files if f.startswith(("warehouse/", "pipelines/", "assets/"))] for name, files in called.items()}
     assert not any(strays.values()), strays
