@@ -36,7 +36,7 @@ def query(
         str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')
     ] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, corpus, source, start, end, terms, snippet, metadata, chunk, prev_node_id, next_node_id, spans, context, context_start, context_end}], notes}.")
+        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, relevance, corpus, source, start, end, terms, snippet, metadata, chunk, prev_node_id, next_node_id, spans, context, context_start, context_end}], notes, calibration}.")
     ] = False,
     server: Annotated[
         str | None, typer.Option(envvar=SERVER.name, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER.name}).")

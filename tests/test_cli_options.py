@@ -48,10 +48,14 @@ def test_flags_read_as_flags_in_help():
         assert "--json " in text and "<bool>" not in text and "BOOLEAN" not in text, command
 
 
+HIT = {"rank", "node_id", "doc_id", "title", "text", "score", "relevance", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
+HIT |= {"chunk", "prev_node_id", "next_node_id", "spans", "context", "context_start", "context_end"}  # its place in the document, the context asked
+
+
 def test_every_reading_command_prints_its_json_shape(reads_demo):
     query = json.loads(invoke("query", "--corpus", "demo", "--method", "bm25", "--k", "3", "--json", "BenthoCam sled").stdout)
-    assert query["corpus"] == "demo" and query["method"] == "bm25" and query["latency_ms"] >= 0 and query["snapshot"] >= 1
-    assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == {"rank", "node_id", "doc_id", "title", "text", "score", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
+    assert query["corpus"] == "demo" and query["method"] == "bm25" and query["latency_ms"] >= 0 and query["snapshot"] >= 1 and query["calibration"].startswith("isotonic")
+    assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == HIT
     corpora = json.loads(invoke("corpora", "--json").stdout)
     assert corpora[0]["name"] == "demo" and corpora[0]["chunking"] == {"size": 64, "overlap": 12}
     trec = json.loads(invoke("trec", "--corpus", "demo", "--method", "bm25", "--json").stdout)
