@@ -69,9 +69,10 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
     records, documents = indexes.metadata().records, indexes.node_documents()
     stems = query_stems(query)
     hits = []
-    ranked = spans(candidates.rows.tolist(), documents, columns["start"], columns["end"], k, by)
-    score_of = dict(zip(candidates.rows.tolist(), candidates.scores.tolist(), strict=True))
-    relevance = {} if isinstance(calibration, str) else dict(zip(candidates.rows.tolist(), calibration(candidates.scores).tolist(), strict=True))
+    rows = candidates.rows.tolist()
+    ranked = spans(rows, documents, columns["start"], columns["end"], k, by)
+    score_of = dict(zip(rows, candidates.scores.tolist(), strict=True))
+    relevance = {} if isinstance(calibration, str) else dict(zip(rows, calibration(candidates.scores).tolist(), strict=True))
     for rank, span in enumerate(ranked, start=1):
         row = span.rows[0]
         first, last = min(span.rows, key=columns["start"].__getitem__), max(span.rows, key=columns["end"].__getitem__)
