@@ -70,12 +70,15 @@ def test_a_framework_retriever_answers_in_process_and_through_the_server(framewo
     for lake in (in_process, remote):
         if framework == "langchain":
             from langchain_core.documents import Document
+            from langchain_core.runnables import RunnableLambda
 
             from graphlake.api.langchain import GraphLakeRetriever
 
             retriever = lake.as_retriever(corpus="demo", search_kwargs={"k": 3, "filter": "year >= 2016"})
             documents = retriever.invoke(QUESTION)
             assert all(isinstance(d, Document) for d in documents)
+            chain = retriever | RunnableLambda(lambda docs: [d.id for d in docs])  # inside an LCEL chain, its settings hold
+            assert chain.invoke(QUESTION) == chain.batch([QUESTION])[0] == expected
             assert [d.id for d in retriever.invoke(QUESTION, k=1)] == expected[:1]  # per call, over search_kwargs
             assert {d.metadata["year"] for d in retriever.invoke(QUESTION, filter="year < 2016")} <= set(range(2000, 2016))
             assert [d.id for d in GraphLakeRetriever(lake=lake, corpus="demo", k=3, filter="year >= 2016").invoke(QUESTION)] == expected
@@ -227,6 +230,8 @@ def test_hits_are_spans_of_their_document_one_a_document_when_grouped_and_widene
         remote.search("demo", "rrf", QUESTION, group_by="doc")
     with pytest.raises(RequestError, match="group_by: one of span, document, chunk, got 'doc'"):
         lake.search("demo", "rrf", QUESTION, group_by="doc")
+    with pytest.raises(RequestError, match=r"context: neighbouring nodes a side, 0 to \d+, or \"document\", got 'doc'"):
+        lake.search("demo", "rrf", QUESTION, context="doc")
     remote.close()
 
 
