@@ -13,7 +13,7 @@ from graphlake.api.relevance import Calibration
 from graphlake.api.results import Hit, SearchResult
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.tables import CorpusTables
 from graphlake.warehouse.readers.base import CITED_BY
 
 
@@ -24,7 +24,7 @@ class Searched:
     corpus: str
     method: str
     snapshot: int
-    indexes: CorpusIndexes
+    indexes: CorpusTables  # the snapshot's, or with the pending nodes after them (FreshTables)
     request: Request
     found: list[Candidates]
     latency_ms: float  # per query
@@ -32,12 +32,13 @@ class Searched:
     k: int  # hits asked, of the request's pool of ranked nodes
     shown: Shown
     calibration: Calibration | str  # of the method's scores here, or why there is none
+    fresh_from: int | None = None  # the first row of a lake-owned corpus's pending nodes (retrieval/index/fresh.py), when it has some
 
     def result(self, i: int) -> SearchResult:
-        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration)
+        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from)
         notes = [*self.notes, *self.short(len(hits), len(self.found[i].rows))]
         if (least := self.shown.min_relevance) is not None:
-            kept = [replace(hit, rank=rank) for rank, hit in enumerate((hit for hit in hits if hit.relevance >= least), start=1)]
+            kept = [replace(hit, rank=rank) for rank, hit in enumerate((hit for hit in hits if hit.relevance is not None and hit.relevance >= least), start=1)]
             notes += [f"min_relevance {least}: {len(hits) - len(kept)} of {len(hits)} hits below it left out"] if len(kept) < len(hits) else []
             hits = kept
         said = self.calibration if isinstance(self.calibration, str) else self.calibration.said()
@@ -59,9 +60,10 @@ class Searched:
         return [f"{found} of the {k} hits asked: {self.method} ranks no other {which} for this query"]
 
 
-def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str) -> list[Hit]:
+def cited(corpus: str, indexes: CorpusTables, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
     """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
-    its document, with its context when asked and its calibrated relevance where the method has one."""
+    its document, with its context when asked and its calibrated relevance where the method has one (a
+    pending node, row ``fresh_from`` on, ranked by other scores than the method's, has none)."""
     by, context = shown.by, shown.context
     titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
     columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")})
@@ -73,6 +75,7 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
     ranked = spans(rows, documents, columns["start"], columns["end"], k, by)
     score_of = dict(zip(rows, candidates.scores.tolist(), strict=True))
     relevance = {} if isinstance(calibration, str) else dict(zip(rows, calibration(candidates.scores).tolist(), strict=True))
+    pending = len(node_ids) if fresh_from is None else fresh_from
     for rank, span in enumerate(ranked, start=1):
         row = span.rows[0]
         first, last = min(span.rows, key=columns["start"].__getitem__), max(span.rows, key=columns["end"].__getitem__)
@@ -85,17 +88,17 @@ def cited(corpus: str, indexes: CorpusIndexes, query: str, candidates: Candidate
             Hit(
                 rank, node_ids[row], docs[row], titles[docs[row]], text, float(score_of[row]), corpus, source, span.start, span.end, terms, snippet(text, found),
                 dict(record), columns["chunk_idx"][row], node_ids[before[first]] if before[first] >= 0 else None, node_ids[after[last]] if after[last] >= 0 else None,
-                [[span.start, span.end], *span.others], *(around or (None, None, None)), relevance.get(row),
+                [[span.start, span.end], *span.others], *(around or (None, None, None)), relevance.get(row) if row < pending else None, row >= pending,
             )
         )
     return hits
 
 
-def _document_text(indexes: CorpusIndexes, document: int) -> str:
+def _document_text(indexes: CorpusTables, document: int) -> str:
     return indexes.memo(("document texts",), lambda: indexes.documents().column("text").to_pylist())[document]
 
 
-def _context(indexes: CorpusIndexes, document: int, first: int, last: int, before: list[int], after: list[int], columns: dict, context: int | str) -> tuple[str, int, int]:
+def _context(indexes: CorpusTables, document: int, first: int, last: int, before: list[int], after: list[int], columns: dict, context: int | str) -> tuple[str, int, int]:
     """The text around a hit: ``context`` nodes before its first and after its last, or its whole document."""
     text = _document_text(indexes, document)
     if context == "document":

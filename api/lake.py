@@ -18,7 +18,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,8 @@ import pyarrow.compute as pc
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
-from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
+from graphlake.api import writes
+from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.hit_spans import Shown
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
@@ -39,16 +40,19 @@ from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_enco
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.filters import Filter, FilterError
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.fresh import FreshSegment
 from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.retrieval.operators.pending import with_pending
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec, owned_corpus
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
+from graphlake.warehouse.write_log import Write, WriteLog, WriteLogError, folded_through
 
 POOLS = ("k", "candidates", "depth")
 ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop  # an operator's fields that size the candidates it keeps per query
@@ -66,6 +70,7 @@ class _Warm:
     version: tuple[int, int, float]  # the corpus's snapshot, the lake-wide snapshot, methods.yaml's mtime
     indexes: CorpusIndexes
     methods: Methods
+    folded: int = 0  # a lake-owned corpus: the last write its snapshot folded
     gaps: dict[str, str | None] = field(default_factory=dict)  # per method: its note when it loses to its first stage here
 
     def gap(self, corpus: str, method: str) -> str | None:
@@ -96,14 +101,44 @@ class GraphLake:
         self._remote = remote_of(self.home) is not None
         self._snapshots, self._methods_file = str(self.home / SNAPSHOTS), str(self.home / "methods.yaml")
         self._worker = ThreadPoolExecutor(ASYNC_SEARCHES, thread_name_prefix="graphlake-search")  # its thread starts with the first awaited search
+        self._fresh: dict[str, FreshSegment] = {}  # per lake-owned corpus: its pending writes, searchable
+        self._freshening = threading.Lock()
+        self._read: dict[str, dict[int, Write]] = {}  # per lake-owned corpus: the log entries read so far
 
     def corpora(self) -> list[CorpusInfo]:
         lake = LakeStorage(self.home)
-        found = []
-        for name, spec in sorted(CorpusRegistry(self.home).all().items()):
-            partition = {"corpus": name}
-            found.append(CorpusInfo(name=name, format=spec.format, snapshot=lake.snapshot(name).number, nodes=lake.rows("nodes", partition), queries=lake.rows("queries", partition)))
-        return found
+        return [self._info(lake, spec) for _, spec in sorted(CorpusRegistry(self.home).all().items())]
+
+    def _info(self, lake: LakeStorage, spec: CorpusSpec) -> CorpusInfo:
+        partition = {"corpus": spec.name}
+        pending = 0
+        if spec.format == LAKE_OWNED:
+            folded = folded_through(lake, spec.name)
+            pending = sum(1 for seq in WriteLog(self.home, spec.name, lambda: folded).numbers() if seq > folded)
+        return CorpusInfo(spec.name, spec.format, lake.snapshot(spec.name).number, lake.rows("nodes", partition), lake.rows("queries", partition), pending)
+
+    def create_corpus(self, name: str, **settings: Any) -> CorpusInfo:
+        """Declare a corpus the lake owns, filled by ``upsert`` (``settings``: ``chunking``, ``models``,
+        ``train_corpus``, ``alpha_corpus``, as corpora.yaml takes them); declaring one that exists is no error."""
+        registry = CorpusRegistry(self.home)
+        declared = registry.all().get(name) if isinstance(name, str) else None
+        if declared is not None and declared.format != LAKE_OWNED:
+            raise RequestError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
+        if declared is None:
+            try:
+                registry.add(owned_corpus(self.home, name, **settings))
+            except ValueError as error:  # a bad name or setting, as pydantic words it
+                raise RequestError(f"corpus {name!r}: {str(error).splitlines()[-1].strip()}"[:300]) from None
+        return self._info(LakeStorage(self.home), registry.get(name))
+
+    def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
+        """Add or replace documents (``{"id", "text", "title"?, "metadata"?}``) of a corpus the lake owns;
+        acknowledged once durable, searchable by the next search, folded in by the next build."""
+        return writes.upsert(self.home, corpus, documents)
+
+    def delete(self, corpus: str, ids: list[str]) -> Written:
+        """Delete documents of a corpus the lake owns by id; no search returns them once acknowledged."""
+        return writes.delete(self.home, corpus, ids)
 
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
@@ -192,7 +227,18 @@ class GraphLake:
             check_names(name, method)
         check_queries(queries, k)
         expression = parsed_filter(filter)
-        warm = {name: self._current(name) for name in names}
+        overrides = dict(overrides)
+        after = overrides.pop("after_write", None)  # every method takes it: read your writes
+        if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+            raise RequestError(f"after_write: a write's number (what upsert and delete return), got {after!r}"[:200])
+        for attempt in range(2):
+            warm = {name: self._current(name) for name in names}
+            try:
+                fresh = {name: self._pending(name, warm[name], after) for name in names}
+                break
+            except _Trimmed:  # a build committed and trimmed the log meanwhile: read its snapshot
+                if attempt:
+                    raise
         if expression is not None and len(names) > 1:  # a field some corpus has is no typo: the others match nothing by it
             try:
                 DocumentMetadata.check_all(expression, [w.indexes.metadata() for w in warm.values()])
@@ -207,7 +253,7 @@ class GraphLake:
             searched = []
             for name in names:
                 with _built(name):
-                    searched.append(self._search(name, warm[name], method, ops[name], queries, k, pool, expression, len(names) == 1, shown))
+                    searched.append(self._search(name, warm[name], fresh[name], method, ops[name], queries, k, pool, expression, len(names) == 1, shown))
         except BaseException:
             if budget is not None:
                 budget.give_back(cost)
@@ -225,10 +271,12 @@ class GraphLake:
         return each()
 
     def _search(
-        self, corpus: str, warm: _Warm, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown
+        self, corpus: str, warm: _Warm, fresh: FreshSegment | None, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown
     ) -> Searched:
         """One corpus's ``pool`` candidates for every query, ``CHUNK_QUERIES`` at a time, shown as ``k`` hits;
-        ``check``: refuse a filter naming a field none of its documents has."""
+        ``check``: refuse a filter naming a field none of its documents has. With ``fresh`` (a lake-owned
+        corpus's pending writes), the snapshot's nodes of documents written since are masked as a filter
+        masks, and the pending nodes ranked in (``retrieval/operators/pending.py``)."""
         if expression is not None and (refusing := unfiltered(op)) is not None:
             raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
         calibration = warm.calibration(corpus, method)
@@ -238,17 +286,23 @@ class GraphLake:
             request = warm.indexes.request(queries, expression, check, pool)
         except FilterError as error:
             raise RequestError(str(error)) from None
+        if fresh is not None:
+            request = replace(request, allowed=fresh.allowed(request.allowed))
         started, found = time.perf_counter(), []
         for start in range(0, len(queries), CHUNK_QUERIES):
             chunk = request.of(queries[start : start + CHUNK_QUERIES])
             chunk.prime(needs(op))
-            found += op.run_batch(chunk, warm.indexes)
+            ranked = op.run_batch(chunk, warm.indexes)
+            found += ranked if fresh is None else with_pending(op, chunk, warm.indexes, fresh, expression, ranked, pool)
             if len(queries) > CHUNK_QUERIES:
                 give_memory_back()
         latency = (time.perf_counter() - started) * 1000 / len(queries)
         gap = warm.gap(corpus, method)
         notes = [*request.notes, *([gap] if gap else [])]
-        return Searched(corpus, method, warm.version[0], warm.indexes, request, found, round(latency, 3), notes, k, shown, calibration)
+        if fresh is not None:
+            notes.append(f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)")
+        tables = warm.indexes if fresh is None else fresh.tables
+        return Searched(corpus, method, warm.version[0], tables, request, found, round(latency, 3), notes, k, shown, calibration, len(warm.indexes.node_ids) if fresh else None)
 
     def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses
@@ -287,10 +341,45 @@ class GraphLake:
             if warm is None or warm.version != version:
                 pinned = lake.pinned(corpus, LAKE_SCOPE)
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
-                warm = _Warm(version, corpus_indexes(pinned, corpus, registry=registry), load_methods(self.home))
+                folded = folded_through(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
+                warm = _Warm(version, corpus_indexes(pinned, corpus, registry=registry), load_methods(self.home), folded)
                 self._warm[corpus] = warm
             self._stamps[corpus] = stamp
         return warm
+
+    def _pending(self, corpus: str, warm: _Warm, after: int | None) -> FreshSegment | None:
+        """A lake-owned corpus's writes its snapshot has not folded, as a fresh segment (None: none
+        pending); the segment of the writes seen before is kept and grown, their encodings reused."""
+        if warm.indexes.spec.format != LAKE_OWNED:
+            if after is not None:
+                raise RequestError(f"after_write: corpus {corpus!r} takes no writes (it is read from its {warm.indexes.spec.format} source)")
+            return None
+        log = WriteLog(self.home, corpus, lambda: warm.folded)
+        numbers = [seq for seq in log.numbers() if seq > warm.folded]
+        last = numbers[-1] if numbers else warm.folded
+        if after is not None and after > last:
+            raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
+        if not numbers:
+            return None
+        with self._freshening:
+            segment = self._fresh.get(corpus)
+            if segment is not None and segment.indexes is warm.indexes and (segment.through, segment.writes) == (last, len(numbers)):
+                return segment
+            read = self._read.setdefault(corpus, {})
+            for seq in [seq for seq in read if seq <= warm.folded]:
+                del read[seq]
+            for seq in numbers:
+                if seq not in read:
+                    try:
+                        read[seq] = log.read(seq)
+                    except WriteLogError:
+                        if not log.path(seq).exists():
+                            raise _Trimmed from None
+                        raise
+            with _built(corpus):
+                segment = FreshSegment(warm.indexes, [read[seq] for seq in numbers], last, before=segment)
+            self._fresh[corpus] = segment
+        return segment
 
     def _stamp(self, corpus: str) -> tuple[int, ...] | None:
         """When the corpus's and the lake-wide snapshot folders and methods.yaml last changed (a commit
@@ -298,6 +387,10 @@ class GraphLake:
         if self._remote:
             return None
         return tuple(map(_mtime, (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file)))
+
+
+class _Trimmed(Exception):
+    """A log entry a newer snapshot folded was trimmed while an older one was read."""
 
 
 @contextmanager

@@ -27,7 +27,7 @@ class RowsCut(UserWarning):
 
 
 NAMESPACE = "graphlake"  # the key under which a framework's document carries graphlake's provenance
-PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "spans", "context_start", "context_end", "rank", "score", "relevance", "terms", "snippet")
+PROVENANCE = ("corpus", "node_id", "doc_id", "title", "source", "start", "end", "spans", "context_start", "context_end", "rank", "score", "relevance", "fresh", "terms", "snippet")
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +62,7 @@ class Hit:
     context_start: int | None = None
     context_end: int | None = None
     relevance: float | None = None  # the chance a hit so scored is relevant, by its method's calibration here (api/relevance.py); None: uncalibrated
+    fresh: bool = False  # a pending write's, found in the fresh segment (retrieval/index/fresh.py), not yet folded into the graphs
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,12 +86,24 @@ class SearchResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Written:
+    """An acknowledged write: durable in the corpus's log under number ``seq`` (a search given
+    ``after_write=seq`` sees it), searchable in its fresh segment until the next build folds it in."""
+
+    corpus: str
+    seq: int
+    op: str  # upsert | delete
+    documents: int  # upserted or deleted ids, as given
+
+
+@dataclass(frozen=True, slots=True)
 class CorpusInfo:
     name: str
     format: str
     snapshot: int
     nodes: int  # 0 before its nodes are built
     queries: int
+    pending: int = 0  # a lake-owned corpus's writes not yet folded into its snapshot
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from graphlake.cli.app import app, console, errors, fail, print_summary, read_run_config, run_assets
 from graphlake.warehouse.config_files import one_line
-from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, Chunking, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, LAKE_OWNED, Chunking, CorpusRegistry, CorpusSpec, owned_corpus
 from graphlake.warehouse.home import lake_home, require_writable
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
@@ -104,8 +104,8 @@ def _print_methods(report: list[dict], floor: dict[str, float], home: Path, left
 @app.command()
 def ingest(
     format: Annotated[str, typer.Argument(help=f"One of: {', '.join(INGEST_FORMATS)}.")],
-    path: Annotated[Path, typer.Argument(help="The file or folder the format expects (.gz read transparently).")],
     corpus: Annotated[str, typer.Option(help="Name of the corpus (its partition).")],
+    path: Annotated[Path | None, typer.Argument(help="The file or folder the format expects (.gz read transparently); none for api, a corpus the lake owns, filled by the application's writes.")] = None,
     queries: Annotated[
         Path | None, typer.Option(help="Separate query file (files, jsonl: JSON lines {id, text, split?, qrels?: {doc_id: relevance}}; hipporag, spider, bird: their own).")
     ] = None,
@@ -130,6 +130,11 @@ def ingest(
     """Declare a corpus and materialize its ingest and chunking assets."""
     if format not in INGEST_FORMATS:
         fail(f"unknown format {format!r}; one of {', '.join(INGEST_FORMATS)}")
+    if format == LAKE_OWNED:
+        _declare_owned(corpus, path, queries, qrels, _chunking(format, chunk_size, chunk_overlap), train_corpus, alpha_corpus)
+        return
+    if path is None:
+        fail(f"format {format!r} reads a file or folder: give its path")
     for given in (path, queries, qrels):
         if given is not None and not given.exists():
             fail(f"{given}: no such file or folder")
@@ -155,6 +160,22 @@ def ingest(
 
     run_assets(corpus, AssetSelection.groups("ingest", "chunking"), None, "ingest", declare=spec)  # a failed run leaves corpora.yaml as it was
     print_summary(corpus)
+
+
+def _declare_owned(corpus: str, path: Path | None, queries: Path | None, qrels: Path | None, chunking: Chunking | None, train_corpus: str | None, alpha_corpus: str | None) -> None:
+    """Declare a corpus the lake owns: nothing to read yet; the application's writes fill it."""
+    if path is not None or queries is not None or qrels is not None:
+        fail(f"format {LAKE_OWNED!r} reads no file: its documents are what the application writes (GraphLake.upsert, POST /corpora/{{corpus}}/documents)")
+    home = lake_home()
+    registry = CorpusRegistry(home)
+    declared = registry.all().get(corpus)
+    if declared is not None and declared.format != LAKE_OWNED:
+        fail(f"corpus {corpus!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
+    try:
+        registry.add(owned_corpus(home, corpus, **{k: v for k, v in {"chunking": chunking, "train_corpus": train_corpus, "alpha_corpus": alpha_corpus}.items() if v is not None}))
+    except ValueError as error:
+        fail(one_line(error))
+    errors.print(f"declared {corpus!r}, a corpus the lake owns: upsert documents through the API or `graphlake serve`; the reindex sensor or `graphlake materialize --corpus {corpus}` folds them in", highlight=False)
 
 
 def _chunking(format: str, size: int | None, overlap: int | None) -> Chunking | None:

@@ -37,6 +37,7 @@ from dagster._utils import iterate_with_context
 from graphlake.pipelines.staleness import PARTITION_TAG
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.storage import LakeStorage
+from graphlake.warehouse.write_log import trim_folded
 
 _DEFAULT = multi_or_in_process_executor.config_schema.as_field()
 DASK_CONFIG = Field(
@@ -72,6 +73,8 @@ def committed(home: Path, plan_context, events: Iterator, stop_at_failure: bool 
         if not failed:
             snapshots = LakeStorage(home, run.run_id).commit(corpus)
             plan_context.log.info(f"committed snapshot(s) {snapshots}" if snapshots else "nothing new to commit")
+            if corpus and (trimmed := trim_folded(home, corpus)):
+                plan_context.log.info(f"{trimmed} folded write(s) removed from {corpus!r}'s log")
 
 
 class CommittingExecutor(Executor):

@@ -24,6 +24,7 @@ from graphlake.warehouse.config_files import ConfigFileError, key_line, load_map
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
+from graphlake.warehouse.write_log import WRITES
 
 if TYPE_CHECKING:
     from graphlake.warehouse.storage import LakeStorage
@@ -52,6 +53,7 @@ class Chunking(BaseModel):
 # re-chunked; free text is.
 FORMAT_CHUNKING: dict[str, Chunking] = {
     "jsonl": Chunking(size=256, overlap=32),
+    "api": Chunking(size=256, overlap=32),
     "files": Chunking(size=256, overlap=32),
     "demo": Chunking(size=64, overlap=12),
 }
@@ -149,6 +151,13 @@ class CorpusSpec(BaseModel):
 
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
+LAKE_OWNED = "api"  # the format of a corpus whose source is the lake itself: what the application writes
+
+
+def owned_corpus(home: Path, name: str, **settings) -> CorpusSpec:
+    """A corpus the lake owns: its documents are the application's writes (``warehouse/write_log.py``),
+    its source its log folder; ``settings``: chunking, models, train_corpus, alpha_corpus."""
+    return CorpusSpec(name=name, format=LAKE_OWNED, path=str(Path(home).resolve() / WRITES / name), **settings)
 
 
 class UnknownCorpus(KeyError):

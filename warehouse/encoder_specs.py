@@ -352,11 +352,12 @@ def _weights_revision(spec: ModelSpec, cache: Path | None) -> str:
     return "the lake's training"
 
 
-def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> Callable[[list[str]], np.ndarray]:
+def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None, light: bool = False) -> Callable[[list[str]], np.ndarray]:
     """The dense model ``spec`` as one function of texts, resolved once (its folder, or its endpoint),
     so that a warm index calls the encoder itself: its endpoint (answered batches kept in ``cache``), or
     locally ONNX Runtime for ``queries`` and torch for passages (``batch_size`` 0: the encoder's measured
-    best). The one place that tells a hosted model from a local one."""
+    best); ``light``: passages through ONNX Runtime too (within 2e-7 of torch's vectors, without loading
+    torch: a server's few pending passages). The one place that tells a hosted model from a local one."""
     if spec.kind != "dense" or spec.tune:
         raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one" if spec.tune is None else f"model {spec.name!r} is not tuned for this corpus yet")
     side: Side = "query" if queries else "passage"
@@ -366,7 +367,7 @@ def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, c
         settings = spec.endpoint_settings(side)
         # a query waits for one answer within the timeout, not a build's retries: the person asking is waiting
         encode = partial(embed, dataclasses.replace(settings, max_retries=0) if queries else settings, cache=cache)
-    elif queries:
+    elif queries or light:
         from graphlake.common.settings import model_cache
         from graphlake.kernels.text.query_encoders import encode_queries_dense
 

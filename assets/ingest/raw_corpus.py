@@ -7,6 +7,7 @@ from dagster import AssetExecutionContext, AssetOut, MetadataValue, Output, mult
 
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.write_log import record_folded
 
 RAW_TABLES = {
     "documents": "Raw documents (passages, abstracts, files, or serialised table schemas).",
@@ -32,6 +33,8 @@ def raw_corpus(context: AssetExecutionContext, lake: LakeResource):
     yield Output(ingested.queries, "queries", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.queries))})
     yield Output(ingested.qrels, "qrels", metadata={**source, "by_split": MetadataValue.json(_by_split(ingested.qrels))})
     yield Output(ingested.foreign_keys, "foreign_keys", metadata=source)
+    if ingested.log_through is not None:  # a lake-owned corpus: the writes folded, committed with these tables
+        record_folded(lake.storage, spec.name, ingested.log_through)
 
 
 def _by_split(table: pa.Table) -> dict[str, int]:

@@ -27,10 +27,12 @@ from graphlake.warehouse.storage import LakeStorage, StorageError
 def retrieval_texts(nodes: pa.Table, documents: pa.Table) -> list[str]:
     """``title + " " + text`` per node: the input every encoder and index sees (BEIR's convention)."""
     titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
-    return [
-        f"{titles[doc_id]} {text}".strip() if titles[doc_id] else text
-        for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
-    ]
+    return [retrieval_text(titles[doc_id], text) for doc_id, text in zip(nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)]
+
+
+def retrieval_text(title: str, text: str) -> str:
+    """One node's ``title + " " + text``."""
+    return f"{title} {text}".strip() if title else text
 
 
 def numbers(array: pa.Array) -> np.ndarray:

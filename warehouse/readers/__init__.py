@@ -25,6 +25,7 @@ _READERS = {  # format -> (module of this package, function)
     "jsonl": ("jsonl", "read"),
     "files": ("files", "read"),
     "demo": ("demo", "read"),
+    "api": ("lake_owned", "read"),
 }
 
 

@@ -75,6 +75,7 @@ class Ingested:
     qrels: pa.Table
     foreign_keys: pa.Table
     notes: list[str] = field(default_factory=list)
+    log_through: int | None = None  # a lake-owned corpus: the last write of its log these documents hold
 
 
 # ---------------------------------------------------------------- reading files

@@ -1,0 +1,200 @@
+"""The fresh segment of a lake-owned corpus: its pending writes (``warehouse/write_log.py``), chunked and
+encoded by the corpus's own models into a small BM25, dense and SPLADE index that a search reads beside
+the committed snapshot (the growing segment of Milvus, Lucene's near-real-time reader), until the next
+build folds them in.
+
+Its scores are the snapshot's: the same dense and SPLADE models, and BM25 weights computed with the
+snapshot's document frequencies and mean length (a word no committed node has cannot match: queries are
+tokenised with the snapshot's vocabulary; the dense and SPLADE signals still find the document). The
+snapshot's nodes of a document written since are masked, as a filter masks (``allowed``). Its rows follow
+the snapshot's: row ``len(snapshot) + i`` is its node ``i``, and ``FreshTables`` answers for both, so a
+hit on a pending document cites it like any other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+
+from graphlake.kernels.results import Allowed
+from graphlake.retrieval.core import Candidates
+from graphlake.retrieval.filters import Filter
+from graphlake.retrieval.index.metadata import DocumentMetadata
+from graphlake.retrieval.index.tables import CorpusTables, retrieval_text
+from graphlake.warehouse.encoder_specs import dense_encoder
+from graphlake.warehouse.readers.lake_owned import apply
+from graphlake.warehouse.tables import row_schema
+from graphlake.warehouse.write_log import Write
+
+if TYPE_CHECKING:
+    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+
+SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
+_NODES = pa.schema([("node_id", pa.string()), ("doc_id", pa.string()), ("chunk_idx", pa.int32()), ("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())])
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """One pending document's nodes (their offsets) and vectors, reused while its title and text stay."""
+
+    title: str
+    text: str
+    spans: list[tuple[int, int]]
+    dense: np.ndarray
+    splade: sp.csr_matrix
+    lengths: np.ndarray  # per node, its BM25 length
+
+
+class FreshSegment:
+    """The writes pending on one snapshot of a corpus (every one after the number it folded, through
+    ``through``), ready to search; ``before``: the segment of fewer of them, whose encodings it reuses."""
+
+    def __init__(self, indexes: CorpusIndexes, writes: list[Write], through: int, before: FreshSegment | None = None) -> None:
+        self.indexes, self.corpus, self.through, self.writes = indexes, indexes.corpus, through, len(writes)
+        live: dict[str, dict] = {}
+        for write in writes:
+            apply(live, write, self.corpus)
+        self.touched = sorted({doc_id for write in writes for doc_id in write.doc_ids})  # masked in the snapshot
+        self.present = dict(sorted(live.items()))  # the pending documents, as the documents table will hold them
+        reused = before.encoded if before is not None and before.indexes is indexes else {}
+        self.encoded = {d: e for d, e in reused.items() if d in live and (e.title, e.text) == (live[d]["title"], live[d]["text"])}
+        self._encode([d for d in self.present if d not in self.encoded])
+
+    def __len__(self) -> int:
+        """Its nodes."""
+        return sum(len(e.spans) for e in self.encoded.values())
+
+    @cached_property
+    def masked(self) -> np.ndarray:
+        """Per snapshot node row, whether a pending write replaced or deleted its document."""
+        return np.isin(self.indexes.doc_ids(), self.touched) if self.touched else np.zeros(len(self.indexes.node_ids), bool)
+
+    def allowed(self, allowed: Allowed | None) -> Allowed | None:
+        """The snapshot rows a search may return: those the filter allows, less the masked ones."""
+        if not self.masked.any():
+            return allowed
+        mask = ~self.masked if allowed is None else allowed.mask & ~self.masked
+        return Allowed(mask, np.flatnonzero(mask).astype(np.int64), f"{allowed.key if allowed else ''} less writes through {self.through}")
+
+    def pending_allowed(self, expression: Filter | None) -> np.ndarray | None:
+        """Per pending node, whether ``expression`` allows it (None: no filter)."""
+        if expression is None or not self.present:
+            return None
+        documents = DocumentMetadata(self.corpus, self.tables.pending_documents).select(expression)
+        return np.repeat(documents, [len(self.encoded[d].spans) for d in self.present])
+
+    def search(self, signal: str, queries: list[str], encoded: np.ndarray | sp.csr_matrix | None, k: int, allowed: np.ndarray | None) -> list[Candidates]:
+        """Each query's top ``k`` pending nodes by ``signal`` (``SIGNALS``; ``encoded``: the queries' dense
+        rows or SPLADE weights), on the snapshot's scale, rows past the snapshot's; ``allowed``: a mask
+        over the pending nodes."""
+        dense, splade, bm25 = self._matrices
+        if signal == "dense":
+            scores = np.asarray(encoded, np.float32).reshape(len(queries), -1) @ dense.T
+        elif signal == "splade":
+            scores = np.asarray((encoded @ splade.T).todense())
+        else:
+            scores = np.asarray((self.indexes.bm25.token_counts(queries) @ bm25.T).todense())
+        offset, found = len(self.indexes.node_ids), []
+        for row in np.asarray(scores, np.float64).reshape(len(queries), len(self)):
+            keep = np.ones(len(row), bool) if signal == "dense" else row > 0  # as the snapshot's: no shared term, no result
+            if allowed is not None:
+                keep &= allowed
+            rows = np.flatnonzero(keep)
+            best = rows[np.lexsort((rows, -row[rows]))][:k]
+            found.append(Candidates(best + offset, row[best]))
+        return found
+
+    @cached_property
+    def tables(self) -> FreshTables:
+        return FreshTables(self.indexes, self)
+
+    @cached_property
+    def _matrices(self) -> tuple[np.ndarray, sp.csr_matrix, sp.csr_matrix]:
+        """The pending nodes' dense rows, SPLADE rows and BM25 weights, in node order."""
+        encoded = [self.encoded[d] for d in self.present]
+        if not encoded:
+            return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), sp.csr_matrix((0, 1), dtype=np.float32)
+        indexes = self.indexes
+        mean = indexes.memo(("bm25 mean length",), lambda: float(np.mean(_token_lengths(indexes.texts()))))
+        texts = self.tables.texts()[len(indexes.node_ids) :]
+        bm25 = indexes.bm25.weights_of(texts, np.concatenate([e.lengths for e in encoded]), mean)
+        return np.concatenate([e.dense for e in encoded]), sp.vstack([e.splade for e in encoded], format="csr"), bm25
+
+    def _encode(self, doc_ids: list[str]) -> None:
+        """Chunk the documents as the build will, and encode their nodes by the corpus's models."""
+        if not doc_ids:
+            return
+        from graphlake.common.settings import model_cache
+        from graphlake.kernels.text.chunking import chunk_texts
+        from graphlake.kernels.text.query_encoders import encode_queries_splade
+
+        indexes, rows = self.indexes, [self.present[d] for d in doc_ids]
+        chunking = indexes.spec.effective_chunking
+        spans = [[(c.start, c.end) for c in chunks] for chunks in chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)]
+        texts = [retrieval_text(r["title"], r["text"][s:e]) for r, pieces in zip(rows, spans, strict=True) for s, e in pieces]
+        dense = dense_encoder(indexes.model("dense"), light=True)(texts)
+        splade = encode_queries_splade(texts, indexes.splade_folder(), model_cache())
+        lengths, at = _token_lengths(texts), 0
+        for doc_id, row, pieces in zip(doc_ids, rows, spans, strict=True):
+            n = len(pieces)
+            self.encoded[doc_id] = Encoded(row["title"], row["text"], pieces, dense[at : at + n], splade[at : at + n], lengths[at : at + n])
+            at += n
+
+
+class FreshTables(CorpusTables):
+    """The snapshot's nodes and documents with the pending ones after them: what hits are made from."""
+
+    def __init__(self, indexes: CorpusIndexes, fresh: FreshSegment) -> None:
+        super().__init__(indexes.lake, indexes.corpus, indexes.registry)
+        self.snapshot, self.fresh = indexes, fresh
+
+    @cached_property
+    def pending_documents(self) -> pa.Table:
+        return pa.Table.from_pylist(list(self.fresh.present.values()), row_schema("documents"))
+
+    @cached_property
+    def pending_nodes(self) -> pa.Table:
+        rows = [
+            {"node_id": f"{d}#{i}", "doc_id": d, "chunk_idx": i, "text": row["text"][s:e], "start": s, "end": e}
+            for d, row in self.fresh.present.items()
+            for i, (s, e) in enumerate(self.fresh.encoded[d].spans)
+        ]
+        return pa.Table.from_pylist(rows, _NODES)
+
+    @cached_property
+    def node_ids(self) -> list[str]:
+        return self.snapshot.node_ids + self.pending_nodes.column("node_id").to_pylist()
+
+    def nodes(self) -> pa.Table:
+        return self.memo(("nodes",), lambda: pa.concat_tables([self.snapshot.nodes().select(_NODES.names).cast(_NODES), self.pending_nodes]))
+
+    def documents(self) -> pa.Table:
+        names = self.pending_documents.column_names
+        return self.memo(("documents",), lambda: pa.concat_tables([self.snapshot.documents().select(names).cast(self.pending_documents.schema), self.pending_documents]))
+
+    def node_documents(self) -> np.ndarray:
+        def positions() -> np.ndarray:
+            offset = self.snapshot.documents().num_rows
+            where = {d: offset + i for i, d in enumerate(self.fresh.present)}
+            pending = np.fromiter((where[d] for d in self.pending_nodes.column("doc_id").to_pylist()), dtype=np.int64)
+            return np.concatenate([self.snapshot.node_documents(), pending])
+
+        return self.memo(("node documents",), positions)
+
+    def texts(self) -> list[str]:
+        pending = [retrieval_text(self.fresh.present[d]["title"], text) for d, text in zip(*(self.pending_nodes.column(c).to_pylist() for c in ("doc_id", "text")), strict=True)]
+        return self.memo(("texts",), lambda: self.snapshot.texts() + pending)
+
+    def doc_ids(self) -> np.ndarray:
+        return self.memo(("doc_ids",), lambda: np.concatenate([self.snapshot.doc_ids(), np.asarray(self.pending_nodes.column("doc_id").to_pylist(), dtype=object)]))
+
+
+def _token_lengths(texts: list[str]) -> np.ndarray:
+    from graphlake.kernels.text.bm25 import token_lengths
+
+    return token_lengths(texts)

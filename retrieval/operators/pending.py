@@ -1,0 +1,77 @@
+"""A method's ranking with a lake-owned corpus's pending documents in it (``retrieval/index/fresh.py``).
+
+A first stage (BM25, dense, its HNSW, SPLADE) ranks the pending nodes by its own score, on the snapshot's
+scale, and the two lists merge by score: what the folded lake will rank, up to BM25's words new to the
+corpus. A method that needs the graphs (and the fusions above them) cannot rank a node its graphs do not
+hold until the next build, so pending nodes go through its first stages instead: each is placed where
+the reciprocal-rank fusion of BM25, dense and SPLADE over snapshot and pending nodes together puts it
+among the snapshot's nodes, with the score of its place (the hit says it is fresh).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from graphlake.retrieval.core import Candidates, Op, Request
+from graphlake.retrieval.filters import Filter
+from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.fresh import SIGNALS, FreshSegment
+from graphlake.retrieval.operators.vector import BM25, RRF, Dense, Splade
+
+FIRST_STAGES = {"bm25": "bm25", "dense": "dense", "dense_hnsw": "dense", "splade": "splade"}  # a first stage's op: the signal it ranks by
+CONSTANT = 60.0  # the reciprocal-rank constant of the placement (rrf's default)
+
+
+def with_pending(op: Op, request: Request, indexes: CorpusIndexes, fresh: FreshSegment, expression: Filter | None, found: list[Candidates], pool: int) -> list[Candidates]:
+    """``found`` (the method's ranking of the snapshot, masked by ``request``) with the pending nodes
+    ``expression`` allows in their places, ``pool`` long."""
+    if not fresh.present:
+        return found
+    request.prime({"dense", "splade"})
+    allowed = fresh.pending_allowed(expression)
+    encodings = {
+        "bm25": None,
+        "dense": np.stack([request.dense(q) for q in request.queries]),
+        "splade": _rows([request.splade(q) for q in request.queries]),
+    }
+    pending = {signal: fresh.search(signal, request.queries, encodings[signal], pool, allowed) for signal in SIGNALS}
+    signal = FIRST_STAGES.get(getattr(op, "op", ""))
+    if signal is not None:
+        return [_by_score(mine, theirs, pool) for mine, theirs in zip(found, pending[signal], strict=True)]
+    stages = [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]  # SIGNALS' order
+    fusion = RRF(op="rrf", inputs=stages, k=2 * pool, constant=CONSTANT)
+    snapshot = [stage.run_batch(request, indexes) for stage in stages]
+    placed = []
+    for i, ranked in enumerate(found):
+        merged = [_by_score(snapshot[s][i], pending[signal][i], pool) for s, signal in enumerate(SIGNALS)]
+        placed.append(_placed(ranked, fusion.fuse(merged), len(indexes.node_ids), pool))
+    return placed
+
+
+def _by_score(mine: Candidates, theirs: Candidates, k: int) -> Candidates:
+    """Two rankings on one scale, merged (ties: the snapshot's node first)."""
+    rows, scores = np.concatenate([mine.rows, theirs.rows]), np.concatenate([mine.scores, theirs.scores]).astype(np.float64)
+    order = np.argsort(-scores, kind="stable")[:k]
+    return Candidates(rows[order], scores[order], mine.meta)
+
+
+def _placed(ranked: Candidates, fused: Candidates, snapshot_rows: int, k: int) -> Candidates:
+    """``ranked`` with each pending node of ``fused`` inserted after as many of ``ranked``'s nodes as the
+    fusion puts before it, with the score of its place (the next node's, the last one's at the end), so
+    that the scores stay ordered for whatever sorts by them."""
+    is_pending = fused.rows >= snapshot_rows
+    if not is_pending.any():
+        return ranked
+    ahead = np.cumsum(~is_pending)[is_pending]  # snapshot nodes the fusion ranks above each pending one
+    rows, scores = ranked.rows.tolist(), ranked.scores.astype(np.float64).tolist()
+    for inserted, (row, place) in enumerate(zip(fused.rows[is_pending].tolist(), ahead.tolist(), strict=True)):
+        at = min(int(place) + inserted, len(rows))
+        rows.insert(at, row)
+        scores.insert(at, scores[at] if at < len(scores) else scores[-1] if scores else 0.0)
+    return Candidates(np.asarray(rows[:k], np.int64), np.asarray(scores[:k]), ranked.meta)
+
+
+def _rows(rows: list):
+    import scipy.sparse as sp
+
+    return sp.vstack(rows, format="csr")
