@@ -10,9 +10,10 @@ import weakref
 from typing import Any
 
 import httpx
+from urllib.parse import quote
 import pyarrow as pa
 
-from graphlake.api.results import CorpusInfo, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 
@@ -23,8 +24,8 @@ class ServerError(RuntimeError):
 
 class RemoteLake:
     """The lake a server at ``url`` serves, with ``GraphLake``'s calls: ``search`` and ``search_batch``
-    (and their awaitable ``asearch`` and ``asearch_batch``), ``corpora``, ``methods``, ``warm``, ``sql``
-    and ``as_retriever``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
+    (and their awaitable ``asearch`` and ``asearch_batch``), ``corpora``, ``methods``, ``warm``, ``sql``,
+    ``create_corpus``, ``upsert``, ``delete`` and ``as_retriever``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/")
@@ -54,6 +55,18 @@ class RemoteLake:
 
     def methods(self) -> list[MethodInfo]:
         return [MethodInfo(**item) for item in self._read(self._send("GET", "/methods", None))]
+
+    def create_corpus(self, name: str) -> CorpusInfo:
+        """Have the server declare a corpus its lake owns."""
+        return CorpusInfo(**self._post("/corpora", {"name": name}))
+
+    def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
+        """Add or replace documents of a corpus the lake owns, as ``GraphLake.upsert``."""
+        return Written(**self._post(f"/corpora/{quote(corpus, safe='')}/documents", {"documents": documents}))
+
+    def delete(self, corpus: str, ids: list[str]) -> Written:
+        """Delete documents of a corpus the lake owns by id, as ``GraphLake.delete``."""
+        return Written(**self._read(self._send("DELETE", f"/corpora/{quote(corpus, safe='')}/documents", {"ids": ids})))
 
     def warm(self, corpus: str, method: str) -> None:
         """Have the server load what ``method`` reads on ``corpus`` now."""

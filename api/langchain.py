@@ -11,11 +11,14 @@ document, source, offsets, rank, score, method, snapshot, matched terms) sit bes
 
 The settings are LangChain's: ``k``, ``filter``, ``method`` and any query-time parameter of the method
 (``methods()`` lists them) set as fields, in ``search_kwargs``, or per call (``invoke(q, k=1)``), each
-over the one before; a setting the method does not take is refused, not dropped.
+over the one before; a setting the method does not take is refused, not dropped. On a corpus the lake
+owns, ``add_documents`` and ``delete`` write to it, as a ``VectorStoreRetriever``'s do.
 """
 
 from __future__ import annotations
 
+import asyncio
+import uuid
 from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -23,8 +26,8 @@ from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field
 
-from graphlake.api.results import NAMESPACE, SearchResult
-from graphlake.api.retriever_settings import SearchSettings
+from graphlake.api.results import NAMESPACE, RequestError, SearchResult
+from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
 
 
 class GraphLakeRetriever(BaseRetriever):
@@ -47,6 +50,30 @@ class GraphLakeRetriever(BaseRetriever):
 
     async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun, **call: Any) -> list[Document]:
         return documents(await self._settings(call).asearch(self.lake, query))
+
+    def add_documents(self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        """Upsert ``documents`` into the corpus (one the lake owns), as LangChain's ``VectorStoreRetriever``
+        does: ids from ``ids``, else each document's own, else new ones; the ids, once the write is durable."""
+        if kwargs:
+            raise RequestError(f"add_documents: unknown argument {sorted(kwargs)[0]!r} (it takes documents and ids)")
+        given = list(ids) if ids is not None else [document.id or uuid.uuid4().hex for document in documents]
+        if len(given) != len(documents):
+            raise RequestError(f"add_documents: {len(given)} ids for {len(documents)} documents")
+        self.lake.upsert(written_corpus(self.corpus), [upserted(i, document.page_content, document.metadata) for i, document in zip(given, documents, strict=True)])
+        return given
+
+    async def aadd_documents(self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any) -> list[str]:
+        return await asyncio.to_thread(self.add_documents, documents, ids, **kwargs)
+
+    def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        """Delete the documents ``ids`` from the corpus (one the lake owns); True once the write is durable."""
+        if not ids or kwargs:
+            raise RequestError("delete: give the ids of the documents to delete (nothing else)")
+        self.lake.delete(written_corpus(self.corpus), list(ids))
+        return True
+
+    async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
+        return await asyncio.to_thread(self.delete, ids, **kwargs)
 
 
 def documents(result: SearchResult) -> list[Document]:

@@ -19,11 +19,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from llama_index.core.retrievers import BaseRetriever
-from llama_index.core.schema import NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
+from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, QueryBundle, RelatedNodeInfo, TextNode
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from graphlake.api.results import NAMESPACE, RequestError, SearchResult
-from graphlake.api.retriever_settings import SearchSettings
+from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
 
 _SAME = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 _LISTED = {FilterOperator.IN: "in", FilterOperator.ANY: "in"}  # ANY: a list field holding any of the values, as graphlake's in means on lists
@@ -100,6 +100,20 @@ class GraphLakeRetriever(BaseRetriever):
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
         return nodes(await self.settings.asearch(self.lake, query_bundle.query_str), self.llm_metadata)
+
+    def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        """Upsert ``nodes`` (documents or text nodes, each kept whole under its id) into the corpus (one
+        the lake owns), as a LlamaIndex vector store's ``add``; their ids, once the write is durable."""
+        if kwargs:
+            raise RequestError(f"add: unknown argument {sorted(kwargs)[0]!r}")
+        self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), node.metadata) for node in nodes])
+        return [node.node_id for node in nodes]
+
+    def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
+        """Delete the document ``ref_doc_id`` from the corpus (one the lake owns), as a vector store's ``delete``."""
+        if kwargs:
+            raise RequestError(f"delete: unknown argument {sorted(kwargs)[0]!r}")
+        self.lake.delete(written_corpus(self.settings.corpus), [ref_doc_id])
 
 
 def nodes(result: SearchResult, shown: tuple[str, ...]) -> list[NodeWithScore]:

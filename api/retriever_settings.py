@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from graphlake.api.results import RequestError, SearchResult
+from graphlake.api.results import NAMESPACE, RequestError, SearchResult
 
 NAMED = ("k", "filter", "method", "group_by", "context", "min_relevance")  # the settings every method takes; any other is one of the method's query-time parameters
 
@@ -35,3 +35,18 @@ class SearchSettings:
 
     async def asearch(self, lake: Any, query: str) -> SearchResult:
         return await lake.asearch(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, self.min_relevance, **self.overrides)
+
+
+def written_corpus(corpus: str | list[str]) -> str:
+    """The one corpus a retriever writes to; a retriever over several takes no writes."""
+    if not isinstance(corpus, str):
+        raise RequestError(f"a retriever over several corpora ({', '.join(corpus)}) takes no writes: write through one corpus's retriever or the lake")
+    return corpus
+
+
+def upserted(doc_id: str, text: str, metadata: dict[str, Any]) -> dict[str, Any]:
+    """A framework's document as the lake takes it: its metadata as given, less graphlake's provenance
+    (a retrieved document written back), and its ``title`` field as its title."""
+    own = {key: value for key, value in metadata.items() if key != NAMESPACE}
+    title = own.get("title")
+    return {"id": doc_id, "text": text, "title": title if isinstance(title, str) else "", "metadata": own}

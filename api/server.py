@@ -1,7 +1,9 @@
 """``graphlake serve``: the API over HTTP (FastAPI on uvicorn), bound to 127.0.0.1 unless told otherwise.
 
 ``POST /search`` and ``POST /search/batch`` answer what :meth:`GraphLake.search` and ``search_batch``
-return (a batch streamed, one query's answer at a time); ``POST /sql`` a read-only statement's rows
+return (a batch streamed, one query's answer at a time); ``POST /corpora`` declares a corpus the lake
+owns, ``POST`` and ``DELETE /corpora/{corpus}/documents`` upsert and delete its documents (answered once
+durable); ``POST /sql`` a read-only statement's rows
 (an Arrow IPC stream), ``POST /warm`` loads a method's indexes; ``GET`` (and ``HEAD``) ``/corpora``,
 ``/methods`` and ``/health``; the OpenAPI docs at ``/docs``. With ``$GRAPHLAKE_API_KEY`` set, every
 route but ``/health`` wants it, as ``Authorization: Bearer <key>`` (the scheme in any case, as HTTP
@@ -35,7 +37,9 @@ from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, erro
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.lake import GraphLake
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
-from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName
+from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.writes import MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
+from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.core import OPERATORS
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
@@ -62,12 +66,13 @@ class _Search(BaseModel):
     group_by: Literal["span", "document", "chunk"] = "span"  # api/hit_spans.py: a hit is a span of its document, one a document, or a ranked node
     context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] | Literal["document"] | None = None  # neighbouring nodes a side with each hit, or its document
     min_relevance: Annotated[float, Field(ge=0, le=1)] | None = None  # api/relevance.py: hits at least this relevant
+    after_write: Annotated[int, Field(ge=0)] | None = None  # a lake-owned corpus: see the writes up to this number (read your writes)
 
     def shown(self) -> Shown:
         return Shown(self.group_by, self.context, self.min_relevance)
 
     def overrides(self) -> dict[str, Any]:
-        return dict(self.model_extra or {})
+        return {**(self.model_extra or {}), **({"after_write": self.after_write} if self.after_write is not None else {})}
 
 
 class SearchRequest(_Search):
@@ -90,6 +95,35 @@ class WarmRequest(BaseModel):
 
     corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+
+
+class DocumentBody(BaseModel):
+    """One upserted document; anything else about it goes in its metadata."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    title: str = Field("", max_length=MAX_TITLE_CHARS)
+    metadata: dict[str, Any] = {}
+
+
+class UpsertRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    documents: list[DocumentBody] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
+
+
+class DeleteRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
+
+
+class CorpusRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
 
 
 class Health(BaseModel):
@@ -166,6 +200,21 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     @app.api_route("/methods", methods=["GET", "HEAD"])
     def methods() -> list[MethodInfo]:
         return lake.methods()
+
+    @app.post("/corpora")
+    def create_corpus(request: CorpusRequest) -> CorpusInfo:
+        """Declare a corpus the lake owns (no error if it exists), filled by the writes below."""
+        return lake.create_corpus(request.name)
+
+    @app.post("/corpora/{corpus}/documents")
+    def upsert(corpus: str, request: UpsertRequest) -> Written:
+        """Add or replace documents of a corpus the lake owns; answered once the write is durable, with its number."""
+        return lake.upsert(corpus, [document.model_dump() for document in request.documents])
+
+    @app.delete("/corpora/{corpus}/documents")
+    def delete(corpus: str, request: DeleteRequest) -> Written:
+        """Delete documents of a corpus the lake owns by id; answered once the write is durable, with its number."""
+        return lake.delete(corpus, request.ids)
 
     @app.post("/warm")
     def warm(request: WarmRequest) -> Health:
