@@ -10,7 +10,7 @@ from graphlake.assets.edge_checks import edge_checks, mentions_match_df
 from graphlake.assets.method_runs import method_assets
 from graphlake.assets.report import report_asset
 from graphlake.pipelines.committing_executor import committing_executor
-from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, reindex_schedule
+from graphlake.pipelines.reindex import INDEX_JOB, corpus_change_sensor, pending_writes_sensor, reindex_schedule
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.home import lake_home
@@ -61,7 +61,7 @@ def build_definitions(home: Path) -> Definitions:
         asset_checks=CHECKS,
         resources=resources(home),
         jobs=[index_corpus(home), ingest_corpus, evaluate],
-        sensors=[corpus_change_sensor],
+        sensors=[corpus_change_sensor, pending_writes_sensor],
         schedules=[reindex_schedule()],
         executor=committing_executor(home),
     )

@@ -1,6 +1,7 @@
 """Incremental reindexing: the change sensor and the reindex schedule re-index exactly the declared
 corpora whose declaration or raw files changed since their last build, and of each only the steps
-its changes reach (``staleness.plan_build``).
+its changes reach (``staleness.plan_build``); the fold sensor folds a lake-owned corpus's pending
+writes in once they are many or old enough.
 
 A corpus's source fingerprint digests its registry entry and the size and mtime of every raw file.
 Every full build of a corpus (these requests, and ``graphlake materialize`` without ``--select``)
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 from dagster import (
@@ -31,12 +33,13 @@ from dagster import (
     sensor,
 )
 
-from graphlake.common.settings import HOME, REINDEX_CRON
+from graphlake.common.settings import FOLD_AGE_S, FOLD_WRITES, HOME, REINDEX_CRON
 from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, dagster_command, prepare_dagster_home
 from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
-from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.write_log import corpus_log, pending_writes
 
 INDEX_JOB = "index_corpus"
 CRON_ENV = REINDEX_CRON.name
@@ -68,6 +71,31 @@ def corpus_change_sensor(context: SensorEvaluationContext, lake: LakeResource):
     stale = stale_corpora(context.instance, lake.registry)
     # keyed by fingerprint: Dagster never requests one key twice, so a change is built once
     return [reindex_request(context, lake, name, digest, f"{name}:{digest}") for name, digest in stale.items()]
+
+
+@sensor(
+    job_name=INDEX_JOB,
+    minimum_interval_seconds=30,
+    default_status=DefaultSensorStatus.STOPPED,
+    description=f"Folds the pending writes of each corpus the lake owns into its tables, graphs and indexes once they number {FOLD_WRITES.name} or the oldest is {FOLD_AGE_S.name} seconds old.",
+)
+def pending_writes_sensor(context: SensorEvaluationContext, lake: LakeResource):
+    requests = []
+    for name, spec in sorted(lake.registry.all().items()):
+        pending = pending_writes(Path(lake.home), name) if spec.format == LAKE_OWNED else []
+        if not pending or not due(Path(lake.home), name, pending):
+            continue
+        if context.instance.get_run_records(RunsFilter(tags={PARTITION_TAG: name}, statuses=COVERING[1:]), limit=1):
+            continue  # a build of the corpus is under way: what it did not fold, the next tick sees
+        requests.append(reindex_request(context, lake, name, source_fingerprint(spec), f"{name}:fold:{pending[-1]}"))
+    return requests or SkipReason("no corpus the lake owns has writes due to be folded")
+
+
+def due(home: Path, corpus: str, pending: list[int]) -> bool:
+    """Whether ``corpus``'s pending writes are many enough, or the oldest old enough, to fold now."""
+    if len(pending) >= FOLD_WRITES.number():
+        return True
+    return time.time() - corpus_log(home, corpus).read(pending[0]).at >= FOLD_AGE_S.number()
 
 
 def reindex_request(context: SensorEvaluationContext | ScheduleEvaluationContext, lake: LakeResource, corpus: str, digest: str, run_key: str) -> RunRequest:
@@ -103,7 +131,7 @@ def switch(home: Path, on: bool) -> None:
     Dagster's own commands (they load the code location, as the daemon will)."""
     env = {**os.environ, HOME.name: str(home), "DAGSTER_HOME": str(prepare_dagster_home(home))}
     verb = "start" if on else "stop"
-    for kind, name in (("schedule", "reindex_schedule"), ("sensor", corpus_change_sensor.name)):
+    for kind, name in (("schedule", "reindex_schedule"), ("sensor", corpus_change_sensor.name), ("sensor", pending_writes_sensor.name)):
         done = subprocess.run([dagster_command(), kind, verb, name, "-m", DEFINITIONS_MODULE], env=env, cwd=env["DAGSTER_HOME"], capture_output=True, text=True)
         if done.returncode != 0 and "already" not in done.stdout + done.stderr:
             lines = [line for line in (done.stderr or done.stdout).splitlines() if line.strip()]
@@ -119,4 +147,5 @@ def switches(home: Path) -> dict[str, tuple[str, str, str]]:
     return {
         "reindex_schedule": ("schedule", "on" if "reindex_schedule" in running else "off", f"cron '{cron}' (UTC)"),
         corpus_change_sensor.name: ("sensor", "on" if corpus_change_sensor.name in running else "off", "every 5 minutes"),
+        pending_writes_sensor.name: ("sensor", "on" if pending_writes_sensor.name in running else "off", f"every 30 s: {FOLD_WRITES.text()} writes or {FOLD_AGE_S.text()} s"),
     }

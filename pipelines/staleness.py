@@ -29,10 +29,11 @@ from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.queries import has_train_queries
 from graphlake.retrieval.methods import load_methods
-from graphlake.warehouse.corpora import CorpusSpec
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusSpec
 from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.readers.base import IngestError
 from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.warehouse.write_log import pending_writes
 
 
 QUERY_TABLES = ("runs", "metrics", "query_metrics")  # what a method's run and evaluation assets write
@@ -42,8 +43,10 @@ PARTITION_TAG = "dagster/partition"
 
 
 def source_fingerprint(spec: CorpusSpec) -> str:
+    """The corpus's declaration and its raw files' sizes and times; a lake-owned corpus's log is no raw
+    file (its writes are folded by count and age: ``pipelines/reindex.py``'s fold sensor)."""
     digest = hashlib.blake2b(spec.model_dump_json().encode(), digest_size=16)
-    for root in filter(None, (spec.path, spec.queries, spec.qrels)):
+    for root in filter(None, (spec.path if spec.format != LAKE_OWNED else None, spec.queries, spec.qrels)):
         root_path = Path(root)
         files = sorted(root_path.rglob("*")) if root_path.is_dir() else [root_path]
         for path in files:
@@ -63,6 +66,9 @@ def plan_build(home: Path, spec: CorpusSpec, graph, keys: set[AssetKey], instanc
         raw = {AssetKey(name) for name in RAW_TABLES} & keys
         changed = changed_raw_tables(home, spec)
         return raw | _stale(home, corpus, graph, keys, instance, {AssetKey(name) for name in changed} & keys)
+    if spec.format == LAKE_OWNED and pending_writes(home, corpus):  # writes to fold: the ingest step reads them, and what they change runs
+        changed = {AssetKey(name) for name in changed_raw_tables(home, spec)} & keys
+        return ({AssetKey(name) for name in RAW_TABLES} & keys) | _stale(home, corpus, graph, keys, instance, changed)
     return _stale(home, corpus, graph, keys, instance, set())
 
 
