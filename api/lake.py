@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -29,7 +29,6 @@ import pyarrow.compute as pc
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
-from graphlake.api import writes
 from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.hit_spans import Shown
 from graphlake.api.relevance import Calibration, fitted
@@ -40,11 +39,9 @@ from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_enco
 from graphlake.retrieval.evaluation import first_stage_gap
 from graphlake.retrieval.filters import Filter, FilterError
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
-from graphlake.retrieval.index.fresh import FreshSegment
 from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
-from graphlake.retrieval.operators.pending import with_pending
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec, owned_corpus
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.object_store import remote_of
@@ -52,7 +49,10 @@ from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
-from graphlake.warehouse.write_log import Write, WriteLog, WriteLogError, folded_through
+
+if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is written or searched, not by every query
+    from graphlake.retrieval.index.fresh import FreshSegment
+    from graphlake.warehouse.write_log import Write
 
 POOLS = ("k", "candidates", "depth")
 ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop  # an operator's fields that size the candidates it keeps per query
@@ -113,8 +113,9 @@ class GraphLake:
         partition = {"corpus": spec.name}
         pending = 0
         if spec.format == LAKE_OWNED:
-            folded = folded_through(lake, spec.name)
-            pending = sum(1 for seq in WriteLog(self.home, spec.name, lambda: folded).numbers() if seq > folded)
+            from graphlake.warehouse.write_log import pending_writes
+
+            pending = len(pending_writes(self.home, spec.name))
         return CorpusInfo(spec.name, spec.format, lake.snapshot(spec.name).number, lake.rows("nodes", partition), lake.rows("queries", partition), pending)
 
     def create_corpus(self, name: str, **settings: Any) -> CorpusInfo:
@@ -134,10 +135,14 @@ class GraphLake:
     def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
         """Add or replace documents (``{"id", "text", "title"?, "metadata"?}``) of a corpus the lake owns;
         acknowledged once durable, searchable by the next search, folded in by the next build."""
+        from graphlake.api import writes
+
         return writes.upsert(self.home, corpus, documents)
 
     def delete(self, corpus: str, ids: list[str]) -> Written:
         """Delete documents of a corpus the lake owns by id; no search returns them once acknowledged."""
+        from graphlake.api import writes
+
         return writes.delete(self.home, corpus, ids)
 
     def methods(self) -> list[MethodInfo]:
@@ -293,7 +298,11 @@ class GraphLake:
             chunk = request.of(queries[start : start + CHUNK_QUERIES])
             chunk.prime(needs(op))
             ranked = op.run_batch(chunk, warm.indexes)
-            found += ranked if fresh is None else with_pending(op, chunk, warm.indexes, fresh, expression, ranked, pool)
+            if fresh is not None:
+                from graphlake.retrieval.operators.pending import with_pending
+
+                ranked = with_pending(op, chunk, warm.indexes, fresh, expression, ranked, pool)
+            found += ranked
             if len(queries) > CHUNK_QUERIES:
                 give_memory_back()
         latency = (time.perf_counter() - started) * 1000 / len(queries)
@@ -341,7 +350,7 @@ class GraphLake:
             if warm is None or warm.version != version:
                 pinned = lake.pinned(corpus, LAKE_SCOPE)
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, version[2])
-                folded = folded_through(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
+                folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
                 warm = _Warm(version, corpus_indexes(pinned, corpus, registry=registry), load_methods(self.home), folded)
                 self._warm[corpus] = warm
             self._stamps[corpus] = stamp
@@ -354,6 +363,9 @@ class GraphLake:
             if after is not None:
                 raise RequestError(f"after_write: corpus {corpus!r} takes no writes (it is read from its {warm.indexes.spec.format} source)")
             return None
+        from graphlake.retrieval.index.fresh import FreshSegment
+        from graphlake.warehouse.write_log import WriteLog, WriteLogError
+
         log = WriteLog(self.home, corpus, lambda: warm.folded)
         numbers = [seq for seq in log.numbers() if seq > warm.folded]
         last = numbers[-1] if numbers else warm.folded
@@ -387,6 +399,12 @@ class GraphLake:
         if self._remote:
             return None
         return tuple(map(_mtime, (f"{self._snapshots}/{corpus}", f"{self._snapshots}/{LAKE_SCOPE}", self._methods_file)))
+
+
+def _folded(lake: LakeStorage, corpus: str) -> int:
+    from graphlake.warehouse.write_log import folded_through
+
+    return folded_through(lake, corpus)
 
 
 class _Trimmed(Exception):

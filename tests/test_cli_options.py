@@ -48,7 +48,7 @@ def test_flags_read_as_flags_in_help():
         assert "--json " in text and "<bool>" not in text and "BOOLEAN" not in text, command
 
 
-HIT = {"rank", "node_id", "doc_id", "title", "text", "score", "relevance", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
+HIT = {"rank", "node_id", "doc_id", "title", "text", "score", "relevance", "fresh", "corpus", "source", "start", "end", "terms", "snippet", "metadata"}
 HIT |= {"chunk", "prev_node_id", "next_node_id", "spans", "context", "context_start", "context_end"}  # its place in the document, the context asked
 
 

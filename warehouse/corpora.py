@@ -24,7 +24,7 @@ from graphlake.warehouse.config_files import ConfigFileError, key_line, load_map
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
-from graphlake.warehouse.write_log import WRITES
+from graphlake.warehouse.scopes import WRITES
 
 if TYPE_CHECKING:
     from graphlake.warehouse.storage import LakeStorage

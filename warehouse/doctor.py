@@ -2,7 +2,8 @@
 the versions its earlier snapshots kept.
 
 A check reads each scope's current snapshot and, for every partition it names, the data file's Parquet
-footer and its row count against the one the commit recorded; for every artefact, its folder. A
+footer and its row count against the one the commit recorded; for every artefact, its folder; for a
+corpus the lake owns, every entry of its log of pending writes (``warehouse/write_log.py``). A
 repair, under the scope's writer lock: a snapshot file that cannot be read is set aside (the one
 before it becomes current); then each damaged entry of the current snapshot is replaced by the newest
 intact version an earlier snapshot kept, or dropped when none did (the next ``graphlake materialize``
@@ -21,7 +22,9 @@ import pyarrow.parquet as pq
 
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.locks import writer_lock
+from graphlake.warehouse.scopes import WRITES
 from graphlake.warehouse.snapshots import Entry, Snapshot, SnapshotError, Snapshots
+from graphlake.warehouse.write_log import WriteLog
 
 
 @dataclass(frozen=True)
@@ -45,7 +48,14 @@ def examine(home: Path, scopes: list[str] | None = None) -> list[Damage]:
             found.append(Damage(scope, error.path, "the snapshot file cannot be read"))
             continue
         found += _damaged_entries(home, scope, snapshot).values()
-    return found
+    return found + _damaged_logs(home, scopes)
+
+
+def _damaged_logs(home: Path, scopes: list[str] | None) -> list[Damage]:
+    """What is wrong with the lake-owned corpora's logs of pending writes."""
+    root = Path(home) / WRITES
+    names = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+    return [Damage(name, path, problem) for name in names if scopes is None or name in scopes for path, problem in WriteLog(home, name, lambda: 0).problems()]
 
 
 def repair(home: Path, scope: str) -> list[str]:
@@ -53,6 +63,8 @@ def repair(home: Path, scope: str) -> list[str]:
     done: list[str] = []
     snapshots = Snapshots(home)
     with writer_lock(home, scope, "graphlake doctor --repair"):
+        if (Path(home) / WRITES / scope).is_dir():
+            done += WriteLog(home, scope, lambda: 0).repair()
         snapshot = None
         for number in reversed(snapshots.numbers(scope)):
             try:

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from graphlake.common.settings import LOCK_WAIT
 
 LAKE_SCOPE = "_lake"
+WRITES = "writes"  # the folder of the lake-owned corpora's logs of pending writes (warehouse/write_log.py)
 WAIT_ENV = LOCK_WAIT.name
 
 

@@ -27,7 +27,7 @@ from graphlake.common.scratch_sql import scratch_cursor
 from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.object_store import ObjectStoreError
 from graphlake.warehouse.pair_cache import FOLDER as PAIR_CACHE
-from graphlake.warehouse.scopes import LAKE_SCOPE, scope_of
+from graphlake.warehouse.scopes import LAKE_SCOPE, WRITES, scope_of
 from graphlake.warehouse.snapshots import Entry, Snapshot, Snapshots, artifact_folder, data_file, fsync_directory, new_version
 from graphlake.warehouse.tables import TableSpec, table_spec
 
@@ -223,7 +223,7 @@ class LakeStorage:
         with writer_lock(self.home, corpus, "graphlake forget"):
             self.snapshots.forget(corpus)
             found = [*self.tables_dir.glob(f"*/corpus={corpus}"), *(self.home / "artifacts").glob(f"*/corpus={corpus}")]
-            found += [path for path in [self.home / PAIR_CACHE / corpus] if path.is_dir()]
+            found += [path for path in [self.home / PAIR_CACHE / corpus, self.home / WRITES / corpus] if path.is_dir()]
             for path in found:
                 aside = path.with_name(f".forgotten-{uuid.uuid4().hex}")
                 os.replace(path, aside)

@@ -24,11 +24,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from graphlake.warehouse.scopes import WRITES
 from graphlake.warehouse.snapshots import fsync_directory
 from graphlake.warehouse.storage import LakeStorage
 
-WRITES = "writes"
 FOLDED = "folded_writes"  # the artefact a fold commits with the corpus's tables: the number it folded through
+UNFINISHED = "an append that never finished (never acknowledged)"
 _ENTRY = re.compile(r"^(\d{12})\.json$")
 Op = Literal["upsert", "delete"]
 
@@ -51,6 +52,15 @@ def trim_folded(home: Path, corpus: str) -> int:
         return 0
     folded = folded_through(LakeStorage(home), corpus)
     return WriteLog(home, corpus, lambda: folded).trim(folded) if folded else 0
+
+
+def pending_writes(home: Path, corpus: str) -> list[int]:
+    """The numbers of ``corpus``'s writes its current snapshot has not folded."""
+    if not (Path(home) / WRITES / corpus).is_dir():
+        return []
+    log = corpus_log(home, corpus)
+    folded = log.folded()
+    return [seq for seq in log.numbers() if seq > folded]
 
 
 def corpus_log(home: Path, corpus: str) -> WriteLog:
@@ -111,6 +121,10 @@ class WriteLog:
         fsync_directory(self.folder)
         return Write(seq, op, at, tuple(documents or ()), tuple(ids or ()))
 
+    def folded(self) -> int:
+        """The number the corpus's committed snapshot folded through."""
+        return self._folded()
+
     def last(self) -> int:
         """The largest number given so far: the entries', else the folded one's."""
         listed = self.numbers()  # listed before the folded number is read: an entry trimmed meanwhile was folded by then
@@ -152,17 +166,33 @@ class WriteLog:
             fsync_directory(self.folder)
         return removed
 
-    def problems(self) -> list[str]:
-        """What ``graphlake doctor`` reports: unreadable entries, and files a crashed append left."""
+    def problems(self) -> list[tuple[Path, str]]:
+        """What ``graphlake doctor`` reports: entries that cannot be read, and files an append that
+        never finished left (never acknowledged: ``repair`` removes them)."""
         found = []
         for seq in self.numbers():
             try:
                 self.read(seq)
             except WriteLogError as error:
-                found.append(str(error))
+                found.append((self.path(seq), str(error).split(": ", 1)[1]))
         if self.folder.is_dir():
-            found += [f"{self.folder / name}: an append that never finished (not acknowledged; safe to remove)" for name in sorted(os.listdir(self.folder)) if name.endswith(".tmp")]
+            found += [(self.folder / name, UNFINISHED) for name in sorted(os.listdir(self.folder)) if name.endswith(".tmp")]
         return found
+
+    def repair(self) -> list[str]:
+        """Remove what unfinished appends left; set an unreadable entry aside (``.damaged-`` before its
+        name: an acknowledged write lost to the disk, named so that it can be recovered by hand)."""
+        done = []
+        for path, problem in self.problems():
+            if problem == UNFINISHED:
+                path.unlink(missing_ok=True)
+                done.append(f"removed {path.name}: {problem}")
+            else:
+                os.replace(path, path.with_name(f".damaged-{path.name}"))
+                done.append(f"set {path.name} aside as .damaged-{path.name}: {problem}")
+        if done:
+            fsync_directory(self.folder)
+        return done
 
     def path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}.json"

@@ -19,6 +19,7 @@ from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.corpora import LAKE_OWNED
 from graphlake.warehouse.encoder_specs import made_before_identities, same_weights
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from graphlake.kernels.hybrid.graph_index import HybridGraph
 
 
+REBUILD_SHARE = 0.2  # a corpus read from its source: few changed nodes are inserted in place
 KEYS_FILE = "node_keys.json"  # node id and content hash per row: what an update matches on
 
 
@@ -43,7 +45,9 @@ class HybridIndexConfig(Config):
     nndescent_samples: int = 16  # neighbours sampled per node and kind (new, old), with as many reverse ones
     seed: int = 0
     pruning: Literal["rng_ip", "rng", "ip"] = "rng_ip"  # Algorithm 1; rng / ip: the §5.6 ablations
-    rebuild_share: float = 0.2  # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild
+    # above this share of changed nodes (inserted + removed, over the nodes), a full rebuild; unset: 0.2, and
+    # 0 for a corpus the lake owns, whose every fold then ranks as a lake built from its documents from scratch
+    rebuild_share: float | None = None
     kg: Literal["none", "spacy", "llm", "evidence"] = "spacy"  # the triples the KG part is built from (evidence: the oracle)
 
 
@@ -64,6 +68,8 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     previous, previous_keys = _previous(indexes)
     settings = config.model_dump()
     rebuild_share, extractor = settings.pop("rebuild_share"), settings.pop("kg")
+    if rebuild_share is None:
+        rebuild_share = 0.0 if indexes.spec.format == LAKE_OWNED else REBUILD_SHARE
     graph, report = update(previous, previous_keys, keys, vectors, nodes, BuildConfig(**settings), rebuild_share)
     graph.kg = None if extractor == "none" else _knowledge_graph(indexes, extractor)  # small: rebuilt every time
 
