@@ -38,12 +38,14 @@ from graphlake.pipelines.dagster_home import DEFINITIONS_MODULE, dagster_command
 from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build, source_fingerprint
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
+from graphlake.warehouse.locks import holder
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.write_log import corpus_log, pending_writes
 
 INDEX_JOB = "index_corpus"
 CRON_ENV = REINDEX_CRON.name
 COVERING = [DagsterRunStatus.SUCCESS, DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+WAITING = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING]
 
 
 def stale_corpora(instance: DagsterInstance, registry: CorpusRegistry) -> dict[str, str]:
@@ -85,8 +87,8 @@ def pending_writes_sensor(context: SensorEvaluationContext, lake: LakeResource):
         pending = pending_writes(Path(lake.home), name) if spec.format == LAKE_OWNED else []
         if not pending or not due(Path(lake.home), name, pending):
             continue
-        if context.instance.get_run_records(RunsFilter(tags={PARTITION_TAG: name}, statuses=COVERING[1:]), limit=1):
-            continue  # a build of the corpus is under way: what it did not fold, the next tick sees
+        if holder(Path(lake.home), name) is not None or context.instance.get_run_records(RunsFilter(tags={PARTITION_TAG: name}, statuses=WAITING), limit=1):
+            continue  # a build of the corpus is under way (it holds the writer lock: a killed one does not) or waits: what it does not fold, a later tick sees
         requests.append(reindex_request(context, lake, name, source_fingerprint(spec), f"{name}:fold:{pending[-1]}"))
     return requests or SkipReason("no corpus the lake owns has writes due to be folded")
 
