@@ -33,7 +33,7 @@ from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, Request
 from graphlake.api.hit_spans import Shown
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
-from graphlake.common.settings import HOME
+from graphlake.common.settings import HOME, REFRESH_S
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
 from graphlake.retrieval.evaluation import first_stage_gap
@@ -140,10 +140,13 @@ class GraphLake:
         return writes.upsert(self.home, corpus, documents)
 
     def delete(self, corpus: str, ids: list[str]) -> Written:
-        """Delete documents of a corpus the lake owns by id; no search returns them once acknowledged."""
+        """Delete documents of a corpus the lake owns by id: no search of this lake returns them once
+        acknowledged (another process's, within its refresh interval, ``$GRAPHLAKE_REFRESH_S``)."""
         from graphlake.api import writes
 
-        return writes.delete(self.home, corpus, ids)
+        written = writes.delete(self.home, corpus, ids)
+        self._fresh.pop(corpus, None)  # the next search reads the log again, whatever the refresh interval
+        return written
 
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
@@ -363,6 +366,9 @@ class GraphLake:
             if after is not None:
                 raise RequestError(f"after_write: corpus {corpus!r} takes no writes (it is read from its {warm.indexes.spec.format} source)")
             return None
+        recent = self._fresh.get(corpus)
+        if recent is not None and recent.indexes is warm.indexes and (after is None or after <= recent.through) and time.monotonic() - recent.made < REFRESH_S.number(error=RequestError):
+            return recent  # refreshed less than the refresh interval ago (Elasticsearch's refresh, Lucene's near-real-time reader)
         from graphlake.retrieval.index.fresh import FreshSegment
         from graphlake.warehouse.write_log import WriteLog, WriteLogError
 

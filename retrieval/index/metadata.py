@@ -83,6 +83,16 @@ class DocumentMetadata:
         self._known: set[str] | None = None
         self._lock = threading.Lock()
 
+    @classmethod
+    def joined(cls, first: DocumentMetadata, then: DocumentMetadata) -> DocumentMetadata:
+        """Two sets of documents as one, in that order (a snapshot's and its pending writes'), without
+        reading either's JSON again."""
+        joined = cls.__new__(cls)
+        joined.corpus, joined.records = first.corpus, first.records + then.records
+        joined._builtin = {name: first._builtin[name] + then._builtin[name] for name in BUILT_IN}
+        joined._columns, joined._known, joined._lock = {}, None, threading.Lock()
+        return joined
+
     def __len__(self) -> int:
         return len(self.records)
 

@@ -11,6 +11,7 @@ among the snapshot's nodes, with the score of its place (the hit says it is fres
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 
 from graphlake.retrieval.core import Candidates, Op, Request
 from graphlake.retrieval.filters import Filter
@@ -27,15 +28,11 @@ def with_pending(op: Op, request: Request, indexes: CorpusIndexes, fresh: FreshS
     ``expression`` allows in their places, ``pool`` long."""
     if not fresh.present:
         return found
-    request.prime({"dense", "splade"})
-    allowed = fresh.pending_allowed(expression)
-    encodings = {
-        "bm25": None,
-        "dense": np.stack([request.dense(q) for q in request.queries]),
-        "splade": _rows([request.splade(q) for q in request.queries]),
-    }
-    pending = {signal: fresh.search(signal, request.queries, encodings[signal], pool, allowed) for signal in SIGNALS}
     signal = FIRST_STAGES.get(getattr(op, "op", ""))
+    signals = SIGNALS if signal is None else (signal,)
+    request.prime(set(signals))
+    allowed = fresh.pending_allowed(expression)
+    pending = {s: fresh.search(s, request.queries, _encoded(request, s), pool, allowed) for s in signals}
     if signal is not None:
         return [_by_score(mine, theirs, pool) for mine, theirs in zip(found, pending[signal], strict=True)]
     stages = [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]  # SIGNALS' order
@@ -71,7 +68,10 @@ def _placed(ranked: Candidates, fused: Candidates, snapshot_rows: int, k: int) -
     return Candidates(np.asarray(rows[:k], np.int64), np.asarray(scores[:k]), ranked.meta)
 
 
-def _rows(rows: list):
-    import scipy.sparse as sp
-
-    return sp.vstack(rows, format="csr")
+def _encoded(request: Request, signal: str) -> np.ndarray | sp.csr_matrix | None:
+    """The request's queries as ``signal`` reads them (BM25 tokenises them itself)."""
+    if signal == "dense":
+        return np.stack([request.dense(q) for q in request.queries])
+    if signal == "splade":
+        return sp.vstack([request.splade(q) for q in request.queries], format="csr")
+    return None
