@@ -39,6 +39,7 @@ from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build,
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.locks import holder
+from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.write_log import corpus_log, pending_writes
 
@@ -94,8 +95,9 @@ def pending_writes_sensor(context: SensorEvaluationContext, lake: LakeResource):
 
 
 def due(home: Path, corpus: str, pending: list[int]) -> bool:
-    """Whether ``corpus``'s pending writes are many enough, or the oldest old enough, to fold now."""
-    if len(pending) >= FOLD_WRITES.number():
+    """Whether ``corpus``'s pending writes are many enough, or the oldest old enough, to fold now; a
+    corpus never built folds its first writes at once (until then a search has no index to read)."""
+    if len(pending) >= FOLD_WRITES.number() or not LakeStorage(home).has("nodes", {"corpus": corpus}):
         return True
     return time.time() - corpus_log(home, corpus).read(pending[0]).at >= FOLD_AGE_S.number()
 
