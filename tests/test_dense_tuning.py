@@ -45,6 +45,7 @@ def test_the_tuned_encoder_is_kept_only_when_it_ranks_held_out_queries_better_be
     from graphlake.api import GraphLake
 
     home = demo_copy
+    (home / "methods.yaml").unlink()  # the default methods: the whole rebuild below is the tuning's, not every packaged method's retraining
     (home / "models.yaml").write_text("use: {dense: tuned}\nmodels:\n  tuned: {kind: dense, tune: all-MiniLM-L6-v2}\n")
     demo = yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["dense_vectors"]["config"]["tuning"]
     assert serving(home) == {"demo": "not tuned yet"}
