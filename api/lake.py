@@ -42,7 +42,8 @@ from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.learned_kinds import corpus_indexes
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
-from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec, owned_corpus
+from graphlake.warehouse.config_files import one_line
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
@@ -121,16 +122,13 @@ class GraphLake:
     def create_corpus(self, name: str, **settings: Any) -> CorpusInfo:
         """Declare a corpus the lake owns, filled by ``upsert`` (``settings``: ``chunking``, ``models``,
         ``train_corpus``, ``alpha_corpus``, as corpora.yaml takes them); declaring one that exists is no error."""
-        registry = CorpusRegistry(self.home)
-        declared = registry.all().get(name) if isinstance(name, str) else None
-        if declared is not None and declared.format != LAKE_OWNED:
-            raise RequestError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
-        if declared is None:
-            try:
-                registry.add(owned_corpus(self.home, name, **settings))
-            except ValueError as error:  # a bad name or setting, as pydantic words it
-                raise RequestError(f"corpus {name!r}: {str(error).splitlines()[-1].strip()}"[:300]) from None
-        return self._info(LakeStorage(self.home), registry.get(name))
+        if not isinstance(name, str):
+            raise RequestError(f"name: a corpus name, got {kind_of(name)}")
+        try:
+            spec = CorpusRegistry(self.home).declare_owned(name, replace=False, **settings)
+        except ValueError as error:  # a name taken, a bad name or setting (pydantic's lines made one)
+            raise RequestError(one_line(error)[:300]) from None
+        return self._info(LakeStorage(self.home), spec)
 
     def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
         """Add or replace documents (``{"id", "text", "title"?, "metadata"?}``) of a corpus the lake owns;

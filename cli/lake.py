@@ -13,7 +13,7 @@ from rich.table import Table
 
 from graphlake.cli.app import app, console, errors, fail, print_summary, read_run_config, run_assets
 from graphlake.warehouse.config_files import one_line
-from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, LAKE_OWNED, Chunking, CorpusRegistry, CorpusSpec, owned_corpus
+from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_CORPUS, DEMO_SPLIT, FORMAT_CHUNKING, LAKE_OWNED, Chunking, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home, require_writable
 from graphlake.warehouse.readers import FORMATS
 from graphlake.warehouse.scopes import LockedError
@@ -166,13 +166,8 @@ def _declare_owned(corpus: str, path: Path | None, queries: Path | None, qrels: 
     """Declare a corpus the lake owns: nothing to read yet; the application's writes fill it."""
     if path is not None or queries is not None or qrels is not None:
         fail(f"format {LAKE_OWNED!r} reads no file: its documents are what the application writes (GraphLake.upsert, POST /corpora/{{corpus}}/documents)")
-    home = lake_home()
-    registry = CorpusRegistry(home)
-    declared = registry.all().get(corpus)
-    if declared is not None and declared.format != LAKE_OWNED:
-        fail(f"corpus {corpus!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
     try:
-        registry.add(owned_corpus(home, corpus, **{k: v for k, v in {"chunking": chunking, "train_corpus": train_corpus, "alpha_corpus": alpha_corpus}.items() if v is not None}))
+        CorpusRegistry(lake_home()).declare_owned(corpus, **{k: v for k, v in {"chunking": chunking, "train_corpus": train_corpus, "alpha_corpus": alpha_corpus}.items() if v is not None})
     except ValueError as error:
         fail(one_line(error))
     errors.print(f"declared {corpus!r}, a corpus the lake owns: upsert documents through the API or `graphlake serve`; the reindex sensor or `graphlake materialize --corpus {corpus}` folds them in", highlight=False)

@@ -154,12 +154,6 @@ DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
 LAKE_OWNED = "api"  # the format of a corpus whose source is the lake itself: what the application writes
 
 
-def owned_corpus(home: Path, name: str, **settings) -> CorpusSpec:
-    """A corpus the lake owns: its documents are the application's writes (``warehouse/write_log.py``),
-    its source its log folder; ``settings``: chunking, models, train_corpus, alpha_corpus."""
-    return CorpusSpec(name=name, format=LAKE_OWNED, path=str(Path(home).resolve() / WRITES / name), **settings)
-
-
 class UnknownCorpus(KeyError):
     """A corpus the registry does not declare; its message reads without the quotes a KeyError adds."""
 
@@ -284,6 +278,18 @@ class CorpusRegistry:
         """A table partition in which a value may name a model role (``@dense``), with the name of the
         model the corpus uses for that role in its place: the vectors of each model keep a partition of their own."""
         return {key: self.model(corpus, value[1:]).name if value.startswith(ROLE_MARK) else value for key, value in partition.items()}
+
+    def declare_owned(self, name: str, replace: bool = True, **settings) -> CorpusSpec:
+        """Declare a corpus the lake owns: its documents are the application's writes
+        (``warehouse/write_log.py``), its source its log folder; ``settings``: chunking, models,
+        train_corpus, alpha_corpus. One that exists is declared again (``replace``) or kept; a name a
+        corpus read from its source has is refused (``ValueError``)."""
+        declared = self.all().get(name)
+        if declared is not None and declared.format != LAKE_OWNED:
+            raise ValueError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
+        if declared is None or replace:
+            self.add(CorpusSpec(name=name, format=LAKE_OWNED, path=str(self.path.parent.resolve() / WRITES / name), **settings))
+        return self.get(name)
 
     def add(self, spec: CorpusSpec) -> None:
         """Declare or redeclare a corpus; the file is replaced atomically."""
