@@ -1,6 +1,6 @@
-"""GRASP Stage 1 (spec G1, G2, G6): the plan language and its validation on a toy SKB, the compiled DuckDB
-query against the plain-Python reference executor (toy SKB and Spider's schema graph), anchor linking,
-and the SKB builders reading no question."""
+"""GRASP Stage 1 (spec G1, G2, G6): the plan language and its validation on a toy SKB, the array matcher
+and the compiled DuckDB query against the plain-Python reference executor (toy SKB and Spider's schema
+graph), batched and capped, anchor linking, and the SKB builders reading no question."""
 
 import json
 import random
@@ -13,7 +13,8 @@ import pytest
 from graphlake.kernels.plan.fusion import fuse, graph_weight
 from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
 from graphlake.kernels.plan.skb_builders import SKB, sql_schema, wiki_rules
-from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference, run_sql
+from graphlake.kernels.plan.match import Adjacency, execute
+from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference
 
 # a toy SKB: films, people, dates; director / spouse / date of birth
 TOY_NODES = [
@@ -151,37 +152,61 @@ def _random_plan(rng: random.Random, nodes, schema: Schema) -> tuple[Plan, dict[
     return plan, bindings
 
 
-def _assert_sql_equals_reference(con, nodes, edges, schema, plans: int, seed: int, corpus: str, source: str) -> int:
+def _run_sql(con: duckdb.DuckDBPyConnection, sql: str) -> dict[str, float]:
+    return dict(con.execute(sql).fetchall())
+
+
+def _adjacency(nodes, edges) -> tuple[Adjacency, list[str]]:
+    """The matcher's adjacency of a toy SKB (its nodes sorted by id, as the builders write them), and the ids by position."""
+    ordered = sorted(nodes)
+    table = pa.table({"skb_id": [i for i, _ in ordered], "label": [label for _, label in ordered]})
+    return Adjacency.of(table, pa.table({k: [e[i] for e in edges] for i, k in enumerate(("src", "relation", "dst"))})), [i for i, _ in ordered]
+
+
+def _matched(adjacency: Adjacency, ids: list[str], planned, emit: str, max_rows: int = 100_000) -> list[dict[str, float]]:
+    """The matcher's answers for a batch of (plan, bindings), by id."""
+    position = {skb_id: n for n, skb_id in enumerate(ids)}
+    bound = [(plan, {var: (np.array([position[i] for i in b.ids], np.int64), np.array(b.scores)) for var, b in bindings.items()}) for plan, bindings in planned]
+    return [{ids[p]: s for p, s in zip(*found, strict=True)} for found in execute(adjacency, bound, emit, max_rows, 30.0)]
+
+
+def _assert_executors_equal_reference(con, nodes, edges, schema, plans: int, seed: int, corpus: str, source: str) -> int:
+    """The SQL and the matcher (the whole batch in one call, and each plan alone) give the reference's
+    scores to the bit; capped at two matches per group, the matcher keeps what the SQL keeps."""
     rng = random.Random(seed)
     graph = Graph([i for i, _ in nodes], [label for _, label in nodes], edges)
+    adjacency, ids = _adjacency(nodes, edges)
+    planned = [_random_plan(rng, nodes, schema) for _ in range(plans)]
     non_empty = 0
-    for _ in range(plans):
-        plan, bindings = _random_plan(rng, nodes, schema)
-        assert check(plan, schema) == [], plan
-        for emit in ("target", "path"):
-            sql = compile_sql(plan, bindings, corpus, source, emit)
-            got = dict(run_sql(con, sql, 30.0))
+    for emit in ("target", "path"):
+        batch = _matched(adjacency, ids, planned, emit)
+        capped = _matched(adjacency, ids, planned, emit, max_rows=2)
+        for (plan, bindings), got, few in zip(planned, batch, capped, strict=True):
+            assert check(plan, schema) == [], plan
             expected = reference(plan, bindings, graph, emit)
-            assert got.keys() == expected.keys(), (plan, emit)
-            assert all(abs(got[k] - expected[k]) <= 1e-9 for k in got), (plan, emit)
+            assert _run_sql(con, compile_sql(plan, bindings, corpus, source, emit)) == expected, (plan, emit)
+            assert got == expected == _matched(adjacency, ids, [(plan, bindings)], emit)[0], (plan, emit)
+            assert few == _run_sql(con, compile_sql(plan, bindings, corpus, source, emit, max_rows=2)), (plan, emit)
             non_empty += bool(got)
     return non_empty
 
 
-def test_compiled_sql_equals_the_reference_executor_on_200_random_plans():
+def test_matcher_and_compiled_sql_equal_the_reference_executor_on_200_random_plans():
     con = _toy_connection(TOY_NODES, TOY_EDGES)
-    assert _assert_sql_equals_reference(con, TOY_NODES, TOY_EDGES, TOY_SCHEMA, 200, seed=0, corpus="toy", source="rules") > 200
+    assert _assert_executors_equal_reference(con, TOY_NODES, TOY_EDGES, TOY_SCHEMA, 200, seed=0, corpus="toy", source="rules") > 200
 
 
 def test_a_hand_checked_plan_scores_the_sum_of_anchor_cosines_best_path():
     con = _toy_connection(TOY_NODES, TOY_EDGES)
     plan = Plan.model_validate({"anchors": [_anchor("A", "x", "film"), _anchor("B", "y", "date")], "hops": [_hop("A", "director", "P", "person"), _hop("P", "date of birth", "B", "date")], "target": {"var": "P"}})
     bindings = {"A": Linked(["f1", "f4"], [0.9, 0.8]), "B": Linked(["d1"], [0.5])}
-    got = dict(run_sql(con, compile_sql(plan, bindings, "toy", "rules", "target"), 5.0))
+    got = _run_sql(con, compile_sql(plan, bindings, "toy", "rules", "target"))
     # f1 -director- p1 -born- d1: 0.9 + 0.5; f4 -director- p3 -born- d1: 0.8 + 0.5; f4 -director- p4 has no date
     assert got == pytest.approx({"p1": 1.4, "p3": 1.3}, abs=1e-12)
-    path = dict(run_sql(con, compile_sql(plan, bindings, "toy", "rules", "path"), 5.0))
+    path = _run_sql(con, compile_sql(plan, bindings, "toy", "rules", "path"))
     assert path == pytest.approx({"f1": 1.4, "p1": 1.4, "d1": 1.4, "f4": 1.3, "p3": 1.3}, abs=1e-12)
+    adjacency, ids = _adjacency(TOY_NODES, TOY_EDGES)
+    assert _matched(adjacency, ids, [(plan, bindings)], "target") == [got] and _matched(adjacency, ids, [(plan, bindings)], "path") == [path]
 
 
 def test_linking_keeps_the_top_k_within_tau_of_the_best():
@@ -209,7 +234,7 @@ def test_spider_schema_graph_counts_and_sql_equals_reference(datasets_dir):
     labelled = [(n["skb_id"], n["label"]) for n in skb.nodes.values()]
     edges = [(s, r, d) for s, r, d, _ in skb.edges]
     schema = Schema.of([(skb.nodes[s]["label"], r, skb.nodes[d]["label"]) for s, r, d in edges], {label for _, label in labelled})
-    assert _assert_sql_equals_reference(_toy_connection(labelled, edges, "spider", "sql_schema"), labelled, edges, schema, 50, 1, "spider", "sql_schema") > 0
+    assert _assert_executors_equal_reference(_toy_connection(labelled, edges, "spider", "sql_schema"), labelled, edges, schema, 50, 1, "spider", "sql_schema") > 0
 
 
 def _wiki_tables():

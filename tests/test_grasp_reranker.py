@@ -41,8 +41,8 @@ def test_serialisation_follows_app_b6():
 def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
     indexes = corpus_indexes(LakeStorage(demo_lake.home), "demo")
     skb = indexes.skb("auto")
-    with skb.cursor() as con:
-        cited = con.execute("SELECT dst, src FROM skb_edges WHERE relation = 'CITES' LIMIT 1").fetchone()
+    edges = LakeStorage(demo_lake.home).read("skb_edges", {"corpus": "demo", "source": skb.source}).to_pylist()
+    cited = next(((e["dst"], e["src"]) for e in edges if e["relation"] == "CITES"), None)
     assert cited is not None, "the demo's SKB has citations"
     target_row = skb.node_row[skb.by_id[cited[0]]]
     text = skb.serialised(int(target_row), "body")

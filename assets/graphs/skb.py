@@ -3,13 +3,15 @@
 
 import json
 import time
+from pathlib import Path
 
 import pyarrow as pa
 from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asset
 
+from graphlake.kernels.plan.match import Adjacency
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
 from graphlake.retrieval.corpus_policy import skb_sources
-from graphlake.retrieval.index.skb import SKB_ARTIFACT, build, coverage
+from graphlake.retrieval.index.skb import SKB_ARTIFACT, adjacency_file, build, coverage
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
@@ -23,17 +25,20 @@ class SKBConfig(Config):
     deps=[AssetKey(name) for name in ("documents", "nodes", "foreign_keys", "queries", "entities_spacy", "mentions_spacy", "citation_edges")],
 )
 def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -> None:
-    """Typed nodes and relations per source (tables skb_nodes, skb_edges); for 2Wiki the extracted KB's coverage of the gold evidence."""
+    """Typed nodes and relations per source (tables skb_nodes, skb_edges), and each source's adjacency as
+    the plans read it (CSR per relation, both directions); for 2Wiki the extracted KB's coverage of the gold evidence."""
     corpus = context.partition_key
     spec = lake.registry.get(corpus)
     sources = config.sources or list(skb_sources(spec.format))
     summary: dict = {}
+    adjacencies = {}
     for source in sources:
         started = time.perf_counter()
         built = build(lake.storage, corpus, source, spec.train_corpus)
         nodes, edges = built.tables()
         lake.storage.write("skb_nodes", {"corpus": corpus, "source": source}, nodes)
         lake.storage.write("skb_edges", {"corpus": corpus, "source": source}, edges)
+        adjacencies[source] = Adjacency.of(nodes, edges)
         summary[source] = {
             "oracle": source in ORACLE_SOURCES,
             "nodes": dict(sorted(_counts(nodes.column("label")).items())),
@@ -42,7 +47,13 @@ def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -
         }
         if source == "wiki_rules":
             summary[source]["coverage"] = coverage(lake.storage, corpus, built)
-    lake.storage.write_artifact(SKB_ARTIFACT, {"corpus": corpus}, lambda folder: (folder / "sources.json").write_text(json.dumps(summary, indent=1)))
+
+    def write(folder: Path) -> None:
+        (folder / "sources.json").write_text(json.dumps(summary, indent=1))
+        for source, adjacency in adjacencies.items():
+            adjacency.save(folder / adjacency_file(source))
+
+    lake.storage.write_artifact(SKB_ARTIFACT, {"corpus": corpus}, write)
     context.add_output_metadata({"sources": MetadataValue.json(summary), **{f"{s}/edges": sum(v["edges"].values()) for s, v in summary.items()}})
 
 

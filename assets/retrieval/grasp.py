@@ -94,7 +94,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
                     "error": result.error,
                     "risk_level": result.risk_level,
                     "n_cand": result.n_cand,
-                    "sql": result.sql,
+                    "sql": result.sql(loaded, Settings()),
                     "plan_ms": round((time.perf_counter() - started) * 1000, 3),  # planning included
                 }
             )

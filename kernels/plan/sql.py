@@ -1,5 +1,7 @@
-"""GRASP's Stage-1 executor (§3.1): anchors linked to SKB nodes, the plan compiled into one DuckDB SQL
-query over ``skb_edges``, and a plain-Python reference executor the SQL is tested against.
+"""GRASP's Stage 1 (§3.1) stated: anchors linked to SKB nodes, the plan as one SQL query over the lake's
+``skb_nodes`` and ``skb_edges`` (what the ``skb_plans`` table records, for a user to read and run), and
+a plain-Python reference executor that defines the answer. Queries are answered by the array kernels
+of ``match.py``, which the tests hold equal to both.
 
 *Linking.* An anchor's text is compared (cosine of unit vectors) with the name vector (``name`` mode)
 or the document vector (``doc`` mode) of every SKB node of its label; its bindings are the top ``K``
@@ -12,20 +14,19 @@ bound to distinct nodes (Cypher keeps a match from reusing an edge; distinct nod
 rule that likewise stops a walk from coming straight back). A match's score is the sum of its anchors'
 cosines; a node's score is the best over the matches that bind it to an emitted variable: the target
 variables (``emit="target"``, the paper) or every variable of the group (``emit="path"``, for gold
-that is evidence along the path). The SQL keeps at most ``max_rows`` matches per group, the
-best-scoring ones, and is interrupted after ``timeout_s``.
+that is evidence along the path). At most ``max_rows`` matches are kept per group, the best-scoring
+ones (ties: by the variables' ids in name order).
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
-import duckdb
 import numpy as np
 
+from graphlake.kernels.plan.match import binding_order
 from graphlake.kernels.plan.plans import Plan, components, variable_labels
 
 Emit = Literal["target", "path"]
@@ -37,16 +38,6 @@ class Linked:
 
     ids: list[str]
     scores: list[float]
-
-
-@dataclass
-class Matched:
-    """What executing a plan gave: the best score per SKB node, and the SQL that computed it."""
-
-    scores: dict[str, float]
-    sql: str = ""
-    capped: bool = False
-    bindings: dict[str, Linked] = field(default_factory=dict)
 
 
 def link(cosines: np.ndarray, k: int, tau: float) -> np.ndarray:
@@ -121,18 +112,6 @@ def compile_sql(plan: Plan, bindings: Mapping[str, Linked], corpus: str, source:
     return f"WITH {', '.join(ctes)} SELECT skb_id, max(score) AS score FROM ({body}) GROUP BY skb_id ORDER BY score DESC, skb_id"
 
 
-def run_sql(con: duckdb.DuckDBPyConnection, sql: str, timeout_s: float) -> list[tuple[str, float]]:
-    """Run a compiled plan, interrupting it after ``timeout_s`` (a TimeoutError then)."""
-    timer = threading.Timer(timeout_s, con.interrupt)
-    timer.start()
-    try:
-        return con.execute(sql).fetchall()
-    except duckdb.InterruptException:
-        raise TimeoutError(f"plan query ran past {timeout_s} s") from None
-    finally:
-        timer.cancel()
-
-
 class Graph:
     """The SKB as Python dicts, for the reference executor: labels, and neighbours per (node, relation) both ways."""
 
@@ -166,7 +145,7 @@ def reference(plan: Plan, bindings: Mapping[str, Linked], graph: Graph, emit: Em
 
 
 def _matches(variables, anchors, bindings, hops, labels, graph: Graph) -> Iterator[dict[str, str]]:
-    order = _binding_order(variables, anchors, hops)
+    order = binding_order(variables, anchors, hops)
 
     def domain(var: str, bound: dict[str, str]) -> list[str]:
         if var in anchors:
@@ -197,17 +176,3 @@ def _matches(variables, anchors, bindings, hops, labels, graph: Graph) -> Iterat
             del bound[var]
 
     yield from extend(0, {})
-
-
-def _binding_order(variables: list[str], anchors, hops) -> list[str]:
-    """Anchors first, then each variable once a hop links it to one already placed."""
-    order = [var for var in variables if var in anchors]
-    while len(order) < len(variables):
-        placed = set(order)
-        reachable = [
-            var
-            for var in variables
-            if var not in placed and any((h.from_ in placed and h.to_var == var) or (h.to_var in placed and h.from_ == var) for h in hops)
-        ]
-        order.append(reachable[0] if reachable else next(var for var in variables if var not in placed))
-    return order

@@ -8,15 +8,15 @@ Spider/BIRD, the extracted 2Wiki KB and its oracle for 2Wiki, the entity graph f
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
 
-import duckdb
 import numpy as np
 import pyarrow as pa
 
 from graphlake.kernels.plan import skb_builders
+from graphlake.kernels.plan.match import Adjacency
 from graphlake.kernels.plan.plans import Schema
 from graphlake.kernels.plan.sql import Linked, link
 from graphlake.kernels.text.entities import normalise
@@ -29,6 +29,11 @@ SKB_ARTIFACT = "skb"
 VECTORS_ARTIFACT = "skb_vectors"
 VECTORS_FILE = "vectors.npz"
 WIKI_SOURCES = ("wiki_rules", "wiki_evidence")
+
+
+def adjacency_file(source: str) -> str:
+    """The file of the ``skb`` artefact holding a source's adjacency (``kernels/plan/match.py``)."""
+    return f"adjacency-{source}.npz"
 
 
 def build(lake: LakeStorage, corpus: str, source: str, train_corpus: str | None) -> skb_builders.SKB:
@@ -68,28 +73,25 @@ def coverage(lake: LakeStorage, corpus: str, extracted: skb_builders.SKB) -> dic
 
 
 class LoadedSKB:
-    """One (corpus, source) SKB ready to execute plans: its tables in an in-memory DuckDB, its node
-    vectors (name, and document: the ``dense`` index's rows for passage and table nodes), its schema.
-    Shared by the requests served at once: each statement runs on a cursor of its own (``cursor``), as
-    one DuckDB connection runs one statement at a time and refuses a second."""
+    """One (corpus, source) SKB ready to execute plans: its nodes, its adjacency as the ``skb`` asset
+    stored it (``kernels/plan/match.py``), its node vectors (name, and document: the ``dense`` index's
+    rows for passage and table nodes), its schema. Read only once loaded: the requests served at once share it."""
 
     def __init__(self, tables: CorpusTables, source: str, dense: Callable[[], np.ndarray]) -> None:
         """``dense``: the corpus's ``dense`` index, asked for only where the SKB has passage or table nodes."""
         self.corpus, self.source = tables.corpus, source
-        partition = {"corpus": tables.corpus, "source": source}
         lake = tables.lake
         try:
-            nodes, edges = lake.read("skb_nodes", partition), lake.read("skb_edges", partition)
+            nodes = lake.read("skb_nodes", {"corpus": tables.corpus, "source": source})
         except StorageError:
             raise StorageError(f"corpus {tables.corpus!r} has no {source!r} SKB; materialize skb (sources: {source})") from None
-        self._database = duckdb.connect()
-        self._database.register("nodes_in", nodes)
-        self._database.register("edges_in", edges)
-        self._database.execute("CREATE TABLE skb_nodes AS SELECT * FROM nodes_in")
-        self._database.execute("CREATE TABLE skb_edges AS SELECT * FROM edges_in")
-        self._database.unregister("nodes_in")
-        self._database.unregister("edges_in")
+        stored = lake.artifact(SKB_ARTIFACT, {"corpus": tables.corpus}) / adjacency_file(source)
+        if not stored.exists():
+            raise StorageError(f"the {source!r} SKB of corpus {tables.corpus!r} is in an older layout (no adjacency); materialize skb again")
+        self.adjacency = Adjacency.load(stored)
         self.ids: list[str] = nodes.column("skb_id").to_pylist()
+        if self.adjacency.size != len(self.ids):
+            raise StorageError(f"the {source!r} SKB of corpus {tables.corpus!r}: its adjacency holds {self.adjacency.size:,} nodes, skb_nodes {len(self.ids):,}; materialize skb again")
         self.labels = np.asarray(nodes.column("label").to_pylist(), dtype=object)
         self.names: list[str] = nodes.column("name").to_pylist()
         backed = nodes.column("node_id").to_pylist()
@@ -98,15 +100,7 @@ class LoadedSKB:
         self.by_id = {skb_id: i for i, skb_id in enumerate(self.ids)}
         self.by_label = {label: np.flatnonzero(self.labels == label) for label in set(self.labels.tolist())}
         self._load_vectors(tables, dense)
-        with self.cursor() as con:
-            rows = con.execute(
-                "SELECT s.label, e.relation, d.label FROM skb_edges e JOIN skb_nodes s ON s.skb_id = e.src JOIN skb_nodes d ON d.skb_id = e.dst GROUP BY ALL"
-            ).fetchall()
-        self.schema = Schema.of(rows, set(self.labels.tolist()))
-
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """A connection of this thread's own to the SKB's tables (close it: ``with skb.cursor() as con``)."""
-        return self._database.cursor()
+        self.schema = Schema.of(self.adjacency.patterns(), set(self.labels.tolist()))
 
     def _load_vectors(self, tables: CorpusTables, dense: Callable[[], np.ndarray]) -> None:
         """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
@@ -125,20 +119,22 @@ class LoadedSKB:
         self._texts, self._name_row, self._doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
         self._dense = dense() if (self.node_row >= 0).any() else None
 
-    def name_cosines(self, positions: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """The cosines of these SKB nodes' name vectors with ``vector``."""
-        return _cosines(self._texts, self._name_row[positions], vector)
+    @cached_property
+    def _label_names(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+        """Per label, the distinct name rows of its nodes and each node's place among them."""
+        return {label: np.unique(self._name_row[rows], return_inverse=True) for label, rows in self.by_label.items()}
 
-    def doc_cosines(self, positions: np.ndarray, vector: np.ndarray) -> np.ndarray:
-        """The cosines of these SKB nodes' document vectors with ``vector``: a passage or table node's row
-        of the ``dense`` index, else its own text's vector, else 0 (an entity has no document)."""
-        found = np.zeros(len(positions), np.float32)
+    def doc_cosines(self, positions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+        """The cosines of these SKB nodes' document vectors with ``vectors`` (one, or a column each): a
+        passage or table node's row of the ``dense`` index, else its own text's vector, else 0 (an entity
+        has no document)."""
+        found = np.zeros((len(positions), *vectors.shape[1:]), np.float32)
         nodes, docs = self.node_row[positions], self._doc_row[positions]
         backed = nodes >= 0
         if backed.any():
-            found[backed] = _cosines(self._dense, nodes[backed], vector)
+            found[backed] = _cosines(self._dense, nodes[backed], vectors)
         own = ~backed & (docs >= 0)
-        found[own] = _cosines(self._texts, docs[own], vector)
+        found[own] = _cosines(self._texts, docs[own], vectors)
         return found
 
     @cached_property
@@ -154,17 +150,13 @@ class LoadedSKB:
         """SKB position of each ``nodes`` row that is an SKB node."""
         return {int(row): position for position, row in enumerate(self.node_row.tolist()) if row >= 0}
 
-    @cached_property
-    def _neighbours(self) -> dict[str, dict[str, list[str]]]:
-        """skb_id -> relation -> neighbour names (both directions, by name), for serialisation."""
-        found: dict[str, dict[str, list[str]]] = {}
-        with self.cursor() as con:
-            rows = con.execute(
-                "SELECT a, relation, n.name FROM (SELECT src AS a, relation, dst AS b FROM skb_edges UNION SELECT dst, relation, src FROM skb_edges) "
-                "JOIN skb_nodes n ON n.skb_id = b ORDER BY a, relation, n.name, b"
-            ).fetchall()
-        for skb_id, relation, name in rows:
-            found.setdefault(skb_id, {}).setdefault(relation, []).append(name)
+    def neighbour_names(self, position: int) -> dict[str, list[str]]:
+        """Relation -> the names of an SKB node's neighbours along it (both directions; by name, then id), for serialisation."""
+        found = {}
+        for relation in sorted(self.adjacency.relations):
+            near = self.adjacency.neighbours(relation, position).tolist()
+            if near:
+                found[relation] = [self.names[n] for n in sorted(near, key=lambda n: (self.names[n], n))]
         return found
 
     def serialised(self, row: int, text: str, max_neighbours: int = 10, max_field_tokens: int = 300) -> str:
@@ -174,15 +166,29 @@ class LoadedSKB:
         position = self.position_of_row.get(int(row))
         if position is None:  # a node the SKB does not hold (a later chunk of a document): its text alone
             return serialise("passage", [("text", text)], {}, max_neighbours, max_field_tokens)
-        skb_id = self.ids[position]
         fields = [("name", self.names[position]), ("text", text)]
-        return serialise(str(self.labels[position]), fields, self._neighbours.get(skb_id, {}), max_neighbours, max_field_tokens)
+        return serialise(str(self.labels[position]), fields, self.neighbour_names(position), max_neighbours, max_field_tokens)
 
-    def link(self, text_vector: np.ndarray, label: str, mode: str, k: int, tau: float) -> Linked:
-        rows = self.by_label.get(label, np.zeros(0, np.int64))
-        cosines = (self.name_cosines if mode == "name" else self.doc_cosines)(rows, text_vector)
-        kept = link(cosines, k, tau)
-        return Linked([self.ids[rows[i]] for i in kept.tolist()], cosines[kept].astype(float).tolist())
+    def link(self, vectors: np.ndarray, anchors: Sequence[tuple[str, str]], limits: Mapping[str, tuple[int, float]]) -> list[Linked]:
+        """Each anchor's bindings, an anchor a (label, match mode) and its row of ``vectors``; ``limits``
+        (k, tau) per mode. The anchors of one label and mode are compared with its nodes in one product."""
+        found: list[Linked | None] = [None] * len(anchors)
+        groups: dict[tuple[str, str], list[int]] = {}
+        for number, anchor in enumerate(anchors):
+            groups.setdefault(anchor, []).append(number)
+        for (label, mode), members in groups.items():
+            rows = self.by_label.get(label, np.zeros(0, np.int64))
+            if mode == "name":  # each distinct name once: nodes of one name score alike to the bit, so ties stay ties
+                distinct, inverse = self._label_names.get(label, (rows, rows))
+                cosines = _cosines(self._texts, distinct, vectors[members].T)[inverse]
+            else:
+                cosines = self.doc_cosines(rows, vectors[members].T)
+            k, tau = limits[mode]
+            for column, number in enumerate(members):
+                scores = np.ascontiguousarray(cosines[:, column])
+                kept = link(scores, k, tau)
+                found[number] = Linked([self.ids[rows[i]] for i in kept.tolist()], scores[kept].astype(float).tolist())
+        return found
 
 
 def _cosines(matrix: np.ndarray, rows: np.ndarray, vector: np.ndarray) -> np.ndarray:

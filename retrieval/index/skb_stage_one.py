@@ -5,20 +5,22 @@ the training corpus)."""
 
 from __future__ import annotations
 
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from graphlake.kernels.plan.plans import Plan, check, parse_plan
 from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wiki_plan
-from graphlake.kernels.plan.sql import Emit, compile_sql, run_sql
+from graphlake.kernels.plan.match import execute
+from graphlake.kernels.plan.sql import Emit, Linked, compile_sql
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 from graphlake.retrieval.index.skb import WIKI_SOURCES, LoadedSKB
 from graphlake.warehouse.storage import StorageError
 
+Mentions = Callable[[list[str]], list[list[tuple[str, str]]]]  # texts -> each one's spaCy (name, type) mentions
 PLAN_TOKENS = 320  # a plan of three anchors and four hops takes about 250 tokens; a longer answer is a loop
 
 
@@ -32,12 +34,18 @@ class Stage1:
     error: str | None
     risk_level: str
     n_cand: int
-    sql: str
-    ms: float
+    bindings: dict[str, Linked] | None = None  # each anchor's, once the plan was linked
 
     @property
     def meta(self) -> dict:
         return {"valid": self.valid, "n_cand": self.n_cand, "risk_level": self.risk_level}
+
+    def sql(self, skb: LoadedSKB, settings: StageOneSettings) -> str:
+        """The plan as one SQL query over the lake's ``skb_nodes`` and ``skb_edges`` (``compile_sql``),
+        which a user can run to see what Stage 1 matched; "" for a plan that was never linked."""
+        if self.plan is None or self.bindings is None:
+            return ""
+        return compile_sql(self.plan, self.bindings, skb.corpus, skb.source, settings.emit, settings.max_rows)
 
 
 @dataclass(frozen=True)
@@ -55,15 +63,16 @@ class StageOneSettings:
     k: int = 100
 
 
-def rules_plan(question: str, skb: LoadedSKB) -> Plan:
-    """The rules planner for this SKB's kind (``kernels/plan/rules.py``)."""
+def rules_plans(questions: list[str], skb: LoadedSKB, mentions: Mentions | None = None) -> list[Plan]:
+    """The rules planner's plans for this SKB's kind (``kernels/plan/rules.py``); the entities' planner
+    reads the questions' spaCy mentions in one pass (``mentions``: a request's, which other operators share)."""
     if skb.source in WIKI_SOURCES:
-        return wiki_plan(question, skb.schema, lambda span: skb.label_of_name.get(normalise(span)))
+        return [wiki_plan(question, skb.schema, lambda span: skb.label_of_name.get(normalise(span))) for question in questions]
     if skb.source == "sql_schema":
-        return sql_plan(question)
-    from graphlake.kernels.text.entities import spacy_entities
-
-    return entities_plan(question, spacy_entities([question])[0], skb.schema)
+        return [sql_plan(question) for question in questions]
+    if mentions is None:
+        from graphlake.kernels.text.entities import spacy_entities as mentions
+    return [entities_plan(question, entities, skb.schema) for question, entities in zip(questions, mentions(questions), strict=True)]
 
 
 def kind(source: str) -> str:
@@ -138,50 +147,79 @@ def planned(question: str, skb: LoadedSKB, planner: str, indexes: CorpusIndexes)
 def stage_one(
     question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None, allowed: np.ndarray | None = None
 ) -> Stage1:
-    """Validate, link, execute and rescore one plan; an invalid plan (or a planner's ``failure``) gives no
-    candidates and ``no_trade``; ``allowed`` (a bool per node row, a request's filter) keeps its nodes only. ``plan`` None: the rules planner's, whose ``risk_level`` is then set
-    from what execution found."""
-    started = time.perf_counter()
+    """One query's Stage 1 (``stage_one_batch`` of one)."""
+    return stage_one_batch([question], skb, [plan], settings, encode, [failure], allowed)[0]
+
+
+def stage_one_batch(
+    questions: list[str],
+    skb: LoadedSKB,
+    plans: list[Plan | str | dict | None],
+    settings: StageOneSettings,
+    encode,
+    failures: list[str | None] | None = None,
+    allowed: np.ndarray | None = None,
+    mentions: Mentions | None = None,
+) -> list[Stage1]:
+    """Validate, link, execute and rescore each question's plan, the batch's work done together: spaCy
+    reads every question the rules planner plans in one pass, the encoder every anchor and relevance text
+    in one call, the linker the anchors of a label in one product, the matcher each plan shape in one
+    kernel call (``kernels/plan/match.py``). An invalid plan (or a planner's ``failure``) gives no
+    candidates and ``no_trade``; ``allowed`` (a bool per node row, a request's filter) keeps its nodes
+    only. A plan None is the rules planner's, whose ``risk_level`` is then set from what execution found."""
+    failures = failures or [None] * len(questions)
     empty = Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
-    if failure is not None:
-        return Stage1(empty, None, False, failure, "no_trade", 0, "", _ms(started))
-    from_rules = plan is None
-    if from_rules:
-        plan = rules_plan(question, skb)
-    elif not isinstance(plan, Plan):
-        plan, error = parse_plan(plan)
-        if plan is None:
-            return Stage1(empty, None, False, error, "no_trade", 0, "", _ms(started))
-    problems = check(plan, skb.schema)
-    if problems:
-        return Stage1(empty, plan, False, "; ".join(problems), "no_trade", 0, "", _ms(started))
-    texts = [anchor.text for anchor in plan.anchors] + ([plan.target.relevance_text] if settings.rescore and plan.target.relevance_text else [])
-    vectors = encode(texts)
-    bindings = {}
-    for anchor, vector in zip(plan.anchors, vectors, strict=False):
-        k, tau = (settings.name_k, settings.name_tau) if anchor.match_mode == "name" else (settings.doc_k, settings.doc_tau)
-        bindings[anchor.var] = skb.link(vector, anchor.label, anchor.match_mode, k, tau)
-    sql = compile_sql(plan, bindings, skb.corpus, skb.source, settings.emit, settings.max_rows)
-    try:
-        with skb.cursor() as con:
-            found = run_sql(con, sql, settings.timeout_s)
-    except TimeoutError as error:
-        return Stage1(empty, plan, False, str(error), "no_trade", 0, sql, _ms(started))
-    positions = np.fromiter((skb.by_id[skb_id] for skb_id, _ in found), np.int64, len(found))
-    scores = np.fromiter((score for _, score in found), np.float64, len(found))
-    rows = skb.node_row[positions] if len(found) else np.zeros(0, np.int64)
-    keep = rows >= 0  # only passage / table nodes are retrievable
-    if allowed is not None:
-        keep[keep] &= allowed[rows[keep]]
-    rows, scores, positions = rows[keep], scores[keep], positions[keep]
-    if len(texts) > len(plan.anchors) and len(rows):
-        scores = scores + skb.doc_cosines(positions, vectors[-1])
-    best = max((max(b.scores) for b in bindings.values() if b.scores), default=0.0)
-    risk = risk_level(best, len(rows)) if from_rules else plan.risk_level
-    if from_rules:
-        plan = plan.model_copy(update={"risk_level": risk})
-    return Stage1(ranked(rows, scores, settings.k), plan, True, None, risk, int(len(rows)), sql, _ms(started))
-
-
-def _ms(started: float) -> float:
-    return round((time.perf_counter() - started) * 1000, 3)
+    results: list[Stage1 | None] = [None] * len(questions)
+    from_rules = [plan is None and failure is None for plan, failure in zip(plans, failures, strict=True)]
+    ruled = iter(rules_plans([q for q, rules in zip(questions, from_rules, strict=True) if rules], skb, mentions))
+    checked: dict[int, Plan] = {}
+    for number, (plan, failure) in enumerate(zip(plans, failures, strict=True)):
+        if failure is not None:
+            results[number] = Stage1(empty, None, False, failure, "no_trade", 0)
+            continue
+        if from_rules[number]:
+            plan = next(ruled)
+        elif not isinstance(plan, Plan):
+            plan, error = parse_plan(plan)
+            if plan is None:
+                results[number] = Stage1(empty, None, False, error, "no_trade", 0)
+                continue
+        problems = check(plan, skb.schema)
+        if problems:
+            results[number] = Stage1(empty, plan, False, "; ".join(problems), "no_trade", 0)
+        else:
+            checked[number] = plan
+    texts = {number: [a.text for a in plan.anchors] + ([plan.target.relevance_text] if settings.rescore and plan.target.relevance_text else []) for number, plan in checked.items()}
+    vectors = encode([text for number in checked for text in texts[number]]) if checked else None
+    first = dict(zip(checked, np.cumsum([0, *(len(texts[number]) for number in checked)]).tolist(), strict=False))
+    anchors = [(number, anchor) for number, plan in checked.items() for anchor in plan.anchors]
+    rows_of = [first[number] + position for number, plan in checked.items() for position in range(len(plan.anchors))]
+    limits = {"name": (settings.name_k, settings.name_tau), "doc": (settings.doc_k, settings.doc_tau)}
+    linked = skb.link(vectors[rows_of] if anchors else np.zeros((0, 0), np.float32), [(a.label, a.match_mode) for _, a in anchors], limits)
+    bindings: dict[int, dict[str, Linked]] = {number: {} for number in checked}
+    for (number, anchor), found in zip(anchors, linked, strict=True):
+        bindings[number][anchor.var] = found
+    bound = [
+        (checked[number], {var: (np.array([skb.by_id[i] for i in b.ids], np.int64), np.array(b.scores, np.float64)) for var, b in bindings[number].items()})
+        for number in checked
+    ]
+    matched = execute(skb.adjacency, bound, settings.emit, settings.max_rows, settings.timeout_s)
+    for number, found in zip(checked, matched, strict=True):
+        plan = checked[number]
+        if isinstance(found, str):
+            results[number] = Stage1(empty, plan, False, found, "no_trade", 0, bindings[number])
+            continue
+        positions, scores = found
+        rows = skb.node_row[positions]
+        keep = rows >= 0  # only passage / table nodes are retrievable
+        if allowed is not None:
+            keep[keep] &= allowed[rows[keep]]
+        rows, scores, positions = rows[keep], scores[keep], positions[keep]
+        if len(texts[number]) > len(plan.anchors) and len(rows):
+            scores = scores + skb.doc_cosines(positions, vectors[first[number] + len(plan.anchors)])
+        best = max((max(b.scores) for b in bindings[number].values() if b.scores), default=0.0)
+        risk = risk_level(best, len(rows)) if from_rules[number] else plan.risk_level
+        if from_rules[number]:
+            plan = plan.model_copy(update={"risk_level": risk})
+        results[number] = Stage1(ranked(rows, scores, settings.k), plan, True, None, risk, int(len(rows)), bindings[number])
+    return results

@@ -24,9 +24,10 @@ if TYPE_CHECKING:
 
 
 @register
-class SkbPlan(PerQuery):
-    """Stage 1: plan (``rules``, or ``llm``), link the anchors (top-K within tau of the best cosine), run the plan as one
-    DuckDB query over the SKB, add the cosine of ``relevance_text`` with each candidate's document."""
+class SkbPlan(Op):
+    """Stage 1: plan (``rules``, or ``llm``), link the anchors (top-K within tau of the best cosine), match
+    the plan on the SKB's adjacency, add the cosine of ``relevance_text`` with each candidate's document;
+    a batch's plans are linked and matched together (``skb_stage_one.stage_one_batch``)."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"skb", "skb_vectors", "dense"})
     FILTER: ClassVar[Literal["index"]] = "index"
@@ -51,14 +52,14 @@ class SkbPlan(PerQuery):
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
-        from graphlake.retrieval.index.skb_stage_one import planned, stage_one
+    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        from graphlake.retrieval.index.skb_stage_one import planned, stage_one_batch
 
         skb = indexes.skb(self.source)
-        plan, failure = planned(query, skb, self.planner, indexes)
+        plans, failures = zip(*(planned(query, skb, self.planner, indexes) for query in request.queries), strict=True) if request.queries else ((), ())
         allowed = None if request.allowed is None else request.allowed.mask
-        result = stage_one(query, skb, plan, self.settings(), indexes.dense_encoder(), failure, allowed)
-        return Candidates(result.candidates.rows, result.candidates.scores, result.meta)
+        found = stage_one_batch(list(request.queries), skb, list(plans), self.settings(), indexes.dense_encoder(), list(failures), allowed, request.mentions)
+        return [Candidates(result.candidates.rows, result.candidates.scores, result.meta) for result in found]
 
 
 @register
