@@ -126,12 +126,12 @@ class QueryEncoders(Protocol):
 class Request:
     """One search's own state, made per request (``Indexes.request``) and dropped with it: the queries,
     the number of hits kept (``k``), the rows the filter allows (None: all), their encodings (computed
-    ahead for the batch by ``prime``), the notes operators leave (what they did in place of what they
+    ahead for the batch by ``prime``) and entity mentions (``mentions``), the notes operators leave (what they did in place of what they
     could not, in order, once each) and each operator's candidates per query, so that an operator several
     methods or inputs share runs once per request (``shared_run``).
 
-    ``of(queries)`` is the same request for some of its queries: the encodings, notes and candidates
-    stay shared."""
+    ``of(queries)`` is the same request for some of its queries: the encodings, mentions, notes and
+    candidates stay shared."""
 
     queries: list[str]
     encoders: QueryEncoders
@@ -140,6 +140,7 @@ class Request:
     notes: dict[str, None] = field(default_factory=dict)
     encoded: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = field(default_factory=dict)
     ran: dict[tuple[str, str], Candidates] = field(default_factory=dict)
+    found_mentions: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
 
     def of(self, queries: list[str]) -> Request:
         return replace(self, queries=list(queries))
@@ -168,6 +169,17 @@ class Request:
         """The query's SPLADE weights, a (1, vocabulary) row."""
         primed = self.encoded.get(query, (None, None))[1]
         return primed if primed is not None else self.encoders.encode_splade_queries([query])
+
+    def mentions(self, texts: list[str], extractor: str = "spacy") -> list[list[tuple[str, str]]]:
+        """Each text's entity mentions (name, type) by ``extractor`` (``spacy`` or ``regex``), the texts
+        not read yet in one pass: the operators of a request share them (SPRIG's seeds, GRASP's planner)."""
+        missing = [t for t in dict.fromkeys(texts) if (extractor, t) not in self.found_mentions]
+        if missing:
+            from graphlake.kernels.text.entities import regex_entities, spacy_entities  # spaCy loads with the first query that needs it
+
+            extract = {"spacy": spacy_entities, "regex": regex_entities}[extractor]
+            self.found_mentions.update(((extractor, t), found) for t, found in zip(missing, extract(missing), strict=True))
+        return [self.found_mentions[extractor, t] for t in texts]
 
     def shared(self, key: str, compute: Callable[[Request], list[Candidates]]) -> list[Candidates]:
         """Per query, what ``compute`` gives for the operator ``key`` names, computed only for the queries

@@ -38,7 +38,7 @@ class HandEntities:
             )
         return self.graphs[key]
 
-    def query_entities(self, text: str, extractor: str) -> list[str]:
+    def query_entities(self, text: str, extractor: str, request) -> list[str]:
         return [word for word in text.lower().split() if word in ("alpha", "beta")]
 
 

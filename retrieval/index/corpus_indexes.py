@@ -198,16 +198,16 @@ class EntityEdges:
 
         return self.indexes.memo(("entity_graph", hub_prune_percent, degree_cap), build)
 
-    def query_entities(self, text: str, extractor: str) -> list[str]:
-        """The query's entity norms, found by the extractor the graph was built with and alias-linked like it."""
-        from graphlake.kernels.text.entities import normalise, regex_entities, spacy_entities, title_aliases
+    def query_entities(self, text: str, extractor: str, request: Request) -> list[str]:
+        """The query's entity norms, found by the extractor the graph was built with (read once per
+        request: ``Request.mentions``) and alias-linked like it."""
+        from graphlake.kernels.text.entities import normalise, title_aliases
 
         built_with = self.edges.column("source")[0].as_py() if self.edges.num_rows else extractor
         if built_with != extractor:
             raise StorageError(f"cooccurrence edges of corpus {self.indexes.corpus!r} come from {built_with!r} mentions, not {extractor!r}")
-        extract = {"spacy": spacy_entities, "regex": regex_entities}[extractor]
         aliases = self.indexes.memo(("aliases",), lambda: title_aliases(list(self.indexes.titles().values())))
-        norms = [normalise(name) for name, _ in extract([text])[0]]
+        norms = [normalise(name) for name, _ in request.mentions([text], extractor)[0]]
         return [aliases.get(norm, norm) for norm in norms if norm]
 
 

@@ -76,7 +76,7 @@ class PPR(PerQuery):
         graph = self.graph(indexes)
         size = graph.walk.size
         if self.query_entities:
-            entities = graph.match(indexes.cooccurrence.query_entities(query, self.extractor))
+            entities = graph.match(indexes.cooccurrence.query_entities(query, self.extractor, request))
         else:
             entities = np.zeros(0, np.int64)
         entity_weights = entity_seed_weights(graph.df(entities), self.entity_delta)
@@ -95,6 +95,8 @@ class PPR(PerQuery):
         if self.mode != "power":
             return super().run_batch(request, indexes)
         graph, queries = self.graph(indexes), request.queries
+        if self.query_entities:
+            request.mentions(queries, self.extractor)  # the batch's queries read in one pass
         seeds = [self.seeds(query, found, request, indexes) for query, found in zip(queries, run_inputs_batch(self, request, indexes), strict=True)]
         walked = [i for i, vector in enumerate(seeds) if vector.any()]
         found = [Candidates(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
