@@ -103,8 +103,9 @@ class LoadedSKB:
         self.schema = Schema.of(self.adjacency.patterns(), set(self.labels.tolist()))
 
     def _load_vectors(self, tables: CorpusTables, dense: Callable[[], np.ndarray]) -> None:
-        """The distinct texts' vectors and each SKB node's rows into them, not one gathered copy per
-        node and kind: two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros."""
+        """The distinct texts' vectors and each SKB node's rows into them, not one copy per node and kind
+        (two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros): names by label, and
+        the documents of the nodes that have no ``nodes`` row."""
         folder = tables.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
         for role, made_by in read_models(folder).items():
             tables.check_model(VECTORS_ARTIFACT, role, made_by)
@@ -116,13 +117,22 @@ class LoadedSKB:
         if missing is not None:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} lack SKB node {missing!r}; materialize skb_vectors again")
         order = np.fromiter((row_of[skb_id] for skb_id in self.ids), np.int64, len(self.ids))
-        self._texts, self._name_row, self._doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
+        vectors, name_row, doc_row = stored["vector"], stored["name_row"][order], stored["doc_row"][order]
+        # names laid out label by label, each distinct name of a label once: an anchor of a label reads
+        # one contiguous block (at 100k passages a gather of a label's rows copied tens of MB a query),
+        # and nodes of one name score alike to the bit, so the linker's ties stay ties
+        blocks, self._name_row, self._label_block, start = [], np.zeros(len(self.ids), np.int64), {}, 0
+        for label in sorted(self.by_label):
+            rows = self.by_label[label]
+            distinct, inverse = np.unique(name_row[rows], return_inverse=True)
+            blocks.append(distinct)
+            self._name_row[rows] = start + inverse
+            self._label_block[label] = (start, start + len(distinct))
+            start += len(distinct)
+        self._names = vectors[np.concatenate(blocks)] if blocks else vectors[:0]
+        own, inverse = np.unique(doc_row, return_inverse=True)  # the documents of nodes with no ``nodes`` row (-1: none)
+        self._docs, self._doc_row = vectors[np.maximum(own, 0)] if len(vectors) else vectors, np.where(doc_row >= 0, inverse, -1)
         self._dense = dense() if (self.node_row >= 0).any() else None
-
-    @cached_property
-    def _label_names(self) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-        """Per label, the distinct name rows of its nodes and each node's place among them."""
-        return {label: np.unique(self._name_row[rows], return_inverse=True) for label, rows in self.by_label.items()}
 
     def doc_cosines(self, positions: np.ndarray, vectors: np.ndarray) -> np.ndarray:
         """The cosines of these SKB nodes' document vectors with ``vectors`` (one, or a column each): a
@@ -134,7 +144,7 @@ class LoadedSKB:
         if backed.any():
             found[backed] = _cosines(self._dense, nodes[backed], vectors)
         own = ~backed & (docs >= 0)
-        found[own] = _cosines(self._texts, docs[own], vectors)
+        found[own] = _cosines(self._docs, docs[own], vectors)
         return found
 
     @cached_property
@@ -178,9 +188,9 @@ class LoadedSKB:
             groups.setdefault(anchor, []).append(number)
         for (label, mode), members in groups.items():
             rows = self.by_label.get(label, np.zeros(0, np.int64))
-            if mode == "name":  # each distinct name once: nodes of one name score alike to the bit, so ties stay ties
-                distinct, inverse = self._label_names.get(label, (rows, rows))
-                cosines = _cosines(self._texts, distinct, vectors[members].T)[inverse]
+            if mode == "name":  # the label's block of distinct names (``_load_vectors``)
+                start, end = self._label_block.get(label, (0, 0))
+                cosines = (self._names[start:end] @ vectors[members].T)[self._name_row[rows] - start]
             else:
                 cosines = self.doc_cosines(rows, vectors[members].T)
             k, tau = limits[mode]
