@@ -315,3 +315,22 @@ def test_the_rules_planners_keep_a_passage_long_question_within_a_plans_bounds()
         assert len(plan.anchors) <= MAX_ANCHORS and all(len(a.text) <= MAX_TEXT for a in plan.anchors)
         assert len(plan.target.relevance_text) <= MAX_TEXT and plan.target.relevance_text.split()[-1] in question.split()  # cut at a word
     assert len(plans[0].anchors) == MAX_ANCHORS and [a.text for a in plans[0].anchors] == names[:MAX_ANCHORS]
+
+
+def test_a_plan_past_its_bound_fails_alone_and_the_batch_keeps_the_rest(monkeypatch):
+    import graphlake.kernels.plan.match as match
+
+    adjacency, ids = _adjacency(TOY_NODES, TOY_EDGES)
+    small = (Plan.model_validate({"anchors": [_anchor("A", "x", "film")], "hops": [_hop("A", "director", "T", "person")], "target": {"var": "T"}}), {"A": Linked(["f1"], [0.9])})
+    wide = (
+        Plan.model_validate({"anchors": [_anchor("A", "x", "film")], "hops": [_hop("A", "director", "T", "person")], "target": {"var": "T"}}),
+        {"A": Linked(["f1", "f2", "f3", "f4"], [0.9, 0.8, 0.7, 0.6])},
+    )
+    monkeypatch.setattr(match, "MAX_PARTIAL_MATCHES", 2)  # f1..f4 reach five directors: past the bound; f1 reaches one
+    position = {skb_id: n for n, skb_id in enumerate(ids)}
+    bound = [(plan, {v: (np.array([position[i] for i in b.ids]), np.array(b.scores)) for v, b in bindings.items()}) for plan, bindings in (small, wide, small)]
+    first, failed, last = match.execute(adjacency, bound, "target", 100_000, 30.0)
+    assert "past 2 partial paths" in failed
+    assert {ids[p]: s for p, s in zip(*first, strict=True)} == {ids[p]: s for p, s in zip(*last, strict=True)} == {"p1": 0.9}
+    (late,) = match.execute(adjacency, bound[:1], "target", 100_000, -1.0)  # a deadline already passed
+    assert late == "the plan's matching ran past its time"
