@@ -97,8 +97,11 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1
     LearnedRankers({key(op): ranker}).save(tmp_path)
     loaded = LearnedRankers.load(tmp_path).ranker(op)
-    rows = candidate_rows(found[0], op.depth)
+    rows = [candidate_rows(inputs, op.depth) for inputs in found[:3]]
     older = json.loads((tmp_path / REPORT_FILE).read_text()) | {"features": FEATURES_VERSION - 1}
     (tmp_path / REPORT_FILE).write_text(json.dumps(older))
     assert LearnedRankers.load(tmp_path).held() == set()  # rankers of older features are retrained, not misread
-    assert loaded.across_corpora and np.array_equal(loaded.score(queries[0]["text"], found[0], rows, op.depth), ranker.score(queries[0]["text"], found[0], rows, op.depth))
+    texts = [query["text"] for query in queries[:3]]
+    together = loaded.score(texts, found[:3], rows, op.depth)  # a batch in one prediction: each query as alone
+    alone = [ranker.score([text], [inputs], [chosen], op.depth)[0] for text, inputs, chosen in zip(texts, found, rows, strict=False)]
+    assert loaded.across_corpora and len(together) == 3 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))

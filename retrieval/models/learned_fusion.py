@@ -100,10 +100,13 @@ class Ranker:
     booster: lightgbm.Booster
     across_corpora: bool
 
-    def score(self, query: str, found: list[Candidates], rows: np.ndarray, depth: int) -> np.ndarray:
-        """The model's score of each candidate ``rows`` of ``found`` (the inputs' candidates)."""
-        table = features(query, found, rows, depth, per_input(self.across_corpora))
-        return np.asarray(self.booster.predict(table, num_threads=1), dtype=np.float64)
+    def score(self, queries: list[str], found: list[list[Candidates]], rows: list[np.ndarray], depth: int) -> list[np.ndarray]:
+        """Per query, the model's score of each of its candidate ``rows`` given its inputs' candidates
+        (``found``): the batch's feature rows in one prediction, as a row's score is its own."""
+        tables = [features(query, inputs, chosen, depth, per_input(self.across_corpora)) for query, inputs, chosen in zip(queries, found, rows, strict=True)]
+        table = np.concatenate(tables) if tables else np.zeros((0, 0), np.float32)
+        scores = np.asarray(self.booster.predict(table, num_threads=1), dtype=np.float64) if len(table) else np.zeros(0)
+        return np.split(scores, np.cumsum([len(chosen) for chosen in rows])[:-1])
 
 
 @dataclass

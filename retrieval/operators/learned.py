@@ -46,18 +46,16 @@ class LearnedFusion(Op):
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
 
     def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+        """Each query's candidates ordered by the trained model (the batch's in one prediction), or fused
+        by RRF where none was trained."""
         found = run_inputs_batch(self, request, indexes)
-        return [self.order(query, inputs, request, indexes) for query, inputs in zip(request.queries, found, strict=True)]
-
-    def order(self, query: str, found: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
-        """The candidates ordered by the trained model, or fused by RRF where none was trained."""
         model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.learned_fusion.ranker(self))
         if model is None:
             request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
-            return rrf(found, self.depth, self.k)
-        rows = candidate_rows(found, self.depth)
-        if not len(rows):
-            return Candidates(rows, np.zeros(0, np.float64))
-        scores = model.score(query, found, rows, self.depth)
-        order = np.lexsort((rows, -scores))[: self.k]
-        return Candidates(rows[order], scores[order].astype(np.float64))
+            return [rrf(inputs, self.depth, self.k) for inputs in found]
+        rows = [candidate_rows(inputs, self.depth) for inputs in found]
+        ordered = []
+        for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True):
+            order = np.lexsort((chosen, -scores))[: self.k]
+            ordered.append(Candidates(chosen[order], scores[order]))
+        return ordered

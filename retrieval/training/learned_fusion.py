@@ -172,7 +172,7 @@ def ranked_docs(ranker: Ranker, text: str, found: list, depth: int, doc_ids: np.
     rows = candidate_rows(found, depth)
     if not len(rows):
         return []
-    scores = ranker.score(text, found, rows, depth)
+    (scores,) = ranker.score([text], [found], [rows], depth)
     return list(dict.fromkeys(doc_ids[rows[np.lexsort((rows, -scores))]].tolist()))
 
 
