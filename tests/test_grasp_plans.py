@@ -334,3 +334,17 @@ def test_a_plan_past_its_bound_fails_alone_and_the_batch_keeps_the_rest(monkeypa
     assert {ids[p]: s for p, s in zip(*first, strict=True)} == {ids[p]: s for p, s in zip(*last, strict=True)} == {"p1": 0.9}
     (late,) = match.execute(adjacency, bound[:1], "target", 100_000, -1.0)  # a deadline already passed
     assert late == "the plan's matching ran past its time"
+
+
+def test_an_skb_artefact_without_adjacency_is_an_older_layout_that_a_build_replaces(tmp_path):
+    """A lake built before the SKB stored its adjacency: ``query --build`` and the reindex planner see its
+    ``skb`` as never written, so they build it again, rather than a query failing on it."""
+    from graphlake.retrieval.learned_kinds import INDEX_KINDS
+    from graphlake.warehouse.storage import LakeStorage
+
+    lake, stored = LakeStorage(tmp_path), INDEX_KINDS.kind("skb").stored
+    lake.write_artifact("skb", {"corpus": "c"}, lambda folder: (folder / "sources.json").write_text("{}"))
+    assert lake.artifact_written_at("skb", {"corpus": "c"}) is not None and stored.written_at(lake, "c") is None
+    adjacency, _ = _adjacency(TOY_NODES, TOY_EDGES)
+    lake.write_artifact("skb", {"corpus": "c"}, lambda folder: adjacency.save(folder / "adjacency-entities.npz"))
+    assert stored.written_at(lake, "c") is not None

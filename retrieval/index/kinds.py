@@ -40,14 +40,18 @@ class Stored:
     artifact: str | None = None
     partition: tuple[tuple[str, str], ...] = ()  # a value may be a model role (``@dense``): see ``CorpusRegistry.resolved``
     lake_wide: bool = False
+    layout: str | None = None  # a file (a glob) an artefact of the current layout holds: one written without it is rebuilt
 
     def written_at(self, lake: LakeStorage, corpus: str) -> float | None:
-        """When the index was written; None when it never was, or when a model whose vectors it holds is
-        no longer the one the corpus uses (the index is then rebuilt, as the vectors are re-encoded)."""
+        """When the index was written; None when it never was, when it is an artefact of an older layout,
+        or when a model whose vectors it holds is no longer the one the corpus uses (the index is then
+        rebuilt, as the vectors are re-encoded)."""
         partition = {} if self.lake_wide else {"corpus": corpus, **dict(self.partition)}
         if self.artifact is None:
             return table_written_at(lake, corpus, self.table, partition)
         written = lake.artifact_written_at(self.artifact, partition)
+        if written is not None and self.layout is not None and not any(lake.artifact(self.artifact, partition).glob(self.layout)):
+            return None
         if written is None or self.lake_wide:
             return written
         from graphlake.common.settings import model_cache

@@ -120,7 +120,7 @@ STORED_KINDS: tuple[IndexKind, ...] = (
     # the graph's KG part reads spaCy's triples (the asset's default kg)
     IndexKind("hybrid_graph", ("triples_spacy", "hybrid_graph_index"), Stored(artifact="hybrid_graph"), _hybrid_graph),
     # GRASP: the SKBs (the entity source reads spaCy mentions and citations) and their node vectors
-    IndexKind("skb", ("entities_spacy", "mentions_spacy", "citation_edges", "skb"), Stored(artifact="skb"), _skb),
+    IndexKind("skb", ("entities_spacy", "mentions_spacy", "citation_edges", "skb"), Stored(artifact="skb", layout="adjacency-*.npz"), _skb),  # skb.adjacency_file
     IndexKind("skb_vectors", ("skb_vectors",), Stored(artifact="skb_vectors"), None),
     # ``graph: auto``: for the asset graph's lineage any edge kind a corpus may use; a run reads its corpus's (corpus_needs)
     IndexKind(CORPUS_GRAPH, ("citation_edges", "semantic_edges", "conceptual_edges", "structural_edges", "contextual_edges", "entities_spacy", "mentions_spacy"), None, None),
