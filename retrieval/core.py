@@ -284,6 +284,11 @@ class Op(BaseModel):
         except ValidationError as error:
             raise MethodError(f"{self.op}: {problem(error)}") from None
 
+    def widened(self) -> Op | None:
+        """The same operator with a wider ``k`` whose first ``k`` are this one's answer, which a request
+        runs in its place so that the methods asking it for several depths share one run (None: none)."""
+        return None
+
     def first_stage(self) -> Op | None:
         """For a reranker, the ranking it reorders: what it has to beat (None for any other operator)."""
         return None
@@ -340,6 +345,9 @@ def shared_run(op: Op, request: Request, indexes: Indexes) -> list[Candidates]:
     within one request an operator that several methods or inputs share runs once."""
     if not request.queries:
         return []
+    wide = op.widened()
+    if wide is not None:
+        return [found.top(op.k) for found in shared_run(wide, request, indexes)]
     return request.shared(op.canonical(), lambda missing: op.run_batch(missing, indexes))
 
 

@@ -31,6 +31,7 @@ import yaml
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval import operators  # noqa: F401  (the operators register themselves: @register)
 from graphlake.retrieval.core import METHOD_NAME, MethodError, Methods, Op, parse_operator
+from graphlake.retrieval.operators.vector import share_widest
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping
 
 DEFAULT_METHODS = Path(str(files("graphlake.retrieval") / "methods.yaml"))
@@ -168,6 +169,7 @@ def parse_methods(declared: Mapping[str, Any]) -> Methods:
 
     for name in declared:
         resolve(name, ())
+    share_widest(parsed.values())
     return Methods({name: parsed[name] for name in declared}, declared)
 
 

@@ -27,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from graphlake.kernels.plan.plans import Plan, components, variable_labels
+from graphlake.kernels.plan.plans import Plan, binding_order, components, variable_labels
 
 MAX_PARTIAL_MATCHES = 20_000_000  # partial matches one step may hold (about 1 GB of columns): beyond it a plan is refused, as past its time
 
@@ -151,20 +151,6 @@ class Shape:
     emitted: tuple[bool, ...]
     by_name: tuple[int, ...]  # the variables in name order: the SQL's order of sum and of ORDER BY
     hops: tuple[tuple[int, str, int], ...]
-
-
-def binding_order(variables: Sequence[str], anchors: Mapping | set, hops) -> list[str]:
-    """Anchors first, then each variable once a hop links it to one already placed."""
-    order = [var for var in variables if var in anchors]
-    while len(order) < len(variables):
-        placed = set(order)
-        reachable = [
-            var
-            for var in variables
-            if var not in placed and any((h.from_ in placed and h.to_var == var) or (h.to_var in placed and h.from_ == var) for h in hops)
-        ]
-        order.append(reachable[0] if reachable else next(var for var in variables if var not in placed))
-    return order
 
 
 def shapes(plan: Plan, emit: str) -> list[tuple[Shape, list[str]]]:

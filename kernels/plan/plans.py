@@ -14,7 +14,7 @@ the plan, and an invalid plan gives an empty graph branch (Stage 2 then returns 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -133,6 +133,20 @@ def components(plan: Plan) -> list[set[str]]:
     for var in parent:
         groups.setdefault(find(var), set()).add(var)
     return sorted(groups.values(), key=lambda group: sorted(group))
+
+
+def binding_order(variables: Sequence[str], anchors: Mapping | set, hops: Sequence[Hop]) -> list[str]:
+    """Anchors first, then each variable once a hop links it to one already placed."""
+    order = [var for var in variables if var in anchors]
+    while len(order) < len(variables):
+        placed = set(order)
+        reachable = [
+            var
+            for var in variables
+            if var not in placed and any((h.from_ in placed and h.to_var == var) or (h.to_var in placed and h.from_ == var) for h in hops)
+        ]
+        order.append(reachable[0] if reachable else next(var for var in variables if var not in placed))
+    return order
 
 
 def check(plan: Plan, schema: Schema) -> list[str]:

@@ -26,8 +26,7 @@ from typing import Literal
 
 import numpy as np
 
-from graphlake.kernels.plan.match import binding_order
-from graphlake.kernels.plan.plans import Plan, components, variable_labels
+from graphlake.kernels.plan.plans import Plan, binding_order, components, variable_labels
 
 Emit = Literal["target", "path"]
 

@@ -4,15 +4,16 @@ per-query latency is a batch of one, what a user would wait."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 import scipy.sparse as sp
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from graphlake.kernels.results import SearchParams
 from graphlake.kernels.text.vector_search import HNSWParams, exact_dense, exact_sparse, hnsw
-from graphlake.retrieval.core import MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Request, Weight, from_dict, min_max, register, run_inputs_batch, unfill
+from graphlake.retrieval.core import MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Request, Weight, from_dict, min_max, register, run_inputs_batch, unfill, walk
 from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 
@@ -25,10 +26,35 @@ def dense_vectors(request: Request, indexes: CorpusIndexes) -> np.ndarray:
 
 
 class TopK(Op):
-    """O_vs over one index: the top ``k`` nodes by its score, among the nodes a request's filter allows."""
+    """O_vs over one index: the top ``k`` nodes by its score, among the nodes a request's filter allows.
+
+    An exact search whose order is total (``PREFIX``: score, then row) answers a narrower ``k`` with the
+    first ``k`` of a wider one; ``share_widest`` gives each the widest any method asks, so that a
+    request scores the corpus once for all of them (graphlake_ltr reads dense at k 100 and GraphER's
+    input at k 200: at 100k passages each is a 146 MB matrix product)."""
 
     FILTER: ClassVar[Literal["index"]] = "index"
+    PREFIX: ClassVar[bool] = False
     k: Count = 100
+    _widest: int | None = PrivateAttr(None)
+
+    def widened(self) -> Op | None:
+        return self.model_copy(update={"k": self._widest}) if self._widest is not None and self._widest > self.k else None
+
+
+def share_widest(methods: Iterable[Op]) -> None:
+    """Let every exact search (``TopK.PREFIX``) of these methods run at the widest ``k`` any of them asks
+    of the same search: its answer is the same, its first ``k``, and a request that asks several depths
+    runs it once."""
+    searches: dict[str, list[TopK]] = {}
+    for method in methods:
+        for op in walk(method):
+            if isinstance(op, TopK) and op.PREFIX:
+                searches.setdefault(op.model_copy(update={"k": 1}).canonical(), []).append(op)
+    for found in searches.values():
+        widest = max(op.k for op in found)
+        for op in found:
+            op._widest = widest
 
 
 @register
@@ -48,6 +74,7 @@ class Dense(TopK):
     the vectors are unit length), one matrix-vector product per query."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"dense"})
+    PREFIX: ClassVar[bool] = True
     op: Literal["dense"]
 
     def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
@@ -77,6 +104,7 @@ class Splade(TopK):
     """O_vs over learned sparse vectors: sparse dot product."""
 
     INDEXES: ClassVar[frozenset[str]] = frozenset({"splade"})
+    PREFIX: ClassVar[bool] = True
     op: Literal["splade"]
 
     def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
