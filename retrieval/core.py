@@ -304,8 +304,9 @@ class Op(BaseModel):
 
 
 class PerQuery(Op):
-    """An operator whose kernel takes one query at a time (a graph walk over Python structures, a plan,
-    a cross-encoder's budget): the batch runs its inputs once for all queries, then ``run_one`` per query."""
+    """An operator whose kernel takes one query at a time (a graph walk over Python structures, a smoothing
+    of one query's candidate graph, a cross-encoder's budget): the batch runs its inputs once for all
+    queries, then ``run_one`` per query."""
 
     def run_batch(self, request: Request, indexes: Indexes) -> list[Candidates]:
         inputs = run_inputs_batch(self, request, indexes)
