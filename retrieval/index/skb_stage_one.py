@@ -190,8 +190,11 @@ def stage_one_batch(
         else:
             checked[number] = plan
     texts = {number: [a.text for a in plan.anchors] + ([plan.target.relevance_text] if settings.rescore and plan.target.relevance_text else []) for number, plan in checked.items()}
-    vectors = encode([text for number in checked for text in texts[number]]) if checked else None
-    first = dict(zip(checked, np.cumsum([0, *(len(texts[number]) for number in checked)]).tolist(), strict=False))
+    first, flat = {}, []  # where each plan's texts start among the batch's, encoded in one call
+    for number in checked:
+        first[number] = len(flat)
+        flat += texts[number]
+    vectors = encode(flat) if flat else None
     anchors = [(number, anchor) for number, plan in checked.items() for anchor in plan.anchors]
     rows_of = [first[number] + position for number, plan in checked.items() for position in range(len(plan.anchors))]
     limits = {"name": (settings.name_k, settings.name_tau), "doc": (settings.doc_k, settings.doc_tau)}
