@@ -13,7 +13,8 @@ from graphlake.api.relevance import Calibration
 from graphlake.api.results import Hit, SearchResult
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
-from graphlake.retrieval.index.tables import CorpusTables
+from graphlake.common.once import once
+from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.warehouse.readers.base import CITED_BY
 
 
@@ -24,7 +25,7 @@ class Searched:
     corpus: str
     method: str
     snapshot: int
-    indexes: CorpusTables  # the snapshot's, or with the pending nodes after them (FreshTables)
+    tables: Citable  # the snapshot's, or with the pending nodes after them (FreshTables)
     request: Request
     found: list[Candidates]
     latency_ms: float  # per query
@@ -35,7 +36,7 @@ class Searched:
     fresh_from: int | None = None  # the first row of a lake-owned corpus's pending nodes (retrieval/index/fresh.py), when it has some
 
     def result(self, i: int) -> SearchResult:
-        hits = cited(self.corpus, self.indexes, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from)
+        hits = cited(self.corpus, self.tables, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from)
         notes = [*self.notes, *self.short(len(hits), len(self.found[i].rows))]
         if (least := self.shown.min_relevance) is not None:
             kept = [replace(hit, rank=rank) for rank, hit in enumerate((hit for hit in hits if hit.relevance is not None and hit.relevance >= least), start=1)]
@@ -51,7 +52,7 @@ class Searched:
         k, allowed = self.k, self.request.allowed
         if found >= k:
             return []
-        there = len(self.indexes.node_ids) if allowed is None else len(allowed.rows)
+        there = len(self.tables.snapshot.node_ids) if allowed is None else len(allowed.rows)
         which = "node" if allowed is None else "node the filter allows"
         if ranked >= there:
             return [f"{found} of the {k} hits asked: the corpus has no other {which}" + ("" if self.shown.by == "chunk" else f" ({ranked} nodes in {found} {self.shown.by}s)")]
@@ -60,15 +61,35 @@ class Searched:
         return [f"{found} of the {k} hits asked: {self.method} ranks no other {which} for this query"]
 
 
-def cited(corpus: str, indexes: CorpusTables, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
+class Citable:
+    """What hits are made from, read once per snapshot (or fresh segment): its tables, the node columns
+    a hit shows, each node's neighbours in its document, the documents' texts."""
+
+    def __init__(self, snapshot: Snapshot) -> None:
+        self.snapshot = snapshot
+
+    @once
+    def columns(self) -> dict[str, list]:
+        return {name: self.snapshot.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")}
+
+    @once
+    def neighbours(self) -> tuple[list[int], list[int]]:
+        """Per node row, the row of its document's node before it and after it (-1: none)."""
+        return neighbours(self.snapshot.node_documents(), np.asarray(self.columns()["chunk_idx"]))
+
+    @once
+    def document_texts(self) -> list[str]:
+        return self.snapshot.documents().column("text").to_pylist()
+
+
+def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
     """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
     its document, with its context when asked and its calibrated relevance where the method has one (a
     pending node, row ``fresh_from`` on, ranked by other scores than the method's, has none)."""
-    by, context = shown.by, shown.context
-    titles, docs, node_ids = indexes.titles(), indexes.doc_ids(), indexes.node_ids
-    columns = indexes.memo(("hit columns",), lambda: {name: indexes.nodes().column(name).to_pylist() for name in ("text", "start", "end", "chunk_idx")})
-    before, after = indexes.memo(("neighbour rows",), lambda: neighbours(indexes.node_documents(), np.asarray(columns["chunk_idx"])))
-    records, documents = indexes.metadata().records, indexes.node_documents()
+    by, context, snapshot = shown.by, shown.context, tables.snapshot
+    titles, docs, node_ids = snapshot.titles(), snapshot.doc_ids(), snapshot.node_ids
+    columns, (before, after) = tables.columns(), tables.neighbours()
+    records, documents = snapshot.metadata().records, snapshot.node_documents()
     stems = query_stems(query)
     hits = []
     rows = candidates.rows.tolist()
@@ -79,30 +100,45 @@ def cited(corpus: str, indexes: CorpusTables, query: str, candidates: Candidates
     for rank, span in enumerate(ranked, start=1):
         row = span.rows[0]
         first, last = min(span.rows, key=columns["start"].__getitem__), max(span.rows, key=columns["end"].__getitem__)
-        text = _document_text(indexes, documents[row])[span.start : span.end] if len(span.rows) > 1 else columns["text"][row]
+        text = tables.document_texts()[documents[row]][span.start : span.end] if len(span.rows) > 1 else columns["text"][row]
         record = records[documents[row]]
         terms, found = matched_terms(stems, text)
-        source = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
-        around = _context(indexes, documents[row], first, last, before, after, columns, context) if context is not None else None
+        around = _context(tables, documents[row], first, last, context) if context is not None else (None, None, None)
         hits.append(
             Hit(
-                rank, node_ids[row], docs[row], titles[docs[row]], text, float(score_of[row]), corpus, source, span.start, span.end, terms, snippet(text, found),
-                dict(record), columns["chunk_idx"][row], node_ids[before[first]] if before[first] >= 0 else None, node_ids[after[last]] if after[last] >= 0 else None,
-                [[span.start, span.end], *span.others], *(around or (None, None, None)), relevance.get(row) if row < pending else None, row >= pending,
+                rank=rank,
+                node_id=node_ids[row],
+                doc_id=docs[row],
+                title=titles[docs[row]],
+                text=text,
+                score=float(score_of[row]),
+                corpus=corpus,
+                source=next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None),
+                start=span.start,
+                end=span.end,
+                terms=terms,
+                snippet=snippet(text, found),
+                metadata=dict(record),
+                chunk=columns["chunk_idx"][row],
+                prev_node_id=node_ids[before[first]] if before[first] >= 0 else None,
+                next_node_id=node_ids[after[last]] if after[last] >= 0 else None,
+                spans=[[span.start, span.end], *span.others],
+                context=around[0],
+                context_start=around[1],
+                context_end=around[2],
+                relevance=relevance.get(row) if row < pending else None,
+                fresh=row >= pending,
             )
         )
     return hits
 
 
-def _document_text(indexes: CorpusTables, document: int) -> str:
-    return indexes.memo(("document texts",), lambda: indexes.documents().column("text").to_pylist())[document]
-
-
-def _context(indexes: CorpusTables, document: int, first: int, last: int, before: list[int], after: list[int], columns: dict, context: int | str) -> tuple[str, int, int]:
+def _context(tables: Citable, document: int, first: int, last: int, context: int | str) -> tuple[str, int, int]:
     """The text around a hit: ``context`` nodes before its first and after its last, or its whole document."""
-    text = _document_text(indexes, document)
+    text = tables.document_texts()[document]
     if context == "document":
         return text, 0, len(text)
+    (before, after), columns = tables.neighbours(), tables.columns()
     for _ in range(int(context)):
         first = before[first] if before[first] >= 0 else first
         last = after[last] if after[last] >= 0 else last

@@ -5,15 +5,14 @@ from __future__ import annotations
 from dataclasses import replace
 
 from graphlake.api.results import SearchResult
-
-RRF_CONSTANT = 60.0  # Cormack et al.'s
+from graphlake.kernels.fusion import rrf_term
 
 
 def fused(results: tuple[SearchResult, ...], k: int) -> SearchResult:
     """One query's rankings from several corpora fused by reciprocal rank (each hit keeps its corpus;
     its score becomes the fused one)."""
     scored = sorted(
-        ((1.0 / (RRF_CONSTANT + hit.rank), position, hit) for position, result in enumerate(results) for hit in result.hits), key=lambda item: (-item[0], item[2].rank, item[1])
+        ((rrf_term(hit.rank), position, hit) for position, result in enumerate(results) for hit in result.hits), key=lambda item: (-item[0], item[2].rank, item[1])
     )
     hits = [replace(hit, rank=rank, score=score) for rank, (score, _, hit) in enumerate(scored[:k], start=1)]
     return SearchResult(

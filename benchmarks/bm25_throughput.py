@@ -63,7 +63,7 @@ class Row:
 
 @dataclass
 class OnlyBM25:
-    """The one index the bm25 operator reads, as ``CorpusIndexes.bm25`` gives it."""
+    """The one index the bm25 operator reads, as ``LakeIndexSet.bm25`` gives it."""
 
     bm25: BM25Index
 

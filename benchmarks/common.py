@@ -137,7 +137,7 @@ def timing_sample(corpus: str, split: str):
     ``split`` queries shared by the CPU and GPU timings, and the corpus's indexes."""
     import numpy as np
 
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import LakeStorage
@@ -146,7 +146,7 @@ def timing_sample(corpus: str, split: str):
     methods = load_methods(lake_home())
     queries = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     sample = [queries[i] for i in np.random.default_rng(0).choice(len(queries), min(QPT_QUERIES, len(queries)), replace=False)]
-    return methods, sample, corpus_indexes(lake, corpus)
+    return methods, sample, open_index_set(lake, corpus)
 
 
 # The FastInsight protocol (benchmarks/fastinsight.py on the lake, gpu_fastinsight.py and

@@ -123,7 +123,7 @@ def measure(lake, queries: list[str], methods: list[str]) -> list[dict]:
             if method in EXACT:
                 answered, _ = timed(lambda q, m=EXACT[method]: lake.search(CORPUS, m, q, K, where), queries)
                 exact = [[h.node_id for h in r.hits] for r in answered]
-            share = float(lake._current(CORPUS).indexes.request([], _parse(where)).allowed.fraction)
+            share = float(lake.searchers.served(CORPUS).indexes.snapshot.allowed(_parse(where)).fraction)
             results.append(
                 {
                     "selectivity": label,

@@ -40,7 +40,7 @@ from graphlake.kernels.eval.metrics import bootstrap_interval, evaluate, paired_
 from graphlake.kernels.eval.topological_recall import DocumentGraph, topological_values
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.kernels.rerank.cross_encoder import CrossEncoder
-from graphlake.retrieval.index.corpus_indexes import corpus_graph
+from graphlake.retrieval.index.derived import corpus_graph
 
 DEPTH = 100
 METHODS = ("vector", "bm25", "re2", "gar", "fastinsight")
@@ -64,7 +64,7 @@ def export(folder: Path, datasets: Path) -> None:
             pa.table({
                 "query_id": [q["query_id"] for q in queries],
                 "query": [q["text"] for q in queries],
-                "embedding": indexes.encode_dense_queries([q["text"] for q in queries]).tolist(),
+                "embedding": indexes.encoders.dense([q["text"] for q in queries]).tolist(),
                 **{name: [methods[name].run(q["text"], indexes).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
                 "gold": [sorted(gold[q["query_id"]]) for q in queries],
                 "timed": [q["text"] in timed for q in queries],
@@ -72,12 +72,12 @@ def export(folder: Path, datasets: Path) -> None:
             out / "queries.parquet",
             compression="zstd",
         )
-        pq.write_table(pa.table({"text": indexes.texts(), "doc_id": indexes.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
+        pq.write_table(pa.table({"text": indexes.snapshot.texts(), "doc_id": indexes.snapshot.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
         np.save(out / "vectors.npy", np.asarray(indexes.dense, dtype=np.float16))
-        graph, _ = corpus_graph(indexes, indexes.setting("corpus_graph"))
+        graph, _ = corpus_graph(indexes, indexes.snapshot.setting("corpus_graph"))
         sp.save_npz(out / "graph.npz", sp.csr_matrix(graph))
-        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.setting("corpus_graph"))}))
-        print(f"{corpus}: {len(queries)} queries, {len(indexes.texts())} nodes", flush=True)
+        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.snapshot.setting("corpus_graph"))}))
+        print(f"{corpus}: {len(queries)} queries, {len(indexes.snapshot.texts())} nodes", flush=True)
 
 
 @dataclass

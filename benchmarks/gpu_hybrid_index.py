@@ -65,17 +65,17 @@ def export(folder: Path) -> None:
     from hybrid_index import encoded
 
     from graphlake.kernels.hybrid.graph_index import exact_knn
-    from graphlake.retrieval.index.corpus_indexes import hybrid_vectors
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.index.derived import hybrid_vectors
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.warehouse.home import lake_home
     from graphlake.warehouse.storage import LakeStorage
 
     lake = LakeStorage(lake_home())
     for corpus in SETS:
         split = EVALUATED[corpus]
-        indexes = corpus_indexes(lake, corpus)
+        indexes = open_index_set(lake, corpus)
         vectors = hybrid_vectors(indexes)
-        counts = indexes.bm25.token_counts(indexes.texts())
+        counts = indexes.bm25.token_counts(indexes.snapshot.texts())
         texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
         queries, _ = encoded(indexes, texts)
         nodes = Queries(vectors.dense, vectors.sparse, counts)
@@ -143,7 +143,7 @@ def synchronize() -> None:
 def exact(vectors: batched.DeviceVectors, batch: batched.QueryBatch, k: int) -> np.ndarray:
     """Brute-force fused top ``k`` on the device, in chunks of queries."""
     chunk = max(1, EXACT_BYTES // (4 * len(vectors)))
-    return np.vstack([batched.host(batched.exact_top(vectors, batch.take(s, s + chunk), k)[0]) for s in range(0, len(batch), chunk)])
+    return np.vstack([batched.host(batched.exact_top(vectors, batch.take(s, s + chunk), k)[1]) for s in range(0, len(batch), chunk)])
 
 
 def three_routes(vectors: batched.DeviceVectors, batch: batched.QueryBatch, k: int) -> np.ndarray:
@@ -157,10 +157,10 @@ def three_routes(vectors: batched.DeviceVectors, batch: batched.QueryBatch, k: i
         for scores in batched.path_scores(vectors, part):
             if scores is None:
                 continue
-            rows, values = batched.top_rows(xp, scores, DEPTH)
+            values, rows = batched.top_rows(xp, scores, DEPTH)
             fused = xp.zeros(scores.shape, xp.float32) if fused is None else fused
             fused[xp.arange(len(rows))[:, None], rows] += xp.where(values > 0, values, 0)
-        out.append(batched.host(batched.top_rows(xp, fused, k)[0]))
+        out.append(batched.host(batched.top_rows(xp, fused, k)[1]))
     return np.vstack(out)
 
 

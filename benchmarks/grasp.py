@@ -215,11 +215,11 @@ def plan_lines(lake: LakeStorage, corpus: str) -> list[str]:
 def grid_timing(lake: LakeStorage) -> str:
     """G4: the whole grid over 500 validation-style queries (BIRD questions through grasp_graph and rrf)."""
     from graphlake.kernels.plan.fusion import ValidationQuery, search_grid
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
 
     methods = load_methods(lake.home)
-    indexes = corpus_indexes(lake, "bird")
+    indexes = open_index_set(lake, "bird")
     queries = lake.read("queries", {"corpus": "bird"}).to_pylist()
     picked = np.random.default_rng(0).choice(len(queries), 500, replace=False)
     items = []

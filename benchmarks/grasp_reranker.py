@@ -42,7 +42,7 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
     """The corpus's Stage-3 data from the lake (GRAPHLAKE_HOME), its missing pieces built first."""
     from graphlake.assets.retrieval.grasp import GraspRerankerConfig
     from graphlake.retrieval.evaluation import held_out_split
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.grasp_reranker import MODEL_FOLDER, candidate_texts
     from graphlake.retrieval.queries import gold_by_query, select_queries
@@ -64,10 +64,10 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
     _write_lists(folder / "validation.parquet", [item | {"rows": item["rows"].tolist(), "gold": sorted(item["gold"])} for item in data.validation])
 
     split = held_out_split(lake, corpus)
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     stage = load_methods(lake.home)["grasp"].inputs[0]  # the Stage 2 that grasp reranks
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
-    doc_ids = indexes.doc_ids()
+    doc_ids = indexes.snapshot.doc_ids()
     evaluated = []
     for query in select_queries(lake.read("queries", {"corpus": corpus}), split, sample).to_pylist():
         rows = stage.run(query["text"], indexes).rows[: config.depth]

@@ -42,8 +42,9 @@ from graphlake.kernels.hybrid.vectors import HybridParams, KGQuery
 from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import hybrid_vectors
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.corpora import CorpusRegistry
@@ -80,7 +81,7 @@ def quality(corpus: str, split: str) -> list[str]:
     return lines
 
 
-def encoded(indexes: CorpusIndexes, texts: list[str]) -> tuple[Queries, float]:
+def encoded(indexes: LakeIndexSet, texts: list[str]) -> tuple[Queries, float]:
     """The queries on the three paths, and the encoding's milliseconds per query."""
     from graphlake.kernels.text import encoders
 
@@ -128,7 +129,7 @@ def timed(runs: dict[str, callable], count: int) -> dict[str, tuple[float, list]
 
 def speed(corpus: str, split: str) -> list[str]:
     lake = LakeStorage(lake_home())
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, encode_ms = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]  # sliced once: a query arrives as one row
@@ -163,7 +164,7 @@ def speed(corpus: str, split: str) -> list[str]:
     return lines + build_and_bytes(corpus, indexes, vectors)
 
 
-def multipath(indexes: CorpusIndexes, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
+def multipath(indexes: LakeIndexSet, vectors, query: Queries, scaled: np.ndarray, depth: int) -> np.ndarray:
     """Separate-then-fuse with the query encoded once: each path's own top ``depth``, summed with the weights."""
     hnsw = indexes.dense_hnsw
     hnsw.hnsw.efSearch = max(128, depth)
@@ -181,8 +182,8 @@ def multipath(indexes: CorpusIndexes, vectors, query: Queries, scaled: np.ndarra
     return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
 
 
-def build_and_bytes(corpus: str, indexes: CorpusIndexes, vectors) -> list[str]:
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
+def build_and_bytes(corpus: str, indexes: LakeIndexSet, vectors) -> list[str]:
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.snapshot.texts()))
     started = time.perf_counter()
     graph = build(vectors, nodes, BuildConfig())
     hybrid_seconds = time.perf_counter() - started
@@ -220,13 +221,13 @@ def inserts(corpus: str, split: str) -> list[str]:
     deep and deduplicates documents, as the tuning does; the paired difference to the full build with
     its 95 % CI, recall@10 against exact fusion, and the insert's seconds against the full build's."""
     lake = LakeStorage(lake_home())
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     asked = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
     queries, _ = encoded(indexes, [q["text"] for q in asked])
     one = [queries.take([i]) for i in range(len(asked))]
-    vectors, doc_ids = hybrid_vectors(indexes), indexes.doc_ids()
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
+    vectors, doc_ids = hybrid_vectors(indexes), indexes.snapshot.doc_ids()
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.snapshot.texts()))
     started = time.perf_counter()
     full = build(vectors, nodes, BuildConfig())
     full_seconds = time.perf_counter() - started
@@ -267,7 +268,7 @@ def knowledge_graph(corpus: str, split: str) -> list[str]:
     lines: list[str] = []
     for extractor in ("spacy", "evidence") if evidences else ("spacy",):
         index_with_kg(corpus, extractor)
-        graph = corpus_indexes(lake, corpus).hybrid_graph.graph
+        graph = open_index_set(lake, corpus).hybrid_graph.graph
         report = {row["method"]: row for row in json.loads(graphlake("eval", "--corpus", corpus, "--split", split, "--methods", ",".join([*KG_PAIRS, *set(KG_PAIRS.values())]), "--json"))}
         oracle = " — ORACLE: the questions' own gold evidence triples" if extractor == "evidence" else ""
         title = f"{corpus} / {split}: kg {extractor}{oracle} ({len(graph.kg.entities):,} entities, {len(graph.kg.source):,} relations)"
@@ -294,7 +295,7 @@ def index_with_kg(corpus: str, extractor: str) -> None:
 def kg_speed(corpus: str, split: str) -> list[str]:
     """Recall@10 against exact scoring and QPS, 1/1/1 at L 128, with and without the KG, entities found once."""
     lake = LakeStorage(lake_home())
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     queries, _ = encoded(indexes, texts)
     one = [queries.take([i]) for i in range(len(texts))]

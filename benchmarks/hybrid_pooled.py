@@ -44,7 +44,7 @@ from graphlake.kernels.hybrid.update import insert, splice
 from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
 from graphlake.kernels.text import encoders
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -69,15 +69,15 @@ def pooled(lake: LakeStorage, sets: list[str], most: int) -> tuple[HybridVectors
     seen: set[str] = set()
     for corpus in sets:
         try:
-            indexes = corpus_indexes(lake, corpus)
+            indexes = open_index_set(lake, corpus)
             vectors, splade = indexes.dense, indexes.splade.tocsr()
         except StorageError:
             continue
-        keep = [i for i, text in enumerate(indexes.texts()) if text not in seen]
-        seen.update(indexes.texts()[i] for i in keep)
+        keep = [i for i, text in enumerate(indexes.snapshot.texts()) if text not in seen]
+        seen.update(indexes.snapshot.texts()[i] for i in keep)
         dense.append(vectors[keep])
         sparse.append(splade[keep])
-        texts += [indexes.texts()[i] for i in keep]
+        texts += [indexes.snapshot.texts()[i] for i in keep]
         if corpus in EVALUATED:
             queries += [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == EVALUATED[corpus]]
         used.append(f"{corpus} ({len(keep):,} new passages)")

@@ -38,8 +38,8 @@ from graphlake.kernels.hybrid.candidates import candidate_knn
 from graphlake.kernels.hybrid.graph_index import RECALL_SAMPLE, BuildConfig, build, knn_recall
 from graphlake.kernels.hybrid.pairs import row_operands
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.index.corpus_indexes import hybrid_vectors
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.index.derived import hybrid_vectors
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.readers import FORMATS, ReadRequest
 from graphlake.warehouse.storage import LakeStorage
@@ -62,9 +62,9 @@ def main() -> None:
 
     args = arguments(__doc__.splitlines()[0], "hybrid_scale.md", extra)
     command = ".venv/bin/python benchmarks/hybrid_scale.py " + shlex.join(sys.argv[1:])
-    indexes = corpus_indexes(LakeStorage(lake_home()), args.corpus)
+    indexes = open_index_set(LakeStorage(lake_home()), args.corpus)
     vectors = hybrid_vectors(indexes)
-    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.texts()))
+    nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(indexes.snapshot.texts()))
     asked, _ = encoded(indexes, questions(args.datasets, args.queries))
     lines = header("Allan-Poe's hybrid graph index on the 100k real-text set (CPU)", command)
     lines += [f"- corpus: `{args.corpus}`, {len(vectors):,} nodes; {len(asked)} queries (SciFact test, HotpotQA dev, 2Wiki dev)"]

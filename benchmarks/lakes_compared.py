@@ -57,7 +57,7 @@ def cpu_per_passage(lake: LakeStorage, corpus: str, count: int) -> float:
     (a seeded sample), encoded for the build (torch, its default batch)."""
     from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
-    from graphlake.warehouse.encoder_specs import encode_dense
+    from graphlake.retrieval.index.encoders import encode_dense
 
     texts = retrieval_texts(lake.read("nodes", {"corpus": corpus}), lake.read("documents", {"corpus": corpus}))
     sample = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]

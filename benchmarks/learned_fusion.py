@@ -32,6 +32,7 @@ from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage
+from graphlake.retrieval.index.index_set import new_request
 
 CORPORA = {  # corpus: format, path under the datasets folder, evaluated split (None: trains others), train_corpus
     "scifact": ("beir", "scifact", "test", None),
@@ -84,19 +85,19 @@ def difference(lake: LakeStorage, corpus: str, split: str, metric: str, method: 
 def latency(corpus: str, split: str, count: int) -> dict:
     """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
     from graphlake.retrieval.core import run_inputs_batch
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.models.learned_fusion import candidate_rows
 
     lake, op = LakeStorage(lake_home()), load_methods(lake_home())[LTR]
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     texts = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]
     op.run(texts[0], indexes)  # loads the model and the indexes
     added, first, sizes = [], [], []
     for text in texts:
         started = time.perf_counter()
-        request = indexes.request([text])
+        request = new_request(indexes, [text])
         (found,) = run_inputs_batch(op, request, indexes)
         inputs_done = time.perf_counter()
         op.order(text, found, request, indexes)
@@ -113,7 +114,7 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     what the training pairing costs."""
     from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
     from graphlake.kernels.eval.metrics import evaluate, mean
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.queries import gold_by_query
     from graphlake.retrieval.training.learned_fusion import fit, input_runs, ranked_docs
@@ -121,12 +122,12 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     op = load_methods(lake.home)[LTR]
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
     queries = [q for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split and q["query_id"] in gold]
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     runs, failed = input_runs([op], [q["text"] for q in queries], indexes)
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")
     found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-    doc_ids, rankings = indexes.doc_ids(), {}
+    doc_ids, rankings = indexes.snapshot.doc_ids(), {}
     for fold in np.array_split(np.random.default_rng(0).permutation(len(queries)), folds):
         held = set(fold.tolist())
         learning = [i for i in range(len(queries)) if i not in held]

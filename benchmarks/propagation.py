@@ -54,8 +54,9 @@ from common import machine
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.retrieval.core import run_inputs_batch
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.index.index_set import new_request
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.operators.propagation import candidate_graph
 from graphlake.warehouse.storage import LakeStorage
@@ -66,10 +67,10 @@ RESTART, GCS_ALPHA, TOP = 0.15, 0.5, 10
 Solver = Callable[[np.ndarray], tuple[object, int | None]]  # seeds -> (scores as returned, iterations if known)
 
 
-def prepare(home: Path, corpus: str, cache: Path) -> tuple[CorpusIndexes, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
+def prepare(home: Path, corpus: str, cache: Path) -> tuple[LakeIndexSet, EntityGraph, sp.csr_matrix, list[np.ndarray], list[np.ndarray]]:
     """The graph, graph_rrf's seeds (one sparse row per query with any seed) and grapher_base's candidates."""
     lake = LakeStorage(home)
-    indexes = corpus_indexes(lake, corpus)
+    indexes = open_index_set(lake, corpus)
     graph = indexes.cooccurrence.graph()
     if cache.exists():
         print(f"seeds and candidates from {cache}")
@@ -82,7 +83,7 @@ def prepare(home: Path, corpus: str, cache: Path) -> tuple[CorpusIndexes, Entity
     started, seeds, rows, scores = time.perf_counter(), [], [], []
     for i, text in enumerate(texts):
         ppr = methods["graph_rrf"]
-        request = indexes.request([text])
+        request = new_request(indexes, [text])
         vector = ppr.seeds(text, run_inputs_batch(ppr, request, indexes)[0], request, indexes)
         if vector.any():
             seeds.append(sp.csr_matrix(vector))
@@ -263,7 +264,7 @@ CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE = (
 )
 
 
-def bench_gcs(args: argparse.Namespace, indexes: CorpusIndexes, cand_rows: list[np.ndarray], cand_scores: list[np.ndarray]) -> dict:
+def bench_gcs(args: argparse.Namespace, indexes: LakeIndexSet, cand_rows: list[np.ndarray], cand_scores: list[np.ndarray]) -> dict:
     """Candidate-graph construction, our GCS and the dense references, per query; max abs differences to ours."""
     candidate_graph(indexes, cand_rows[0], "conceptual", "spacy")  # loads the mention matrix once
     times = {name: Timings() for name in (CANDIDATE_GRAPH, OURS_GCS, DENSE_LOOP, DENSE_SOLVE)}

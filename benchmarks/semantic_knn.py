@@ -20,8 +20,8 @@ import numpy as np
 
 from common import arguments, header, table
 from graphlake.assets.graphs.link_edges import EXACT_UP_TO, nearest_neighbours, neighbour_recall
-from graphlake.retrieval.index.corpus_indexes import hybrid_vectors
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.index.derived import hybrid_vectors
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage
 
@@ -39,7 +39,7 @@ def main() -> None:
 
     args = arguments(__doc__.splitlines()[0], "semantic_knn.md", extra)
     command = ".venv/bin/python benchmarks/semantic_knn.py " + shlex.join(sys.argv[1:])
-    dense = hybrid_vectors(corpus_indexes(LakeStorage(lake_home()), args.corpus)).dense
+    dense = hybrid_vectors(open_index_set(LakeStorage(lake_home()), args.corpus)).dense
     n = len(dense)
     (exact, _), exact_wall, exact_cpu = timed(lambda: nearest_neighbours(dense, args.k, exact_up_to=n))
     (approximate, _), hnsw_wall, hnsw_cpu = timed(lambda: nearest_neighbours(dense, args.k, exact_up_to=0))

@@ -40,7 +40,7 @@ from rich.console import Console
 
 from graphlake.api import GraphLake
 from graphlake.pipelines.runner import materialize_corpus
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import lake_home
@@ -54,7 +54,7 @@ def in_process(home: Path, corpus: str, methods: list[str], queries: list[str]) 
     rows = []
     api, declared = GraphLake(home), load_methods(home)
     for name in methods:
-        indexes, method = corpus_indexes(LakeStorage(home), corpus), declared[name]
+        indexes, method = open_index_set(LakeStorage(home), corpus), declared[name]
         method.run("warm up", indexes)  # as run_method does before its timed loop
         api.warm(corpus, name)
         own, served = [], []

@@ -77,7 +77,6 @@ SHARD_NODES = Variable("GRAPHLAKE_SHARD_NODES", 512, "Nodes in one shard of the 
 DASK = Variable("GRAPHLAKE_DASK", None, "Run builds on Dask: a scheduler's address (tcp://host:8786), or `local` for a local cluster.")
 REINDEX_CRON = Variable("GRAPHLAKE_REINDEX_CRON", "0 2 * * *", "When the scheduled reindex runs (cron, 5 fields, UTC).")
 FOLD_WRITES = Variable("GRAPHLAKE_FOLD_WRITES", 1000, "Pending writes of a lake-owned corpus that start a build folding them in (the fold sensor).", int, least=1)
-REFRESH_S = Variable("GRAPHLAKE_REFRESH_S", 0.5, "Seconds a search may read a lake-owned corpus's pending writes as they were (the refresh interval); after_write reads at once.", float, least=0)
 FOLD_AGE_S = Variable("GRAPHLAKE_FOLD_AGE_S", 300.0, "Seconds the oldest pending write of a lake-owned corpus waits before a build folds it in.", float, least=0)
 # Models
 MODEL_CACHE = Variable("GRAPHLAKE_MODEL_CACHE", None, "Folder for exported query-encoder graphs (default: ~/.cache/graphlake/_models).")
@@ -99,7 +98,7 @@ SQL_MEMORY_MB = Variable("GRAPHLAKE_SQL_MEMORY_MB", 2048, "Memory (MB) the SQL s
 
 VARIABLES: tuple[Variable, ...] = (
     HOME, SERVER, LOCK_WAIT, LEASE_S, CACHE,
-    DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S, REFRESH_S,
+    DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S,
     MODEL_CACHE, ENCODER_PRECISION,
     LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, LLM_PRICE, LLM_TIMEOUT, LLM_RETRIES,
     API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SQL_TIMEOUT, SQL_MEMORY_MB,

@@ -1,8 +1,9 @@
 """How every search kernel is asked and what it answers, one vocabulary from the kernels up (faiss's
-``search(x, k, params)`` -> ``(D, I)``): ``search(queries, k, params)`` returns ``(scores, rows)``, each
-of shape ``(queries, k)``, best first (ties to the lower row). A query with fewer than ``k`` results
-has its list filled after its last one with score −inf and row −1; :func:`unfilled` takes one query's
-results without the fill, and the layers above keep the kernel's order.
+``search(x, k, params)`` -> ``(D, I)``): ``search(queries, k, params)`` returns a :class:`Ranking`,
+``(scores, rows)``, each of shape ``(queries, k)``, scores float64, best first, ties to the lower row.
+A query with fewer than ``k`` results has its list filled after its last one with score −inf and row
+−1; :func:`unfilled` takes one query's results without the fill, and the layers above keep the
+kernel's order (``retrieval/core.py``'s ``Candidates`` is one query's, in the same vocabulary).
 
 ``params`` is a :class:`SearchParams`: the rows the search may return (``allowed``, a metadata
 filter's), and in a kernel's own subclass its knobs (the hybrid graph's ``HybridParams``)."""
@@ -10,6 +11,7 @@ filter's), and in a kernel's own subclass its knobs (the hybrid graph's ``Hybrid
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -45,16 +47,37 @@ class SearchParams:
         return None if self.allowed is None else self.allowed.mask
 
 
-def filled(queries: int, k: int, dtype: np.dtype | type = np.float32) -> tuple[np.ndarray, np.ndarray]:
-    """``(scores, rows)`` of ``queries`` lists of ``k``, all fill."""
-    return np.full((queries, k), FILL_SCORE, dtype), np.full((queries, k), FILL_ROW, np.int64)
+class Ranking(NamedTuple):
+    """What every search kernel answers: ``scores`` (float64) and ``rows`` (int64), each ``(queries, k)``."""
+
+    scores: np.ndarray
+    rows: np.ndarray
+
+    @classmethod
+    def of(cls, scores: np.ndarray, rows: np.ndarray) -> Ranking:
+        """A kernel's own arrays in the vocabulary (a float32 kernel's scores widened: no value changes)."""
+        return cls(np.asarray(scores, np.float64), np.asarray(rows, np.int64))
 
 
-def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: bool = False) -> tuple[np.ndarray, np.ndarray]:
+def filled(queries: int, k: int) -> Ranking:
+    """``queries`` lists of ``k``, all fill."""
+    return Ranking(np.full((queries, k), FILL_SCORE, np.float64), np.full((queries, k), FILL_ROW, np.int64))
+
+
+def in_order(scores: np.ndarray, rows: np.ndarray) -> Ranking:
+    """A library's per-query top lists (fill: row −1) put in the vocabulary's order: best first, ties to
+    the lower row, the fill last."""
+    real = rows != FILL_ROW
+    scores = np.where(real, scores, FILL_SCORE).astype(np.float64)
+    order = np.lexsort((np.where(real, rows, np.iinfo(np.int64).max), -scores), axis=-1)
+    return Ranking(np.take_along_axis(scores, order, axis=-1), np.take_along_axis(np.where(real, rows, FILL_ROW).astype(np.int64), order, axis=-1))
+
+
+def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: bool = False) -> Ranking:
     """Per query (a row of ``scores``: a score per node of ``rows``, every node row without), its ``k``
     best, in the vocabulary above; ``positive``: only rows scoring above 0 (a sparse path's: a node
     sharing no term with the query is no result)."""
-    found_scores, found_rows = filled(len(scores), k, scores.dtype if np.issubdtype(scores.dtype, np.floating) else np.float64)
+    found_scores, found_rows = filled(len(scores), k)
     for i, values in enumerate(scores):
         candidates = np.arange(len(values)) if rows is None else rows
         if positive:
@@ -66,7 +89,7 @@ def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: 
         part = np.argpartition(-values, count - 1)[:count]
         order = part[np.lexsort((candidates[part], -values[part]))]
         found_scores[i, :count], found_rows[i, :count] = values[order], candidates[order]
-    return found_scores, found_rows
+    return Ranking(found_scores, found_rows)
 
 
 def allowed_scores(scores: np.ndarray, params: SearchParams) -> tuple[np.ndarray, np.ndarray | None]:

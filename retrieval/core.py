@@ -61,33 +61,37 @@ class MethodError(ValueError):
         self.method = method
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Candidates:
-    """One query's candidates: node rows (indexes into the corpus's node list) and scores, best first;
-    ``meta`` carries what an operator tells the ones above it about this query (GRASP's plan metadata)."""
+    """One query's candidates in the kernels' vocabulary (``kernels/results.py``): scores (float64) and
+    node rows (indexes into the corpus's node list), best first, ties to the lower row; ``meta`` carries
+    what an operator tells the ones above it about this query (GRASP's plan metadata)."""
 
-    rows: np.ndarray
     scores: np.ndarray
+    rows: np.ndarray
     meta: Mapping[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "scores", np.asarray(self.scores, np.float64))  # a float32 kernel's widened: no value changes
+
     def top(self, k: int) -> Candidates:
-        return Candidates(self.rows[:k], self.scores[:k], self.meta)
+        return Candidates(scores=self.scores[:k], rows=self.rows[:k], meta=self.meta)
 
 
 def unfill(scores: np.ndarray, rows: np.ndarray) -> list[Candidates]:
     """Each query's candidates from a search kernel's ``(scores, rows)`` (``kernels/results.py``), in its
     order, without the fill: the one way the kernels' answers come up."""
-    return [Candidates(*unfilled(s, r)[::-1]) for s, r in zip(scores, rows, strict=True)]
+    return [Candidates(scores=kept[0], rows=kept[1]) for kept in (unfilled(s, r) for s, r in zip(scores, rows, strict=True))]
 
 
 def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
     """Top-k of a score vector, ties broken by row for determinism."""
     k = min(k, len(scores))
     if k == 0:
-        return Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
+        return Candidates(scores=np.zeros(0, np.float32), rows=np.zeros(0, np.int64))
     part = np.argpartition(-scores, k - 1)[:k]
     order = part[np.lexsort((rows[part], -scores[part]))]
-    return Candidates(rows[order], scores[order])
+    return Candidates(scores=scores[order], rows=rows[order])
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:
@@ -115,16 +119,17 @@ def query_encodings(read: set[str] | frozenset[str]) -> tuple[bool, bool]:
 
 
 class QueryEncoders(Protocol):
-    """The corpus's query encoders, as its indexes hold them (``CorpusIndexes``)."""
+    """The corpus's query encoders (``retrieval/index/encoders.py``), which a request is given."""
 
-    def encode_dense_queries(self, texts: list[str]) -> np.ndarray: ...
+    def dense(self, texts: list[str]) -> np.ndarray: ...
 
-    def encode_splade_queries(self, texts: list[str]) -> sp.csr_matrix: ...
+    def splade(self, texts: list[str]) -> sp.csr_matrix: ...
 
 
 @dataclass
 class Request:
-    """One search's own state, made per request (``Indexes.request``) and dropped with it: the queries,
+    """One search's own state, made per request by its caller (the API's searcher, a run, a training
+    step) and dropped with it: the queries,
     the number of hits kept (``k``), the rows the filter allows (None: all), their encodings (computed
     ahead for the batch by ``prime``) and entity mentions (``mentions``), the notes operators leave (what they did in place of what they
     could not, in order, once each) and each operator's candidates per query, so that an operator several
@@ -155,20 +160,20 @@ class Request:
         texts = [t for t in dict.fromkeys(self.queries) if t not in self.encoded]
         if not texts or not (dense or splade):
             return
-        vectors = self.encoders.encode_dense_queries(texts) if dense else [None] * len(texts)
-        weights = self.encoders.encode_splade_queries(texts) if splade else None
+        vectors = self.encoders.dense(texts) if dense else [None] * len(texts)
+        weights = self.encoders.splade(texts) if splade else None
         for i, text in enumerate(texts):
             self.encoded[text] = (vectors[i], weights[i] if weights is not None else None)
 
     def dense(self, query: str) -> np.ndarray:
         """The query's dense vector, by the corpus's dense model."""
         primed = self.encoded.get(query, (None, None))[0]
-        return primed if primed is not None else self.encoders.encode_dense_queries([query])[0]
+        return primed if primed is not None else self.encoders.dense([query])[0]
 
     def splade(self, query: str) -> sp.csr_matrix:
         """The query's SPLADE weights, a (1, vocabulary) row."""
         primed = self.encoded.get(query, (None, None))[1]
-        return primed if primed is not None else self.encoders.encode_splade_queries([query])
+        return primed if primed is not None else self.encoders.splade([query])
 
     def mentions(self, texts: list[str], extractor: str = "spacy") -> list[list[tuple[str, str]]]:
         """Each text's entity mentions (name, type) by ``extractor`` (``spacy`` or ``regex``), the texts
@@ -191,15 +196,14 @@ class Request:
 
 
 class Indexes(Protocol):
-    """What the operator contract needs of a corpus's loaded indexes (``retrieval/index/corpus_indexes.py``:
-    ``CorpusIndexes``, which operators read through its typed handles)."""
+    """What the operator contract needs of a corpus's loaded indexes (``retrieval/index/index_set.py``:
+    ``IndexSet``, which operators read through its typed handles)."""
 
     lake: LakeStorage
     corpus: str
+    encoders: QueryEncoders
 
     def get(self, name: str) -> Any: ...
-
-    def request(self, queries: list[str], expression: Any = None, check: bool = True, k: int = 10) -> Request: ...
 
 
 class _Nested(Exception):
@@ -295,7 +299,7 @@ class Op(BaseModel):
 
     def run(self, query: str, indexes: Indexes) -> Candidates:
         """One query's candidates: a request of one, unfiltered."""
-        return self.run_batch(indexes.request([query]), indexes)[0]
+        return self.run_batch(Request([query], indexes.encoders), indexes)[0]
 
     def run_batch(self, request: Request, indexes: Indexes) -> list[Candidates]:
         """Each of the request's queries' candidates, in its order; their encodings are computed ahead

@@ -16,8 +16,8 @@ from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.core import Methods
 from graphlake.retrieval.corpus_policy import corpus_graph_kinds
-from graphlake.retrieval.index.corpus_indexes import corpus_graph
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.index.derived import corpus_graph
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.storage import LakeStorage, StorageError
@@ -137,9 +137,9 @@ def document_graph(lake: LakeStorage, corpus: str) -> DocumentGraph | None:
     """The corpus graph over documents, for Topological Recall; None until all its edge kinds are built."""
     if not corpus_graph_built(lake, corpus):
         return None
-    indexes = corpus_indexes(lake, corpus)
-    adjacency, _ = corpus_graph(indexes, indexes.setting("corpus_graph"))
-    return DocumentGraph.from_nodes(adjacency, list(indexes.doc_ids()))
+    indexes = open_index_set(lake, corpus)
+    adjacency, _ = corpus_graph(indexes, indexes.snapshot.setting("corpus_graph"))
+    return DocumentGraph.from_nodes(adjacency, list(indexes.snapshot.doc_ids()))
 
 
 def corpus_graph_built(lake: LakeStorage, corpus: str) -> bool:

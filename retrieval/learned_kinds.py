@@ -15,7 +15,8 @@ from typing import Any
 
 from graphlake.retrieval.core import Methods, Op, needs, walk
 from graphlake.retrieval.index.kinds import Fitting, IndexKind, IndexKinds, Stored, held_parts, learned_kind
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.stored import STORED_KINDS
 from graphlake.retrieval.models import grasp_fusion, learned_fusion
 from graphlake.retrieval.models.grapher import DEFAULT_BASE, NETWORKS, TunedRankers
@@ -102,7 +103,7 @@ def reranker_reads(methods: Methods, miners: tuple[str, ...] = RERANKER_MINERS) 
     return frozenset({"dense"}.union(*(needs(methods[m]) for m in miners)))
 
 
-def lake_reranker(indexes: CorpusIndexes) -> Any:
+def lake_reranker(indexes: LakeIndexSet) -> Any:
     """The lake's cross-encoder; where it was never trained (a method switched on after the last build,
     read by the API before any ``materialize``), its ``Untrained`` marker, so the reranking methods
     answer with their first stage and say why instead of failing."""
@@ -128,6 +129,9 @@ LEARNED_KINDS: tuple[IndexKind, ...] = (
 INDEX_KINDS = IndexKinds(*STORED_KINDS, *LEARNED_KINDS)  # every kind, the one table the lake's indexes load through
 
 
-def corpus_indexes(lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None) -> CorpusIndexes:
-    """A corpus's index registry, loading through every declared kind."""
-    return CorpusIndexes(lake, corpus, INDEX_KINDS, reuse_pairs, registry)
+def open_index_set(lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None, model_cache: Path | None = None) -> LakeIndexSet:
+    """The index set of ``corpus``'s snapshot as ``lake`` reads it, loading through every declared kind;
+    ``model_cache``: the lake's, as the caller resolved it (else read from the settings)."""
+    from graphlake.common.settings import model_cache as settings_cache
+
+    return LakeIndexSet(Snapshot(lake, corpus, model_cache or settings_cache(), registry), INDEX_KINDS, reuse_pairs)

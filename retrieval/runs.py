@@ -13,9 +13,10 @@ import pyarrow as pa
 
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.retrieval.index.index_set import new_request
 
 
 def run_method(
@@ -39,9 +40,9 @@ def run_method(
         params = {**params, SPLIT_PARAM: split}
     if sample is not None:
         params = {**params, SAMPLE_PARAM: sample}
-    indexes = corpus_indexes(lake, corpus, reuse_pairs)
-    node_ids, doc_ids = indexes.node_ids, indexes.doc_ids()
-    warm = indexes.request(["warm up"])
+    indexes = open_index_set(lake, corpus, reuse_pairs)
+    node_ids, doc_ids = indexes.snapshot.node_ids, indexes.snapshot.doc_ids()
+    warm = new_request(indexes, ["warm up"])
     method.run_batch(warm, indexes)  # load indexes and models outside the timed loop
     notes = dict(warm.notes)
     columns: dict[str, list] = {k: [] for k in ("query_id", "rank", "node_id", "doc_id", "score", "latency_ms")}
@@ -49,7 +50,7 @@ def run_method(
     progress = StepProgress(f"{name} on {corpus}", queries.num_rows, report, unit="queries")
     for query_id, text in zip(queries.column("query_id").to_pylist(), queries.column("text").to_pylist(), strict=True):
         started = time.perf_counter()
-        request = indexes.request([text])  # one query as the API answers one: its shared inputs run once
+        request = new_request(indexes, [text])  # one query as the API answers one: its shared inputs run once
         (candidates,) = method.run_batch(request, indexes)
         latency = (time.perf_counter() - started) * 1000
         notes.update(request.notes)
@@ -68,7 +69,7 @@ def run_method(
     )
     summary = {f"latency_{p}_ms": round(float(np.percentile(latencies, int(p[1:]))), 3) if latencies else 0.0 for p in ("p50", "p95", "p99")}
     summary = {"queries": len(latencies), **summary}
-    if indexes.pair_cache:
-        summary |= {"reused_pairs": indexes.pair_cache.hits, "encoded_pairs": indexes.pair_cache.misses}
+    if indexes.encoders.pair_cache():
+        summary |= {"reused_pairs": indexes.encoders.pair_cache().hits, "encoded_pairs": indexes.encoders.pair_cache().misses}
     notes = ([] if latencies else [f"corpus {corpus!r} has no queries to run; graphlake query searches it"]) + list(notes)
     return table, summary | ({"note": "\n".join(notes)} if notes else {})

@@ -11,15 +11,16 @@ import numpy as np
 from graphlake.kernels.hybrid.graph_index import Searcher
 from graphlake.kernels.hybrid.vectors import HybridParams
 from graphlake.retrieval.core import needs
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.storage import LakeStorage
+from graphlake.retrieval.index.index_set import new_request
 
 QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
 
 home = sys.argv[1]
-indexes = corpus_indexes(LakeStorage(home), "demo")
-request = indexes.request(QUERIES)
+indexes = open_index_set(LakeStorage(home), "demo")
+request = new_request(indexes, QUERIES)
 op = load_methods(home)["ap_three"].at_query_time({"k": 10, "candidates": 32})  # the simulator runs a block's threads one by one
 request.prime(needs(op))
 found = op.run_batch(request, indexes)

@@ -12,6 +12,8 @@ import scipy.sparse as sp
 
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar, granker_smooth, stex
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 
 def undirected(edges: list[tuple[int, int]], n: int) -> sp.csr_matrix:
     src, dst = zip(*edges, strict=True)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from graphlake.kernels.text.chunking import chunk_texts
+import pytest
+
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
 
 TEXT = (
     "Alpha beta gamma. Delta epsilon zeta eta. Theta iota. "

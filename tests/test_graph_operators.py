@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.cli import app
-from graphlake.retrieval.core import MethodError, Request
+from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import alpha_source as alpha_queries
@@ -43,7 +43,7 @@ class HandEntities:
 
 
 class GraphIndexes:
-    """Indexes by name, as ``CorpusIndexes`` gives them: BM25 over the four passages' words, their
+    """Indexes by name, as ``IndexSet`` gives them: BM25 over the four passages' words, their
     entity graph, and structural links where passage 1 is a hub linked to 0, 2 and 3."""
 
     def __init__(self) -> None:
@@ -57,6 +57,7 @@ class GraphIndexes:
             "graph_rankers": TunedRankers({"ppr": 0.15, "gcs": 0.5}),
         }
         self.spec = SimpleNamespace(proximity="structural")
+        self.snapshot, self.encoders = self, None  # its own snapshot (``setting``); these operators encode no query
 
     def get(self, name: str):
         return self.loaded[name]
@@ -70,8 +71,6 @@ class GraphIndexes:
     def setting(self, name: str):
         return getattr(self.spec, name)
 
-    def request(self, queries: list[str], expression=None, check: bool = True, k: int = 10) -> Request:
-        return Request(list(queries), self, k)  # no filter; these operators encode no query
 
 
 METHODS = {
@@ -89,6 +88,7 @@ METHODS = {
 }
 
 
+@pytest.mark.fast
 def test_ppr_walks_from_query_entities_and_seed_passages():
     methods, indexes = parse_methods(METHODS), GraphIndexes()
     by_entity = methods["graph"].run("where does alpha live", indexes)

@@ -18,6 +18,8 @@ import torch
 
 from graphlake.kernels.graph.grapher_networks import RankingGraph, load_ranker, node_features, save_ranker, score, train_ranker
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 NODES, DIM, K = 30, 8, 10
 SMALL = {"max_epochs": 20, "hidden": 16, "heads": 2, "seed": 0}
 

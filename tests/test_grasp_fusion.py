@@ -21,6 +21,8 @@ from graphlake.kernels.plan.fusion import (
 )
 from graphlake.kernels.plan.plans import RISK_LEVELS
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 GRAPH = np.array([7, 3, 9])
 PARTNER = np.array([3, 5, 7, 1])
 

@@ -21,7 +21,7 @@ from graphlake.kernels.plan.fusion import fuse_stage2
 from graphlake.kernels.plan.plans import Schema, check, parse_plan
 from graphlake.kernels.plan.prompt import FUSION_CONTROL, PLAN_STRUCTURE, RISK_ADDENDUM, ROLE, system_prompt, user_prompt
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage
@@ -56,7 +56,7 @@ def test_smollm2_plans_ten_2wiki_questions_or_its_failures_fall_back_to_the_part
     lake = LakeStorage(home)
     plans = lake.read("skb_plans", {"corpus": "wiki10", "source": "wiki_rules", "planner": "llm"}).to_pylist()
     assert len(plans) == QUESTIONS
-    indexes = corpus_indexes(lake, "wiki10")
+    indexes = open_index_set(lake, "wiki10")
     schema = indexes.skb("wiki_rules").schema
     dense = load_methods(home)["dense"]
     for row in plans:

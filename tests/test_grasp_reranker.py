@@ -16,7 +16,7 @@ from graphlake.kernels.text import encoders
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
 from graphlake.retrieval.index.skb_stage_one import stage_one
-from graphlake.retrieval.learned_kinds import corpus_indexes, grasp_rerankers, tuned_fusions
+from graphlake.retrieval.learned_kinds import open_index_set, grasp_rerankers, tuned_fusions
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.queries import check_disjoint
@@ -39,7 +39,7 @@ def test_serialisation_follows_app_b6():
 
 
 def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
-    indexes = corpus_indexes(LakeStorage(demo_lake.home), "demo")
+    indexes = open_index_set(LakeStorage(demo_lake.home), "demo")
     skb = indexes.skb("auto")
     edges = LakeStorage(demo_lake.home).read("skb_edges", {"corpus": "demo", "source": skb.source}).to_pylist()
     cited = next(((e["dst"], e["src"]) for e in edges if e["relation"] == "CITES"), None)
@@ -53,7 +53,7 @@ def test_the_demo_skb_serialises_both_edge_directions(demo_lake):
 
 
 def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(demo_lake):
-    indexes = corpus_indexes(LakeStorage(demo_lake.home), "demo")
+    indexes = open_index_set(LakeStorage(demo_lake.home), "demo")
     skb = indexes.skb("auto")
     question = "Which vessel carried the BenthoCam sled?"
     invalid = {"anchors": [{"var": "A", "text": "BenthoCam", "label": "spaceship", "match_mode": "name"}], "target": {"var": "A"}}
@@ -69,7 +69,7 @@ def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(de
 
 
 def test_the_rules_plan_runs_and_records_its_metadata(demo_lake):
-    indexes = corpus_indexes(LakeStorage(demo_lake.home), "demo")
+    indexes = open_index_set(LakeStorage(demo_lake.home), "demo")
     graph = load_methods(demo_lake.home)["grasp_graph"].run("Which vessel carried the BenthoCam sled?", indexes)
     assert set(graph.meta) == {"valid", "n_cand", "risk_level"} and graph.meta["valid"]
     assert graph.meta["n_cand"] >= len(graph.rows) > 0
@@ -118,7 +118,7 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
 def test_records_hold_one_positive_and_the_pools_hardest_negatives(demo_lake):
     lake = LakeStorage(demo_lake.home)
     _, _, learning = validation_queries(lake, "demo", 0.2, 0)
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": "demo"}))
     stage = next(iter(grasp_rerankers(load_methods(demo_lake.home)).values()))
     gold = gold_rows(lake, "demo", indexes)

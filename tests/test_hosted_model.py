@@ -157,9 +157,10 @@ def e5_vectors(url: str, texts: list[str], side: str) -> np.ndarray:
 def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends_the_build(lake, tmp_path):
     from graphlake.api import GraphLake
     from graphlake.common.embeddings import EmbeddingsUnavailable
+    from graphlake.common.settings import model_cache
     from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
-    from graphlake.warehouse.encoder_specs import encode_dense
+    from graphlake.retrieval.index.encoders import encode_dense
     from graphlake.warehouse.storage import LakeStorage
 
     port = free_port()
@@ -187,7 +188,7 @@ def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends
         assert "+" in vectors.column("revision")[0].as_py()  # the input types are part of the revision
         # a query is sent as one, and the cache keeps a passage's vector and a query's of one text apart
         spec = corpus_model(files, CORPUS, "dense")
-        query = encode_dense(spec, [texts[0]], queries=True, cache=lake / "embedding_cache")
+        query = encode_dense(spec, [texts[0]], queries=True, cache=lake / "embedding_cache", model_cache=model_cache())
         assert np.allclose(query, as_queries[:1], atol=1e-5) and not np.allclose(query, as_passages[:1], atol=1e-3)
         assert len(GraphLake(lake).search(CORPUS, "dense_hnsw", "storm on the cape", 3).hits) == 3
         # its query names no split: it is in `test`, and evaluates

@@ -114,7 +114,7 @@ def test_exact_fused_scores_equal_the_scipy_reference(device):
     on_device = batched.DeviceVectors.of(xp, vectors)
     batch = batched.QueryBatch.of(xp, queries, weights)
     reference = vectors.fused(queries, weights)
-    rows, scores = (batched.host(part) for part in batched.exact_top(on_device, batch, 10))
+    scores, rows = (batched.host(part) for part in batched.exact_top(on_device, batch, 10))
     np.testing.assert_allclose(scores, np.take_along_axis(reference, rows, axis=1), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(scores, -np.sort(-reference, axis=1)[:, :10], rtol=1e-5, atol=1e-5)
     pairs = np.random.default_rng(10).integers(0, 400, size=(50, 200))  # gathered candidates, −1 among them

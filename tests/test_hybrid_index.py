@@ -17,8 +17,10 @@ from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, e
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import Queries
 from graphlake.cli import app
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.index.index_set import new_request
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import hybrid_vectors
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.storage import LakeStorage
 
@@ -165,7 +167,7 @@ def tied(i: int, found, expected, tolerance: float = 1e-5) -> bool:
     return bool(same and (len(where) == 0 or abs(expected.scores[where[0]] - expected.scores[i]) <= tolerance))
 
 
-def run(method: dict, indexes: CorpusIndexes, query: str):
+def run(method: dict, indexes: LakeIndexSet, query: str):
     methods = parse_methods({"m": method})
     return methods["m"].run(query, indexes)
 
@@ -176,7 +178,7 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
     lake = LakeStorage(demo_copy)
     folder = lake.artifact("hybrid_graph", {"corpus": "demo"})
     digest = {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()}
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     texts = [q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist()][:12]
     methods = load_methods(demo_copy)
     ap = [name for name in methods if name.startswith("ap_")]
@@ -205,7 +207,7 @@ def test_one_index_serves_every_weighting_on_the_lake(demo_copy):
         assert exact.rows.tolist() == fallback.rows.tolist() and len(exact.rows) == min(100, len(holders))
         assert np.isin(walked.rows, holders).all() and np.isin(exact.rows, holders).all()
     word = lake.read("nodes", {"corpus": "demo"}).column("text")[0].as_py().split()[0]
-    request = indexes.request([texts[0]])
+    request = new_request(indexes, [texts[0]])
     (listed,) = parse_methods({"m": {"op": "hybrid_graph", "keywords": [word, "zzzyzzy"]}})["m"].run_batch(request, indexes)
     assert len(listed.rows) == 0 and any("zzzyzzy" in note for note in request.notes)  # a word no node holds
     assert {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in folder.iterdir()} == digest  # searching never writes

@@ -16,7 +16,7 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
 from graphlake.cli import app
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.training.hybrid_weights import KG_GRID
 from graphlake.warehouse.storage import LakeStorage
@@ -140,16 +140,16 @@ def test_kg_methods_on_the_lake(demo_copy):
         assert result.exit_code == 0, result.output
     lake = LakeStorage(demo_copy)
     assert lake.read("triples", {"corpus": "demo", "extractor": "evidence"}).num_rows == 0  # the demo's questions carry no evidences
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     kg = indexes.hybrid_graph.graph.kg
     spacy = lake.read("triples", {"corpus": "demo", "extractor": "spacy"})
     assert kg.extractor == "spacy" and len(kg.source) > 0
-    rows = indexes.node_rows(spacy.column("node_id").to_pylist(), "triples")
+    rows = indexes.snapshot.node_rows(spacy.column("node_id").to_pylist(), "triples")
     asset = logical_edges(zip(map(str, rows.tolist()), *(spacy.column(c).to_pylist() for c in ("subject", "relation", "object")), strict=True))
     assert implied_pairs(kg) == {(int(s), int(d)): w for s, d, w in asset}
     methods = load_methods(demo_copy)
     zero = parse_methods({"z": {"op": "hybrid_graph", "kg": True, "kg_weight": 0}, "f": {"op": "fused_exact"}})
-    aliases = title_aliases(indexes.titles().values())
+    aliases = title_aliases(indexes.snapshot.titles().values())
     texts = [q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist()]
     named, changed = 0, 0
     for text, mentions in zip(texts, spacy_entities(texts), strict=True):

@@ -103,7 +103,7 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     from typer.testing import CliRunner
 
     from graphlake.cli import app
-    from graphlake.retrieval.learned_kinds import corpus_indexes
+    from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.warehouse.storage import LakeStorage
 
@@ -130,12 +130,12 @@ def test_a_changed_corpus_updates_its_index_incrementally(lake, tmp_path):
     assert (report["mode"], report["inserted"], report["removed"]) == ("incremental", 5, 10), report
 
     lake_ = LakeStorage(lake)
-    indexes, methods = corpus_indexes(lake_, "mine"), load_methods(lake)
-    doc_of = dict(zip(indexes.node_ids, indexes.doc_ids().tolist(), strict=True))
+    indexes, methods = open_index_set(lake_, "mine"), load_methods(lake)
+    doc_of = dict(zip(indexes.snapshot.node_ids, indexes.snapshot.doc_ids().tolist(), strict=True))
     gone = {f"d{i}" for i in range(5)}
     for name in ("ap_three", "ap_full", "ap_dense"):
         for i in range(5, 10):
-            found = [doc_of[indexes.node_ids[row]] for row in methods[name].run(f"volcano sunrise item{i} edited", indexes).rows[:10]]
+            found = [doc_of[indexes.snapshot.node_ids[row]] for row in methods[name].run(f"volcano sunrise item{i} edited", indexes).rows[:10]]
             assert f"d{i}" in found[:3] and not gone & set(found), (name, i, found)
         for old in list(texts.values())[:10]:  # the removed and the old versions' texts find no removed document
-            assert not gone & {doc_of[indexes.node_ids[row]] for row in methods[name].run(old, indexes).rows}
+            assert not gone & {doc_of[indexes.snapshot.node_ids[row]] for row in methods[name].run(old, indexes).rows}

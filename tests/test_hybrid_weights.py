@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 
 from graphlake.kernels.eval.metrics import ndcg_at_k
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.queries import gold_by_query
@@ -31,9 +31,9 @@ def test_weights_are_tuned_on_training_queries_and_read_by_the_tuned_methods(rea
         assert sorted(grid) == list(GRID) and grid[report[stage]["alpha"]] == max(grid.values())
     assert np.isclose(sum(tuned.two), 1) and tuned.two[2] == 0 and np.isclose(sum(tuned.three), 1)
 
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     exact = parse_methods({"m": {"op": "fused_exact", "weights": dict(zip(("dense", "sparse", "lexical"), tuned.three, strict=True))}})["m"]
-    doc_ids = indexes.doc_ids()
+    doc_ids = indexes.snapshot.doc_ids()
     values = [ndcg_at_k(list(dict.fromkeys(doc_ids[exact.run(q["text"], indexes).rows].tolist())), gold[q["query_id"]], 10) for q in train]
     assert np.isclose(np.mean(values), report["three"]["ndcg@10"][str(report["three"]["alpha"])], atol=1e-6)  # the tuning scored what the operator ranks
 

@@ -13,20 +13,21 @@ import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs_batch
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
 from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query
 from graphlake.retrieval.training.learned_fusion import fit
 from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.retrieval.index.index_set import new_request
 
 INPUTS = ["bm25", "dense", "splade", "ap_three", "graph_rrf", "grapher_gcs", "grasp_graph", "grasp_fused"]
 
 
 def test_features_are_each_inputs_rank_and_scores_with_the_plans_signals():
-    first = Candidates(np.array([4, 2, 9]), np.array([3.0, 2.5, 1.0]))
-    second = Candidates(np.array([2, 7]), np.array([0.9, 0.4]), {"valid": True, "n_cand": 37, "risk_level": "aggressive"})
+    first = Candidates(scores=np.array([3.0, 2.5, 1.0]), rows=np.array([4, 2, 9]))
+    second = Candidates(scores=np.array([0.9, 0.4]), rows=np.array([2, 7]), meta={"valid": True, "n_cand": 37, "risk_level": "aggressive"})
     rows = candidate_rows([first, second], depth=2)  # the 9 is below depth
     assert rows.tolist() == [4, 2, 7]
     table = features("who wrote it", [first, second], rows, 2, IN_CORPUS)
@@ -64,19 +65,19 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     with pytest.raises(StorageError, match="learned_fusion for 'demo' would learn from its evaluated queries"):
         check_disjoint(lake, "demo", "demo", [q for q in queries if q["split"] == "test"][:1], "learned_fusion")
 
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     text = next(q["text"] for q in queries if q["split"] == "test")
-    (found,) = run_inputs_batch(op, indexes.request([text]), indexes)
-    request = indexes.request([text])
+    (found,) = run_inputs_batch(op, new_request(indexes, [text]), indexes)
+    request = new_request(indexes, [text])
     (result,) = op.run_batch(request, indexes)
     rows = candidate_rows(found, op.depth)
     scores = stored.ranker(op).booster.predict(features(text, found, rows, op.depth, IN_CORPUS))
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
     assert set(result.rows.tolist()) <= set(rows.tolist()) and not request.notes
 
-    untrained = corpus_indexes(lake, "demo")
+    untrained = open_index_set(lake, "demo")
     untrained._loaded["learned_fusion"] = LearnedRankers({}, {key(op): "corpus 'demo' has fewer than 2 training queries with gold"})
-    request = untrained.request([text])
+    request = new_request(untrained, [text])
     (fallback,) = op.run_batch(request, untrained)
     assert fallback.rows.tolist() == rrf(found, op.depth, op.k).rows.tolist()
     assert any("no ranker trained" in note and "rrf of its inputs" in note for note in request.notes)
@@ -89,11 +90,11 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     stand in for the other corpus's; the ranker keeps that through saving and loading."""
     lake = LakeStorage(demo_lake.home)
     op = load_methods(demo_lake.home)["graphlake_ltr"]
-    indexes = corpus_indexes(lake, "demo")
+    indexes = open_index_set(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
-    found = run_inputs_batch(op, indexes.request([q["text"] for q in queries]), indexes)
+    found = run_inputs_batch(op, new_request(indexes, [q["text"] for q in queries]), indexes)
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))
-    ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
+    ranker, trained = fit(op, queries, found, gold, indexes.snapshot.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
     assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1
     LearnedRankers({key(op): ranker}).save(tmp_path)
     loaded = LearnedRankers.load(tmp_path).ranker(op)

@@ -11,6 +11,7 @@ lake, which encodes only the new nodes, and the scratch one differ where two nod
 from __future__ import annotations
 
 import itertools
+import queue
 import json
 import random
 import subprocess
@@ -184,3 +185,47 @@ def test_killing_the_server_under_writes_loses_and_doubles_no_acknowledged_write
     assert all("an append that never finished" in d.problem for d in damaged)
     repair(home, "notes")
     assert examine(home, ["notes"]) == []
+
+
+def test_a_write_is_in_the_very_next_search_from_another_thread(tmp_path, monkeypatch):
+    """200 times each, in process and over HTTP: a thread writes (an upsert, then a delete) and, once it
+    is acknowledged, another thread searches: the upsert is found and the delete is not, every time
+    (``api/searchers.py`` lists the log at every search; there is no refresh interval to wait out)."""
+    home = use_lake(monkeypatch, tmp_path / "lake")
+    corpus = documents()
+    cli("ingest", "api", "--corpus", "live")
+    lake = GraphLake(home)
+    lake.upsert("live", [corpus[f"d{i:02d}"] for i in range(1, 7)])
+    cli("materialize", "--corpus", "live")
+    text = corpus["d02"]["text"]  # words the snapshot's BM25 knows
+    server = Server(home, tmp_path / "server.log", KEY)
+    writer, searcher = RemoteLake(server.url, api_key=KEY), RemoteLake(server.url, api_key=KEY)
+    try:
+        for name, writes, searches in (("in process", lake, lake), ("over HTTP", writer, searcher)):
+            asked: queue.Queue = queue.Queue()
+            seen: list[tuple[str, bool]] = []
+
+            def search() -> None:
+                while (item := asked.get()) is not None:
+                    op, doc_id = item
+                    hits = searches.search("live", "bm25", text, k=50, group_by="document").hits
+                    seen.append((op, doc_id in {h.doc_id for h in hits}))
+                    asked.task_done()
+
+            thread = threading.Thread(target=search)
+            thread.start()
+            for i in range(200):
+                doc_id = f"live-{name[:2]}-{i}"
+                writes.upsert("live", [{"id": doc_id, "title": corpus["d02"]["title"], "text": text}])
+                asked.put(("upsert", doc_id))
+                asked.join()  # searched before the next write
+                writes.delete("live", [doc_id])
+                asked.put(("delete", doc_id))
+                asked.join()
+            asked.put(None)
+            thread.join()
+            assert seen == [("upsert", True), ("delete", False)] * 200, (name, [s for s in seen if s[1] != (s[0] == "upsert")][:5])
+    finally:
+        writer.close()
+        searcher.close()
+        server.stop()

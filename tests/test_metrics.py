@@ -10,6 +10,8 @@ import pytrec_eval
 
 from graphlake.kernels.eval.metrics import evaluate, mean, ndcg_at_k, parse_metric, random_ndcg_at_k, rank_by_score
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 CUTOFFS = (1, 2, 5, 10)
 
 

@@ -9,6 +9,8 @@ import scipy.sparse as sp
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.kernels.graph.seeds import entity_seed_weights, mix_seeds, passage_seed_weights
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 
 def random_graph(n: int, seed: int, dangling: bool) -> sp.csr_matrix:
     rng = np.random.default_rng(seed)

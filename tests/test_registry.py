@@ -21,7 +21,8 @@ from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, Request, register, unfill
 from graphlake.retrieval.index.kinds import EDGE_KINDS
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, Handle
+from graphlake.retrieval.index.index_set import Handle
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import select_queries
@@ -37,14 +38,14 @@ class ShortestFirst(Op):
     op: Literal["shortest_first"]
     k: int = Field(10, gt=0)
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         return [self.shortest(matched.rows, indexes) for matched in unfill(*indexes.bm25.search(request.queries, self.k))]
 
     @staticmethod
-    def shortest(matched: np.ndarray, indexes: CorpusIndexes) -> Candidates:
-        lengths = np.array([len(indexes.texts()[row]) for row in matched], dtype=np.float64)
+    def shortest(matched: np.ndarray, indexes: LakeIndexSet) -> Candidates:
+        lengths = np.array([len(indexes.snapshot.texts()[row]) for row in matched], dtype=np.float64)
         order = np.lexsort((matched, lengths))
-        return Candidates(matched[order], -lengths[order])
+        return Candidates(scores=-lengths[order], rows=matched[order])
 
 
 def invoke(*args: str):
@@ -52,13 +53,13 @@ def invoke(*args: str):
 
 
 def test_every_index_an_operator_may_read_by_name_has_one_typed_handle():
-    """Operators reach an index through ``CorpusIndexes.<kind>``; only the kinds named by data (the corpus
+    """Operators reach an index through ``LakeIndexSet.<kind>``; only the kinds named by data (the corpus
     graph's edge kinds and mentions) are read with ``get``."""
-    handles = {name for name, value in vars(CorpusIndexes).items() if isinstance(value, Handle)}
+    handles = {name for name, value in vars(LakeIndexSet).items() if isinstance(value, Handle)}
     by_data = set(EDGE_KINDS) - {"cooccurrence"} | {"mentions_spacy", "mentions_regex"}
     loadable = {name for name, kind in INDEX_KINDS.items() if kind.load is not None}
     assert handles == loadable - by_data
-    assert all(getattr(CorpusIndexes, name).kind == name for name in handles)
+    assert all(getattr(LakeIndexSet, name).kind == name for name in handles)
 
 
 def test_an_operator_registered_in_a_test_module_is_a_method_with_assets_that_go_stale(demo_copy):

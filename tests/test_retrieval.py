@@ -19,14 +19,14 @@ from graphlake.kernels.text.stopwords import ENGLISH
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
-from graphlake.retrieval.core import MethodError, Request
+from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage
 
 
 class HandIndexes:
-    """Indexes by name over hand-made arrays, as ``CorpusIndexes`` gives them, so fused scores can be
+    """Indexes by name over hand-made arrays, as ``IndexSet`` gives them, so fused scores can be
     worked out on paper."""
 
     def __init__(self) -> None:
@@ -45,16 +45,22 @@ class HandIndexes:
         except KeyError:
             raise AttributeError(kind) from None
 
-    def request(self, queries: list[str], expression=None, check: bool = True, k: int = 10) -> Request:
-        return Request(list(queries), self, k)  # no filter
+    @property
+    def encoders(self) -> HandEncoders:
+        return HandEncoders()
 
-    def encode_dense_queries(self, texts: list[str]) -> np.ndarray:
+
+class HandEncoders:
+    """Every query encoded alike, so the rankings follow from the arrays above."""
+
+    def dense(self, texts: list[str]) -> np.ndarray:
         return np.tile(np.array([0.1, 0.2, 0.9, 0.4], dtype=np.float32), (len(texts), 1))  # dense ranking: rows 2, 3, 1, 0
 
-    def encode_splade_queries(self, texts: list[str]) -> sp.csr_matrix:
+    def splade(self, texts: list[str]) -> sp.csr_matrix:
         return sp.csr_matrix(np.tile(np.array([[1.0, 0.5]], dtype=np.float32), (len(texts), 1)))  # scores: 0.5, 2.0, 0, 1.5
 
 
+@pytest.mark.fast
 def test_leaf_operators_rank_as_expected():
     methods = parse_methods({"b": {"op": "bm25", "k": 10}, "d": {"op": "dense", "k": 3}, "s": {"op": "splade"}})
     indexes = HandIndexes()
@@ -66,6 +72,7 @@ def test_leaf_operators_rank_as_expected():
     assert splade.rows.tolist() == [1, 3, 0] and splade.scores.tolist() == [2.0, 1.5, 0.5]
 
 
+@pytest.mark.fast
 def test_rrf_and_weighted_sum_by_hand():
     methods = parse_methods(
         {

@@ -15,6 +15,8 @@ import scipy.sparse as sp
 
 from graphlake.kernels.eval.topological_recall import CorpusGraph, DocumentGraph, miss_topological_recall, topological_recall, topological_values
 
+pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
+
 
 def graph_of(edges: list[tuple[int, int]], n: int) -> CorpusGraph:
     src, dst = zip(*edges, strict=True)

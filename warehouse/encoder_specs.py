@@ -15,18 +15,14 @@ the environment variable that holds it, never written in a file.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.metadata
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Literal
 
-import numpy as np
 
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -350,37 +346,3 @@ def _weights_revision(spec: ModelSpec, cache: Path | None) -> str:
     if spec.tune:
         return "not tuned yet"
     return "the lake's training"
-
-
-def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None, light: bool = False) -> Callable[[list[str]], np.ndarray]:
-    """The dense model ``spec`` as one function of texts, resolved once (its folder, or its endpoint),
-    so that a warm index calls the encoder itself: its endpoint (answered batches kept in ``cache``), or
-    locally ONNX Runtime for ``queries`` and torch for passages (``batch_size`` 0: the encoder's measured
-    best); ``light``: passages through ONNX Runtime too (within 2e-7 of torch's vectors, without loading
-    torch: a server's few pending passages). The one place that tells a hosted model from a local one."""
-    if spec.kind != "dense" or spec.tune:
-        raise ValueError(f"model {spec.name!r} is a {spec.kind} model, not a dense one" if spec.tune is None else f"model {spec.name!r} is not tuned for this corpus yet")
-    side: Side = "query" if queries else "passage"
-    if spec.endpoint is not None:
-        from graphlake.common.embeddings import embed
-
-        settings = spec.endpoint_settings(side)
-        # a query waits for one answer within the timeout, not a build's retries: the person asking is waiting
-        encode = partial(embed, dataclasses.replace(settings, max_retries=0) if queries else settings, cache=cache)
-    elif queries or light:
-        from graphlake.common.settings import model_cache
-        from graphlake.kernels.text.query_encoders import encode_queries_dense
-
-        encode = partial(encode_queries_dense, folder=spec.path(), cache=model_cache())
-    else:
-        from graphlake.common.settings import encoder_precision
-        from graphlake.kernels.text.encoders import encode_dense as encode_passages
-
-        encode = partial(encode_passages, batch_size=batch_size, dtype=encoder_precision(), folder=spec.path())
-    prompt = spec.prompts().get(side)
-    return encode if not prompt else lambda texts: encode([prompt + text for text in texts])
-
-
-def encode_dense(spec: ModelSpec, texts: list[str], queries: bool = False, batch_size: int = 0, cache: Path | None = None) -> np.ndarray:
-    """``texts`` encoded by the dense model ``spec`` (see :func:`dense_encoder`)."""
-    return dense_encoder(spec, queries, batch_size, cache)(texts)

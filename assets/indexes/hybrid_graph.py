@@ -15,8 +15,9 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
 from graphlake.retrieval.index.kinds import read_models, write_index
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import hybrid_vectors
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.corpora import LAKE_OWNED
@@ -60,16 +61,16 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     from graphlake.kernels.hybrid.graph_index import BuildConfig  # numba: loaded when the index is built, not with the Definitions
     from graphlake.kernels.hybrid.update import update
 
-    indexes = corpus_indexes(lake.storage, context.partition_key)
+    indexes = open_index_set(lake.storage, context.partition_key)
     vectors = hybrid_vectors(indexes)
-    texts = indexes.texts()
+    texts = indexes.snapshot.texts()
     nodes = Queries(vectors.dense, vectors.sparse, indexes.bm25.token_counts(texts))
-    keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.node_ids, texts, strict=True)]
+    keys = [f"{node_id}\t{content_hash(text)}" for node_id, text in zip(indexes.snapshot.node_ids, texts, strict=True)]
     previous, previous_keys = _previous(indexes)
     settings = config.model_dump()
     rebuild_share, extractor = settings.pop("rebuild_share"), settings.pop("kg")
     if rebuild_share is None:
-        rebuild_share = 0.0 if indexes.spec.format == LAKE_OWNED else REBUILD_SHARE
+        rebuild_share = 0.0 if indexes.snapshot.spec.format == LAKE_OWNED else REBUILD_SHARE
     graph, report = update(previous, previous_keys, keys, vectors, nodes, BuildConfig(**settings), rebuild_share)
     graph.kg = None if extractor == "none" else _knowledge_graph(indexes, extractor)  # small: rebuilt every time
 
@@ -77,7 +78,7 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
         graph.save(folder)
         (folder / KEYS_FILE).write_text(json.dumps(keys), encoding="utf-8")
 
-    write_index(lake.storage, "hybrid_graph", context.partition_key, indexes.node_ids, fill, {role: indexes.identity(role) for role in ("dense", "sparse")})
+    write_index(lake.storage, "hybrid_graph", context.partition_key, indexes.snapshot.node_ids, fill, {role: indexes.snapshot.models.identity(role) for role in ("dense", "sparse")})
     keyword = (graph.keyword >= 0).sum(axis=1)
     context.add_output_metadata(
         {
@@ -94,15 +95,15 @@ def hybrid_graph_index(context: AssetExecutionContext, config: HybridIndexConfig
     )
 
 
-def _knowledge_graph(indexes: CorpusIndexes, extractor: str) -> KnowledgeGraph:
+def _knowledge_graph(indexes: LakeIndexSet, extractor: str) -> KnowledgeGraph:
     """The KG of the corpus's ``triples`` from ``extractor``, on the index's node rows."""
     try:
         triples = indexes.lake.read("triples", {"corpus": indexes.corpus, "extractor": extractor})
     except StorageError as error:
         raise StorageError(f"hybrid_graph_index has kg: {extractor}, but {error}; materialize triples_{extractor} first, or set kg: none") from error
-    rows = indexes.node_rows(triples.column("node_id").to_pylist(), f"triples ({extractor})")
+    rows = indexes.snapshot.node_rows(triples.column("node_id").to_pylist(), f"triples ({extractor})")
     columns = (triples.column(c).to_pylist() for c in ("subject", "relation", "object"))
-    return KnowledgeGraph.from_triples(extractor, zip(rows.tolist(), *columns, strict=True), len(indexes.node_ids))
+    return KnowledgeGraph.from_triples(extractor, zip(rows.tolist(), *columns, strict=True), len(indexes.snapshot.node_ids))
 
 
 def _kg_metadata(kg: KnowledgeGraph) -> dict:
@@ -110,7 +111,7 @@ def _kg_metadata(kg: KnowledgeGraph) -> dict:
     return {"kg": kg.extractor, "kg_entities": len(kg.entities), "kg_relations": len(kg.source), "kg_nodes_with_entities": int((held > 0).sum()), "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0}
 
 
-def _previous(indexes: CorpusIndexes) -> tuple["HybridGraph | None", list[str] | None]:
+def _previous(indexes: LakeIndexSet) -> tuple["HybridGraph | None", list[str] | None]:
     """The corpus's current index and its node keys (``None`` for keys an older artefact lacks); none
     when it holds other models' vectors than the corpus's now."""
     try:
@@ -118,7 +119,7 @@ def _previous(indexes: CorpusIndexes) -> tuple["HybridGraph | None", list[str] |
     except StorageError:
         return None, None
     made_by = read_models(folder)
-    if not all(same_weights(made_by.get(role, made_before_identities(role)), indexes.identity(role)) for role in ("dense", "sparse")):
+    if not all(same_weights(made_by.get(role, made_before_identities(role)), indexes.snapshot.models.identity(role)) for role in ("dense", "sparse")):
         return None, None
     from graphlake.kernels.hybrid.graph_index import HybridGraph
 

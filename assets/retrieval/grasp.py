@@ -15,7 +15,7 @@ from graphlake.kernels.plan.fusion import cell_name
 from graphlake.retrieval.index.skb import SKB_ARTIFACT
 from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
 from graphlake.retrieval.index.skb_stage_one import planned, stage_one
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.training import grasp_reranker as stage3
 from graphlake.retrieval.training.grasp_fusion import learn
 from graphlake.warehouse.io_manager import LakeResource
@@ -73,7 +73,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
     """Each planner's plan for every query on every SKB of the corpus, validated and executed: the table
     skb_plans (plan JSON, valid, error or the planner's failure, risk level, n_cand, compiled SQL, ms)."""
     corpus = context.partition_key
-    indexes = corpus_indexes(lake.storage, corpus)
+    indexes = open_index_set(lake.storage, corpus)
     queries = lake.storage.read("queries", {"corpus": corpus}).to_pylist()
     queries = queries[: config.max_queries] if config.max_queries else queries
     summary = {}
@@ -84,7 +84,7 @@ def skb_plans(context: AssetExecutionContext, config: PlansConfig, lake: LakeRes
         for query in queries:
             started = time.perf_counter()
             plan, failure = planned(query["text"], loaded, planner, indexes)
-            result = stage_one(query["text"], loaded, plan, Settings(), indexes.dense_encoder(), failure)
+            result = stage_one(query["text"], loaded, plan, Settings(), indexes.encoders.dense, failure)
             rows.append(
                 {
                     "query_id": query["query_id"],

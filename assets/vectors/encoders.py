@@ -19,7 +19,8 @@ from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
-from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, declared_models, encode_dense, model_identity, revision
+from graphlake.retrieval.index.encoders import encode_dense
+from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, declared_models, model_identity, revision
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 

@@ -177,12 +177,12 @@ def best_of(xp: Any, keys: Any, k: int) -> Any:
 
 
 def top_rows(xp: Any, scores: Any, k: int) -> tuple[Any, Any]:
-    """Per row, the ``k`` best columns (ties: lower column first) and their scores."""
+    """Per row, ``(scores, columns)`` of its ``k`` best columns (ties: lower column first)."""
     if k <= 0:
-        return xp.zeros((len(scores), 0), xp.int64), xp.zeros((len(scores), 0), scores.dtype)
+        return xp.zeros((len(scores), 0), scores.dtype), xp.zeros((len(scores), 0), xp.int64)
     columns = xp.broadcast_to(xp.arange(scores.shape[1]), scores.shape)
     best = best_of(xp, order_keys(xp, scores, columns, scores.shape[1]), k)
-    return best, xp.take_along_axis(scores, best, axis=1)
+    return xp.take_along_axis(scores, best, axis=1), best
 
 
 def path_scores(vectors: DeviceVectors, batch: QueryBatch) -> list[Any]:
@@ -214,10 +214,10 @@ def exact_knn(vectors: DeviceVectors, nodes: Queries, scales: np.ndarray, k: int
         for part in parts:
             part[xp.arange(stop - start), rows] = -xp.inf
         fused = xp.float32(s[0]) * parts[0] + xp.float32(s[1]) * parts[1] + xp.float32(s[2]) * parts[2]
-        top, values = top_rows(xp, fused, k)
+        values, top = top_rows(xp, fused, k)
         ids[start:stop], sims[start:stop] = host(top), host(values)
         for p, part in enumerate(parts):
-            best, values = top_rows(xp, part, min(single, max(n - 1, 0)))
+            values, best = top_rows(xp, part, min(single, max(n - 1, 0)))
             paths[p, start:stop, : best.shape[1]] = host(xp.where(values > 0, best, -1))
     return ids, sims, paths
 
@@ -372,7 +372,7 @@ def search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool: 
     xp = vectors.xp
     chunk = max(1, VISITED_BYTES // max(1, len(vectors)))
     parts = [_search(vectors, graph, batch.take(start, start + chunk), max(min(pool, len(vectors)), k), k, width) for start in range(0, len(batch), chunk)]
-    return xp.concatenate([scores for _, scores in parts]), xp.concatenate([rows for rows, _ in parts])
+    return xp.concatenate([scores for scores, _ in parts]), xp.concatenate([rows for _, rows in parts])
 
 
 def _search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool: int, k: int, width: int) -> tuple[Any, Any]:
@@ -395,7 +395,7 @@ def _search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool:
         pool_rows[queries], pool_scores[queries], explored[queries] = merged
         live = xp.where((candidates >= 0) & ~graph.deleted[xp.where(candidates >= 0, candidates, 0)], candidates, -1)
         best = _merge(xp, (best_rows[queries], best_scores[queries], xp.zeros((len(queries), k), bool)), live, scores, k, n)
-        best_rows[queries], best_scores[queries] = best[0], best[1]
+        best_rows[queries], best_scores[queries] = best[0], best[1]  # _merge's (rows, scores, flags)
         open_ = ~explored
         queries = xp.nonzero(open_.any(axis=1))[0]
         if len(queries) == 0:
@@ -409,7 +409,7 @@ def _search(vectors: DeviceVectors, graph: DeviceGraph, batch: QueryBatch, pool:
         neighbours = xp.where(expanded[:, :, None] >= 0, graph.semantic[xp.where(expanded >= 0, expanded, 0)], -1).reshape(len(queries), -1)
         fresh = (neighbours >= 0) & ~visited[queries[:, None], xp.where(neighbours >= 0, neighbours, 0)]
         candidates = xp.where(fresh & _first_seen(xp, neighbours), neighbours, -1)
-    return best_rows, best_scores
+    return best_scores, best_rows
 
 
 def _first_seen(xp: Any, rows: Any) -> Any:

@@ -31,7 +31,7 @@ from numba import config, cuda, float32, int8, int32, int64
 
 from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, Queries
-from graphlake.kernels.results import FILL_ROW, FILL_SCORE, filled
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Ranking, filled
 
 POOL_MAX = 256  # the largest candidate pool (L) a block holds
 K_MAX = 128  # the largest k
@@ -269,13 +269,13 @@ class CudaSearcher:
         self.deleted = cuda.to_device(np.asarray(graph.deleted, dtype=np.uint8))
         self.blocks = BLOCKS_PER_SM * _multiprocessors()
 
-    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` in the kernels' vocabulary (``kernels/results.py``): see :meth:`walk`. The
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> Ranking:
+        """A ``Ranking`` in the kernels' vocabulary (``kernels/results.py``): see :meth:`walk`. The
         kernel takes no filter and no KG part (``DeviceSearcher`` walks those on the CPU)."""
         if params.allowed is not None or any(item is not None for item in params.kg or ()):
             raise ValueError("the CUDA kernel searches neither a filter nor a KG part: DeviceSearcher walks those on the CPU")
         found = self.walk(queries, params.weights, params.pool, k, params.required)
-        return np.where(found.rows >= 0, found.scores, FILL_SCORE).astype(np.float32), np.where(found.rows >= 0, found.rows, FILL_ROW)
+        return Ranking.of(np.where(found.rows >= 0, found.scores, FILL_SCORE), np.where(found.rows >= 0, found.rows, FILL_ROW))
 
     def walk(
         self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None
@@ -319,8 +319,8 @@ class DeviceSearcher:
         self.graph, self.vectors = graph, vectors
         self.kernel, self.cpu = CudaSearcher(graph, vectors, half=False), Searcher(graph, vectors)
 
-    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` as ``graph.Searcher.search`` returns them; a filtered batch walks on the CPU, as
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> Ranking:
+        """A ``Ranking`` as ``graph.Searcher.search`` returns it; a filtered batch walks on the CPU, as
         the kernel takes no mask, and so does a query with a KG part."""
         n = len(queries)
         required, kg = params.per_query(n)
@@ -333,7 +333,7 @@ class DeviceSearcher:
                 continue
             part = replace(params, required=[required[i] for i in picked], kg=None if on_device else [kg[i] for i in picked])
             scores[picked], rows[picked] = searcher.search(queries.take(picked), k, part)
-        return scores, rows
+        return Ranking(scores, rows)
 
 
 def cuda_present() -> bool:

@@ -39,10 +39,22 @@ from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.nndescent import nn_descent
 from graphlake.kernels.hybrid.pairs import dot64, pair_sparse, row_norms, row_operands, sparse_dot
 from graphlake.kernels.hybrid.vectors import HybridParams, HybridVectors, KGQuery, Queries
-from graphlake.kernels.results import filled
+from graphlake.kernels.results import Ranking, filled
 from graphlake.kernels.text.triples import HUB_NODES
 
 MAX_THREADS = 8  # a batch's queries walked at once
+_WALKERS: list[ThreadPoolExecutor] = []  # one pool for every search of the process (a server's requests share it)
+_STARTING = threading.Lock()
+
+
+def _walkers() -> ThreadPoolExecutor:
+    """The process's pool of walking threads, started with the first batch that needs it: the walk
+    releases the interpreter's lock (numba, ``nogil``), so a batch's queries run at once."""
+    if not _WALKERS:
+        with _STARTING:
+            if not _WALKERS:
+                _WALKERS.append(ThreadPoolExecutor(min(os.cpu_count() or 1, MAX_THREADS), thread_name_prefix="graphlake-walk"))
+    return _WALKERS[0]
 
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
@@ -179,7 +191,7 @@ def knn_recall(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, knn_i
     rows = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
     scores = np.tensordot(scales.astype(np.float32), vectors.path_scores(nodes.take(rows)), axes=1)
     scores[np.arange(len(rows)), rows] = -np.inf
-    exact, _ = batched.top_rows(np, scores, k)
+    _, exact = batched.top_rows(np, scores, k)
     return round(float(np.mean([len(set(e.tolist()) & set(a[a >= 0].tolist())) / k for e, a in zip(exact, knn_ids[rows], strict=True)])), 4)
 
 
@@ -200,9 +212,9 @@ def exact_knn(vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int
         rows = np.arange(start, min(n, start + block))
         scores = vectors.path_scores(nodes.take(rows))
         scores[:, np.arange(len(rows)), rows] = -np.inf
-        ids[rows], sims[rows] = batched.top_rows(np, np.tensordot(scales.astype(np.float32), scores, axes=1), k)
+        sims[rows], ids[rows] = batched.top_rows(np, np.tensordot(scales.astype(np.float32), scores, axes=1), k)
         for path in range(3):
-            best, values = batched.top_rows(np, scores[path], min(single, max(n - 1, 0)))
+            values, best = batched.top_rows(np, scores[path], min(single, max(n - 1, 0)))
             paths[path, rows, : best.shape[1]] = np.where(values > 0, best, -1)
     return ids, sims, paths
 
@@ -217,7 +229,7 @@ def exact_neighbours(vectors: HybridVectors, nodes: Queries, scales: np.ndarray,
         scores = vectors.fused(nodes.take(chunk), scales)
         scores[:, excluded] = -np.inf
         scores[np.arange(len(chunk)), chunk] = -np.inf
-        best, top = batched.top_rows(np, scores, k)
+        top, best = batched.top_rows(np, scores, k)
         ids[start : start + len(chunk)] = np.where(np.isfinite(top), best, -1)
         sims[start : start + len(chunk)] = top
     return ids, sims
@@ -579,15 +591,15 @@ class Searcher:
         matrices = (kg.node_entities, kg.holders, kg.undirected) if kg is not None else (sp.csr_matrix((0, 0)),) * 3
         self.kg_arrays = tuple(a for m in matrices for a in (m.indptr.astype(np.int64), m.indices.astype(np.int32)))
 
-    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> tuple[np.ndarray, np.ndarray]:
-        """``(scores, rows)`` in the kernels' vocabulary (``kernels/results.py``): per query the top ``k``
+    def search(self, queries: Queries, k: int, params: HybridParams = HybridParams()) -> Ranking:
+        """A ``Ranking`` in the kernels' vocabulary (``kernels/results.py``): per query the top ``k``
         live rows by ``Σ weights[p]·sim_p`` plus its KG reward, of those holding its required tokens and
         allowed by the batch's filter (``params``)."""
         n = len(queries)
         required, kg = params.per_query(n)
         if any(item is not None for item in kg) and self.graph.kg is None:
             raise ValueError("this hybrid graph was built without a knowledge graph (kg: none)")
-        scores, rows = filled(n, k, np.float64)
+        scores, rows = filled(n, k)
         k = max(1, min(k, len(self.vectors)))
         pool_size = max(k, min(params.pool, len(self.vectors)))
         weights, allowed = np.asarray(params.weights, dtype=np.float64), params.mask
@@ -596,14 +608,12 @@ class Searcher:
             found, values = self._walk(queries.take([i]), weights, pool_size, k, required[i], kg[i], allowed)
             rows[i, : len(found)], scores[i, : len(found)] = found, values
 
-        workers = min(n, os.cpu_count() or 1, MAX_THREADS)
-        if workers < 2:
+        if n < 2 or min(os.cpu_count() or 1, MAX_THREADS) < 2:
             for i in range(n):
                 one(i)
         else:
-            with ThreadPoolExecutor(workers) as pool:
-                list(pool.map(one, range(n)))
-        return scores, rows
+            list(_walkers().map(one, range(n)))
+        return Ranking(scores, rows)
 
     def _walk(self, query: Queries, weights: np.ndarray, pool_size: int, k: int, required: np.ndarray | None, kg: KGQuery | None, allowed: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """One query's walk: its found rows and scores, best first."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from graphlake.kernels.plan.plans import RISK_LEVELS
+from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank, rrf_term
 
 BUCKETS = ((1, 10), (11, 50), (51, 100), (101, 500), (501, None))  # n_cand ranges; 0 candidates: no bucket
 STATIC_WEIGHTS = tuple(round(0.05 * i, 2) for i in range(21))
@@ -58,18 +59,8 @@ def graph_weight(valid: bool, n_cand: int, risk_level: str, w_bucket: Sequence[f
 
 def fuse(graph: np.ndarray, partner: np.ndarray, graph_weight: float, partner_weight: float, constant: float) -> tuple[np.ndarray, np.ndarray]:
     """Rows and fused scores, best first (ties: the smaller row); an input of weight 0 contributes nothing."""
-    scores: dict[int, float] = {}
-    for weight, rows in ((graph_weight, graph), (partner_weight, partner)):
-        if weight == 0:
-            continue
-        for rank, row in enumerate(rows.tolist(), start=1):
-            scores[row] = scores.get(row, 0.0) + weight / (constant + rank)
-    if not scores:
-        return np.zeros(0, np.int64), np.zeros(0, np.float64)
-    rows = np.fromiter(scores, np.int64, len(scores))
-    values = np.fromiter(scores.values(), np.float64, len(scores))
-    order = np.lexsort((rows, -values))
-    return rows[order], values[order]
+    scores, rows = reciprocal_rank([graph, partner], [graph_weight, partner_weight], constant)
+    return rows, scores
 
 
 @dataclass
@@ -99,8 +90,8 @@ class _Pool:
         if len(self.rows) == 0:
             return np.zeros(len(graph_weights), bool)
         with np.errstate(divide="ignore", invalid="ignore"):
-            graph_term = graph_weights[:, None] / (constant + self.graph_rank[None, :])
-            partner_term = partner_weights[:, None] / (constant + self.partner_rank[None, :])
+            graph_term = rrf_term(self.graph_rank[None, :], graph_weights[:, None], constant)
+            partner_term = rrf_term(self.partner_rank[None, :], partner_weights[:, None], constant)
         in_graph = np.isfinite(self.graph_rank)[None, :] & (graph_weights[:, None] != 0)
         in_partner = np.isfinite(self.partner_rank)[None, :] & (partner_weights[:, None] != 0)
         # a candidate's score is the graph term then the partner term added, as fuse() adds them
@@ -180,7 +171,7 @@ def search_grid(queries: Sequence[ValidationQuery]) -> FusionChoice:
         cell = cell_name(query.valid, query.n_cand, query.risk_level)
         cells[cell] = cells.get(cell, 0) + 1
         if b is None:
-            base += int(pool.top_is_gold(np.zeros(1), np.ones(1), 60.0)[0])
+            base += int(pool.top_is_gold(np.zeros(1), np.ones(1), RRF_CONSTANT)[0])
             continue
         products = np.array([wb * mr for wb, mr in itertools.product(BUCKET_WEIGHTS[b], RISK_MULTIPLIERS[r])])
         for c, constant in enumerate(DYNAMIC_CONSTANTS):

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.results import FILL_ROW, FILL_SCORE, SearchParams, allowed_scores, filled, top_k
+from graphlake.kernels.results import Ranking, SearchParams, allowed_scores, filled, in_order, top_k
 
 if TYPE_CHECKING:
     import faiss
@@ -21,7 +21,7 @@ DENSE_GATHER_BELOW = 0.25  # a filter allowing less than this share of the nodes
 MAX_DEPTH = 10_000  # the deepest HNSW walk a filter makes (a request's largest pool)
 
 
-def exact_dense(matrix: np.ndarray, queries: np.ndarray, k: int, params: SearchParams = SearchParams()) -> tuple[np.ndarray, np.ndarray]:
+def exact_dense(matrix: np.ndarray, queries: np.ndarray, k: int, params: SearchParams = SearchParams()) -> Ranking:
     """Every allowed node row of ``matrix`` (nodes, dimension) scored by its inner product with each query
     of ``queries`` (queries, dimension), the batch in one product: only the allowed rows' where a filter
     allows few."""
@@ -36,7 +36,7 @@ def exact_dense(matrix: np.ndarray, queries: np.ndarray, k: int, params: SearchP
     return top_k(scores.T, k, rows)
 
 
-def exact_sparse(matrix: sp.csc_matrix, queries: sp.csr_matrix, k: int, params: SearchParams = SearchParams()) -> tuple[np.ndarray, np.ndarray]:
+def exact_sparse(matrix: sp.csc_matrix, queries: sp.csr_matrix, k: int, params: SearchParams = SearchParams()) -> Ranking:
     """Every allowed node row of ``matrix`` (nodes, vocabulary) scored by its sparse inner product with each
     query row; a node sharing no term with a query is no result for it."""
     scores, rows = allowed_scores(np.asarray((matrix @ queries.T).todense()).T, params)
@@ -50,7 +50,7 @@ class HNSWParams(SearchParams):
     ef_search: int = 128
 
 
-def hnsw(index: faiss.Index, queries: np.ndarray, k: int, params: HNSWParams = HNSWParams()) -> tuple[np.ndarray, np.ndarray]:
+def hnsw(index: faiss.Index, queries: np.ndarray, k: int, params: HNSWParams = HNSWParams()) -> Ranking:
     """faiss HNSW (inner product) over the dense vectors. A filter's rows are a selector the walk checks:
     it visits every node and keeps the allowed, deeper the fewer there are (``ef_search`` over the allowed
     share), so that as many are found. The walk's depth is a parameter of the call, so threads share the
@@ -66,7 +66,6 @@ def hnsw(index: faiss.Index, queries: np.ndarray, k: int, params: HNSWParams = H
     search = faiss.SearchParametersHNSW(efSearch=min(depth, max(index.ntotal, 1)), sel=selector)  # no deeper than the corpus
     scores, rows = index.search(queries, k_found, params=search)
     del bitmap  # faiss read it through a raw pointer: it lived until here
-    found = rows >= 0
     out_scores, out_rows = filled(len(queries), k)
-    out_scores[:, :k_found], out_rows[:, :k_found] = np.where(found, scores, FILL_SCORE), np.where(found, rows, FILL_ROW)
-    return out_scores, out_rows
+    out_scores[:, :k_found], out_rows[:, :k_found] = in_order(scores, rows)
+    return Ranking(out_scores, out_rows)

@@ -14,26 +14,25 @@ hit on a pending document cites it like any other.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
-from graphlake.kernels.results import Allowed
-from graphlake.retrieval.core import Candidates
+from graphlake.kernels.results import Allowed, top_k
+from graphlake.retrieval.core import Candidates, unfill
 from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.metadata import DocumentMetadata
-from graphlake.retrieval.index.tables import CorpusTables, retrieval_text
-from graphlake.warehouse.encoder_specs import dense_encoder
+from graphlake.common.once import once
+from graphlake.retrieval.index.index_set import Derived, IndexSet
+from graphlake.retrieval.index.snapshot import Snapshot
+from graphlake.retrieval.index.tables import retrieval_text
 from graphlake.warehouse.readers.lake_owned import apply
 from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.write_log import Write
 
-if TYPE_CHECKING:
-    from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
 
 SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
 _NODES = pa.schema([("node_id", pa.string()), ("doc_id", pa.string()), ("chunk_idx", pa.int32()), ("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())])
@@ -55,7 +54,7 @@ class FreshSegment:
     """The writes pending on one snapshot of a corpus (every one after the number it folded, through
     ``through``), ready to search; ``before``: the segment of fewer of them, whose encodings it reuses."""
 
-    def __init__(self, indexes: CorpusIndexes, writes: list[Write], through: int, before: FreshSegment | None = None) -> None:
+    def __init__(self, indexes: IndexSet, writes: list[Write], through: int, before: FreshSegment | None = None) -> None:
         self.indexes, self.corpus, self.through, self.writes = indexes, indexes.corpus, through, len(writes)
         self.made = time.monotonic()
         live: dict[str, dict] = {}
@@ -74,7 +73,7 @@ class FreshSegment:
     @cached_property
     def masked(self) -> np.ndarray:
         """Per snapshot node row, whether a pending write replaced or deleted its document."""
-        return np.isin(self.indexes.doc_ids(), self.touched) if self.touched else np.zeros(len(self.indexes.node_ids), bool)
+        return np.isin(self.indexes.snapshot.doc_ids(), self.touched) if self.touched else np.zeros(len(self.indexes.snapshot.node_ids), bool)
 
     def allowed(self, allowed: Allowed | None) -> Allowed | None:
         """The snapshot rows a search may return: those the filter allows, less the masked ones."""
@@ -101,15 +100,11 @@ class FreshSegment:
             scores = np.asarray((encoded @ splade.T).todense())
         else:
             scores = np.asarray((self.indexes.bm25.token_counts(queries) @ bm25.T).todense())
-        offset, found = len(self.indexes.node_ids), []
-        for row in np.asarray(scores, np.float64).reshape(len(queries), len(self)):
-            keep = np.ones(len(row), bool) if signal == "dense" else row > 0  # as the snapshot's: no shared term, no result
-            if allowed is not None:
-                keep &= allowed
-            rows = np.flatnonzero(keep)
-            best = rows[np.lexsort((rows, -row[rows]))][:k]
-            found.append(Candidates(best + offset, row[best]))
-        return found
+        scores = np.asarray(scores, np.float64).reshape(len(queries), len(self))
+        rows = None if allowed is None else np.flatnonzero(allowed)
+        best = top_k(scores if rows is None else scores[:, rows], k, rows, positive=signal != "dense")  # as the snapshot's: no shared term, no result
+        offset = len(self.indexes.snapshot.node_ids)
+        return [replace(found, rows=found.rows + offset) for found in unfill(*best)]
 
     @cached_property
     def tables(self) -> FreshTables:
@@ -127,17 +122,14 @@ class FreshSegment:
         """Chunk the documents as the build will, and encode their nodes by the corpus's models."""
         if not doc_ids:
             return
-        from graphlake.common.settings import model_cache
         from graphlake.kernels.text.chunking import chunk_texts
-        from graphlake.kernels.text.query_encoders import encode_queries_splade
 
         indexes, rows = self.indexes, [self.present[d] for d in doc_ids]
-        chunking = indexes.spec.effective_chunking
+        chunking = indexes.snapshot.spec.effective_chunking
         spans = [[(c.start, c.end) for c in chunks] for chunks in chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)]
         texts = [retrieval_text(r["title"], r["text"][s:e]) for r, pieces in zip(rows, spans, strict=True) for s, e in pieces]
-        dense = dense_encoder(indexes.model("dense"), light=True)(texts)
-        splade = encode_queries_splade(texts, indexes.splade_folder(), model_cache())
-        mean = indexes.memo(("bm25 mean length",), lambda: float(np.mean(_token_lengths(indexes.texts()))))
+        dense, splade = indexes.encoders.dense_passages(texts), indexes.encoders.splade(texts)
+        mean = indexes.derived(BM25_MEAN_LENGTH)
         bm25, at = indexes.bm25.weights_of(texts, _token_lengths(texts), mean), 0
         for doc_id, row, pieces in zip(doc_ids, rows, spans, strict=True):
             n = len(pieces)
@@ -145,12 +137,13 @@ class FreshSegment:
             at += n
 
 
-class FreshTables(CorpusTables):
+class FreshTables(Snapshot):
     """The snapshot's nodes and documents with the pending ones after them: what hits are made from."""
 
-    def __init__(self, indexes: CorpusIndexes, fresh: FreshSegment) -> None:
-        super().__init__(indexes.lake, indexes.corpus, indexes.registry)
-        self.snapshot, self.fresh = indexes, fresh
+    def __init__(self, indexes: IndexSet, fresh: FreshSegment) -> None:
+        snapshot = indexes.snapshot
+        super().__init__(snapshot.lake, snapshot.corpus, snapshot.models.cache, snapshot.registry)
+        self.snapshot, self.fresh = snapshot, fresh
 
     @cached_property
     def pending_documents(self) -> pa.Table:
@@ -165,35 +158,39 @@ class FreshTables(CorpusTables):
         ]
         return pa.Table.from_pylist(rows, _NODES)
 
-    @cached_property
+    @property
+    @once
     def node_ids(self) -> list[str]:
         return self.snapshot.node_ids + self.pending_nodes.column("node_id").to_pylist()
 
+    @once
     def nodes(self) -> pa.Table:
-        return self.memo(("nodes",), lambda: pa.concat_tables([self.snapshot.nodes().select(_NODES.names).cast(_NODES), self.pending_nodes]))
+        return pa.concat_tables([self.snapshot.nodes().select(_NODES.names).cast(_NODES), self.pending_nodes])
 
+    @once
     def metadata(self) -> DocumentMetadata:
-        return self.memo(("metadata",), lambda: DocumentMetadata.joined(self.snapshot.metadata(), DocumentMetadata(self.corpus, self.pending_documents)))
+        return DocumentMetadata.joined(self.snapshot.metadata(), DocumentMetadata(self.corpus, self.pending_documents))
 
+    @once
     def documents(self) -> pa.Table:
         names = self.pending_documents.column_names
-        return self.memo(("documents",), lambda: pa.concat_tables([self.snapshot.documents().select(names).cast(self.pending_documents.schema), self.pending_documents]))
+        return pa.concat_tables([self.snapshot.documents().select(names).cast(self.pending_documents.schema), self.pending_documents])
 
+    @once
     def node_documents(self) -> np.ndarray:
-        def positions() -> np.ndarray:
-            offset = self.snapshot.documents().num_rows
-            where = {d: offset + i for i, d in enumerate(self.fresh.present)}
-            pending = np.fromiter((where[d] for d in self.pending_nodes.column("doc_id").to_pylist()), dtype=np.int64)
-            return np.concatenate([self.snapshot.node_documents(), pending])
+        offset = self.snapshot.documents().num_rows
+        where = {d: offset + i for i, d in enumerate(self.fresh.present)}
+        pending = np.fromiter((where[d] for d in self.pending_nodes.column("doc_id").to_pylist()), dtype=np.int64)
+        return np.concatenate([self.snapshot.node_documents(), pending])
 
-        return self.memo(("node documents",), positions)
-
+    @once
     def texts(self) -> list[str]:
-        pending = [retrieval_text(self.fresh.present[d]["title"], text) for d, text in zip(*(self.pending_nodes.column(c).to_pylist() for c in ("doc_id", "text")), strict=True)]
-        return self.memo(("texts",), lambda: self.snapshot.texts() + pending)
+        columns = (self.pending_nodes.column(c).to_pylist() for c in ("doc_id", "text"))
+        return self.snapshot.texts() + [retrieval_text(self.fresh.present[d]["title"], text) for d, text in zip(*columns, strict=True)]
 
+    @once
     def doc_ids(self) -> np.ndarray:
-        return self.memo(("doc_ids",), lambda: np.concatenate([self.snapshot.doc_ids(), np.asarray(self.pending_nodes.column("doc_id").to_pylist(), dtype=object)]))
+        return np.concatenate([self.snapshot.doc_ids(), np.asarray(self.pending_nodes.column("doc_id").to_pylist(), dtype=object)])
 
 
 def _stacked(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
@@ -210,3 +207,7 @@ def _token_lengths(texts: list[str]) -> np.ndarray:
     from graphlake.kernels.text.bm25 import token_lengths
 
     return token_lengths(texts)
+
+
+BM25_MEAN_LENGTH: Derived[float] = Derived("bm25_mean_length", lambda indexes: float(np.mean(_token_lengths(indexes.snapshot.texts()))))
+"""The snapshot's mean node length in BM25 tokens, which a pending node's weights are computed with."""

@@ -3,7 +3,7 @@
 A declaration (:class:`IndexKind`) names the kind, the assets that build it, where it is stored, how
 it is loaded and, for a learned kind, its :class:`Fitting`: the corpora it learns from and what it
 reads there. Asset lineage, freshness (``pipelines/freshness.py``), the learned assets' inputs and
-the typed handles of ``CorpusIndexes`` all follow from the declarations. The stored kinds are declared in
+the typed handles of ``IndexSet`` all follow from the declarations. The stored kinds are declared in
 ``retrieval/index/stored.py``, the learned ones in ``retrieval/learned_kinds.py``, which puts them all in
 one table (:class:`IndexKinds`, ``INDEX_KINDS``) that the index registry is given.
 
@@ -82,7 +82,7 @@ class IndexKind:
     name: str
     assets: tuple[str, ...]  # what builds it; the last is written last
     stored: Stored | None  # None: a name resolved per corpus (``corpus_graph``)
-    load: Callable[[Indexes], Any] | None  # given the corpus's index registry (``CorpusIndexes``) that keeps what it loads
+    load: Callable[[Indexes], Any] | None  # given the corpus's index registry (``IndexSet``) that keeps what it loads
     fitting: Fitting | None = None
 
 
@@ -184,7 +184,7 @@ def graph_indexes(kinds) -> frozenset[str]:
 
 def write_index(lake: LakeStorage, name: str, corpus: str, node_ids: list[str], fill: Callable[[Path], None], models: dict[str, dict] | None = None) -> Path:
     """Write the corpus's index artefact ``name`` with ``fill``, and beside it the node order its rows
-    follow and the models whose vectors it holds (role -> ``model_identity``), which ``CorpusIndexes``
+    follow and the models whose vectors it holds (role -> ``model_identity``), which ``IndexSet``
     checks against the nodes table and the corpus's query encoders when it loads the index."""
 
     def filled(folder: Path) -> None:

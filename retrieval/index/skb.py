@@ -21,7 +21,7 @@ from graphlake.kernels.plan.plans import Schema
 from graphlake.kernels.plan.sql import Linked, link
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.index.kinds import read_models
-from graphlake.retrieval.index.tables import CorpusTables
+from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -77,7 +77,7 @@ class LoadedSKB:
     stored it (``kernels/plan/match.py``), its node vectors (name, and document: the ``dense`` index's
     rows for passage and table nodes), its schema. Read only once loaded: the requests served at once share it."""
 
-    def __init__(self, tables: CorpusTables, source: str, dense: Callable[[], np.ndarray]) -> None:
+    def __init__(self, tables: Snapshot, source: str, dense: Callable[[], np.ndarray]) -> None:
         """``dense``: the corpus's ``dense`` index, asked for only where the SKB has passage or table nodes."""
         self.corpus, self.source = tables.corpus, source
         lake = tables.lake
@@ -102,13 +102,13 @@ class LoadedSKB:
         self._load_vectors(tables, dense)
         self.schema = Schema.of(self.adjacency.patterns(), set(self.labels.tolist()))
 
-    def _load_vectors(self, tables: CorpusTables, dense: Callable[[], np.ndarray]) -> None:
+    def _load_vectors(self, tables: Snapshot, dense: Callable[[], np.ndarray]) -> None:
         """The distinct texts' vectors and each SKB node's rows into them, not one copy per node and kind
         (two hundred thousand SKB nodes would hold 600 MB of copies, mostly zeros): names by label, and
         the documents of the nodes that have no ``nodes`` row."""
         folder = tables.lake.artifact(VECTORS_ARTIFACT, {"corpus": self.corpus})
         for role, made_by in read_models(folder).items():
-            tables.check_model(VECTORS_ARTIFACT, role, made_by)
+            tables.models.check(VECTORS_ARTIFACT, role, made_by)
         stored = load_vectors(folder)
         if "vector" not in stored:
             raise StorageError(f"skb_vectors of corpus {self.corpus!r} are in an older layout; materialize skb_vectors again")

@@ -16,7 +16,8 @@ from graphlake.kernels.plan.match import execute
 from graphlake.kernels.plan.sql import Emit, Linked, compile_sql
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.derived import SKB
+from graphlake.retrieval.index.index_set import Derived, IndexSet, sibling
 from graphlake.retrieval.index.skb import WIKI_SOURCES, LoadedSKB
 from graphlake.warehouse.storage import StorageError
 
@@ -85,7 +86,7 @@ class LLMPlanner:
     from the training corpus whose rules plan put a gold node in its top 10 (the paper verified its Prime
     examples so), answered under the plan's JSON schema through the lake's LLM client (cached)."""
 
-    def __init__(self, indexes: CorpusIndexes, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
+    def __init__(self, indexes: IndexSet, skb: LoadedSKB, examples: int = 19, scan: int = 200) -> None:
         from graphlake.common.llm import LAKE_CACHE, LLMClient, LLMConfig, LLMUnavailable
         from graphlake.kernels.plan.prompt import system_prompt
 
@@ -109,7 +110,7 @@ class LLMPlanner:
             return None, f"the LLM's plan is unusable: {error}"
 
 
-def verified_examples(indexes: CorpusIndexes, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
+def verified_examples(indexes: IndexSet, source: str, limit: int, scan: int) -> list[tuple[str, Plan]]:
     """Training questions (seeded order, at most ``scan`` tried) whose rules plan ranks a gold node in its top 10."""
     from graphlake.retrieval.queries import gold_by_query, training_source
 
@@ -119,17 +120,17 @@ def verified_examples(indexes: CorpusIndexes, source: str, limit: int, scan: int
     queries = [q for q in indexes.lake.read("queries", {"corpus": train_corpus}).to_pylist() if split is None or q["split"] == split]
     if not queries:
         return []
-    train = indexes if train_corpus == indexes.corpus else indexes.of_corpus(train_corpus)
+    train = indexes if train_corpus == indexes.corpus else sibling(indexes, train_corpus)
     try:
         skb = train.skb(source)
     except StorageError:
         return []
     gold = gold_by_query(indexes.lake.read("qrels", {"corpus": train_corpus}))
-    doc_ids = train.doc_ids()
+    doc_ids = train.snapshot.doc_ids()
     found = []
     for position in np.random.default_rng(0).permutation(len(queries))[:scan].tolist():
         query = queries[position]
-        result = stage_one(query["text"], skb, None, StageOneSettings(k=10), train.dense_encoder())
+        result = stage_one(query["text"], skb, None, StageOneSettings(k=10), train.encoders.dense)
         if result.valid and any(doc_ids[r] in gold.get(query["query_id"], {}) for r in result.candidates.rows.tolist()):
             found.append((query["text"], result.plan))
             if len(found) == limit:
@@ -137,11 +138,15 @@ def verified_examples(indexes: CorpusIndexes, source: str, limit: int, scan: int
     return found
 
 
-def planned(question: str, skb: LoadedSKB, planner: str, indexes: CorpusIndexes) -> tuple[Plan | None, str | None]:
+LLM_PLANNER: Derived[LLMPlanner] = Derived("llm_planner", lambda indexes, source: LLMPlanner(indexes, indexes.derived(SKB, source)))
+"""(source): GRASP's LLM planner over that SKB."""
+
+
+def planned(question: str, skb: LoadedSKB, planner: str, indexes: IndexSet) -> tuple[Plan | None, str | None]:
     """(plan, failure) by ``planner``: None, None for ``rules`` (``stage_one`` plans those itself)."""
     if planner == "rules":
         return None, None
-    return indexes.memo(("llm_planner", skb.source), lambda: LLMPlanner(indexes, skb))(question)
+    return indexes.derived(LLM_PLANNER, skb.source)(question)
 
 
 def stage_one(
@@ -168,7 +173,7 @@ def stage_one_batch(
     candidates and ``no_trade``; ``allowed`` (a bool per node row, a request's filter) keeps its nodes
     only. A plan None is the rules planner's, whose ``risk_level`` is then set from what execution found."""
     failures = failures or [None] * len(questions)
-    empty = Candidates(np.zeros(0, np.int64), np.zeros(0, np.float32))
+    empty = Candidates(scores=np.zeros(0, np.float32), rows=np.zeros(0, np.int64))
     results: list[Stage1 | None] = [None] * len(questions)
     from_rules = [plan is None and failure is None for plan, failure in zip(plans, failures, strict=True)]
     ruled = iter(rules_plans([q for q, rules in zip(questions, from_rules, strict=True) if rules], skb, mentions))

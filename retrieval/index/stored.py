@@ -11,47 +11,49 @@ import numpy as np
 import scipy.sparse as sp
 
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, EntityEdges, hybrid_vectors
+from graphlake.retrieval.index.derived import EntityEdges, hybrid_vectors, skb_of
+from graphlake.retrieval.index.index_set import IndexSet
 from graphlake.retrieval.index.tables import dense_matrix, numbers
 
 
-def _bm25(indexes: CorpusIndexes):
+def _bm25(indexes: IndexSet):
     from graphlake.kernels.text.bm25 import BM25Index
 
-    return BM25Index.load(indexes.artifact("bm25"))
+    return BM25Index.load(indexes.snapshot.artifact("bm25"))
 
 
-def _dense(indexes: CorpusIndexes) -> np.ndarray:
+def _dense(indexes: IndexSet) -> np.ndarray:
     from graphlake.warehouse.encoder_specs import dimension
 
-    return dense_matrix(indexes.vectors("dense"), dimension(indexes.model("dense")) or 0)
+    snapshot = indexes.snapshot
+    return dense_matrix(snapshot.vectors("dense"), dimension(snapshot.models.spec("dense")) or 0)
 
 
-def _hnsw(indexes: CorpusIndexes):
+def _hnsw(indexes: IndexSet):
     import faiss
 
-    return faiss.read_index(str(indexes.artifact("dense_hnsw") / "hnsw.faiss"))
+    return faiss.read_index(str(indexes.snapshot.artifact("dense_hnsw") / "hnsw.faiss"))
 
 
-def _splade(indexes: CorpusIndexes) -> sp.csc_matrix:
+def _splade(indexes: IndexSet) -> sp.csc_matrix:
     from graphlake.kernels.text.model_files import model_config
 
-    table = indexes.vectors("sparse")
-    vocabulary = int(model_config(indexes.model("sparse").path())["vocab_size"])
+    table = indexes.snapshot.vectors("sparse")
+    vocabulary = int(model_config(indexes.snapshot.models.spec("sparse").path())["vocab_size"])
     values, positions = table.column("values").combine_chunks(), table.column("indices").combine_chunks()
     indptr = numbers(positions.offsets).astype(np.int64)
     matrix = sp.csr_matrix((numbers(values.flatten()), numbers(positions.flatten()), indptr), shape=(len(table), vocabulary))
     return matrix.tocsc()
 
 
-def _linked(kind: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
+def _linked(kind: str) -> Callable[[IndexSet], sp.csr_matrix]:
     """The corpus's ``kind`` edges as an undirected 0/1 adjacency over node rows, no loops."""
 
-    def load(indexes: CorpusIndexes) -> sp.csr_matrix:
+    def load(indexes: IndexSet) -> sp.csr_matrix:
         edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": kind})
-        src = indexes.node_rows(edges.column("src").to_pylist(), f"{kind} edges")
-        dst = indexes.node_rows(edges.column("dst").to_pylist(), f"{kind} edges")
-        n = len(indexes.node_ids)
+        src = indexes.snapshot.node_rows(edges.column("src").to_pylist(), f"{kind} edges")
+        dst = indexes.snapshot.node_rows(edges.column("dst").to_pylist(), f"{kind} edges")
+        n = len(indexes.snapshot.node_ids)
         linked = sp.csr_matrix((np.ones(2 * len(src)), (np.r_[src, dst], np.r_[dst, src])), shape=(n, n))
         linked.data[:] = 1.0  # weight 1 between linked objects, however many links
         linked.setdiag(0)
@@ -61,14 +63,14 @@ def _linked(kind: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
     return load
 
 
-def _mentions(extractor: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
+def _mentions(extractor: str) -> Callable[[IndexSet], sp.csr_matrix]:
     """Node rows x entities, 1 where the node mentions the entity."""
 
-    def load(indexes: CorpusIndexes) -> sp.csr_matrix:
+    def load(indexes: IndexSet) -> sp.csr_matrix:
         mentions = indexes.lake.read("mentions", {"corpus": indexes.corpus, "extractor": extractor})
         entity = mentions.column("entity_id").combine_chunks().dictionary_encode()
-        node = indexes.node_rows(mentions.column("node_id").to_pylist(), f"{extractor} mentions")
-        shape = (len(indexes.node_ids), len(entity.dictionary))
+        node = indexes.snapshot.node_rows(mentions.column("node_id").to_pylist(), f"{extractor} mentions")
+        shape = (len(indexes.snapshot.node_ids), len(entity.dictionary))
         matrix = sp.csr_matrix((np.ones(len(node)), (node, entity.indices.to_numpy())), shape=shape)
         matrix.data[:] = 1.0
         return matrix
@@ -76,7 +78,7 @@ def _mentions(extractor: str) -> Callable[[CorpusIndexes], sp.csr_matrix]:
     return load
 
 
-def _hybrid_graph(indexes: CorpusIndexes):
+def _hybrid_graph(indexes: IndexSet):
     """The index's searcher: the CUDA kernel's where a CUDA device is (``NUMBA_ENABLE_CUDASIM=1``: numba's
     simulator) and the kernel holds the index, else the CPU walk; both take a batch and return
     ``(scores, rows)``, and ``device`` says which it is. numba's CUDA target is imported only where a
@@ -84,7 +86,7 @@ def _hybrid_graph(indexes: CorpusIndexes):
     from graphlake.kernels.hybrid.cuda_probe import cuda_possible
     from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 
-    graph, vectors = HybridGraph.load(indexes.artifact("hybrid_graph")), hybrid_vectors(indexes)
+    graph, vectors = HybridGraph.load(indexes.snapshot.artifact("hybrid_graph")), hybrid_vectors(indexes)
     device = None
     if cuda_possible():
         from graphlake.kernels.hybrid.cuda_search import cuda_searcher
@@ -93,19 +95,11 @@ def _hybrid_graph(indexes: CorpusIndexes):
     return device or Searcher(graph, vectors)
 
 
-def _skb(indexes: CorpusIndexes):
+def _skb(indexes: IndexSet):
     """SKBs of the corpus by source (``auto``: the corpus's first), each loaded on first use."""
-    from graphlake.retrieval.index.skb import LoadedSKB
-
-    owner = weakref.ref(indexes)  # the loader sits in the indexes' own cache: a strong reference would be a
+    owner = weakref.ref(indexes)  # the loader sits among the indexes' own: a strong reference would be a
     # cycle, and every index they loaded would outlive them until the cyclic garbage collector ran
-
-    def load(source: str) -> LoadedSKB:
-        indexes = owner()
-        source = indexes.setting("skb_sources")[0] if source == "auto" else source
-        return indexes.memo(("skb", source), lambda: LoadedSKB(indexes, source, lambda: indexes.dense))
-
-    return load
+    return lambda source: skb_of(owner(), source)
 
 
 STORED_KINDS: tuple[IndexKind, ...] = (

@@ -10,13 +10,14 @@ from pathlib import Path
 from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import StorageError
+from graphlake.kernels.fusion import RRF_CONSTANT
 
 FUSION_FILE = "fusion.json"
 # where nothing could be tuned: equal weights and RRF's usual constant; dynamic opts out on no_trade only
 DEFAULT_CHOICE = {
     "mode": "static",
-    "static": {"weight": 0.5, "constant": 60.0},
-    "dynamic": {"constant": 60.0, "w_bucket": [1.0] * 5, "m_risk": [0.0, 1.0, 1.0, 1.0]},
+    "static": {"weight": 0.5, "constant": RRF_CONSTANT},
+    "dynamic": {"constant": RRF_CONSTANT, "w_bucket": [1.0] * 5, "m_risk": [0.0, 1.0, 1.0, 1.0]},
 }
 TUNED_MODES = ("tuned", "tuned_static", "tuned_dynamic")
 

@@ -14,10 +14,11 @@ import numpy as np
 
 from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
+from graphlake.kernels.fusion import RRF_CONSTANT
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.skb import LoadedSKB
-    from graphlake.retrieval.index.tables import CorpusTables
+    from graphlake.retrieval.index.snapshot import Snapshot
 
 MODEL_FOLDER = "model"
 REPORT_FILE = "grasp_reranker.json"
@@ -36,7 +37,7 @@ class TunedReranker:
     report: dict = field(default_factory=dict)
 
     def setting(self, stage: Op, model: str) -> dict:
-        return self.fusion.get(stage_key(stage), {}).get(model, {"weight": 0.5, "constant": 60.0})
+        return self.fusion.get(stage_key(stage), {}).get(model, {"weight": 0.5, "constant": RRF_CONSTANT})
 
     def save(self, folder: Path) -> None:
         if self.model is not None:
@@ -53,7 +54,7 @@ class TunedReranker:
 
 
 def candidate_texts(
-    tables: CorpusTables, skbs: Callable[[str], LoadedSKB], rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int
+    tables: Snapshot, skbs: Callable[[str], LoadedSKB], rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int
 ) -> list[str]:
     """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB (of ``skbs``,
     the corpus's by source), or ``title + text``."""

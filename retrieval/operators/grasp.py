@@ -11,13 +11,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, ClassVar, Literal
 
+from dataclasses import replace
+
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, register
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.derived import GRASP_FUSION_CHOICE
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.kernels.fusion import RRF_CONSTANT
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.skb_stage_one import StageOneSettings
@@ -52,14 +56,14 @@ class SkbPlan(Op):
     def uses_llm(self) -> bool:
         return self.planner == "llm"
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         from graphlake.retrieval.index.skb_stage_one import planned, stage_one_batch
 
         skb = indexes.skb(self.source)
         plans, failures = zip(*(planned(query, skb, self.planner, indexes) for query in request.queries), strict=True) if request.queries else ((), ())
         allowed = None if request.allowed is None else request.allowed.mask
-        found = stage_one_batch(list(request.queries), skb, list(plans), self.settings(), indexes.dense_encoder(), list(failures), allowed, request.mentions)
-        return [Candidates(result.candidates.rows, result.candidates.scores, result.meta) for result in found]
+        found = stage_one_batch(list(request.queries), skb, list(plans), self.settings(), indexes.encoders.dense, list(failures), allowed, request.mentions)
+        return [replace(result.candidates, meta=result.meta) for result in found]
 
 
 @register
@@ -72,7 +76,7 @@ class PlanRRF(PerQuery):
     inputs: list[Input] = Field(min_length=2, max_length=2)  # [graph branch, partner]
     mode: Literal["static", "dynamic", "tuned", "tuned_static", "tuned_dynamic"] = "tuned"  # tuned_<mode>: the best setting of that mode
     weight: float = Field(0.5, ge=0, le=1)
-    constant: float = Field(60.0, gt=0)
+    constant: float = Field(RRF_CONSTANT, gt=0)
     w_bucket: list[float] = Field(default_factory=lambda: [1.0] * len(BUCKETS))
     m_risk: list[float] = Field(default_factory=lambda: [0.0, 0.5, 1.0, 1.0])
     k: Count = 100
@@ -90,19 +94,19 @@ class PlanRRF(PerQuery):
 
         return frozenset({f"grasp_fusion/{key(self)}"})  # a part per fusion: declaring a new one re-tunes
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         graph, partner = inputs
         mode, weight, constant, w_bucket, m_risk = self.mode, self.weight, self.constant, self.w_bucket, self.m_risk
         if mode.startswith("tuned"):
             fusion = indexes.grasp_fusion
             if not fusion.choices:
-                request.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant 60")
-            mode, chosen = indexes.memo(("grasp_fusion choice", self.canonical()), lambda: fusion.choice(self))
+                request.note(f"no tuned fusion for corpus {indexes.corpus!r} ({fusion.report.get('default')}): equal weights, constant {RRF_CONSTANT:g}")
+            mode, chosen = indexes.derived(GRASP_FUSION_CHOICE, self)
             constant = chosen["constant"]
             weight, w_bucket, m_risk = chosen.get("weight", weight), chosen.get("w_bucket", w_bucket), chosen.get("m_risk", m_risk)
         setting = {"weight": weight, "constant": constant, "w_bucket": w_bucket, "m_risk": m_risk}
         rows, scores = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
-        return Candidates(rows[: self.k], scores[: self.k].astype(np.float64), graph.meta)
+        return Candidates(scores=scores[: self.k].astype(np.float64), rows=rows[: self.k], meta=graph.meta)
 
 
 class FuseSetting(BaseModel):
@@ -136,7 +140,7 @@ class GraspRerank(PerQuery):
         tuned = self.model == "grasp" or self.fuse == "tuned"
         return frozenset({"reranker"} | ({"skb"} if self.serialize == "skb" else set()) | ({"grasp_reranker"} if tuned else set()))
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         from graphlake.retrieval.models.grasp_reranker import candidate_texts
         from graphlake.retrieval.models.untrained import Untrained
 
@@ -151,7 +155,7 @@ class GraspRerank(PerQuery):
         order = np.argsort(-scores, kind="stable")
         reranked = top[order]
         if self.fuse == "none":
-            return Candidates(reranked[: self.k], scores[order][: self.k], stage.meta)
+            return Candidates(scores=scores[order][: self.k], rows=reranked[: self.k], meta=stage.meta)
         setting = tuned.setting(self.inputs[0], self.model) if self.fuse == "tuned" else self.fuse.model_dump()
         rows, fused = fuse_stage2(reranked, top, {}, "static", setting)
-        return Candidates(rows[: self.k], fused[: self.k], stage.meta)
+        return Candidates(scores=fused[: self.k], rows=rows[: self.k], meta=stage.meta)

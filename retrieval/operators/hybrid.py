@@ -32,7 +32,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import HybridParams, Queries
 from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, ExactBelow, Keyword, PerQuery, Request, Weight, from_dict, ranked, register, shared_run, unfill
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import TITLE_ALIASES, hybrid_vectors
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
 
@@ -77,12 +78,12 @@ class Hybrid(PerQuery):
         tuned = isinstance(self.weights, str) or (self.kg and self.kg_weight == "tuned")
         return self.INDEXES | ({"hybrid_weights"} if tuned else set())
 
-    def scaled(self, request: Request, indexes: CorpusIndexes) -> np.ndarray:
+    def scaled(self, request: Request, indexes: LakeIndexSet) -> np.ndarray:
         """The weights times the index's calibration (unless ``calibrate`` is off)."""
         weights = self.vector(request, indexes)
         return weights * indexes.hybrid_graph.graph.scales if self.calibrate else weights
 
-    def vector(self, request: Request, indexes: CorpusIndexes) -> np.ndarray:
+    def vector(self, request: Request, indexes: LakeIndexSet) -> np.ndarray:
         """The path weights: declared, or tuned (1/1/1, noted, where the corpus had nothing to tune on)."""
         if not isinstance(self.weights, str):
             return self.weights.vector()
@@ -92,26 +93,24 @@ class Hybrid(PerQuery):
             return np.ones(3)
         return np.array(tuned.two if self.weights == "tuned_two" else tuned.three, dtype=np.float64)
 
-    def kg_query(self, query: str, request: Request, indexes: CorpusIndexes):
+    def kg_query(self, query: str, request: Request, indexes: LakeIndexSet):
         """The query's entity hops and reward weight (a ``KGQuery``); ``None`` without ``kg``, or when the
         query names no KG entity. spaCy and numba load here, so a query without ``kg`` never loads them."""
         if not self.kg:
             return None
         from graphlake.kernels.hybrid.vectors import KGQuery
-        from graphlake.kernels.text.entities import title_aliases
-
         graph = indexes.hybrid_graph.graph.kg
         if graph is None:
             request.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")
             return None
-        aliases = indexes.memo(("title_aliases",), lambda: title_aliases(indexes.titles().values()))
+        aliases = indexes.derived(TITLE_ALIASES)
         seeds = graph.query_entities([query], aliases)[0]
         if len(seeds) == 0:
             request.note(f"{self.op}: a query named no entity of the knowledge graph, so it was ranked without the KG")
             return None
         return KGQuery(graph.hops(seeds, self.kg_hops), self.reward_weight(request, indexes), self.kg_hops, self.kg_edges)
 
-    def reward_weight(self, request: Request, indexes: CorpusIndexes) -> float:
+    def reward_weight(self, request: Request, indexes: LakeIndexSet) -> float:
         if self.kg_weight != "tuned":
             return float(self.kg_weight)
         tuned = indexes.hybrid_weights
@@ -122,7 +121,7 @@ class Hybrid(PerQuery):
         return weight
 
     @staticmethod
-    def kg_reward(kg, indexes: CorpusIndexes, rows: np.ndarray) -> np.ndarray:
+    def kg_reward(kg, indexes: LakeIndexSet, rows: np.ndarray) -> np.ndarray:
         """The KG reward of ``rows`` (0 without a KG query)."""
         if kg is None:
             return np.zeros(len(rows))
@@ -130,16 +129,16 @@ class Hybrid(PerQuery):
 
         return reward(indexes.hybrid_graph.graph.kg.node_hops(kg.entity_hops)[rows], kg.weight)
 
-    def dense_weight(self, request: Request, indexes: CorpusIndexes) -> float:
+    def dense_weight(self, request: Request, indexes: LakeIndexSet) -> float:
         return float(self.vector(request, indexes)[0])
 
     @staticmethod
-    def encode(queries: list[str], request: Request, indexes: CorpusIndexes) -> Queries:
+    def encode(queries: list[str], request: Request, indexes: LakeIndexSet) -> Queries:
         """The queries on the three paths, as the kernels take a batch."""
         dense = np.stack([request.dense(query) for query in queries])
         return Queries(dense, sp.vstack([request.splade(query) for query in queries], format="csr"), indexes.bm25.token_counts(queries))
 
-    def required(self, query: str, request: Request, indexes: CorpusIndexes) -> np.ndarray | None:
+    def required(self, query: str, request: Request, indexes: LakeIndexSet) -> np.ndarray | None:
         """The BM25 token ids every returned node must hold (``None``: no constraint). A listed word the
         corpus never uses leaves no node to return."""
         if self.keywords == "none":
@@ -157,19 +156,19 @@ class Hybrid(PerQuery):
             request.note(f"{self.op}: no node holds the required keyword(s) {', '.join(missing)}")
         return np.unique(counts.indices) if not missing else np.full(1, -1)
 
-    def keep(self, rows: np.ndarray, scores: np.ndarray, request: Request, indexes: CorpusIndexes) -> Candidates:
+    def keep(self, rows: np.ndarray, scores: np.ndarray, request: Request, indexes: LakeIndexSet) -> Candidates:
         """Without a dense weight, only nodes some sparse path scores."""
         if not self.dense_weight(request, indexes):
             positive = scores > 0
             rows, scores = rows[positive], scores[positive]
-        return Candidates(rows.astype(np.int64), scores)
+        return Candidates(scores=scores, rows=rows.astype(np.int64))
 
     @staticmethod
-    def holders(required: np.ndarray, indexes: CorpusIndexes) -> np.ndarray:
+    def holders(required: np.ndarray, indexes: LakeIndexSet) -> np.ndarray:
         """The rows holding every required token (none for an unknown word, marked −1)."""
         return np.zeros(0, np.int64) if (required < 0).any() else hybrid_vectors(indexes).containing(required)
 
-    def eligible(self, required: np.ndarray | None, request: Request, indexes: CorpusIndexes) -> np.ndarray | None:
+    def eligible(self, required: np.ndarray | None, request: Request, indexes: LakeIndexSet) -> np.ndarray | None:
         """The rows a query may return: those holding its required keywords and allowed by the request's
         filter (None: every row)."""
         rows = None if required is None else self.holders(required, indexes)
@@ -201,7 +200,7 @@ class HybridGraphSearch(Hybrid):
         the scan is quicker at 2 % allowed, the walk at 5 %)."""
         return self.filter_exact_below if self.filter_exact_below is not None else SCAN_NODES_PER_SLOT * pool
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         """The batch's walks in one call of the index's searcher (its CPU or its CUDA kernel); a query whose
         required keywords or filter few nodes pass scores those nodes exactly instead. A filtered walk
         keeps only allowed nodes, with a pool the larger the fewer the filter allows, so that it finds as
@@ -244,7 +243,7 @@ class FusedExact(Hybrid):
 
     op: Literal["fused_exact"]
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         encoded = self.encode([query], request, indexes)
         rows = self.eligible(self.required(query, request, indexes), request, indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(request, indexes), rows)[0]
@@ -262,7 +261,7 @@ class Multipath(Hybrid):
     op: Literal["multipath"]
     depth: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         paths = (DenseHNSW(op="dense_hnsw", k=self.depth), Splade(op="splade", k=self.depth), BM25(op="bm25", k=self.depth))
         fused: dict[int, float] = {}
         for weight, path in zip(self.scaled(request, indexes), paths, strict=True):

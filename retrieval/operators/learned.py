@@ -13,23 +13,18 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-import numpy as np
 from pydantic import Field
 
-from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, from_dict, register, run_inputs_batch
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, ranked, register, run_inputs_batch
+from graphlake.retrieval.index.derived import LEARNED_RANKER
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
-
-RRF_CONSTANT = 60.0  # the fallback's, the usual constant (Cormack et al.)
-
+from graphlake.kernels.fusion import reciprocal_rank
 
 def rrf(found: list[Candidates], depth: int, k: int) -> Candidates:
     """The fallback: reciprocal-rank fusion of the inputs' top ``depth``."""
-    fused: dict[int, float] = {}
-    for candidates in found:
-        for rank, row in enumerate(candidates.rows[:depth].tolist(), start=1):
-            fused[row] = fused.get(row, 0.0) + 1.0 / (RRF_CONSTANT + rank)
-    return from_dict(fused, k)
+    scores, rows = reciprocal_rank([candidates.rows[:depth] for candidates in found])
+    return Candidates(scores=scores[:k], rows=rows[:k])
 
 
 @register
@@ -45,17 +40,13 @@ class LearnedFusion(Op):
     def reads(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         """Each query's candidates ordered by the trained model (the batch's in one prediction), or fused
         by RRF where none was trained."""
         found = run_inputs_batch(self, request, indexes)
-        model = indexes.memo(("learned_fusion ranker", self.canonical()), lambda: indexes.learned_fusion.ranker(self))
+        model = indexes.derived(LEARNED_RANKER, self)
         if model is None:
             request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
             return [rrf(inputs, self.depth, self.k) for inputs in found]
         rows = [candidate_rows(inputs, self.depth) for inputs in found]
-        ordered = []
-        for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True):
-            order = np.lexsort((chosen, -scores))[: self.k]
-            ordered.append(Candidates(chosen[order], scores[order]))
-        return ordered
+        return [ranked(chosen, scores, self.k) for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True)]

@@ -15,15 +15,15 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.core import Candidates, Op, Request
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.fresh import SIGNALS, FreshSegment
 from graphlake.retrieval.operators.vector import BM25, RRF, Dense, Splade
+from graphlake.kernels.fusion import RRF_CONSTANT
 
 FIRST_STAGES = {"bm25": "bm25", "dense": "dense", "dense_hnsw": "dense", "splade": "splade"}  # a first stage's op: the signal it ranks by
-CONSTANT = 60.0  # the reciprocal-rank constant of the placement (rrf's default)
 
 
-def with_pending(op: Op, request: Request, indexes: CorpusIndexes, fresh: FreshSegment, expression: Filter | None, found: list[Candidates], pool: int) -> list[Candidates]:
+def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSegment, expression: Filter | None, found: list[Candidates], pool: int) -> list[Candidates]:
     """``found`` (the method's ranking of the snapshot, masked by ``request``) with the pending nodes
     ``expression`` allows in their places, ``pool`` long."""
     if not fresh.present:
@@ -36,12 +36,12 @@ def with_pending(op: Op, request: Request, indexes: CorpusIndexes, fresh: FreshS
     if signal is not None:
         return [_by_score(mine, theirs, pool) for mine, theirs in zip(found, pending[signal], strict=True)]
     stages = [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]  # SIGNALS' order
-    fusion = RRF(op="rrf", inputs=stages, k=2 * pool, constant=CONSTANT)
+    fusion = RRF(op="rrf", inputs=stages, k=2 * pool, constant=RRF_CONSTANT)
     snapshot = [stage.run_batch(request, indexes) for stage in stages]
     placed = []
     for i, ranked in enumerate(found):
         merged = [_by_score(snapshot[s][i], pending[signal][i], pool) for s, signal in enumerate(SIGNALS)]
-        placed.append(_placed(ranked, fusion.fuse(merged), len(indexes.node_ids), pool))
+        placed.append(_placed(ranked, fusion.fuse(merged), len(indexes.snapshot.node_ids), pool))
     return placed
 
 
@@ -49,7 +49,7 @@ def _by_score(mine: Candidates, theirs: Candidates, k: int) -> Candidates:
     """Two rankings on one scale, merged (ties: the snapshot's node first)."""
     rows, scores = np.concatenate([mine.rows, theirs.rows]), np.concatenate([mine.scores, theirs.scores]).astype(np.float64)
     order = np.argsort(-scores, kind="stable")[:k]
-    return Candidates(rows[order], scores[order], mine.meta)
+    return Candidates(scores=scores[order], rows=rows[order], meta=mine.meta)
 
 
 def _placed(ranked: Candidates, fused: Candidates, snapshot_rows: int, k: int) -> Candidates:
@@ -65,7 +65,7 @@ def _placed(ranked: Candidates, fused: Candidates, snapshot_rows: int, k: int) -
         at = min(int(place) + inserted, len(rows))
         rows.insert(at, row)
         scores.insert(at, scores[at] if at < len(scores) else scores[-1] if scores else 0.0)
-    return Candidates(np.asarray(rows[:k], np.int64), np.asarray(scores[:k]), ranked.meta)
+    return Candidates(scores=np.asarray(scores[:k]), rows=np.asarray(rows[:k], np.int64), meta=ranked.meta)
 
 
 def _encoded(request: Request, signal: str) -> np.ndarray | sp.csr_matrix | None:

@@ -19,7 +19,7 @@ from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, pp
 from graphlake.kernels.graph.seeds import Mixing, Weighting, entity_seed_weights, mix_seeds, passage_seed_weights
 from graphlake.kernels.results import SearchParams, allowed_scores, top_k
 from graphlake.retrieval.core import Candidates, Count, Input, MethodError, Op, PerQuery, Request, ranked, register, run_inputs_batch, shared_run, unfill
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
 
 Extractor = Literal["spacy", "regex"]
 POWER_BATCH = 32  # queries walked at once by power iteration: (graph rows × 32) float64 scores held
@@ -67,10 +67,10 @@ class PPR(PerQuery):
     def children(self) -> list[Op]:
         return [*self.inputs, *([self.fallback] if self.fallback is not None else [])]
 
-    def graph(self, indexes: CorpusIndexes):
+    def graph(self, indexes: LakeIndexSet):
         return indexes.cooccurrence.graph(self.hub_prune_percent, self.degree_cap)
 
-    def seeds(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> np.ndarray:
+    def seeds(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> np.ndarray:
         """The seed vector over the graph's rows (passages first, then entities) from the query and its
         inputs' candidates; all zeros if none."""
         graph = self.graph(indexes)
@@ -89,7 +89,7 @@ class PPR(PerQuery):
             seeds = mix_seeds(size, entities[:0], entity_weights[:0], backup.rows, passage_seed_weights(backup.scores, self.seed_weighting))
         return seeds
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         """``power``: the batch's walks in one sparse product a step, ``POWER_BATCH`` queries at a time;
         ``push`` and ``cg`` converge per query, one query at a time."""
         if self.mode != "power":
@@ -99,7 +99,7 @@ class PPR(PerQuery):
             request.mentions(queries, self.extractor)  # the batch's queries read in one pass
         seeds = [self.seeds(query, found, request, indexes) for query, found in zip(queries, run_inputs_batch(self, request, indexes), strict=True)]
         walked = [i for i, vector in enumerate(seeds) if vector.any()]
-        found = [Candidates(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
+        found = [Candidates(scores=np.zeros(0), rows=np.zeros(0, np.int64))] * len(queries)
         for start in range(0, len(walked), POWER_BATCH):
             chunk = walked[start : start + POWER_BATCH]
             scores, _ = ppr_power(graph.walk, np.stack([seeds[i] for i in chunk], axis=1), self.alpha, tol=0.0, max_iter=self.iterations)
@@ -107,11 +107,11 @@ class PPR(PerQuery):
                 found[i] = self.top_passages(np.ascontiguousarray(scores[: graph.n_passages, column]), request)
         return found
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         graph = self.graph(indexes)
         seeds = self.seeds(query, inputs, request, indexes)
         if not seeds.any():
-            return Candidates(np.zeros(0, np.int64), np.zeros(0))
+            return Candidates(scores=np.zeros(0), rows=np.zeros(0, np.int64))
         if self.mode == "push":
             scores = ppr_push(graph.walk, seeds, self.alpha, self.epsilon)
         else:
@@ -128,7 +128,7 @@ class PPR(PerQuery):
 Ranker = Literal["ppr", "gcs", "gat", "mlp"]
 
 
-def candidate_graph(indexes: CorpusIndexes, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
+def candidate_graph(indexes: LakeIndexSet, rows: np.ndarray, proximity: str, extractor: str) -> sp.csr_matrix:
     """Adjacency among the candidate rows: GraphER A.3's weights for ``conceptual``, 1 per linked pair otherwise."""
     if proximity == "conceptual":
         from graphlake.kernels.text.entities import conceptual_weights
@@ -167,12 +167,12 @@ class GraphRerank(PerQuery):
             found.add("dense")
         return frozenset(found)
 
-    def candidate_graph(self, base: Candidates, indexes: CorpusIndexes) -> sp.csr_matrix:
+    def candidate_graph(self, base: Candidates, indexes: LakeIndexSet) -> sp.csr_matrix:
         """The adjacency among the base retriever's candidates."""
-        proximity = indexes.setting("proximity") if self.proximity == "auto" else self.proximity
+        proximity = indexes.snapshot.setting("proximity") if self.proximity == "auto" else self.proximity
         return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
-    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, request: Request, indexes: CorpusIndexes, alpha: float | None = None) -> np.ndarray:
+    def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, request: Request, indexes: LakeIndexSet, alpha: float | None = None) -> np.ndarray:
         """New scores for the candidates, in their order; ``alpha`` overrides for tuning."""
         seeds = np.asarray(base.scores, dtype=np.float64)
         if self.ranker == "ppr":
@@ -198,14 +198,14 @@ class GraphRerank(PerQuery):
         return score(model, graph)
 
     @staticmethod
-    def tuned_alpha(ranker: str, request: Request, indexes: CorpusIndexes) -> float:
+    def tuned_alpha(ranker: str, request: Request, indexes: LakeIndexSet) -> float:
         """The alpha ``graph_rankers`` holds for the ranker; noted when it is the untuned default."""
         rankers = indexes.graph_rankers
         if rankers.alpha_default:
             request.note(f"graph_rerank: alpha untuned for corpus {indexes.corpus!r}: {rankers.alpha_default}")
         return rankers.alpha[ranker]
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         (base,) = inputs
         if len(base.rows) == 0:
             return base

@@ -23,7 +23,8 @@ from pydantic import Field
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, Weight, ranked, register
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, corpus_graph
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense
@@ -31,12 +32,12 @@ from graphlake.retrieval.operators.vector import Dense
 EdgeKind = Literal["citation", "semantic", "conceptual", "structural", "contextual"]
 
 
-def _scorer(query: str, indexes: CorpusIndexes) -> PairScorer:
+def _scorer(query: str, indexes: LakeIndexSet) -> PairScorer:
     """The cross-encoder for one query: [CLS] vectors of node rows, and its head."""
-    return PairScorer(lambda rows: indexes.pair_features(query, rows), indexes.reranker.head)
+    return PairScorer(lambda rows: indexes.encoders.pair_features(query, rows), indexes.reranker.head)
 
 
-def _untrained(request: Request, indexes: CorpusIndexes, instead: str, always: bool) -> bool:
+def _untrained(request: Request, indexes: LakeIndexSet, instead: str, always: bool) -> bool:
     """Whether the cross-encoder is not to be run: the lake holds no trained one (no training queries
     anywhere), or the trained one reranked its held-out queries no better than dense retrieval did
     (then reranking costs minutes to lose), unless the method says ``always``; noted in one line, with
@@ -69,7 +70,7 @@ class CrossEncoderRerank(PerQuery):
     always: bool = False  # run even where the cross-encoder reranked its held-out queries no better than dense retrieval
     k: Count = 100
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         (base,) = inputs
         rows = base.rows[: self.depth]
         if len(rows) == 0 or _untrained(request, indexes, "cross_encoder returns its input's ranking", self.always):
@@ -94,8 +95,8 @@ class GraphBudgeted(PerQuery):
     def reads(self) -> frozenset[str]:
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
-    def corpus_graph(self, indexes: CorpusIndexes):
-        return corpus_graph(indexes, tuple(indexes.setting("corpus_graph") if self.graph == "auto" else self.graph))
+    def corpus_graph(self, indexes: LakeIndexSet):
+        return corpus_graph(indexes, tuple(indexes.snapshot.setting("corpus_graph") if self.graph == "auto" else self.graph))
 
 
 @register
@@ -106,13 +107,13 @@ class GAR(GraphBudgeted):
     op: Literal["gar"]
     inputs: list[Input] = Field(min_length=1, max_length=1)
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         (initial,) = inputs
         if _untrained(request, indexes, "gar returns its input's ranking", self.always):
             return initial.top(self.k)
         graph, _ = self.corpus_graph(indexes)
         rows, scores = gar(initial.rows, graph, _scorer(query, indexes), self.batch, self.budget)
-        return Candidates(rows[: self.k], scores[: self.k])
+        return Candidates(scores=scores[: self.k], rows=rows[: self.k])
 
     def first_stage(self) -> Op:
         return self.inputs[0]
@@ -130,7 +131,7 @@ class FastInsight(GraphBudgeted):
     def first_stage(self) -> Op:
         return Dense(op="dense", k=self.k)  # its seeds are dense's top ``batch``
 
-    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: CorpusIndexes) -> Candidates:
+    def run_one(self, query: str, inputs: list[Candidates], request: Request, indexes: LakeIndexSet) -> Candidates:
         vector = request.dense(query)
         if _untrained(request, indexes, "fastinsight returns its first stage, the dense ranking", self.always):
             scores = indexes.dense @ vector
@@ -147,4 +148,4 @@ class FastInsight(GraphBudgeted):
             alpha=self.alpha,
             beta=self.beta,
         )
-        return Candidates(rows[: self.k], scores[: self.k])
+        return Candidates(scores=scores[: self.k], rows=rows[: self.k])

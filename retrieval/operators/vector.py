@@ -14,13 +14,14 @@ from pydantic import Field, PrivateAttr
 from graphlake.kernels.results import SearchParams
 from graphlake.kernels.text.vector_search import HNSWParams, exact_dense, exact_sparse, hnsw
 from graphlake.retrieval.core import MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Request, Weight, from_dict, min_max, register, run_inputs_batch, unfill, walk
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank
 
 
 FILTER_EXACT_BELOW = 2_000  # an approximate index scores exactly the nodes a filter allows when fewer pass it
 
 
-def dense_vectors(request: Request, indexes: CorpusIndexes) -> np.ndarray:
+def dense_vectors(request: Request, indexes: LakeIndexSet) -> np.ndarray:
     """The request's queries by the corpus's dense model, one row each."""
     return np.stack([request.dense(q) for q in request.queries]) if request.queries else np.zeros((0, indexes.dense.shape[1]), np.float32)
 
@@ -64,7 +65,7 @@ class BM25(TopK):
     INDEXES: ClassVar[frozenset[str]] = frozenset({"bm25"})
     op: Literal["bm25"]
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         return unfill(*indexes.bm25.search(request.queries, self.k, SearchParams(request.allowed)))
 
 
@@ -77,7 +78,7 @@ class Dense(TopK):
     PREFIX: ClassVar[bool] = True
     op: Literal["dense"]
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         return unfill(*exact_dense(indexes.dense, dense_vectors(request, indexes), self.k, SearchParams(request.allowed)))
 
 
@@ -91,7 +92,7 @@ class DenseHNSW(TopK):
     ef_search: Count = 128
     filter_exact_below: ExactBelow = FILTER_EXACT_BELOW
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         allowed, vectors = request.allowed, dense_vectors(request, indexes)
         if allowed is not None and len(allowed.rows) < self.filter_exact_below:
             request.note(f"{self.op}: the {len(allowed.rows):,} nodes the filter allows were scored exactly (fewer than filter_exact_below)")
@@ -107,7 +108,7 @@ class Splade(TopK):
     PREFIX: ClassVar[bool] = True
     op: Literal["splade"]
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         weights = sp.vstack([request.splade(q) for q in request.queries], format="csr")
         return unfill(*exact_sparse(indexes.splade, weights, self.k, SearchParams(request.allowed)))
 
@@ -134,17 +135,14 @@ class RRF(Fusion):
     """Reciprocal rank fusion: sum of weight / (constant + rank) over the inputs (Cormack et al., 2009)."""
 
     op: Literal["rrf"]
-    constant: float = Field(60.0, ge=0)
+    constant: float = Field(RRF_CONSTANT, ge=0)
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         return [self.fuse(inputs) for inputs in run_inputs_batch(self, request, indexes)]
 
     def fuse(self, inputs: list[Candidates]) -> Candidates:
-        fused: dict[int, float] = {}
-        for weight, candidates in zip(self.input_weights(), inputs, strict=True):
-            for rank, row in enumerate(candidates.rows.tolist(), start=1):
-                fused[row] = fused.get(row, 0.0) + weight / (self.constant + rank)
-        return from_dict(fused, self.k)
+        scores, rows = reciprocal_rank([candidates.rows for candidates in inputs], self.input_weights(), self.constant)
+        return Candidates(scores=scores[: self.k], rows=rows[: self.k])
 
 
 @register
@@ -155,7 +153,7 @@ class WeightedSum(Fusion):
     op: Literal["weighted_sum"]
     normalise: list[bool] | None = None
 
-    def run_batch(self, request: Request, indexes: CorpusIndexes) -> list[Candidates]:
+    def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         normalise = self.normalise if self.normalise is not None else [True] * len(self.inputs)
         if len(normalise) != len(self.inputs):
             raise MethodError(f"weighted_sum: {len(normalise)} normalise flags for {len(self.inputs)} inputs")

@@ -28,7 +28,7 @@ import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs, shared_run
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, grapher_reads
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set, grapher_reads
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
@@ -37,6 +37,7 @@ from graphlake.retrieval.queries import alpha_source, gold_by_query, held_out, t
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.retrieval.index.index_set import new_request
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
 
@@ -110,7 +111,7 @@ def tune_alpha(examples: list[dict], methods: Methods, config: Any) -> tuple[dic
     for ranker in ("ppr", "gcs"):
         op = GraphRerank(op="graph_rerank", inputs=[methods[config.base]], ranker=ranker)
         curves[ranker] = {
-            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], e["indexes"].request([e["query"]]), e["indexes"], a), config.metric_k)
+            a: mean_perfect_recall(examples, lambda e, a=a, op=op: op.rerank(e["query"], e["base"], e["adjacency"], new_request(e["indexes"], [e["query"]]), e["indexes"], a), config.metric_k)
             for a in ALPHAS
         }
         alpha[ranker] = max(ALPHAS, key=lambda a: (curves[ranker][a], -a))
@@ -148,12 +149,12 @@ def candidate_examples(lake: LakeStorage, corpus: str, split: str | None, method
     partition = {"corpus": corpus}
     queries = lake.read("queries", partition).to_pylist()
     gold = gold_by_query(lake.read("qrels", partition))
-    indexes = corpus_indexes(lake, corpus)
-    doc_ids = indexes.doc_ids()
+    indexes = open_index_set(lake, corpus)
+    doc_ids = indexes.snapshot.doc_ids()
     op = GraphRerank(op="graph_rerank", inputs=[methods[base]], ranker="gcs")
     queries = [query for query in queries if (not split or query["split"] == split) and query["query_id"] in gold]
     examples = []
-    for query, candidates in zip(queries, shared_run(op.inputs[0], indexes.request([query["text"] for query in queries]), indexes), strict=True):
+    for query, candidates in zip(queries, shared_run(op.inputs[0], new_request(indexes, [query["text"] for query in queries]), indexes), strict=True):
         adjacency = op.candidate_graph(candidates, indexes)
         labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
         examples.append(
@@ -176,7 +177,7 @@ def train_networks(examples: list[dict], alpha: float, config: Any, networks: li
     from graphlake.kernels.graph.grapher_networks import train_ranker
 
     indexes = examples[0]["indexes"]
-    vectors = indexes.encode_dense_queries([e["query"] for e in examples])
+    vectors = indexes.encoders.dense([e["query"] for e in examples])
     graphs = []
     for example, query in zip(examples, vectors, strict=True):
         if not example["labels"].any():

@@ -19,10 +19,10 @@ import numpy as np
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TunedFusion
-from graphlake.retrieval.learned_kinds import corpus_indexes, tuned_fusions
+from graphlake.retrieval.learned_kinds import open_index_set, tuned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -36,10 +36,10 @@ def validation_queries(lake: LakeStorage, corpus: str, share: float, seed: int) 
     return source, [rows[i] for i in sorted(validation)], [rows[i] for i in sorted(learning)]
 
 
-def gold_rows(lake: LakeStorage, corpus: str, indexes: CorpusIndexes) -> dict[str, set[int]]:
+def gold_rows(lake: LakeStorage, corpus: str, indexes: LakeIndexSet) -> dict[str, set[int]]:
     """Query id -> the node rows of its gold documents (every node of a gold document counts)."""
     by_doc: dict[str, list[int]] = {}
-    for row, doc_id in enumerate(indexes.doc_ids().tolist()):
+    for row, doc_id in enumerate(indexes.snapshot.doc_ids().tolist()):
         by_doc.setdefault(doc_id, []).append(row)
     return {q: {r for doc in docs for r in by_doc.get(doc, ())} for q, docs in gold_by_query(lake.read("qrels", {"corpus": corpus})).items()}
 
@@ -55,7 +55,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
         log(f"grasp_fusion: {reason}; tuned fusions use {DEFAULT_CHOICE}")
         return TunedFusion({}, {"default": reason, "untuned": dict.fromkeys(fusions, reason)}), {"tuned": False, "reason": reason}
     check_disjoint(lake, corpus, source, validation, "grasp_fusion")
-    indexes = corpus_indexes(lake, source)
+    indexes = open_index_set(lake, source)
     gold_docs = gold_by_query(lake.read("qrels", {"corpus": source}))
     gold = gold_rows(lake, source, indexes)
     choices, report = {}, {"train_corpus": source, "validation_queries": [q["query_id"] for q in validation], "fusions": {}, "untuned": {}}
@@ -82,14 +82,14 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
     return TunedFusion(choices, report), summary
 
 
-def _validation_query(graph: Op, partner: Op, query: dict, gold: dict, indexes: CorpusIndexes) -> ValidationQuery:
+def _validation_query(graph: Op, partner: Op, query: dict, gold: dict, indexes: LakeIndexSet) -> ValidationQuery:
     g, p = graph.run(query["text"], indexes), partner.run(query["text"], indexes)
     return ValidationQuery(g.rows, p.rows, frozenset(gold.get(query["query_id"], ())), bool(g.meta.get("valid", True)), int(g.meta.get("n_cand", len(g.rows))), g.meta.get("risk_level", "normal"))
 
 
-def _table2(items: list[ValidationQuery], found, indexes: CorpusIndexes, gold_docs, validation) -> dict:
+def _table2(items: list[ValidationQuery], found, indexes: LakeIndexSet, gold_docs, validation) -> dict:
     """Validation Hit@1 and R@20 (documents) of the best static and the best dynamic setting (the paper's Table 2)."""
-    doc_ids = indexes.doc_ids()
+    doc_ids = indexes.snapshot.doc_ids()
     out = {}
     for mode, setting in (("static", found.static), ("dynamic", found.dynamic)):
         recalls = []

@@ -26,12 +26,12 @@ import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.learned_kinds import corpus_indexes, grasp_rerankers
+from graphlake.retrieval.learned_kinds import open_index_set, grasp_rerankers
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
@@ -52,7 +52,7 @@ class Recipe:
 RECIPES = {"cpu": Recipe(group_size=8, max_tokens=256, groups_per_step=4, batched=False), "gpu": Recipe(group_size=24, max_tokens=512, groups_per_step=16, batched=True)}
 
 
-def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: CorpusIndexes, depth: int) -> np.ndarray:
+def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexSet, depth: int) -> np.ndarray:
     """Stage 2's top ``depth`` rows for ``query`` on the training corpus's indexes. A tuned ``plan_rrf`` fuses
     with the setting chosen for the *evaluated* corpus (the training corpus's own tuning may have seen it)."""
     if stage.op != "plan_rrf" or not stage.mode.startswith("tuned"):
@@ -84,7 +84,7 @@ def training_data(lake: LakeStorage, corpus: str, config: Any, group_size: int) 
         return "no grasp_rerank is declared" if not stages else f"corpus {source!r} has no training queries"
     check_disjoint(lake, corpus, source, validation + learning, "grasp_reranker")
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
-    indexes = corpus_indexes(lake, source)
+    indexes = open_index_set(lake, source)
     gold = gold_rows(lake, source, indexes)
     texts = lambda rows: candidate_texts(indexes, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
     key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)
@@ -177,7 +177,7 @@ def _previous(lake: LakeStorage, corpus: str, data: TrainingData) -> TunedRerank
     return current if current.model is not None and same else None
 
 
-def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: CorpusIndexes, gold, texts, depth: int, stored: int, group_size: int) -> list:
+def mine(stage: Op, fusion: TunedFusion, queries: list[dict], indexes: LakeIndexSet, gold, texts, depth: int, stored: int, group_size: int) -> list:
     """Training records: per query, one :class:`Pool` per gold node in its Stage-2 top ``depth``, holding the
     ``stored`` highest-ranked non-gold nodes of that list as its negatives; queries with no gold or no
     negative in the pool give none."""

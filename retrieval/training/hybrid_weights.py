@@ -22,8 +22,9 @@ import numpy as np
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes, hybrid_vectors
-from graphlake.retrieval.learned_kinds import corpus_indexes
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.index.derived import TITLE_ALIASES, hybrid_vectors
+from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import gold_by_query, training_source
@@ -48,13 +49,13 @@ def tune(lake: LakeStorage, corpus: str) -> TunedWeights | Untrained:
     if not rows:
         where = f"corpus {source!r}" + (f" split {split!r}" if split else "")
         return Untrained(f"{where} has no queries with gold to tune the path weights on; 1/1/1 stands in")
-    indexes = corpus_indexes(lake, source)
+    indexes = open_index_set(lake, source)
     vectors = hybrid_vectors(indexes)
     bm25 = indexes.bm25
-    scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.texts())))
+    scales = vectors.calibration(Queries(vectors.dense, vectors.sparse, bm25.token_counts(indexes.snapshot.texts())))
     texts = [q["text"] for q in rows]
-    queries = Queries(indexes.encode_dense_queries(texts), indexes.encode_splade_queries(texts), bm25.token_counts(texts))
-    scorer = _Scorer(vectors, queries, scales, indexes.doc_ids(), [gold[q["query_id"]] for q in rows])
+    queries = Queries(indexes.encoders.dense(texts), indexes.encoders.splade(texts), bm25.token_counts(texts))
+    scorer = _Scorer(vectors, queries, scales, indexes.snapshot.doc_ids(), [gold[q["query_id"]] for q in rows])
     single = {path: scorer.ndcg(np.eye(3)[p]) for p, path in enumerate(("dense", "sparse", "lexical"))}
     two_grid = {alpha: scorer.ndcg(np.array([alpha, 1 - alpha, 0.0])) for alpha in GRID}
     dense_better = single["dense"] >= single["sparse"]
@@ -78,10 +79,9 @@ def tune(lake: LakeStorage, corpus: str) -> TunedWeights | Untrained:
     return TunedWeights(tuple(float(w) for w in inner), tuple(round(float(w), 4) for w in three), report, kg_weight)
 
 
-def _tune_kg(indexes: CorpusIndexes, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
+def _tune_kg(indexes: LakeIndexSet, texts: list[str], scorer: _Scorer) -> tuple[float | None, dict]:
     """The KG reward weight of the best nDCG@10 at 1/1/1 (ties: nearest the 0.5 default), and the grid."""
     from graphlake.kernels.hybrid.kg import HOPS, reward
-    from graphlake.kernels.text.entities import title_aliases
 
     try:
         kg = indexes.hybrid_graph.graph.kg
@@ -89,7 +89,7 @@ def _tune_kg(indexes: CorpusIndexes, texts: list[str], scorer: _Scorer) -> tuple
         return None, {"note": f"no hybrid graph to read a KG from: {error}"}
     if kg is None:
         return None, {"note": "the training corpus's hybrid graph was built with kg: none"}
-    seeds = kg.query_entities(texts, title_aliases(indexes.titles().values()))
+    seeds = kg.query_entities(texts, indexes.derived(TITLE_ALIASES))
     bonus = np.stack([kg.node_hops(kg.hops(found, HOPS)) if len(found) else np.full(kg.holders.shape[1], -1, np.int32) for found in seeds])
     grid = {weight: scorer.ndcg(np.ones(3), reward(bonus, weight).astype(np.float32)) for weight in KG_GRID}
     best = max(grid, key=lambda weight: (round(grid[weight], 10), -abs(weight - 0.5)))
@@ -118,7 +118,7 @@ class _Scorer:
             fused = np.tensordot(scaled, scores, axes=1)
             if bonus is not None:
                 fused += bonus[start : start + len(fused)]
-            top, _ = top_rows(np, fused, DEPTH)
+            _, top = top_rows(np, fused, DEPTH)
             for i, ordered in enumerate(top):
                 values.append(ndcg_at_k(list(dict.fromkeys(self.doc_ids[ordered].tolist())), self.gold[start + i], 10))
         return round(float(np.mean(values)), 6)

@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.index.index_set import new_request
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, per_input
 from graphlake.retrieval.operators.learned import rrf
-from graphlake.retrieval.learned_kinds import corpus_indexes, learned_fusions
+from graphlake.retrieval.learned_kinds import open_index_set, learned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
@@ -59,7 +60,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
         log(f"learned_fusion: {reason}; the fusions fall back to rrf of their inputs")
         return LearnedRankers({}, dict.fromkeys(fusions, reason)), {"trained": False, "reason": reason}
     check_disjoint(lake, corpus, source, queries, "learned_fusion")
-    indexes = corpus_indexes(lake, source)
+    indexes = open_index_set(lake, source)
     runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():
@@ -69,7 +70,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
             log(f"learned_fusion: {untrained[name]}")
             continue
         found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-        ranker, trained = fit(op, queries, found, gold, indexes.doc_ids(), config, across_corpora=source != corpus)
+        ranker, trained = fit(op, queries, found, gold, indexes.snapshot.doc_ids(), config, across_corpora=source != corpus)
         if ranker is None:
             untrained[name] = trained["reason"]
             log(f"learned_fusion: {trained['reason']}; rrf of its inputs")
@@ -132,7 +133,7 @@ def fit(op: Op, queries: list[dict], found: list[list], gold: dict[str, dict[str
     return ranker, trained
 
 
-def input_runs(fusions: list[Op], texts: list[str], indexes: CorpusIndexes) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
+def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexSet) -> tuple[dict[int, list[Candidates]], dict[int, StorageError]]:
     """Each distinct input's candidates per query, as the operator sees them at query time: a chunk of
     queries at a time, as one request (an input, or an input's input, that several share runs once);
     and the inputs that cannot run here."""
@@ -140,7 +141,7 @@ def input_runs(fusions: list[Op], texts: list[str], indexes: CorpusIndexes) -> t
     runs: dict[int, list[Candidates]] = {name: [] for name in inputs}
     failed: dict[int, StorageError] = {}
     for start in range(0, len(texts), CHUNK):
-        request = indexes.request(texts[start : start + CHUNK])
+        request = new_request(indexes, texts[start : start + CHUNK])
         for name, item in inputs.items():
             if name in failed:
                 continue

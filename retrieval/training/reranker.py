@@ -31,8 +31,8 @@ import numpy as np
 from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.core import Methods
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, corpus_indexes, reranker_reads
-from graphlake.retrieval.index.corpus_indexes import CorpusIndexes
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set, reranker_reads
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
@@ -187,7 +187,7 @@ def training_queries(lake: LakeStorage, corpora: list[str], max_per_corpus: int,
     return found
 
 
-def _indexes(lake: LakeStorage, corpus: str, methods: Methods, miners: list[str]) -> CorpusIndexes:
+def _indexes(lake: LakeStorage, corpus: str, methods: Methods, miners: list[str]) -> LakeIndexSet:
     """A training corpus's indexes; the miners need theirs built."""
     kinds = sorted(reranker_reads(methods, miners))
     missing = [INDEX_KINDS.kind(name).assets[-1] for name in kinds if INDEX_KINDS.kind(name).stored.written_at(lake, corpus) is None]
@@ -196,16 +196,16 @@ def _indexes(lake: LakeStorage, corpus: str, methods: Methods, miners: list[str]
             f"reranker: training corpus {corpus!r} lacks {' and '.join(missing)}; "
             f"run: graphlake materialize --corpus {corpus} --select '{' or '.join('key:' + m for m in INDEX_KINDS.index_assets(kinds))}'"
         )
-    return corpus_indexes(lake, corpus)
+    return open_index_set(lake, corpus)
 
 
-def training_groups(query: TrainingQuery, indexes: CorpusIndexes, methods: Methods, config: Any) -> list[Group]:
+def training_groups(query: TrainingQuery, indexes: LakeIndexSet, methods: Methods, config: Any) -> list[Group]:
     """One group per gold document in the corpus: its best node against the miners' best non-gold nodes
     (round-robin, no repeats; the same negatives for every gold document of the query)."""
     from graphlake.kernels.rerank.cross_encoder import Group
 
-    texts, docs = indexes.texts(), indexes.doc_ids()
-    dense = indexes.dense @ indexes.encode_dense_queries([query.text])[0]
+    texts, docs = indexes.snapshot.texts(), indexes.snapshot.doc_ids()
+    dense = indexes.dense @ indexes.encoders.dense([query.text])[0]
     positives = []
     for doc in sorted(query.gold):
         rows = np.flatnonzero(docs == doc)
@@ -227,14 +227,14 @@ def training_groups(query: TrainingQuery, indexes: CorpusIndexes, methods: Metho
     return [Group(query.text, texts[positive], tuple(texts[r] for r in negatives)) for positive in positives]
 
 
-def validation_item(query: TrainingQuery, indexes: CorpusIndexes, methods: Methods, depth: int) -> dict:
+def validation_item(query: TrainingQuery, indexes: LakeIndexSet, methods: Methods, depth: int) -> dict:
     """A held-out query's dense top ``depth`` (node texts and doc ids) and dense's own nDCG@10 on it."""
     rows = methods["dense"].run(query.text, indexes).rows[:depth] if "dense" in methods.available else np.zeros(0, int)
-    docs = [indexes.doc_ids()[r] for r in rows]
+    docs = [indexes.snapshot.doc_ids()[r] for r in rows]
     gold = {doc: 1 for doc in query.gold}
     return {
         "query": query.text,
-        "texts": [indexes.texts()[r] for r in rows],
+        "texts": [indexes.snapshot.texts()[r] for r in rows],
         "docs": docs,
         "gold": gold,
         "dense_ndcg": ndcg_at_k(list(dict.fromkeys(docs)), gold, 10),

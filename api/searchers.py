@@ -1,0 +1,259 @@
+"""The searcher manager: the one place that decides what a search of a corpus reads (Lucene's
+``SearcherManager``). A search acquires a ``Generation``: the index set of the corpus's current snapshot
+(loaded once per snapshot and kept warm, with the methods as declared then) and, for a corpus the lake
+owns, the fresh segment of every write in its log at that moment. The log is listed at every
+acquisition (one directory listing), so a write acknowledged before a search starts, by this process
+or another, upsert or delete, is in that search; the segment of the writes seen before is reused, and
+grown with their encodings kept, when the log moved on.
+
+A snapshot is current until a build commits a newer one of the corpus, of the lake-wide models, of
+the corpus a learned index of it trains on, or methods.yaml changes; a few stat calls tell. Searches
+already running finish on the generation they hold."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pyarrow.compute as pc
+
+from graphlake.api.citations import Citable
+from graphlake.api.relevance import Calibration, fitted
+from graphlake.api.results import IndexNotBuilt, RequestError, UnknownName
+from graphlake.common.once import once
+from graphlake.common.settings import model_cache
+from graphlake.common.suggest import did_you_mean
+from graphlake.retrieval.core import Methods
+from graphlake.retrieval.evaluation import first_stage_gap
+from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.learned_kinds import open_index_set
+from graphlake.retrieval.methods import load_methods
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
+from graphlake.warehouse.object_store import remote_of
+from graphlake.warehouse.scopes import LAKE_SCOPE
+from graphlake.warehouse.snapshots import SNAPSHOTS
+from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
+
+if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
+    from graphlake.retrieval.index.fresh import FreshSegment
+    from graphlake.warehouse.write_log import Write
+
+
+@dataclass
+class Served:
+    """A corpus's snapshot as the API serves it: its index set and the methods, as of one version of
+    the lake, and what the API derives once per snapshot (each method's relevance calibration and its
+    note where it loses to its first stage, the tables hits are made from)."""
+
+    version: tuple[int, ...]  # the corpus's snapshot, the lake-wide one, its training corpus's, methods.yaml's mtime
+    indexes: LakeIndexSet
+    methods: Methods
+    train: str  # the corpus its learned indexes train on (itself, unless it names a train_corpus)
+    folded: int = 0  # a lake-owned corpus: the last write its snapshot folded
+    _gaps: dict[str, str | None] = field(default_factory=dict)
+    _calibrations: dict[str, Calibration | str] = field(default_factory=dict)
+
+    @property
+    def corpus(self) -> str:
+        return self.indexes.corpus
+
+    def gap(self, method: str) -> str | None:
+        """The method's note when it loses to its first stage on this corpus (None: it does not)."""
+        if method not in self._gaps:
+            self._gaps[method] = first_stage_gap(self.indexes.lake, self.corpus, method, self.methods)
+        return self._gaps[method]
+
+    def calibration(self, method: str) -> Calibration | str:
+        """The method's relevance calibration here (``api/relevance.py``), or why it has none."""
+        if method not in self._calibrations:
+            lake, partition = self.indexes.lake, {"corpus": self.corpus}
+            if not lake.has("runs", {**partition, "method": method}) or not lake.has("qrels", partition):
+                found: Calibration | str = f"no stored run of {method!r} on {self.corpus!r} with gold to fit it on (`graphlake eval --corpus {self.corpus} --methods {method}` makes one)"
+            else:
+                found = fitted(lake.read("runs", {**partition, "method": method}), lake.read("queries", partition), lake.read("qrels", partition))
+            self._calibrations[method] = found
+        return self._calibrations[method]
+
+    @once
+    def citable(self) -> Citable:
+        return Citable(self.indexes.snapshot)
+
+    @once
+    def text_bytes(self) -> int:
+        """The nodes' mean text length in bytes, which a search's memory is estimated by."""
+        return max(1, int(pc.mean(pc.binary_length(self.indexes.snapshot.nodes().column("text"))).as_py() or 1))
+
+
+@dataclass(frozen=True)
+class Generation:
+    """What one search reads: a served snapshot and, for a corpus the lake owns, the fresh segment of
+    the writes its snapshot has not folded (None: none pending), with the tables its hits cite."""
+
+    served: Served
+    fresh: FreshSegment | None
+    citable: Citable
+
+    @property
+    def indexes(self) -> LakeIndexSet:
+        return self.served.indexes
+
+    @property
+    def methods(self) -> Methods:
+        return self.served.methods
+
+    @property
+    def snapshot(self) -> int:
+        return self.served.version[0]
+
+
+class SearcherManager:
+    """Per corpus, its served snapshot and its fresh segment; safe to share between threads."""
+
+    def __init__(self, home: Path) -> None:
+        self.home = Path(home)
+        self._remote = remote_of(self.home) is not None
+        self._model_cache = model_cache()  # resolved once for the lake, as every index set reads it
+        self._served: dict[str, Served] = {}
+        self._stamps: dict[str, tuple[int, ...] | None] = {}
+        self._fresh: dict[str, tuple[FreshSegment, Citable]] = {}
+        self._read: dict[str, dict[int, Write]] = {}  # per lake-owned corpus: the log entries read so far
+        self._loading = threading.Lock()
+        self._freshening = threading.Lock()
+
+    def acquire(self, corpus: str, after: int | None = None) -> Generation:
+        """The generation a search of ``corpus`` starting now reads; ``after``: a write's number the
+        search must include (an error when the log has no such write)."""
+        for attempt in range(2):
+            served = self.served(corpus)
+            try:
+                return self._generation(served, after)
+            except _Trimmed:  # a build committed and trimmed the log meanwhile: read its snapshot
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def loading(self, corpus: str) -> str | None:
+        """The index of ``corpus`` being loaded now (a warm-up, a first search), None when none is."""
+        served = self._served.get(corpus)
+        return None if served is None else served.indexes.loading
+
+    def served(self, corpus: str) -> Served:
+        """The corpus's served snapshot as of the lake's current snapshots, loaded when a build committed newer ones."""
+        stamp = self._stamp(corpus)
+        served = self._served.get(corpus)
+        if served is not None and stamp is not None and self._stamps.get(corpus) == stamp:
+            return served  # nothing was committed or declared since: a few stat calls decide it
+        registry = CorpusRegistry(self.home)  # read once for the request: the index set resolves the corpus's models through it
+        declared = registry.all()
+        if corpus not in declared:
+            raise UnknownName(f"corpus {corpus!r} is not declared{did_you_mean(corpus, declared)} (the lake has: {', '.join(sorted(declared)) or 'none'})")
+        lake, train = LakeStorage(self.home), declared[corpus].train_corpus or corpus
+        version = self._version(lake, corpus, train)
+        if served is not None and served.version == version:
+            self._stamps[corpus] = stamp
+            return served
+        with self._loading:
+            served = self._served.get(corpus)
+            if served is None or served.version != version:
+                pinned = lake.pinned(*dict.fromkeys((corpus, LAKE_SCOPE, train)))
+                version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, version[-1])
+                folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
+                indexes = open_index_set(pinned, corpus, registry=registry, model_cache=self._model_cache)
+                served = Served(version, indexes, load_methods(self.home), train, folded)
+                self._served[corpus] = served
+            self._stamps[corpus] = stamp
+        return served
+
+    def _generation(self, served: Served, after: int | None) -> Generation:
+        corpus = served.corpus
+        if served.indexes.snapshot.spec.format != LAKE_OWNED:
+            if after is not None:
+                raise RequestError(f"after_write: corpus {corpus!r} takes no writes (it is read from its {served.indexes.snapshot.spec.format} source)")
+            return Generation(served, None, served.citable())
+        from graphlake.warehouse.write_log import WriteLog
+
+        log = WriteLog(self.home, corpus, lambda: served.folded)
+        numbers = [seq for seq in log.numbers() if seq > served.folded]  # every write acknowledged before now
+        last = numbers[-1] if numbers else served.folded
+        if after is not None and after > last:
+            raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
+        if not numbers:
+            return Generation(served, None, served.citable())
+        segment, citable = self._segment(served, log, numbers)
+        return Generation(served, segment, citable)
+
+    def _segment(self, served: Served, log, numbers: list[int]) -> tuple[FreshSegment, Citable]:
+        """The fresh segment of exactly the writes ``numbers``: the one made last when it holds them,
+        else a new one that reuses its encodings."""
+        from graphlake.retrieval.index.fresh import FreshSegment
+        from graphlake.warehouse.write_log import WriteLogError
+
+        corpus = served.corpus
+        with self._freshening:
+            kept = self._fresh.get(corpus)
+            if kept is not None and kept[0].indexes is served.indexes and (kept[0].through, kept[0].writes) == (numbers[-1], len(numbers)):
+                return kept
+            read = self._read.setdefault(corpus, {})
+            for seq in [seq for seq in read if seq <= served.folded]:
+                del read[seq]
+            for seq in numbers:
+                if seq not in read:
+                    try:
+                        read[seq] = log.read(seq)
+                    except WriteLogError:
+                        if not log.path(seq).exists():
+                            raise _Trimmed from None
+                        raise
+            with built(corpus):
+                segment = FreshSegment(served.indexes, [read[seq] for seq in numbers], numbers[-1], before=kept[0] if kept else None)
+            self._fresh[corpus] = kept = (segment, Citable(segment.tables))
+        return kept
+
+    def _version(self, lake: LakeStorage, corpus: str, train: str) -> tuple[int, ...]:
+        methods_file = self.home / "methods.yaml"
+        numbers = (lake.snapshots.number(corpus), lake.snapshots.number(LAKE_SCOPE), lake.snapshots.number(train))
+        return (*numbers, methods_file.stat().st_mtime_ns if methods_file.is_file() else 0)
+
+    def _stamp(self, corpus: str) -> tuple[int, ...] | None:
+        """When the snapshot folders a corpus is served from and methods.yaml last changed (a commit adds
+        a file to its folder); None on object storage, where a commit shows only in the store."""
+        if self._remote:
+            return None
+        folders, served = self.home / SNAPSHOTS, self._served.get(corpus)
+        train = served.train if served is not None else corpus
+        paths = (folders / corpus, folders / LAKE_SCOPE, folders / train, self.home / "methods.yaml", self.home / "corpora.yaml")
+        return tuple(map(_mtime, paths))
+
+
+def _folded(lake: LakeStorage, corpus: str) -> int:
+    from graphlake.warehouse.write_log import folded_through
+
+    return folded_through(lake, corpus)
+
+
+class _Trimmed(Exception):
+    """A log entry a newer snapshot folded was trimmed while an older one was read."""
+
+
+@contextmanager
+def built(corpus: str) -> Iterator[None]:
+    """A table or artefact a search reads that is missing or stale, as ``IndexNotBuilt`` naming what and
+    the command that builds it, without the lake's paths (a server's answer must not show them)."""
+    try:
+        yield
+    except StorageError as error:
+        what = error.what if isinstance(error, NotBuilt) else str(error).splitlines()[0]
+        hint = f"`graphlake materialize --corpus {corpus}` or `graphlake query --build ...` builds it"
+        raise IndexNotBuilt(f"corpus {corpus!r}: {what} ({hint})") from None
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return os.stat(path).st_mtime_ns
+    except FileNotFoundError:
+        return -1
