@@ -37,21 +37,30 @@ def test_the_import_contracts_hold(tmp_path):
         text=True,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "Contracts: 5 kept, 0 broken." in done.stdout
+    assert "Contracts: 6 kept, 0 broken." in done.stdout
     cycle = subprocess.run([sys.executable, "-c", CYCLE_CHECK], cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
-    assert cycle.returncode == 0 and cycle.stdout == "no cycle\n", cycle.stdout + cycle.stderr
+    assert cycle.returncode == 0 and cycle.stdout == "no module cycle\nno package cycle\n", cycle.stdout + cycle.stderr
 
 
 # every module's imports, those under ``if TYPE_CHECKING:`` too (a circle a type checker walks is still
-# one a reader walks), sorted topologically: graphlib names a cycle where there is one
+# one a reader walks), sorted topologically, then the same between packages (a module's package is
+# itself where it is one, else its parent; a package importing its own ancestor or descendant is no
+# circle): graphlib names a cycle where there is one
 CYCLE_CHECK = """
 import graphlib, grimp
 graph = grimp.build_graph("graphlake", exclude_type_checking_imports=False, cache_dir=None)
-try:
-    graphlib.TopologicalSorter({m: graph.find_modules_directly_imported_by(m) for m in graph.modules}).prepare()
-    print("no cycle")
-except graphlib.CycleError as error:
-    print("import cycle:", " -> ".join(error.args[1]))
+imports = {m: graph.find_modules_directly_imported_by(m) for m in graph.modules}
+package = lambda m: m if graph.find_children(m) else m.rpartition(".")[0]
+related = lambda a, b: a == b or a.startswith(b + ".") or b.startswith(a + ".")
+packages = {}
+for m, found in imports.items():
+    packages.setdefault(package(m), set()).update(package(d) for d in found if not related(package(m), package(d)))
+for name, edges in (("module", imports), ("package", packages)):
+    try:
+        graphlib.TopologicalSorter(edges).prepare()
+        print(f"no {name} cycle")
+    except graphlib.CycleError as error:
+        print(f"{name} cycle:", " -> ".join(error.args[1]))
 """
 
 
@@ -109,3 +118,25 @@ def test_a_wheel_holds_every_module_and_data_file(tmp_path):
     wanted = {f"graphlake/{name}" for name in tracked(*PACKAGES)}  # modules, methods.yaml, the demo corpus
     assert {name for name in wanted if not name.endswith(".py")} >= {"graphlake/retrieval/methods.yaml", "graphlake/warehouse/demo/corpus.jsonl"}
     assert wanted - held == set()
+
+
+def test_the_serving_core_keeps_its_seams():
+    """No class of ``retrieval/`` has more than 15 public methods; no open cache (``.memo(``) is left;
+    ``GraphLake`` keeps no serving state of its own: its searcher manager (``api/searchers.py``) does."""
+    import ast
+
+    crowded = {}
+    for name in tracked("retrieval"):
+        if name.endswith(".py"):
+            for node in ast.walk(ast.parse((ROOT / name).read_text(encoding="utf-8"))):
+                if isinstance(node, ast.ClassDef):
+                    public = [f.name for f in node.body if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and not f.name.startswith("_")]
+                    if len(public) > 15:
+                        crowded[f"{name}:{node.name}"] = len(public)
+    assert crowded == {}
+    sources = [name for name in tracked(*PACKAGES) if name.endswith(".py")]
+    assert [name for name in sources if ".memo(" in (ROOT / name).read_text(encoding="utf-8") or "CorpusIndexes" in (ROOT / name).read_text(encoding="utf-8")] == []
+    lake = next(node for node in ast.walk(ast.parse((ROOT / "api/lake.py").read_text(encoding="utf-8"))) if isinstance(node, ast.ClassDef) and node.name == "GraphLake")
+    init = next(f for f in lake.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+    assigned = {target.attr for stmt in ast.walk(init) if isinstance(stmt, ast.Assign) for target in stmt.targets if isinstance(target, ast.Attribute)}
+    assert assigned == {"home", "searchers", "_worker"}, assigned  # the lake's folder, its searcher manager, the thread awaited searches run in
