@@ -11,9 +11,9 @@ import numpy as np
 from graphlake.api.hit_spans import Shown, spans
 from graphlake.api.relevance import Calibration
 from graphlake.api.results import Hit, SearchResult
+from graphlake.common.once import once
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
-from graphlake.common.once import once
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.warehouse.readers.base import CITED_BY
 

@@ -8,9 +8,9 @@ import asyncio
 import warnings
 import weakref
 from typing import Any
+from urllib.parse import quote
 
 import httpx
-from urllib.parse import quote
 import pyarrow as pa
 
 from graphlake.api.results import CorpusInfo, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
@@ -34,21 +34,67 @@ class RemoteLake:
         self._client = httpx.Client(**self._options)
         self._async: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, httpx.AsyncClient] = weakref.WeakKeyDictionary()  # a client is its loop's
 
-    def search(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
+    def search(
+        self,
+        corpus: str | list[str],
+        method: str,
+        query: str,
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
+    ) -> SearchResult:
         return _result(self._post("/search", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, query=query)))
 
     def search_batch(
-        self, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
+        self,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
     ) -> list[SearchResult]:
-        return [_result(item) for item in self._post("/search/batch", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, queries=queries))]
+        return [
+            _result(item)
+            for item in self._post("/search/batch", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, queries=queries))
+        ]
 
-    async def asearch(self, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
+    async def asearch(
+        self,
+        corpus: str | list[str],
+        method: str,
+        query: str,
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
+    ) -> SearchResult:
         return _result(await self._apost("/search", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, query=query)))
 
     async def asearch_batch(
-        self, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
+        self,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
     ) -> list[SearchResult]:
-        return [_result(item) for item in await self._apost("/search/batch", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, queries=queries))]
+        return [
+            _result(item)
+            for item in await self._apost("/search/batch", _body(corpus, method, k, filter, {"group_by": group_by, "context": context, "min_relevance": min_relevance, **overrides}, queries=queries))
+        ]
 
     def corpora(self) -> list[CorpusInfo]:
         return [CorpusInfo(**item) for item in self._read(self._send("GET", "/corpora", None))]

@@ -11,9 +11,7 @@ from graphlake.kernels.fusion import rrf_term
 def fused(results: tuple[SearchResult, ...], k: int) -> SearchResult:
     """One query's rankings from several corpora fused by reciprocal rank (each hit keeps its corpus;
     its score becomes the fused one)."""
-    scored = sorted(
-        ((rrf_term(hit.rank), position, hit) for position, result in enumerate(results) for hit in result.hits), key=lambda item: (-item[0], item[2].rank, item[1])
-    )
+    scored = sorted(((rrf_term(hit.rank), position, hit) for position, result in enumerate(results) for hit in result.hits), key=lambda item: (-item[0], item[2].rank, item[1]))
     hits = [replace(hit, rank=rank, score=score) for rank, (score, _, hit) in enumerate(scored[:k], start=1)]
     return SearchResult(
         corpus="+".join(r.corpus for r in results),

@@ -24,10 +24,10 @@ import pyarrow as pa
 
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.citations import Searched
-from graphlake.api.searchers import Generation, SearcherManager, built
 from graphlake.api.corpora_fusion import fused
-from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.hit_spans import Shown
+from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.searchers import Generation, SearcherManager, built
 from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
@@ -104,10 +104,7 @@ class GraphLake:
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
         methods = load_methods(self.home)
-        return [
-            MethodInfo(name=name, paper=item.paper, about=item.about, switched_on=name in switched, query_time=sorted(_query_time(methods[name])))
-            for name, item in declared.items()
-        ]
+        return [MethodInfo(name=name, paper=item.paper, about=item.about, switched_on=name in switched, query_time=sorted(_query_time(methods[name]))) for name, item in declared.items()]
 
     def warm(self, corpus: str, method: str) -> None:
         """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is the search's."""
@@ -120,7 +117,19 @@ class GraphLake:
         """The index of ``corpus`` being loaded now (``warm``, a first search), None when none is."""
         return self.searchers.loading(corpus)
 
-    def search(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
+    def search(
+        self,
+        /,
+        corpus: str | list[str],
+        method: str,
+        query: str,
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
+    ) -> SearchResult:
         """The ``k`` best nodes for ``query``, of those whose document passes ``filter`` (``retrieval/filters.py``:
         ``{"field": "year", "gte": 2015}`` or ``"year >= 2015"``); ``overrides`` set the method's query-time
         parameters (``methods()`` lists them). A hit is a span of its document (``api/hit_spans.py``): its
@@ -135,18 +144,50 @@ class GraphLake:
         return list(self.answers(corpus, method, [query], k, filter, overrides, shown=shown(group_by, context, min_relevance)))[0]
 
     def search_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
+        self,
+        /,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
     ) -> list[SearchResult]:
         """Each query's ``k`` best nodes, the batch encoded at once and searched through the method's batched path.
         Every argument is checked before any work: a bad one raises ``RequestError`` naming it."""
         return list(self.answers(corpus, method, queries, k, filter, overrides, shown=shown(group_by, context, min_relevance)))
 
-    async def asearch(self, /, corpus: str | list[str], method: str, query: str, k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any) -> SearchResult:
+    async def asearch(
+        self,
+        /,
+        corpus: str | list[str],
+        method: str,
+        query: str,
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
+    ) -> SearchResult:
         """``search`` in the lake's search thread: awaiting it leaves the event loop free while the indexes work."""
         return await self._in_worker(partial(self.search, corpus, method, query, k, filter, group_by, context, min_relevance, **overrides))
 
     async def asearch_batch(
-        self, /, corpus: str | list[str], method: str, queries: list[str], k: int = 10, filter: Filter | dict | str | None = None, group_by: str = "span", context: int | str | None = None, min_relevance: float | None = None, **overrides: Any
+        self,
+        /,
+        corpus: str | list[str],
+        method: str,
+        queries: list[str],
+        k: int = 10,
+        filter: Filter | dict | str | None = None,
+        group_by: str = "span",
+        context: int | str | None = None,
+        min_relevance: float | None = None,
+        **overrides: Any,
     ) -> list[SearchResult]:
         """``search_batch`` in the lake's search thread."""
         return await self._in_worker(partial(self.search_batch, corpus, method, queries, k, filter, group_by, context, min_relevance, **overrides))
@@ -304,6 +345,8 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
     gap = served.gap(method)
     notes = [*request.notes, *([gap] if gap else [])]
     if fresh is not None:
-        notes.append(f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)")
+        notes.append(
+            f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)"
+        )
     fresh_from = len(indexes.snapshot.node_ids) if fresh else None
     return Searched(corpus, method, generation.snapshot, generation.citable, request, found, round(latency, 3), notes, k, shown, calibration, fresh_from)

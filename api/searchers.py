@@ -30,9 +30,9 @@ from graphlake.common.settings import model_cache
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import Methods
 from graphlake.retrieval.evaluation import first_stage_gap
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE

@@ -33,14 +33,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
-from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
+from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
-from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
 from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
 from graphlake.api.writes import MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
-from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.common.settings import API_KEY
+from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.retrieval.core import OPERATORS
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
 
@@ -57,9 +57,9 @@ class _Search(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    corpus: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | Annotated[
-        list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]], Field(min_length=1, max_length=MAX_CORPORA)
-    ]  # several: their rankings fused, each hit naming its corpus
+    corpus: (
+        Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]], Field(min_length=1, max_length=MAX_CORPORA)]
+    )  # several: their rankings fused, each hit naming its corpus
     method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
     k: int = Field(10, ge=1, le=MAX_K)
     filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text

@@ -81,7 +81,7 @@ def shown(group_by: Any, context: Any, min_relevance: Any = None) -> Shown:
     if group_by not in GROUPINGS:
         raise RequestError(f"group_by: one of {', '.join(GROUPINGS)}, got {group_by!r}"[:200])
     if context is not None and context != "document" and (isinstance(context, bool) or not isinstance(context, int) or not 0 <= context <= MAX_CONTEXT):
-        raise RequestError(f"context: neighbouring nodes a side, 0 to {MAX_CONTEXT}, or \"document\", got {context!r}"[:200])
+        raise RequestError(f'context: neighbouring nodes a side, 0 to {MAX_CONTEXT}, or "document", got {context!r}'[:200])
     if min_relevance is not None and (isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 1):
         raise RequestError(f"min_relevance: a number from 0 to 1, got {min_relevance!r}"[:200])
     return Shown(group_by, context, None if min_relevance is None else float(min_relevance))

@@ -31,7 +31,9 @@ def owned(home: Path, corpus: Any) -> str:
     if corpus not in declared:
         raise UnknownName(f"corpus {corpus!r} is not declared{did_you_mean(corpus, declared)} (`graphlake ingest api --corpus {corpus}` declares one the lake owns)")
     if declared[corpus].format != LAKE_OWNED:
-        raise RequestError(f"corpus {corpus!r} is read from its {declared[corpus].format} source, which stays its only source: it takes no writes (write to a corpus the lake owns: `graphlake ingest api --corpus NAME`)")
+        raise RequestError(
+            f"corpus {corpus!r} is read from its {declared[corpus].format} source, which stays its only source: it takes no writes (write to a corpus the lake owns: `graphlake ingest api --corpus NAME`)"
+        )
     if remote_of(home) is not None:
         raise RequestError(f"corpus {corpus!r}: writes need a lake on this machine's disk, not on object storage")
     return corpus

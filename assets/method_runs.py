@@ -46,9 +46,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
         description=f"Top-k of every query by method {name!r}: {json.dumps(params)}",
     )
     def run_asset(context: AssetExecutionContext, config: RunConfig, lake: LakeResource) -> pa.Table:
-        table, summary = run_method(
-            name, method, params, lake.storage, context.partition_key, split=config.split, sample=config.sample, reuse_pairs=config.reuse_pairs, report=context.log.info
-        )
+        table, summary = run_method(name, method, params, lake.storage, context.partition_key, split=config.split, sample=config.sample, reuse_pairs=config.reuse_pairs, report=context.log.info)
         context.add_output_metadata(summary)
         return table
 
@@ -64,11 +62,7 @@ def _assets_for(name: str, methods: Methods) -> list[AssetsDefinition]:
     )
     def evaluate_asset(context: AssetExecutionContext, lake: LakeResource):
         metrics, query_metrics = evaluate_stored(lake.storage, context.partition_key, name)
-        headline = {
-            f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4)
-            for row in metrics.to_pylist()
-            if row["k"] in (None, 10)
-        }
+        headline = {f"{row['split']}/{row['metric']}{'@' + str(row['k']) if row['k'] else ''}": round(row["value"], 4) for row in metrics.to_pylist() if row["k"] in (None, 10)}
         if not metrics.num_rows:
             headline["note"] = f"nothing to evaluate: corpus {context.partition_key!r} has no queries with gold (qrels) in the run"
         yield Output(metrics, metrics_name, metadata=headline)

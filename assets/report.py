@@ -95,10 +95,7 @@ def line_styles(names: list[str]) -> dict[str, dict]:
 
     colours = colormaps["tab20"].colors + colormaps["tab20b"].colors + colormaps["tab20c"].colors
     dashes, markers = ("-", "--", ":", "-."), "osD^v<>p*h"
-    return {
-        name: {"color": colours[i % len(colours)], "linestyle": dashes[(i // len(colours)) % len(dashes)], "marker": markers[i % len(markers)]}
-        for i, name in enumerate(names)
-    }
+    return {name: {"color": colours[i % len(colours)], "linestyle": dashes[(i // len(colours)) % len(dashes)], "marker": markers[i % len(markers)]} for i, name in enumerate(names)}
 
 
 def render_plot(corpus: str, results: dict[str, dict[str, dict[str, float]]]) -> bytes:

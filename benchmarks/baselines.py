@@ -37,8 +37,7 @@ def main() -> None:
         f"- date: {dt.datetime.now(dt.timezone.utc):%Y-%m-%d %H:%M} UTC",
         f"- machine: {machine()}",
         "- lake: `$GRAPHLAKE_HOME`; vectors and indexes are cached there, so timings below are of the queries alone",
-        "- command: `.venv/bin/python benchmarks/baselines.py` (runs `graphlake ingest` and "
-        f"`graphlake eval --methods {METHODS} --rerun --json` per set)",
+        f"- command: `.venv/bin/python benchmarks/baselines.py` (runs `graphlake ingest` and `graphlake eval --methods {METHODS} --rerun --json` per set)",
         "- metrics at document level; recall@k as HippoRAG/SPRIG define it (|top-k ∩ gold| / |gold|), nDCG@10 as trec_eval's ndcg_cut;",
         "  QPS = 1000 / mean single-query latency (queries run one at a time, query encoding included, 2-core CPU).",
         "",

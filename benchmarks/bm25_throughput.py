@@ -182,10 +182,7 @@ def main() -> None:
     for name, build_s, run in systems:
         run(queries[:1])  # warm-up
         query_s, hits = best_of(repeats, lambda run=run: run(queries))
-        rankings = [
-            rank_by_score({doc_ids[r]: float(s) for r, s in zip(hit_rows.tolist(), hit_scores.tolist(), strict=True) if s > 0})
-            for hit_rows, hit_scores in hits
-        ]
+        rankings = [rank_by_score({doc_ids[r]: float(s) for r, s in zip(hit_rows.tolist(), hit_scores.tolist(), strict=True) if s > 0}) for hit_rows, hit_scores in hits]
         reference = reference or rankings
         ndcg = mean(evaluate(dict(zip(query_ids, rankings, strict=True)), qrels, ["ndcg@10"]), "ndcg@10")
         same = sum(a[:10] == b[:10] for a, b in zip(rankings, reference, strict=True))
@@ -211,10 +208,7 @@ def write_report(args: argparse.Namespace, rows: list[Row], n_docs: int, n_queri
     ]
     for row in rows:
         build = "same index" if row.build_s is None else f"{row.build_s:.2f}"
-        table.append(
-            f"| {row.system} | {build} | {n_queries / row.query_s:,.0f} | {1000 * row.query_s / n_queries:.3f} "
-            f"| {row.ndcg10:.4f} | {row.same_top10}/{n_queries} |"
-        )
+        table.append(f"| {row.system} | {build} | {n_queries / row.query_s:,.0f} | {1000 * row.query_s / n_queries:.3f} | {row.ndcg10:.4f} | {row.same_top10}/{n_queries} |")
     lines = [
         "# BM25 query throughput on SciFact",
         "",
@@ -223,10 +217,7 @@ def write_report(args: argparse.Namespace, rows: list[Row], n_docs: int, n_queri
         f"- python {platform.python_version()}; {libs}",
         f"- command (repo root, `pip install -e '.[bench]'`): `{command}`",
         f'- data: SciFact BEIR, {n_docs} documents (title + " " + text), {n_queries} test queries, k = {args.k}',
-        (
-            "- QPS = queries / wall time from query text to top-k (tokenising included), one thread, after one warm-up "
-            f"query, best of {args.repeats}; build = tokenise + index, best of {args.repeats}"
-        ),
+        (f"- QPS = queries / wall time from query text to top-k (tokenising included), one thread, after one warm-up query, best of {args.repeats}; build = tokenise + index, best of {args.repeats}"),
         (
             "- nDCG@10 over positive scores ranked by score; rank-bm25's BM25Okapi uses idf = log((N - n + 0.5) / (n + 0.5)) "
             "(floored at 0.25 x mean idf), not Lucene's log(1 + ...), so its ranking differs slightly"

@@ -111,8 +111,14 @@ def _onnx_paths(module: torch.nn.Module, tokenizer, stem: Path, pooled: Callable
     example = tokenizer(["a b", "c"], padding=True, return_tensors="pt")
     exported, quantized = stem.with_suffix(".onnx"), stem.with_suffix(".int8.onnx")
     torch.onnx.export(
-        module, tuple(example[k] for k in names), str(exported), input_names=names, output_names=["vector"],
-        dynamic_axes={**{k: {0: "batch", 1: "tokens"} for k in names}, "vector": {0: "batch"}}, opset_version=17, dynamo=False,
+        module,
+        tuple(example[k] for k in names),
+        str(exported),
+        input_names=names,
+        output_names=["vector"],
+        dynamic_axes={**{k: {0: "batch", 1: "tokens"} for k in names}, "vector": {0: "batch"}},
+        opset_version=17,
+        dynamo=False,
     )
     quantize_dynamic(str(exported), str(quantized), weight_type=QuantType.QInt8, per_channel=True)
     paths = {}
@@ -162,8 +168,10 @@ def main() -> None:
     doc_ids, texts, qrels, query_texts = scifact(args.datasets)
     sample = [texts[i] for i in np.sort(np.random.default_rng(0).choice(len(texts), args.sample, replace=False))]
     lines = header("Encoders: CPU paths side by side", "python benchmarks/encoders.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    lines += ["", f"SciFact passages (title and abstract, truncated at {MAX_TOKENS} tokens); {torch.get_num_threads()} torch threads;"
-              f" bfloat16 native here: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}."]
+    lines += [
+        "",
+        f"SciFact passages (title and abstract, truncated at {MAX_TOKENS} tokens); {torch.get_num_threads()} torch threads; bfloat16 native here: {torch.ops.mkldnn._is_mkldnn_bf16_supported()}.",
+    ]
     with tempfile.TemporaryDirectory() as scratch:
         for model, paths in (("MiniLM (dense)", dense_paths(Path(scratch))), ("SPLADE", splade_paths())):
             lines += table(f"{model}: {args.sample} passages", ["path", "", "CPU-s / passage", "× float32", "cosine mean", "cosine min"])

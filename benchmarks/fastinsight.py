@@ -51,9 +51,7 @@ SWEEPS = {"alpha": (ALPHAS, "fastinsight_alpha"), "beta": (BETAS, "fastinsight_b
 
 
 def evaluate(corpus: str, methods: list[str], split: str, cutoffs: str = "10,100") -> dict[str, dict]:
-    report = json.loads(
-        graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--k", cutoffs, "--reuse-pairs", "--json")
-    )
+    report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join(methods), "--split", split, "--k", cutoffs, "--reuse-pairs", "--json"))
     return {row["method"]: row for row in report}
 
 
@@ -80,8 +78,7 @@ def per_query(corpus: str, method: str, split: str, metric: str, k: int) -> np.n
     rows = json.loads(
         graphlake(
             "sql",
-            f"SELECT value FROM query_metrics WHERE corpus = '{corpus}' AND method = '{method}' AND split = '{split}' "
-            f"AND metric = '{metric}' AND k = {k} ORDER BY query_id",
+            f"SELECT value FROM query_metrics WHERE corpus = '{corpus}' AND method = '{method}' AND split = '{split}' AND metric = '{metric}' AND k = {k} ORDER BY query_id",
             "--json",
         )
     )

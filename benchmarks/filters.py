@@ -206,7 +206,10 @@ def report(results: list[dict], crossed: list[dict], nodes: int, command: str, o
         + "; ".join(f"{', '.join(m for m in METHODS if m in names)} at {when} (commit {rev})" for (when, rev), names in sorted(parts(results).items())),
         "",
     ]
-    lines += table("Recall and speed, filtered inside the index and post-filtered", ["selectivity", "allowed", "method", "queries", "recall@10", "QPS", "short", "post recall@10", "post QPS", "post short", "QPS / post QPS"])
+    lines += table(
+        "Recall and speed, filtered inside the index and post-filtered",
+        ["selectivity", "allowed", "method", "queries", "recall@10", "QPS", "short", "post recall@10", "post QPS", "post short", "QPS / post QPS"],
+    )
     for r in results:
         lines.append(
             f"| {r['selectivity']} | {r['allowed']:.2%} | {r['method']} | {r['queries']} | {r['recall']:.3f} | {r['qps']:.0f} | {r['short']:.2f} | "
@@ -214,7 +217,9 @@ def report(results: list[dict], crossed: list[dict], nodes: int, command: str, o
         )
     lines += ["", "## The goals", ""] + goals(results)
     if crossed:
-        lines += table("ap_three (measured with it): its filtered walk and the scan, each forced, and the one it chooses (CPU ms a query, recall@10)", ["selectivity", "queries", "walk", "scan", "chosen"])
+        lines += table(
+            "ap_three (measured with it): its filtered walk and the scan, each forced, and the one it chooses (CPU ms a query, recall@10)", ["selectivity", "queries", "walk", "scan", "chosen"]
+        )
         for r in crossed:
             cells = " | ".join(f"{r[c][0]:.1f} ms, {r[c][1]:.3f}" for c in CHOICES)
             lines.append(f"| {r['selectivity']} | {r['queries']} | {cells} |")

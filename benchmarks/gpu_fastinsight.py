@@ -61,14 +61,16 @@ def export(folder: Path, datasets: Path) -> None:
         out = folder / corpus
         out.mkdir(parents=True, exist_ok=True)
         pq.write_table(
-            pa.table({
-                "query_id": [q["query_id"] for q in queries],
-                "query": [q["text"] for q in queries],
-                "embedding": indexes.encoders.dense([q["text"] for q in queries]).tolist(),
-                **{name: [methods[name].run(q["text"], indexes).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
-                "gold": [sorted(gold[q["query_id"]]) for q in queries],
-                "timed": [q["text"] in timed for q in queries],
-            }),
+            pa.table(
+                {
+                    "query_id": [q["query_id"] for q in queries],
+                    "query": [q["text"] for q in queries],
+                    "embedding": indexes.encoders.dense([q["text"] for q in queries]).tolist(),
+                    **{name: [methods[name].run(q["text"], indexes).rows[:DEPTH].tolist() for q in queries] for name in ("vector", "bm25")},
+                    "gold": [sorted(gold[q["query_id"]]) for q in queries],
+                    "timed": [q["text"] in timed for q in queries],
+                }
+            ),
             out / "queries.parquet",
             compression="zstd",
         )
@@ -172,9 +174,7 @@ def methods(data: EvaluatedSet, pairs: Pairs, budget: int = DEPTH, alpha: float 
         "bm25": lambda q: np.asarray(q["bm25"]),
         "re2": re2,
         "gar": lambda q: gar(np.asarray(q["vector"]), data.graph, pairs.scorer(q["query"]), 10, budget)[0][:budget],  # k = b_max, as declared
-        "fastinsight": lambda q: fastinsight(
-            np.asarray(q["embedding"], dtype=np.float32), data.vectors, data.graph, data.degrees, pairs.scorer(q["query"]), 10, budget, alpha, beta
-        )[0],
+        "fastinsight": lambda q: fastinsight(np.asarray(q["embedding"], dtype=np.float32), data.vectors, data.graph, data.degrees, pairs.scorer(q["query"]), 10, budget, alpha, beta)[0],
     }
 
 
@@ -286,12 +286,15 @@ def run_evaluation(args: argparse.Namespace) -> None:
     training = json.loads((args.model / "training.json").read_text()).get("training", {})
     lines = header(f"FastInsight, Re2, GAR with the GPU-trained reranker ({device})", "python benchmarks/gpu_fastinsight.py evaluate " + " ".join(sys.argv[2:]))
     lines += [
-        f"- reranker: `{args.model.name}`, held-out nDCG@10 {training.get('best_validation', float('nan')):.3f} "
-        "(its training: benchmarks/results/reranker_training.md)",
-        *([] if args.qpt_only else [
-            "- capped R@10 and nDCG@10 in %, 95% bootstrap interval over queries; TR@10 over the corpus graph; b_max 100, BATCH 10, alpha 0.2, beta 1",
-            "- Vector and BM25 are the lake's own runs (exported); dense vectors travel in half precision",
-        ]),
+        f"- reranker: `{args.model.name}`, held-out nDCG@10 {training.get('best_validation', float('nan')):.3f} (its training: benchmarks/results/reranker_training.md)",
+        *(
+            []
+            if args.qpt_only
+            else [
+                "- capped R@10 and nDCG@10 in %, 95% bootstrap interval over queries; TR@10 over the corpus graph; b_max 100, BATCH 10, alpha 0.2, beta 1",
+                "- Vector and BM25 are the lake's own runs (exported); dense vectors travel in half precision",
+            ]
+        ),
         f"- QPT: cold (no pair cache), one query at a time, on the {QPT_QUERIES}-query seeded sample of the CPU timings, methods taking turns;"
         " the query's dense encoding and first-stage search are precomputed, so they are not in these times",
         "- tokens: what each method sent to the cross-encoder per query, real and padded as its batches ran;"
@@ -324,9 +327,7 @@ def run_evaluation(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser, _, run = export_and_run(
-        __doc__, "the evaluated sets' inputs", "fastinsight_gpu.md", ("evaluate", "evaluate and time the methods on the device torch sees")
-    )
+    parser, _, run = export_and_run(__doc__, "the evaluated sets' inputs", "fastinsight_gpu.md", ("evaluate", "evaluate and time the methods on the device torch sees"))
     run.add_argument("--model", type=Path, required=True, help="a cross-encoder folder (reranker_training.py train --save, or the lake's artefact)")
     run.add_argument("--limit", type=int, help="only the first this many queries of each set (a smoke test)")
     run.add_argument("--qpt-only", action="store_true", help="only the query processing times (say, on a CPU)")

@@ -278,7 +278,8 @@ def throughput(name: str, vectors: HybridVectors, queries: Queries, graph: Hybri
             }
             single_queries = [queries.take(picked[i : i + 1]) for i in range(len(picked))] if size == 1 else [queries.take(picked)]
             runs |= {
-                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, 10, HybridParams(weights=scaled, pool=pool))[1] for q in single_queries]) for pool in POOLS
+                f"fused kernel L={pool}": (lambda pool=pool, single_queries=single_queries: [kernel.search(q, 10, HybridParams(weights=scaled, pool=pool))[1] for q in single_queries])
+                for pool in POOLS
             }
             runs["brute force (fused_exact)"] = lambda singles=singles: [exact(device, b, 10) for b in singles]
             if weights == (1.0, 1.0, 1.0):
@@ -340,7 +341,10 @@ def configurations(data: Set, sizes: tuple[int, ...]) -> list[str]:
     import cupy
     from scipy.sparse.csgraph import breadth_first_order
 
-    lines = table(f"synthetic corpora from {data.name}: build parameters against recall@10", ["nodes", "parameters", "build s", "reachable from an entry", "1/0/0 L 128", "1/0/0 L 512", "1/1/1 L 128", "1/1/1 L 512"])
+    lines = table(
+        f"synthetic corpora from {data.name}: build parameters against recall@10",
+        ["nodes", "parameters", "build s", "reachable from an entry", "1/0/0 L 128", "1/0/0 L 512", "1/1/1 L 128", "1/1/1 L 512"],
+    )
     for n in sizes:
         vectors, nodes = synthetic(data, n)
         device = batched.DeviceVectors.of(cupy, vectors)

@@ -63,16 +63,14 @@ def grapher_rows(corpus: str, split: str) -> list[str]:
             WHERE m.corpus = '{corpus}' AND m.split = '{split}' AND m.metric = 'pr' AND m.k IN (5, 10) GROUP BY ALL"""
     )
     by = {(row["method"], row["k"]): row for row in values}
+
     def multi(row: dict) -> str:
         return f"{100 * row['multi']:.1f}" if row["multi"] is not None else "–"
 
     rows = []
     for method in methods:
         five, ten = by[(method, 5)], by[(method, 10)]
-        rows.append(
-            f"| {corpus} | {method} | {multi(five)} ({100 * five['everyone']:.1f}) | {multi(ten)} ({100 * ten['everyone']:.1f}) "
-            f"| {ten['multi_queries']} |"
-        )
+        rows.append(f"| {corpus} | {method} | {multi(five)} ({100 * five['everyone']:.1f}) | {multi(ten)} ({100 * ten['everyone']:.1f}) | {ten['multi_queries']} |")
     return rows
 
 
@@ -103,10 +101,10 @@ def rankers_line(corpus: str) -> str:
     rankers = TunedRankers.load(LakeStorage(lake_home()).artifact("graph_rankers", {"corpus": corpus}))
     report = rankers.report
     networks = report.get("networks", {})
-    chosen = "; ".join(
-        f"{name}: lr {r['learning_rate']}, wd {r['weight_decay']}, {r['epochs']} epochs, validation PR@10 {r['validation_pr_at_k']:.3f}"
-        for name, r in networks.items()
-    ) or "GAT/MLP not trained (networks: [])"
+    chosen = (
+        "; ".join(f"{name}: lr {r['learning_rate']}, wd {r['weight_decay']}, {r['epochs']} epochs, validation PR@10 {r['validation_pr_at_k']:.3f}" for name, r in networks.items())
+        or "GAT/MLP not trained (networks: [])"
+    )
     by_alpha = report["pr@10_by_alpha"]
     return (
         f"- {corpus}: GAT/MLP trained on {report['train_corpus']} ({report['queries']} queries); alpha tuned on "

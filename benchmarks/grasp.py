@@ -208,7 +208,9 @@ def plan_lines(lake: LakeStorage, corpus: str) -> list[str]:
         valid = [p for p in plans if p["valid"]]
         empty = sum(p["n_cand"] == 0 for p in valid)
         ms = np.array([p["plan_ms"] for p in plans])
-        lines.append(f"| {corpus} | {source} | {planner} | {len(valid)}/{len(plans)} | {empty} | {np.median([p['n_cand'] for p in valid]) if valid else 0:.0f} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} |")
+        lines.append(
+            f"| {corpus} | {source} | {planner} | {len(valid)}/{len(plans)} | {empty} | {np.median([p['n_cand'] for p in valid]) if valid else 0:.0f} | {np.percentile(ms, 50):.1f} | {np.percentile(ms, 95):.1f} |"
+        )
     return lines
 
 
@@ -312,7 +314,10 @@ def main() -> None:
         lines += method_rows(lake, corpus, split, methods, latency)
         fusion += fusion_lines(lake, corpus, heatmaps)
         plans += plan_lines(lake, corpus)
-    lines += table("Plans (rules planner; llm where a server was configured): validity, empty results, median n_cand, planning + execution ms", ["set", "SKB", "planner", "valid", "valid but empty", "median n_cand", "p50 ms", "p95 ms"])
+    lines += table(
+        "Plans (rules planner; llm where a server was configured): validity, empty results, median n_cand, planning + execution ms",
+        ["set", "SKB", "planner", "valid", "valid but empty", "median n_cand", "p50 ms", "p95 ms"],
+    )
     lines += plans
     lines += table(
         "Table 2 / Figure 2 analogues: the fusion chosen on validation (H@1 / R@20 in %), the partner alone, the share of the static (w, k) grid within 1 H@1 point of its best, grid seconds, (bucket|risk) cells",

@@ -175,7 +175,9 @@ def evaluate_models(folder: Path, output: Path, argv: list[str]) -> None:
         training = trainings.get(name, {}).get("training")
         if training:
             curve = ", ".join(f"{c['step']}: {c['validation']:.3f}" for c in training["curve"])
-            lines.append(f"- {name}: {training['steps']} steps in {training['seconds'] / 60:.1f} min{' on ' + training['device'] if 'device' in training else ''}; best {training['best_validation']:.3f} at step {training['best_step']} (base {training['initial_validation']:.3f}); curve {curve}")
+            lines.append(
+                f"- {name}: {training['steps']} steps in {training['seconds'] / 60:.1f} min{' on ' + training['device'] if 'device' in training else ''}; best {training['best_validation']:.3f} at step {training['best_step']} (base {training['initial_validation']:.3f}); curve {curve}"
+            )
     output.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
 

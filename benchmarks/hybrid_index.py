@@ -38,14 +38,13 @@ from threadpoolctl import threadpool_limits
 from common import EVALUATED, INGEST, TRAINING, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
-from graphlake.kernels.hybrid.vectors import HybridParams, KGQuery
 from graphlake.kernels.hybrid.kg import reward
 from graphlake.kernels.hybrid.update import insert, splice
-from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.kernels.hybrid.vectors import HybridParams, KGQuery, Queries
 from graphlake.retrieval.index.derived import hybrid_vectors
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import parse_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.queries import gold_by_query
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
@@ -204,10 +203,7 @@ def build_and_bytes(corpus: str, indexes: LakeIndexSet, vectors) -> list[str]:
     lines.append(f"| hybrid graph ({steps}) | {hybrid_seconds:.1f} | {sum(graph.edge_bytes().values()):,} | {sum(graph.edge_bytes().values()) / n:.0f} |")
     lines += [f"| · {kind} edges | | {size:,} | {size / n:.0f} |" for kind, size in graph.edge_bytes().items()]
     report = nndescent["knn"]
-    lines.append(
-        f"| hybrid graph, `knn: nndescent` ({report['iterations']} iterations; k-NN recall vs exact on 200 seeded nodes: "
-        f"**{report['knn_recall']:.4f}**) | {nndescent_seconds:.1f} | | |"
-    )
+    lines.append(f"| hybrid graph, `knn: nndescent` ({report['iterations']} iterations; k-NN recall vs exact on 200 seeded nodes: **{report['knn_recall']:.4f}**) | {nndescent_seconds:.1f} | | |")
     lines.append(f"| faiss HNSW (M 32, efC 200, dense only, vectors included) | {hnsw_seconds:.1f} | {folder_bytes('dense_hnsw'):,} | {folder_bytes('dense_hnsw') / n:.0f} |")
     lines.append(f"| BM25 index (bm25s folder) | | {folder_bytes('bm25'):,} | {folder_bytes('bm25') / n:.0f} |")
     size = splade.data.nbytes + splade.indices.nbytes + splade.indptr.nbytes
@@ -314,7 +310,9 @@ def kg_speed(corpus: str, split: str) -> list[str]:
     runs = {
         "ap_three": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128))[1][0],
         "ap_three_kg": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[found[i]]))[1][0],
-        "ap_three_kg_entry": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[None if found[i] is None else KGQuery(found[i].entity_hops, weight, found[i].hops, False)]))[1][0],
+        "ap_three_kg_entry": lambda i: searcher.search(
+            one[i], 10, HybridParams(weights=scaled, pool=128, kg=[None if found[i] is None else KGQuery(found[i].entity_hops, weight, found[i].hops, False)])
+        )[1][0],
         "kg_weight 0": lambda i: searcher.search(one[i], 10, HybridParams(weights=scaled, pool=128, kg=[zero[i]]))[1][0],
     }
     against = {"ap_three": [top10(f) for f in fused], "kg_weight 0": [top10(f) for f in fused]}

@@ -162,9 +162,7 @@ def multipath(vectors: HybridVectors, hnsw, query: Queries, scaled: np.ndarray, 
     return np.array(sorted(fused, key=lambda r: (-fused[r], r))[:10])
 
 
-def inserts(
-    vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, approximate: tuple[str, str, float], full: BuildConfig = BuildConfig(), exact: bool = True
-) -> list[str]:
+def inserts(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: np.ndarray, approximate: tuple[str, str, float], full: BuildConfig = BuildConfig(), exact: bool = True) -> list[str]:
     """G7: build (``full``'s k-NN) on 80 / 90 / 95 % of the nodes (seeded), insert the rest, both ways
     ``insert`` finds a new node's candidates: exact (what ``knn: auto`` does below ``EXACT_KNN_UP_TO``;
     left out with ``exact=False``, for sizes where auto never does it) and the candidate k-NN of the new
@@ -195,9 +193,7 @@ def inserts(
             started = time.perf_counter()
             grown = insert(splice(base, first, n), vectors, nodes, rest, BuildConfig(knn=knn))
             seconds = time.perf_counter() - started
-            lines.append(
-                f"| {share:.0%} | {len(rest):,} | {found_by} | {seconds:.1f} | {seconds / full_seconds:.3f} | {seconds / approximate_build:.3f} | {quality(grown):.4f} | {reference:.4f} |"
-            )
+            lines.append(f"| {share:.0%} | {len(rest):,} | {found_by} | {seconds:.1f} | {seconds / full_seconds:.3f} | {seconds / approximate_build:.3f} | {quality(grown):.4f} | {reference:.4f} |")
     return lines
 
 
@@ -225,8 +221,7 @@ def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: n
     runs = {f"walk L={pool}": (lambda i, pool=pool: searcher.search(asked[i], 10, HybridParams(weights=scales, pool=pool, required=[required[i]]))[1][0]) for pool in POOLS}
     runs["exact fallback"] = lambda i: holders[i][top10(vectors.fused(asked[i], scales, holders[i])[0])]
     lines = table(
-        f"Required keywords, {name}, 1/1/1 ({len(asked)} of {len(queries)} queries hold a token of ≥ 5 % of the nodes; "
-        f"holders per query: median {int(np.median([len(h) for h in holders])):,})",
+        f"Required keywords, {name}, 1/1/1 ({len(asked)} of {len(queries)} queries hold a token of ≥ 5 % of the nodes; holders per query: median {int(np.median([len(h) for h in holders])):,})",
         ["system", "recall@10 vs filtered exact", "results holding the keyword", "QPS"],
     )
     for name, (qps, found) in timed(runs, len(asked)).items():
@@ -238,6 +233,7 @@ def keywords(vectors: HybridVectors, nodes: Queries, queries: Queries, scales: n
 
 def summary(points: dict, name: str = "the pooled set") -> list[str]:
     """G6: the QPS at the smallest L reaching recall 0.95, as ratios."""
+
     def first(curve: list, bar: float = 0.95):
         return next(((p, r, q) for p, r, q in sorted(curve, key=lambda x: x[0]) if r >= bar), None)
 

@@ -19,9 +19,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from learned_fusion import CORPORA, PRIMARY, per_query
 
 from common import arguments, header, table
-from learned_fusion import CORPORA, PRIMARY, per_query
 from graphlake.kernels.eval.metrics import paired_bootstrap
 from graphlake.warehouse.storage import LakeStorage
 
@@ -55,9 +55,9 @@ def tuning_said(lake: LakeStorage, corpus: str) -> str | None:
 def cpu_per_passage(lake: LakeStorage, corpus: str, count: int) -> float:
     """CPU-seconds (user + system) per passage for the corpus's dense model, on ``count`` of its passages
     (a seeded sample), encoded for the build (torch, its default batch)."""
+    from graphlake.retrieval.index.encoders import encode_dense
     from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
-    from graphlake.retrieval.index.encoders import encode_dense
 
     texts = retrieval_texts(lake.read("nodes", {"corpus": corpus}), lake.read("documents", {"corpus": corpus}))
     sample = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]

@@ -29,10 +29,10 @@ import yaml
 from common import HOTPOT, HOTPOT_TRAIN, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
 from graphlake.retrieval.corpus_policy import corpus_graph_kinds
+from graphlake.retrieval.index.index_set import new_request
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
 from graphlake.warehouse.storage import LakeStorage
-from graphlake.retrieval.index.index_set import new_request
 
 CORPORA = {  # corpus: format, path under the datasets folder, evaluated split (None: trains others), train_corpus
     "scifact": ("beir", "scifact", "test", None),

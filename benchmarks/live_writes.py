@@ -211,7 +211,10 @@ def main() -> None:
     for method, seconds in latency.items():
         seen = [s for s in seconds if s != float("inf")]
         lines.append(f"| {method} | {len(seconds)} | {percentile(seen, 0.5):.2f} | {percentile(seen, 0.95):.2f} | {max(seen, default=float('nan')):.2f} | {len(seconds) - len(seen)} |")
-    lines += table(f"Sustained writes while {CLIENTS} clients search ({args.seconds:.0f} s each)", ["phase", "", "documents accepted / s", "write errors", "searches / s", "search errors", "search p50 ms", "search p95 ms"])
+    lines += table(
+        f"Sustained writes while {CLIENTS} clients search ({args.seconds:.0f} s each)",
+        ["phase", "", "documents accepted / s", "write errors", "searches / s", "search errors", "search p50 ms", "search p95 ms"],
+    )
     for name, run in (("no pending write", quiet), ("writing", loaded)):
         lines.append(
             f"| {name} | | {run['written'] / run['seconds']:.1f} | {run['errors']['write']} | {run['searches'] / run['seconds']:.1f} | {run['errors']['search']} | {run['p50'] * 1000:.0f} | {run['p95'] * 1000:.0f} |"

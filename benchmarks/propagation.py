@@ -55,9 +55,9 @@ from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.graph.propagation import Walk, gcs, ppr_cg, ppr_power, ppr_push
 from graphlake.retrieval.core import run_inputs_batch
 from graphlake.retrieval.index.index_set import new_request
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.operators.propagation import candidate_graph
 from graphlake.warehouse.storage import LakeStorage
 
@@ -212,9 +212,7 @@ def bench_ppr(args: argparse.Namespace, walk: Walk, n_passages: int, seeds: list
     def power(tol: float, max_iter: int) -> Solver:
         return lambda s: ppr_power(walk, s, RESTART, tol=tol, max_iter=max_iter)
 
-    solvers: dict[str, Solver] = {
-        f"ours, ppr_cg to relative residual {rtol:g}": (lambda s, rtol=rtol: ppr_cg(walk, s, RESTART, rtol=rtol)) for rtol in (args.tol, 1e-4)
-    }
+    solvers: dict[str, Solver] = {f"ours, ppr_cg to relative residual {rtol:g}": (lambda s, rtol=rtol: ppr_cg(walk, s, RESTART, rtol=rtol)) for rtol in (args.tol, 1e-4)}
     solvers.update({f"ours, ppr_power to tol {tol:g}": power(tol, 1000) for tol in [args.tol, *args.sweep]})
     solvers[f"ours, ppr_push epsilon {args.epsilon:g}"] = lambda s: (ppr_push(walk, s, RESTART, epsilon=args.epsilon), None)
     solvers["ours, SPRIG default: ppr_power, 5 iterations"] = power(0.0, 5)
@@ -294,9 +292,7 @@ def main() -> None:
     parser.add_argument("--home", type=Path, required=True, help="the lake (GRAPHLAKE_HOME)")
     parser.add_argument("--corpus", default="hotpotqa")
     parser.add_argument("--tol", type=float, default=1e-6, help="L1 change at which ppr_power stops (networkx gets tol / N)")
-    parser.add_argument(
-        "--sweep", type=lambda text: [float(t) for t in text.split(",") if t], default=[1e-3, 1e-4, 1e-8], help="more tolerances for ppr_power alone"
-    )
+    parser.add_argument("--sweep", type=lambda text: [float(t) for t in text.split(",") if t], default=[1e-3, 1e-4, 1e-8], help="more tolerances for ppr_power alone")
     parser.add_argument("--epsilon", type=float, default=1e-6, help="ppr_push residual threshold per edge")
     parser.add_argument("--gcs-tol", type=float, default=1e-6)
     parser.add_argument("--repeats", type=int, default=3, help="timed calls per query for every method but networkx")
@@ -325,9 +321,7 @@ def main() -> None:
     print(f"wrote {args.output}")
 
 
-def write_report(
-    args: argparse.Namespace, size: dict, n_queries: int, ppr: dict[str, PprRow], networkx: str, smoothing: dict, load: list[float]
-) -> None:
+def write_report(args: argparse.Namespace, size: dict, n_queries: int, ppr: dict[str, PprRow], networkx: str, smoothing: dict, load: list[float]) -> None:
     def rel(path: Path | str) -> str:
         return os.path.relpath(os.path.abspath(path), ROOT)  # not resolved: keep the venv's python link
 
@@ -379,10 +373,7 @@ def write_report(
             f"= {size['passages']:,} passages + {size['entities']:,} entities, {size['edges']:,} undirected edges "
             f"({2 * size['edges']:,} nonzeros in P), {size['isolated']:,} nodes without edges"
         ),
-        (
-            f"- queries: {n_queries}, those of the corpus whose `graph_rrf` seeds are not all zero; seeds = "
-            "`methods['graph_rrf'].seeds(text, inputs, request, indexes)`, computed before timing"
-        ),
+        (f"- queries: {n_queries}, those of the corpus whose `graph_rrf` seeds are not all zero; seeds = `methods['graph_rrf'].seeds(text, inputs, request, indexes)`, computed before timing"),
         "",
         "## Personalized PageRank on the entity graph, per query",
         "",
@@ -419,10 +410,7 @@ def write_report(
             f"- PPR >= 20x faster than networkx at equal top-10: {nx_p50 / ours:.1f}x at p50: **{verdict[nx_p50 / ours >= 20]}** "
             f"(identical top-10 with networkx on {np.mean(ppr[power].same_nx):.3f} of its {n_nx} queries)"
         ),
-        (
-            f"- GCS over {smoothing['candidates']} candidates, median <= 2 ms: {gcs_p50:.3f} ms: **{verdict[gcs_p50 <= 2]}** "
-            f"(with the candidate graph built: {with_graph:.3f} ms)"
-        ),
+        (f"- GCS over {smoothing['candidates']} candidates, median <= 2 ms: {gcs_p50:.3f} ms: **{verdict[gcs_p50 <= 2]}** (with the candidate graph built: {with_graph:.3f} ms)"),
         "",
     ]
     args.output.parent.mkdir(parents=True, exist_ok=True)

@@ -104,6 +104,7 @@ class Side:
 def written(home: Path) -> dict[str, int]:
     """The corpus's table files and artefact folders with their latest modification: one entry per
     thing an asset writes, in either revision's layout."""
+
     def mtime(path: Path) -> int:
         try:
             return max((p.stat().st_mtime_ns for p in [path, *path.rglob("*")]), default=0)
@@ -282,6 +283,7 @@ def faulty_llm(side: Side) -> list[tuple[str, bool, str]]:
         read = f"SELECT count(*) FROM entities WHERE corpus = '{CORPUS}' AND extractor = 'llm'"
         good = side.run(home, "sql", read)[1]
         results = []
+
         def answering(mode: str) -> None:  # and no cached answer: each node is asked again
             server.mode = mode
             for path in (home / "llm_cache").rglob("*.json"):

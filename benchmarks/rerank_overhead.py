@@ -68,9 +68,7 @@ def main() -> None:
     }
     if args.against:
         then = kernel_at(args.against)
-        runs[f"fastinsight@{args.against}"] = lambda data, q, scorer: then.fastinsight(
-            q["embedding"], data.vectors, data.graph, data.degrees, then.PairScorer(scorer.features, scorer.head)
-        )
+        runs[f"fastinsight@{args.against}"] = lambda data, q, scorer: then.fastinsight(q["embedding"], data.vectors, data.graph, data.degrees, then.PairScorer(scorer.features, scorer.head))
     names = list(runs)
     lines = header("Budgeted rerankers' own work per query (cost-free cross-encoder)", "python benchmarks/rerank_overhead.py " + " ".join(sys.argv[1:]))
     lines += [

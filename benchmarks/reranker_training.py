@@ -50,17 +50,18 @@ def export(folder: Path, datasets: Path, negatives: int, validation_depth: int) 
     config = RerankerConfig(corpora=corpora, negatives=negatives, validation_depth=validation_depth)
     data = mine(store, corpora, training_queries(store, corpora, 0, config.seed), config)
     pq.write_table(
-        pa.table({
-            "query": [g.query for g in data.groups],
-            "positive": [g.positive for g in data.groups],
-            "negatives": [list(g.negatives) for g in data.groups],
-        }),
+        pa.table(
+            {
+                "query": [g.query for g in data.groups],
+                "positive": [g.positive for g in data.groups],
+                "negatives": [list(g.negatives) for g in data.groups],
+            }
+        ),
         folder / "groups.parquet",
         compression="zstd",
     )
     pq.write_table(
-        pa.table({name: [item[name] for item in data.validation] for name in ("query", "texts", "docs", "dense_ndcg")}
-                 | {"gold": [sorted(item["gold"]) for item in data.validation]}),
+        pa.table({name: [item[name] for item in data.validation] for name in ("query", "texts", "docs", "dense_ndcg")} | {"gold": [sorted(item["gold"]) for item in data.validation]}),
         folder / "validation.parquet",
         compression="zstd",
     )
@@ -94,8 +95,7 @@ def train_and_report(args: argparse.Namespace) -> None:
     lines = header("Reranker training with more compute", "python benchmarks/reranker_training.py train " + " ".join(args.argv))
     lines += [
         f"- device: {device}",
-        f"- data: {len(groups)} groups, {args.negatives} hard negatives each, max_tokens {args.max_tokens}; "
-        f"held-out: {len(validation)} train-split queries, dense top-{len(validation[0]['texts'])}",
+        f"- data: {len(groups)} groups, {args.negatives} hard negatives each, max_tokens {args.max_tokens}; held-out: {len(validation)} train-split queries, dense top-{len(validation[0]['texts'])}",
         f"- {report.steps} steps of {args.groups_per_step} groups in {report.seconds:.0f} s "
         f"({report.steps * args.groups_per_step / report.seconds:.1f} groups/s, validation included), lr {args.learning_rate}",
         f"- held-out nDCG@10: untrained {report.initial_validation:.3f}, best {report.best_validation:.3f} at step {report.best_step}, "

@@ -34,10 +34,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
-from common import ROOT, header, revision_on_path, table
 from dagster import AssetSelection
 from rich.console import Console
 
+from common import ROOT, header, revision_on_path, table
 from graphlake.api import GraphLake
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set
@@ -349,10 +349,18 @@ def main() -> None:
     texts = [q["text"] for q in LakeStorage(home).read("queries", {"corpus": options.corpus}).to_pylist() if q["split"] == "test"][: options.queries]
     if options.side:
         return load_only(options, home, methods, texts)
-    lines = [*header("Retrieval for applications: the API and `graphlake serve`", f"python benchmarks/serve.py --corpus {options.corpus} --methods {options.methods} --queries {options.queries} --seconds {options.seconds:g} --clients {options.clients}")]
+    lines = [
+        *header(
+            "Retrieval for applications: the API and `graphlake serve`",
+            f"python benchmarks/serve.py --corpus {options.corpus} --methods {options.methods} --queries {options.queries} --seconds {options.seconds:g} --clients {options.clients}",
+        )
+    ]
     lines += table(f"1. Warm API search against the method run in process ({options.corpus}, test queries)", ["method", "queries", "in-process p50 ms", "API search p50 ms", "API / in-process"])
     lines += in_process(home, options.corpus, methods, texts)
-    lines += table(f"2. One search_batch of {len(texts)} queries against {len(texts)} single searches", ["method", "queries", "single s", "batch s", "speed-up", "single CPU-s", "batch CPU-s", "CPU speed-up", "same top-10"])
+    lines += table(
+        f"2. One search_batch of {len(texts)} queries against {len(texts)} single searches",
+        ["method", "queries", "single s", "batch s", "speed-up", "single CPU-s", "batch CPU-s", "CPU speed-up", "same top-10"],
+    )
     lines += batches(home, options.corpus, methods, texts)
     rows, summary = load(home, options.corpus, methods, texts, options.seconds, options.clients)
     lines += table(

@@ -67,9 +67,7 @@ def fail(message: str, trace: str = "") -> None:
     raise typer.Exit(1)
 
 
-def run_assets(
-    corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, incremental: bool = False
-) -> None:
+def run_assets(corpus: str, selection, config: Path | dict | None, command: str, declare: CorpusSpec | None = None, incremental: bool = False) -> None:
     """Materialize (a Dagster selection, a selection string, or asset names), failing cleanly;
     ``config`` is a run config, or the YAML file holding one; the run belongs to the job of ``command``;
     ``declare``: the corpus's new declaration, kept only if the run succeeds. Progress and notes go

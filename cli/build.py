@@ -20,9 +20,7 @@ from graphlake.warehouse.home import lake_home
 def materialize(
     corpus: Annotated[str, typer.Option(help="Corpus (partition) to materialize.")],
     select: Annotated[str | None, typer.Option(help="Dagster asset selection, e.g. 'nodes+' or 'group:ingest'.")] = None,
-    config: Annotated[
-        Path | None, typer.Option(help="YAML run config, as in the Dagster launchpad: ops: {reranker: {config: {...}}}.")
-    ] = None,
+    config: Annotated[Path | None, typer.Option(help="YAML run config, as in the Dagster launchpad: ops: {reranker: {config: {...}}}.")] = None,
 ) -> None:
     """Materialize assets (all by default) for one declared corpus."""
     run_assets(corpus, select, config, "materialize", incremental=select is None)  # a build: only what changed reaches

@@ -23,9 +23,7 @@ def evaluate(
     as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per method.")] = False,
     sample: Annotated[int | None, typer.Option(min=1, help="Run a seeded sample of this many of the split's queries (a slow method on a CPU); the metrics cover those.")] = None,
     rerun: Annotated[bool, typer.Option("--rerun", help="Run the queries again even if stored runs are current (fresh timings).")] = False,
-    reuse_pairs: Annotated[
-        bool, typer.Option("--reuse-pairs", help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")
-    ] = False,
+    reuse_pairs: Annotated[bool, typer.Option("--reuse-pairs", help="Cross-encoder vectors from the lake's pair cache, shared by methods and sessions; the runs' timings are then no QPT.")] = False,
 ) -> None:
     """Materialize what is missing for these methods on the corpus (and on the corpora their learned
     indexes learn from), then print their metrics."""

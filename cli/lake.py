@@ -105,27 +105,25 @@ def _print_methods(report: list[dict], floor: dict[str, float], home: Path, left
 def ingest(
     format: Annotated[str, typer.Argument(help=f"One of: {', '.join(INGEST_FORMATS)}.")],
     corpus: Annotated[str, typer.Option(help="Name of the corpus (its partition).")],
-    path: Annotated[Path | None, typer.Argument(help="The file or folder the format expects (.gz read transparently); none for api, a corpus the lake owns, filled by the application's writes.")] = None,
-    queries: Annotated[
-        Path | None, typer.Option(help="Separate query file (files, jsonl: JSON lines {id, text, split?, qrels?: {doc_id: relevance}}; hipporag, spider, bird: their own).")
+    path: Annotated[
+        Path | None, typer.Argument(help="The file or folder the format expects (.gz read transparently); none for api, a corpus the lake owns, filled by the application's writes.")
     ] = None,
-    qrels: Annotated[
-        Path | None, typer.Option(help="Gold for those queries (files, jsonl): BEIR's query-id<TAB>doc-id<TAB>score or TREC's 'qid 0 doc-id relevance' lines.")
-    ] = None,
+    queries: Annotated[Path | None, typer.Option(help="Separate query file (files, jsonl: JSON lines {id, text, split?, qrels?: {doc_id: relevance}}; hipporag, spider, bird: their own).")] = None,
+    qrels: Annotated[Path | None, typer.Option(help="Gold for those queries (files, jsonl): BEIR's query-id<TAB>doc-id<TAB>score or TREC's 'qid 0 doc-id relevance' lines.")] = None,
     split: Annotated[str | None, typer.Option(help="Split for the queries (default: from the file name).")] = None,
     encoding: Annotated[str | None, typer.Option(help="files: decode with this encoding (latin-1, cp1252, utf-16...; default UTF-8, or what a byte-order mark says).")] = None,
     skip_bad: Annotated[bool, typer.Option("--skip-bad", help="files: skip files that cannot be decoded or are binary, and list them, instead of stopping.")] = False,
     ext: Annotated[
-        list[str] | None, typer.Option("--ext", help="files: also read files with this suffix (repeatable: --ext .html --ext .py). Read anyway: .txt .md .markdown .rst .text, extension-less files, README/NEWS/COPYING-style names whatever their suffix, and their .gz.")
+        list[str] | None,
+        typer.Option(
+            "--ext",
+            help="files: also read files with this suffix (repeatable: --ext .html --ext .py). Read anyway: .txt .md .markdown .rst .text, extension-less files, README/NEWS/COPYING-style names whatever their suffix, and their .gz.",
+        ),
     ] = None,
     chunk_size: Annotated[int | None, typer.Option(min=1, help="Chunk window in tokens (default: per format).")] = None,
     chunk_overlap: Annotated[int | None, typer.Option(min=0, help="Tokens shared by consecutive chunks (default: 0 with --chunk-size, else the format's).")] = None,
-    train_corpus: Annotated[
-        str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")
-    ] = None,
-    alpha_corpus: Annotated[
-        str | None, typer.Option(help="Corpus whose queries pick GraphER's alpha (default: the training corpus).")
-    ] = None,
+    train_corpus: Annotated[str | None, typer.Option(help="Corpus whose queries tune/train the learned rankers used on this one (GraphER).")] = None,
+    alpha_corpus: Annotated[str | None, typer.Option(help="Corpus whose queries pick GraphER's alpha (default: the training corpus).")] = None,
 ) -> None:
     """Declare a corpus and materialize its ingest and chunking assets."""
     if format not in INGEST_FORMATS:
@@ -170,7 +168,10 @@ def _declare_owned(corpus: str, path: Path | None, queries: Path | None, qrels: 
         CorpusRegistry(lake_home()).declare_owned(corpus, **{k: v for k, v in {"chunking": chunking, "train_corpus": train_corpus, "alpha_corpus": alpha_corpus}.items() if v is not None})
     except ValueError as error:
         fail(one_line(error))
-    errors.print(f"declared {corpus!r}, a corpus the lake owns: upsert documents through the API or `graphlake serve`; the reindex sensor or `graphlake materialize --corpus {corpus}` folds them in", highlight=False)
+    errors.print(
+        f"declared {corpus!r}, a corpus the lake owns: upsert documents through the API or `graphlake serve`; the reindex sensor or `graphlake materialize --corpus {corpus}` folds them in",
+        highlight=False,
+    )
 
 
 def _chunking(format: str, size: int | None, overlap: int | None) -> Chunking | None:

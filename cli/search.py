@@ -32,15 +32,15 @@ def query(
     corpus: Annotated[list[str], typer.Option(help="Corpus to search; repeated, several, their rankings fused.")],
     method: Annotated[str, typer.Option(help="Method name (graphlake methods lists them).")] = "rrf",
     top: Annotated[int, typer.Option("--top", "--k", "-k", min=1, help="How many hits to print (-k, --k: the same, as the API and the retrievers call it).")] = 10,
-    where: Annotated[
-        str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')
-    ] = None,
+    where: Annotated[str | None, typer.Option("--filter", help='Only documents whose metadata pass: year >= 2015 and (lang = "en" or lang in ["de", "fr"]), or its JSON form.')] = None,
     as_json: Annotated[
-        bool, typer.Option("--json", help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, relevance, corpus, source, start, end, terms, snippet, metadata, chunk, prev_node_id, next_node_id, spans, context, context_start, context_end}], notes, calibration}.")
+        bool,
+        typer.Option(
+            "--json",
+            help="Print {corpus, method, snapshot, latency_ms, hits: [{rank, node_id, doc_id, title, text, score, relevance, corpus, source, start, end, terms, snippet, metadata, chunk, prev_node_id, next_node_id, spans, context, context_start, context_end}], notes, calibration}.",
+        ),
     ] = False,
-    server: Annotated[
-        str | None, typer.Option(envvar=SERVER.name, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER.name}).")
-    ] = None,
+    server: Annotated[str | None, typer.Option(envvar=SERVER.name, help=f"Ask this running `graphlake serve` (http://host:port) instead of loading the indexes here (${SERVER.name}).")] = None,
     build: Annotated[bool, typer.Option("--build", help="First build what the method reads that is missing or stale (as `materialize` would).")] = False,
     group_by: Annotated[
         str, typer.Option("--group-by", help="span: a hit is a node merged with the ranked nodes of its document it overlaps; document: one hit a document; chunk: the ranked nodes.")
@@ -206,9 +206,8 @@ def list_models(
     """List the lake's models (packaged, and its own in models.yaml): kind, source, dimension, which
     roles and corpora use it, and whether it is ready."""
     from graphlake.common.settings import model_cache
-    from graphlake.warehouse.encoder_specs import ROLES, SPLIT_PACKAGES
+    from graphlake.warehouse.encoder_specs import ROLES, SPLIT_PACKAGES, declared_models, listing
     from graphlake.warehouse.encoder_specs import assemble as assemble_model
-    from graphlake.warehouse.encoder_specs import declared_models, listing
 
     home = lake_home()
     for model in SPLIT_PACKAGES if assemble else ():

@@ -215,9 +215,7 @@ class LLMClient:
                 raise _FormatRefused from error
 
         def complete(timeout: float):
-            return self._client.with_options(timeout=timeout).chat.completions.create(
-                model=config.model, messages=messages, temperature=0.0, max_tokens=config.max_tokens, **extra
-            )
+            return self._client.with_options(timeout=timeout).chat.completions.create(model=config.model, messages=messages, temperature=0.0, max_tokens=config.max_tokens, **extra)
 
         retries = Retries(config.timeout_s, config.max_retries, config.backoff_s, ENV_TIMEOUT)
         return retrying(complete, retries, config.describe(), "an OpenAI chat completion", LLMUnavailable, LLMError, refused_format)

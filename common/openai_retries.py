@@ -67,8 +67,7 @@ def retrying(
         if attempt == attempts or time.monotonic() + pause >= deadline:
             asked = f"; it asked to retry after {wait:.0f} s" if wait else ""
             raise unavailable(
-                f"{describe} failed after {attempt} of {attempts} attempts within {retries.timeout_s * attempts:.0f} s "
-                f"({retries.setting}={retries.timeout_s:g} s x {attempts}){asked}: {failure}"
+                f"{describe} failed after {attempt} of {attempts} attempts within {retries.timeout_s * attempts:.0f} s ({retries.setting}={retries.timeout_s:g} s x {attempts}){asked}: {failure}"
             )
         # a line for the person waiting (a step's run log, where Dagster manages the ``graphlake`` logger)
         LOG.warning(f"{PREFIX}{said} failed ({failure.splitlines()[0][:200]}); retrying in {pause:.0f} s")

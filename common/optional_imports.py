@@ -14,7 +14,6 @@ import sys
 import threading
 from types import ModuleType
 
-
 _importing = threading.Lock()
 
 

@@ -28,8 +28,8 @@ from dagster import (
     multiple_process_executor_requirements,
 )
 from dagster._core.errors import raise_execution_interrupts
-from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.execution.retries import RetryMode
+from dagster._core.executor.in_process import InProcessExecutor
 from dagster._core.instance.ref import InstanceRef
 from dagster._serdes import ConfigurableClassData
 from dagster._utils import iterate_with_context

@@ -40,9 +40,8 @@ def default_selection(home: Path) -> AssetSelection:
 def index_corpus(home: Path):
     return define_asset_job(INDEX_JOB, selection=default_selection(home), description="Everything graphlake builds for one corpus, from raw files to evaluated runs.")
 
-ingest_corpus = define_asset_job(
-    INGEST_JOB, selection=AssetSelection.groups("ingest", "chunking"), description="Read a corpus's raw files and chunk them (graphlake ingest)."
-)
+
+ingest_corpus = define_asset_job(INGEST_JOB, selection=AssetSelection.groups("ingest", "chunking"), description="Read a corpus's raw files and chunk them (graphlake ingest).")
 evaluate = define_asset_job(
     EVALUATE_JOB,
     selection=AssetSelection.groups("retrieval", "evaluation"),

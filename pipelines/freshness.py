@@ -66,9 +66,7 @@ class Refresh:
         return [*others, *([(self.corpus, self.assets)] if self.assets else [])]
 
 
-def plan_refresh(
-    lake: LakeStorage, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True, sample: int | None = None
-) -> Refresh:
+def plan_refresh(lake: LakeStorage, corpus: str, names: list[str], home: Path, split: str | None = None, runs: bool = True, sample: int | None = None) -> Refresh:
     """What a fresh evaluation of ``names`` on ``split`` (None: every query; ``sample``: a seeded sample of them) needs; with ``runs``
     False, what querying them needs (their indexes, not their runs).
 
@@ -106,9 +104,7 @@ def plan_refresh(
         outdated = run_written is None or any(when is None or when > run_written for when in inputs)
         if outdated or not _covers(ran, methods.params(name), split, sample):
             refresh.add(corpus, [run, metrics, query_metrics])
-        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (
-            graph_complete and not _has_topological_recall(lake, run_partition)
-        ):
+        elif _first(lake, "metrics", run_partition, "run_id") != _first(lake, "runs", run_partition, "run_id") or (graph_complete and not _has_topological_recall(lake, run_partition)):
             refresh.add(corpus, [metrics, query_metrics])
     return refresh
 

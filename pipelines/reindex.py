@@ -39,8 +39,8 @@ from graphlake.pipelines.staleness import PARTITION_TAG, SOURCE_TAG, plan_build,
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.locks import holder
-from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.partitions import corpus_partitions
+from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.write_log import corpus_log, pending_writes
 
 INDEX_JOB = "index_corpus"

@@ -27,14 +27,13 @@ from dagster import AssetKey, AssetRecordsFilter, DagsterInstance, DagsterRunSta
 from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
-from graphlake.retrieval.queries import has_train_queries
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.queries import has_train_queries
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusSpec
 from graphlake.warehouse.io_manager import output_written_at
 from graphlake.warehouse.readers.base import IngestError
 from graphlake.warehouse.storage import LakeStorage, StorageError
 from graphlake.warehouse.write_log import pending_writes
-
 
 QUERY_TABLES = ("runs", "metrics", "query_metrics")  # what a method's run and evaluation assets write
 QUERY_ASSETS = ("skb_plans",)  # what plans each query, in tables named at run time
@@ -54,6 +53,7 @@ def source_fingerprint(spec: CorpusSpec) -> str:
                 stat = path.stat()
                 digest.update(f"{path}\x1f{stat.st_size}\x1f{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()
+
 
 def plan_build(home: Path, spec: CorpusSpec, graph, keys: set[AssetKey], instance: DagsterInstance) -> set[AssetKey]:
     """Of a full build's assets (``keys``), those to run on the corpus."""
@@ -87,11 +87,7 @@ def _stale(home: Path, corpus: str, graph, keys: set[AssetKey], instance: Dagste
     written = {key: _written(lake, instance, corpus, key, graph.get(key).metadata) for key in keys}
     checked = {key: _checked(instance, corpus, key, graph.get(key).partitions_def is not None) for key in keys}
     seeds = changed | {
-        key
-        for key in keys
-        if written[key] is None
-        or checked[key] is None
-        or any(written.get(parent) is not None and written[parent] > checked[key] for parent in graph.get(key).parent_keys)
+        key for key in keys if written[key] is None or checked[key] is None or any(written.get(parent) is not None and written[parent] > checked[key] for parent in graph.get(key).parent_keys)
     }
     seeds |= {AssetKey(name) for name in plan_refresh(lake, corpus, list(load_methods(home)), home).assets} & keys  # a changed declaration
     queries_stay = AssetKey("queries") not in changed

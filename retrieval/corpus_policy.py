@@ -38,7 +38,6 @@ SKB_SOURCES: dict[str, tuple[str, ...]] = {
 }
 
 
-
 def proximity(format: str) -> str:
     return PROXIMITY.get(format, "contextual")
 

@@ -97,9 +97,7 @@ def evaluate_run(runs: pa.Table, queries: pa.Table, qrels: pa.Table, documents: 
             metric, _, k = name.partition("@")
             column = [v[name] for v in values.values()]
             summary.append({"split": split, "metric": metric, "k": int(k) if k else None, "value": float(np.mean(column)) if column else 0.0, "queries": len(column)})
-            per_query += [
-                {"split": split, "query_id": q, "metric": metric, "k": int(k) if k else None, "value": v[name]} for q, v in values.items()
-            ]
+            per_query += [{"split": split, "query_id": q, "metric": metric, "k": int(k) if k else None, "value": v[name]} for q, v in values.items()]
     common = {"run_id": run_id, "method": method}
     schema = {name: pa.schema([("method", pa.string()), *row_schema(name)]) for name in ("metrics", "query_metrics")}
     metrics = pa.Table.from_pylist([{**common, **row} for row in summary], schema["metrics"])

@@ -373,4 +373,4 @@ class _Parser:
             return text.lower() == "true"
         if kind == "word" and text.lower() not in _KEYWORDS:
             return text  # a bare word is a string: lang = en
-        self.fail(position, f"expected a value (a number, \"text\", true or false), got {text!r}")
+        self.fail(position, f'expected a value (a number, "text", true or false), got {text!r}')

@@ -15,13 +15,13 @@ from typing import Any
 
 from graphlake.retrieval.core import Methods, Op, needs, walk
 from graphlake.retrieval.index.kinds import Fitting, IndexKind, IndexKinds, Stored, held_parts, learned_kind
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.stored import STORED_KINDS
 from graphlake.retrieval.models import grasp_fusion, learned_fusion
 from graphlake.retrieval.models.grapher import DEFAULT_BASE, NETWORKS, TunedRankers
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, stage_key
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.propagation import GraphRerank

@@ -27,12 +27,7 @@ def evaluation_report(home: Path, corpus: str, methods: list[str], split: str, c
                 raise ValueError(f"no metrics for method {method!r} on split {split!r} of corpus {corpus!r}")
             missing = [f"{m}@{k}" for m in METRICS_AT_K for k in cutoffs if (m, k) not in values]
             computed = metrics_from_run(LakeStorage(home), corpus, method, split, missing) if missing else {}
-            metrics = {
-                f"{m}@{k}": values[(m, k)] if (m, k) in values else computed[f"{m}@{k}"]
-                for m in (*METRICS_AT_K, *GRAPH_METRICS)
-                for k in cutoffs
-                if (m, k) in values or f"{m}@{k}" in computed
-            }
+            metrics = {f"{m}@{k}": values[(m, k)] if (m, k) in values else computed[f"{m}@{k}"] for m in (*METRICS_AT_K, *GRAPH_METRICS) for k in cutoffs if (m, k) in values or f"{m}@{k}" in computed}
             metrics["mrr"] = values[("mrr", None)]
             p50, p95, mean = con.execute(
                 """SELECT quantile_cont(latency_ms, 0.5), quantile_cont(latency_ms, 0.95), avg(latency_ms) FROM (

@@ -13,10 +13,10 @@ import pyarrow as pa
 
 from graphlake.common.progress import StepProgress
 from graphlake.retrieval.core import Op
+from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, select_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
-from graphlake.retrieval.index.index_set import new_request
 
 
 def run_method(
@@ -64,9 +64,7 @@ def run_method(
             columns["latency_ms"].append(latency)
         progress.advance()
     n = len(columns["rank"])
-    table = pa.table(
-        {"run_id": [uuid.uuid4().hex] * n, "method": [name] * n, "params": [json.dumps(params, sort_keys=True)] * n, **columns}
-    )
+    table = pa.table({"run_id": [uuid.uuid4().hex] * n, "method": [name] * n, "params": [json.dumps(params, sort_keys=True)] * n, **columns})
     summary = {f"latency_{p}_ms": round(float(np.percentile(latencies, int(p[1:]))), 3) if latencies else 0.0 for p in ("p50", "p95", "p99")}
     summary = {"queries": len(latencies), **summary}
     if indexes.encoders.pair_cache():

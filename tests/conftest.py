@@ -33,8 +33,8 @@ import yaml
 from filelock import FileLock
 
 from graphlake.common import settings
-from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 from graphlake.common.settings import ENCODER_PRECISION, MODEL_CACHE
+from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
 
 # float32 encoders in every test (and every process a test starts): bfloat16 is used only where the CPU
 # has it, so recorded rankings (test_rankings.py) must not depend on which machine runs the suite
@@ -90,8 +90,17 @@ def use_lake(patch: pytest.MonkeyPatch, home: Path) -> Path:
 # The slowest files first, so that the two workers (``addopts``) stay busy to the end; the first
 # builds the shared demo lake and its reranked copy while the second runs files that need neither.
 SLOWEST_FIRST = (
-    "test_grasp_reranker.py", "test_crash_consistency.py", "test_grasp_llm.py", "test_reranker.py", "test_dask.py",
-    "test_s3_lake.py", "test_first_hour.py", "test_edits_propagate.py", "test_own_corpus.py", "test_rankings.py", "test_api.py",
+    "test_grasp_reranker.py",
+    "test_crash_consistency.py",
+    "test_grasp_llm.py",
+    "test_reranker.py",
+    "test_dask.py",
+    "test_s3_lake.py",
+    "test_first_hour.py",
+    "test_edits_propagate.py",
+    "test_own_corpus.py",
+    "test_rankings.py",
+    "test_api.py",
 )
 
 
@@ -121,9 +130,7 @@ class DemoLake:
         with DagsterInstance.from_config(str(self.home / "dagster")) as instance:
             [run] = instance.get_runs()
             records = instance.all_logs(run.run_id, of_type=DagsterEventType.ASSET_MATERIALIZATION)
-        return {
-            r.dagster_event.asset_key.to_user_string(): {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records
-        }
+        return {r.dagster_event.asset_key.to_user_string(): {k: v.value for k, v in r.asset_materialization.metadata.items()} for r in records}
 
 
 def built_once(factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:

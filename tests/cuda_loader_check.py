@@ -11,10 +11,10 @@ import numpy as np
 from graphlake.kernels.hybrid.graph_index import Searcher
 from graphlake.kernels.hybrid.vectors import HybridParams
 from graphlake.retrieval.core import needs
+from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.storage import LakeStorage
-from graphlake.retrieval.index.index_set import new_request
 
 QUERIES = ["Which vessel carried the sled?", "Where did the expedition winter?"]
 
@@ -27,10 +27,14 @@ found = op.run_batch(request, indexes)
 searcher = indexes.hybrid_graph
 params = HybridParams(weights=op.scaled(request, indexes), pool=op.candidates)
 cpu_scores, cpu_rows = Searcher(searcher.graph, searcher.vectors).search(op.encode(QUERIES, request, indexes), op.k, params)
-print(json.dumps({
-    "device": searcher.device,
-    "rows": [c.rows.tolist() for c in found],
-    "cpu_rows": [r[r >= 0].tolist() for r in cpu_rows],
-    "score_gap": max(float(np.abs(c.scores - s[: len(c.scores)]).max(initial=0.0)) for c, s in zip(found, cpu_scores, strict=True)),
-    "notes": list(request.notes),
-}))
+print(
+    json.dumps(
+        {
+            "device": searcher.device,
+            "rows": [c.rows.tolist() for c in found],
+            "cpu_rows": [r[r >= 0].tolist() for r in cpu_rows],
+            "score_gap": max(float(np.abs(c.scores - s[: len(c.scores)]).max(initial=0.0)) for c, s in zip(found, cpu_scores, strict=True)),
+            "notes": list(request.notes),
+        }
+    )
+)

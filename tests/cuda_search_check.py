@@ -11,8 +11,8 @@ import json
 import sys
 
 import numpy as np
-from conftest import noisy_queries, synthetic, walk_one
 
+from conftest import noisy_queries, synthetic, walk_one
 from graphlake.kernels.hybrid import cuda_search
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid.vectors import HybridVectors

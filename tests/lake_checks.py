@@ -66,10 +66,6 @@ def differing(expected: dict, got: dict) -> dict:
 
 def readme_queries() -> list[str]:
     """Every ``graphlake sql`` command line of the README and docs/."""
-    found = [
-        query
-        for page in DOCUMENTED
-        for query in re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', page.read_text(encoding="utf-8"), flags=re.MULTILINE)
-    ]
+    found = [query for page in DOCUMENTED for query in re.findall(r'^\.venv/bin/graphlake sql "(.+?)"(?: --json)?\s*$', page.read_text(encoding="utf-8"), flags=re.MULTILINE)]
     assert len(found) >= 10, "the documented SQL examples were not found"
     return found

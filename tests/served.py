@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+
 from conftest import free_port
 
 KEY = "test-key-7f3a"  # the API key the shared demo server (conftest's ``served``) wants

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
-from served import KEY
 
 from graphlake.api import GraphLake, RequestError
 from graphlake.api.client import RemoteLake
 from graphlake.warehouse.storage import LakeStorage
+from served import KEY
 
 QUESTION = "Which vessel carried the BenthoCam sled?"
 

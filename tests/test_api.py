@@ -19,12 +19,12 @@ import httpx
 import pytest
 from dagster import AssetSelection
 from rich.console import Console
-from served import KEY, Server
 
 from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage
+from served import KEY, Server
 
 METHODS = ("bm25", "dense", "rrf", "ap_three", "graph_rrf", "grasp_fused")  # batched paths; SPRIG's entity graph and GRASP's SKB, loaded by views
 

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from graphlake.kernels.text.chunking import chunk_texts
 import pytest
+
+from graphlake.kernels.text.chunking import chunk_texts
 
 pytestmark = pytest.mark.fast  # unit tests over small in-memory data: `pytest -m fast`
 
-TEXT = (
-    "Alpha beta gamma. Delta epsilon zeta eta. Theta iota. "
-    "Kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega. End. Fin fin."
-)
+TEXT = "Alpha beta gamma. Delta epsilon zeta eta. Theta iota. Kappa lambda mu nu xi omicron pi rho sigma tau upsilon phi chi psi omega. End. Fin fin."
 
 
 def pieces(text: str, size: int | None, overlap: int = 0) -> list[str]:

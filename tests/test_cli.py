@@ -90,9 +90,7 @@ def test_ingest_jsonl_then_query_it_with_sql_and_query_builds_only_when_asked(la
     result = invoke("ingest", "jsonl", str(docs), "--corpus", "mine", "--queries", str(queries))
     assert result.exit_code == 0, result.output
     assert sql_json("select count(*) as n from documents where corpus = 'mine'") == [{"n": 3}]
-    assert sql_json("select query_id, doc_id, split from qrels where corpus = 'mine'") == [
-        {"query_id": "q1", "doc_id": "x1", "split": "test"}
-    ]
+    assert sql_json("select query_id, doc_id, split from qrels where corpus = 'mine'") == [{"query_id": "q1", "doc_id": "x1", "split": "test"}]
     listed = invoke("corpora")
     assert "mine" in listed.stdout and "jsonl" in listed.stdout
     # query searches what the lake has built: nothing yet, said in one line with the commands that build it
@@ -175,4 +173,3 @@ def _last_materialization(asset: str) -> str:
     """The Dagster run that last materialized an asset (unchanged data keeps its file, so not its mtime)."""
     with DagsterInstance.get() as instance:
         return instance.get_latest_materialization_event(AssetKey(asset)).run_id
-

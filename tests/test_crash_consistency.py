@@ -11,13 +11,13 @@ import time
 from pathlib import Path
 
 from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus
-
 from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.snapshots import Snapshots
 
 TABLES = ("documents", "queries", "qrels", "nodes", "edges", "vectors", "runs")
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
+
 
 def graphlake(home: Path, *args: str, **popen) -> subprocess.Popen:
     env = {**os.environ, "GRAPHLAKE_HOME": str(home), "DAGSTER_HOME": str(home / "dagster")}

@@ -34,7 +34,6 @@ def test_head_of_features_is_the_classifiers_score(encoder):
     np.testing.assert_allclose(features, one_by_one, rtol=1e-4, atol=1e-5)
 
 
-
 def test_batches_hold_pairs_of_like_length_on_a_cpu_and_fill_up_on_a_gpu(encoder):
     lengths = np.array([40, 10, 12, 30, 11, 13, 100])  # by length: 1, 4, 2, 5, 3, 0, 6
     assert [b.tolist() for b in encoder._batches(lengths, 3)] == [[1, 4, 2], [5], [3], [0], [6]]  # 30 > 1.25 * 13, 40 > 1.25 * 30

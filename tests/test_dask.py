@@ -12,13 +12,13 @@ import sys
 from pathlib import Path
 
 import pytest
-from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
-from lake_checks import differing, rows
 
+from crash_corpus import EDITED, METHODS, SELECTION, TEXTS, write_corpus
 from graphlake.api import GraphLake
 from graphlake.common.shards import SHARD_ENV
 from graphlake.kernels.text.encoders import DENSE_MODEL
 from graphlake.warehouse.snapshots import Snapshots
+from lake_checks import differing, rows
 
 distributed = pytest.importorskip("distributed")
 

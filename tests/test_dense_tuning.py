@@ -12,9 +12,9 @@ from pathlib import Path
 import yaml
 from typer.testing import CliRunner
 
-from graphlake.kernels.text.model_files import folder_revision
-from graphlake.common.settings import model_cache
 from graphlake.cli import app
+from graphlake.common.settings import model_cache
+from graphlake.kernels.text.model_files import folder_revision
 from graphlake.warehouse.corpora import DEMO_CONFIG, TUNED_ARTIFACT, TUNING_DECISION
 from graphlake.warehouse.storage import LakeStorage
 

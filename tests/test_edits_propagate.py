@@ -15,6 +15,7 @@ import yaml
 from dagster import AssetKey, AssetRecordsFilter, AssetSelection, DagsterEventType, DagsterInstance, RunsFilter
 from rich.console import Console
 
+from graphlake.api import GraphLake
 from graphlake.assets.ingest.raw_corpus import RAW_TABLES
 from graphlake.kernels.text import encoders
 from graphlake.pipelines.definitions import build_definitions, default_selection
@@ -22,7 +23,6 @@ from graphlake.pipelines.runner import materialize_corpus
 from graphlake.retrieval.core import method_asset_names, needs, uses_llm
 from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.retrieval.methods import load_methods
-from graphlake.api import GraphLake
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import DEMO_CONFIG, DEMO_PATH, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.storage import LakeStorage

@@ -53,13 +53,11 @@ def test_the_query_encoders_give_the_float32_vectors_whatever_the_batch(tmp_path
         query_encoders._encoder.cache_clear()  # the other tests' sessions read the default cache
 
 
-
 def test_a_model_folder_of_ones_own_is_encoded_alike_at_build_and_query_time(tmp_path):
     """A sentence-transformers folder that pools by [CLS] (MiniLM's weights, its pooling config changed):
     the passages (sentence-transformers) and the queries (the exported graph) get the same unit vectors,
     which are not the packaged model's mean-pooled ones."""
     from conftest import cls_pooled_minilm
-
     from graphlake.kernels.text.model_files import pooling
 
     cache = tmp_path / "cache"

@@ -26,15 +26,9 @@ SPACY_RECALL_FLOOR = 0.9  # measured 0.938 (121/129 per-document PERSON/ORG name
 
 
 def test_regex_extracts_one_to_four_capitalised_words():
-    text = (
-        "Ingrid Valtersen sailed from Port Ostrel to Tarn Island aboard the RV Kestrel Dawn. "
-        "She met Colm Dempsey of the Estmere Maritime Science Council Board."
-    )
+    text = "Ingrid Valtersen sailed from Port Ostrel to Tarn Island aboard the RV Kestrel Dawn. She met Colm Dempsey of the Estmere Maritime Science Council Board."
     [found] = regex_entities([text])
-    assert found == [
-        (name, "CAPITALISED")
-        for name in ["Ingrid Valtersen", "Port Ostrel", "Tarn Island", "Kestrel Dawn", "She", "Colm Dempsey", "Estmere Maritime Science Council", "Board"]
-    ]
+    assert found == [(name, "CAPITALISED") for name in ["Ingrid Valtersen", "Port Ostrel", "Tarn Island", "Kestrel Dawn", "She", "Colm Dempsey", "Estmere Maritime Science Council", "Board"]]
 
 
 def test_spacy_finds_named_entities_skips_quantities_and_trims_articles():
@@ -115,9 +109,7 @@ def test_conceptual_weight_divides_by_the_targets_entities():
     entity = np.array([0, 1, 0, 1, 2, 3, 1, 4])
     src, dst, weight = conceptual_weights(node, entity, 4, 5)
     got = {(int(s), int(d)): w for s, d, w in zip(src, dst, weight)}
-    assert got == pytest.approx(
-        {(0, 1): 1 / 1, (1, 0): 1 / 2, (0, 2): 1 / 3, (2, 0): 1 / 2, (0, 3): 1 / 2, (3, 0): 1 / 2, (2, 3): 1 / 2, (3, 2): 1 / 3}
-    )
+    assert got == pytest.approx({(0, 1): 1 / 1, (1, 0): 1 / 2, (0, 2): 1 / 3, (2, 0): 1 / 2, (0, 3): 1 / 2, (3, 0): 1 / 2, (2, 3): 1 / 2, (3, 2): 1 / 3})
     # B (df 3) is over the limit: it links nothing but still counts in |E(n0)|
     src, dst, weight = conceptual_weights(node, entity, 4, 5, max_entity_df=2)
     assert list(zip(src.tolist(), dst.tolist(), weight.tolist())) == [(0, 1, 1.0), (1, 0, 0.5)]
@@ -137,12 +129,7 @@ def test_demo_spacy_recalls_the_gold_people_and_organisations(enriched):
     found: dict[str, set[str]] = defaultdict(set)
     for row in mentions:
         found[doc_of[row["node_id"]]].add(row["entity_id"].removeprefix("spacy:"))
-    gold = {
-        (doc["id"], normalise(e["name"]))
-        for doc in map(json.loads, DEMO_CORPUS.read_text(encoding="utf-8").splitlines())
-        for e in doc["metadata"]["entities"]
-        if e["type"] in ("PERSON", "ORG")
-    }
+    gold = {(doc["id"], normalise(e["name"])) for doc in map(json.loads, DEMO_CORPUS.read_text(encoding="utf-8").splitlines()) for e in doc["metadata"]["entities"] if e["type"] in ("PERSON", "ORG")}
     recalled = sum(norm in found[doc_id] for doc_id, norm in gold)
     assert len(gold) > 50
     assert recalled / len(gold) >= SPACY_RECALL_FLOOR, sorted(g for g in gold if g[1] not in found[g[0]])

@@ -14,7 +14,6 @@ import duckdb
 import httpx
 import pytest
 import yaml
-from served import KEY
 from typer.testing import CliRunner
 
 from graphlake import retrieval
@@ -24,6 +23,7 @@ from graphlake.retrieval.core import unfiltered
 from graphlake.retrieval.filters import FilterError, parse_filter
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.storage import LakeStorage
+from served import KEY
 
 K = 10
 # every default method, and the two approximate indexes with their filtered walks forced (the demo is

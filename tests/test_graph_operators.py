@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
+from graphlake.cli import app
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.text.bm25 import BM25Index
-from graphlake.cli import app
 from graphlake.retrieval.core import MethodError
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
@@ -33,9 +33,7 @@ class HandEntities:
     def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> EntityGraph:
         key = (hub_prune_percent, degree_cap)
         if key not in self.graphs:
-            self.graphs[key] = EntityGraph.build(
-                4, ["alpha", "beta"], np.array([0, 0, 1, 1]), np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 1.0, 1.0]), hub_prune_percent, degree_cap
-            )
+            self.graphs[key] = EntityGraph.build(4, ["alpha", "beta"], np.array([0, 0, 1, 1]), np.array([0, 1, 2, 3]), np.array([1.0, 2.0, 1.0, 1.0]), hub_prune_percent, degree_cap)
         return self.graphs[key]
 
     def query_entities(self, text: str, extractor: str, request) -> list[str]:
@@ -70,7 +68,6 @@ class GraphIndexes:
 
     def setting(self, name: str):
         return getattr(self.spec, name)
-
 
 
 METHODS = {

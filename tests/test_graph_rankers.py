@@ -49,9 +49,7 @@ def task():
     train, validation, test = ([anchor_graph(rng) for _ in range(size)] for size in (200, 40, 40))
     test = [g for g in test if g.labels.sum() > 0]
     gat = train_ranker(train, validation, message_passing=True, learning_rates=(1e-2,), weight_decays=(0.0,), **SMALL)
-    mlp = train_ranker(
-        train, validation, message_passing=False, learning_rates=(1e-2, 3e-3), weight_decays=(0.0, 1e-4), **SMALL
-    )
+    mlp = train_ranker(train, validation, message_passing=False, learning_rates=(1e-2, 3e-3), weight_decays=(0.0, 1e-4), **SMALL)
     yield validation, test, gat, mlp
     torch.set_num_threads(threads)
 

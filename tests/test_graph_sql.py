@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import materialize_committed
 from dagster import DagsterEventType, DagsterInstance, asset
 from typer.testing import CliRunner
 
+from conftest import materialize_committed
 from graphlake.assets.edge_checks import df_problems, edge_problems, mentions_match_df
 from graphlake.cli import app
 from graphlake.pipelines.definitions import resources
@@ -190,10 +190,13 @@ def test_top_hubs_rank_by_distinct_neighbours(graph_lake):
     ("query", "expected"),
     [
         ("select * from neighbours('g', 'b#1', 'link')", [{"node_id": "c#0", "kind": "link", "weight": 0.7}]),
-        ("select * from degrees('g', 'link') where direction = 'in'", [
-            {"kind": "link", "direction": "in", "degree": 1, "nodes": 3},
-            {"kind": "link", "direction": "in", "degree": 2, "nodes": 1},
-        ]),
+        (
+            "select * from degrees('g', 'link') where direction = 'in'",
+            [
+                {"kind": "link", "direction": "in", "degree": 1, "nodes": 3},
+                {"kind": "link", "direction": "in", "degree": 2, "nodes": 1},
+            ],
+        ),
         ("select * from khop('g', 'b#0', 1)", [{"node_id": "b#0", "hops": 0}, {"node_id": "b#1", "hops": 1}]),
         ("select * from shortest_path('g', 'a#0', 'b#0', 4)", [{"path": ["a#0", "b#1", "b#0"], "length": 2}]),
         ("select node_id, extractor from entity_nodes('g', 'France')", [{"node_id": "c#0", "extractor": "regex"}]),
@@ -219,9 +222,7 @@ def test_edge_problems_flag_dangling_endpoints_and_duplicates_per_kind():
         "contextual": {"edges": 1, "dangling": 0, "duplicates": 0},
         "link": {"edges": 5, "dangling": 0, "duplicates": 0},
     }
-    bad = pa.concat_tables(
-        [good, edge_table([("a#0", "ghost", 1.0), ("nowhere", "a#1", 1.0)], "link"), edge_table([("a#0", "a#1", 2.0)], "contextual")]
-    )
+    bad = pa.concat_tables([good, edge_table([("a#0", "ghost", 1.0), ("nowhere", "a#1", 1.0)], "link"), edge_table([("a#0", "a#1", 2.0)], "contextual")])
     result = edge_problems(bad, nodes, entities)
     assert not result.passed
     assert result.metadata["by_kind"].data == {
@@ -266,8 +267,6 @@ def test_mentions_check_runs_in_dagster(tmp_path, paris_df, passed):
 
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["g"])
-        result = materialize_committed(
-            tmp_path, [regex_mentions, mentions_match_df("regex_mentions")], instance=instance, resources=resources(tmp_path), partition_key="g"
-        )
+        result = materialize_committed(tmp_path, [regex_mentions, mentions_match_df("regex_mentions")], instance=instance, resources=resources(tmp_path), partition_key="g")
     [evaluation] = result.get_asset_check_evaluations()
     assert evaluation.passed is passed

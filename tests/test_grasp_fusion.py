@@ -102,9 +102,7 @@ def test_the_grid_search_scores_every_setting_as_fuse_would():
         for j, constant in enumerate(STATIC_CONSTANTS):
             assert choice.static_hits[i, j] == sum(_hit(q, weight, 1.0 - weight, constant) for q in queries)
     for setting in choice.dynamic_top[:3]:  # the winners, recomputed through fuse()
-        hits = sum(
-            _hit(q, graph_weight(q.valid, q.n_cand, q.risk_level, setting["w_bucket"], setting["m_risk"]), 1.0, setting["constant"]) for q in queries
-        )
+        hits = sum(_hit(q, graph_weight(q.valid, q.n_cand, q.risk_level, setting["w_bucket"], setting["m_risk"]), 1.0, setting["constant"]) for q in queries)
         assert hits == setting["hits"]
     rng = np.random.default_rng(0)
     best = choice.dynamic["hits"]

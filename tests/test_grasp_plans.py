@@ -11,21 +11,39 @@ import pyarrow as pa
 import pytest
 
 from graphlake.kernels.plan.fusion import fuse, graph_weight
+from graphlake.kernels.plan.match import Adjacency, execute
 from graphlake.kernels.plan.plans import Plan, Schema, check, parse_plan
 from graphlake.kernels.plan.skb_builders import SKB, sql_schema, wiki_rules
-from graphlake.kernels.plan.match import Adjacency, execute
 from graphlake.kernels.plan.sql import Graph, Linked, compile_sql, link, reference
 
 # a toy SKB: films, people, dates; director / spouse / date of birth
 TOY_NODES = [
-    ("f1", "film"), ("f2", "film"), ("f3", "film"), ("f4", "film"),
-    ("p1", "person"), ("p2", "person"), ("p3", "person"), ("p4", "person"), ("p5", "person"),
-    ("d1", "date"), ("d2", "date"), ("d3", "date"),
+    ("f1", "film"),
+    ("f2", "film"),
+    ("f3", "film"),
+    ("f4", "film"),
+    ("p1", "person"),
+    ("p2", "person"),
+    ("p3", "person"),
+    ("p4", "person"),
+    ("p5", "person"),
+    ("d1", "date"),
+    ("d2", "date"),
+    ("d3", "date"),
 ]
 TOY_EDGES = [
-    ("f1", "director", "p1"), ("f2", "director", "p1"), ("f3", "director", "p2"), ("f4", "director", "p3"), ("f4", "director", "p4"),
-    ("p1", "spouse", "p2"), ("p3", "spouse", "p5"), ("p4", "spouse", "p5"),
-    ("p1", "date of birth", "d1"), ("p2", "date of birth", "d2"), ("p3", "date of birth", "d1"), ("p5", "date of birth", "d3"),
+    ("f1", "director", "p1"),
+    ("f2", "director", "p1"),
+    ("f3", "director", "p2"),
+    ("f4", "director", "p3"),
+    ("f4", "director", "p4"),
+    ("p1", "spouse", "p2"),
+    ("p3", "spouse", "p5"),
+    ("p4", "spouse", "p5"),
+    ("p1", "date of birth", "d1"),
+    ("p2", "date of birth", "d2"),
+    ("p3", "date of birth", "d1"),
+    ("p5", "date of birth", "d3"),
 ]
 TOY_SCHEMA = Schema.of([(dict(TOY_NODES)[s], r, dict(TOY_NODES)[d]) for s, r, d in TOY_EDGES], {label for _, label in TOY_NODES})
 
@@ -52,7 +70,11 @@ VALID = [
     {"anchors": [_anchor("A", "x", "person")], "hops": [_hop("A", "spouse", "T", "person")], "risk_level": "no_trade"},
     {"anchors": [_anchor("A", "x", "film")], "hops": [_hop("A", "director", "P", "person"), _hop("P", "director", "T", "film")]},
     {"anchors": [_anchor("A", "x", "date")], "hops": [_hop("A", "date of birth", "T", "person")]},
-    {"anchors": [_anchor("A", "x", "film"), _anchor("B", "y", "film")], "hops": [_hop("A", "director", "P", "person"), _hop("B", "director", "Q", "person")], "target": {"var": "A", "vars": ["A", "B"]}},
+    {
+        "anchors": [_anchor("A", "x", "film"), _anchor("B", "y", "film")],
+        "hops": [_hop("A", "director", "P", "person"), _hop("B", "director", "Q", "person")],
+        "target": {"var": "A", "vars": ["A", "B"]},
+    },
     {"anchors": [_anchor("A", "x", "person"), _anchor("B", "y", "person")], "hops": [_hop("A", "spouse", "B", "person")], "target": {"var": "B"}},
 ]
 INVALID = [  # (plan, what the error names)
@@ -198,7 +220,9 @@ def test_matcher_and_compiled_sql_equal_the_reference_executor_on_200_random_pla
 
 def test_a_hand_checked_plan_scores_the_sum_of_anchor_cosines_best_path():
     con = _toy_connection(TOY_NODES, TOY_EDGES)
-    plan = Plan.model_validate({"anchors": [_anchor("A", "x", "film"), _anchor("B", "y", "date")], "hops": [_hop("A", "director", "P", "person"), _hop("P", "date of birth", "B", "date")], "target": {"var": "P"}})
+    plan = Plan.model_validate(
+        {"anchors": [_anchor("A", "x", "film"), _anchor("B", "y", "date")], "hops": [_hop("A", "director", "P", "person"), _hop("P", "date of birth", "B", "date")], "target": {"var": "P"}}
+    )
     bindings = {"A": Linked(["f1", "f4"], [0.9, 0.8]), "B": Linked(["d1"], [0.5])}
     got = _run_sql(con, compile_sql(plan, bindings, "toy", "rules", "target"))
     # f1 -director- p1 -born- d1: 0.9 + 0.5; f4 -director- p3 -born- d1: 0.8 + 0.5; f4 -director- p4 has no date

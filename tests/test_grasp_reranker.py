@@ -16,7 +16,7 @@ from graphlake.kernels.text import encoders
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.index.skb_stage_one import StageOneSettings as Settings
 from graphlake.retrieval.index.skb_stage_one import stage_one
-from graphlake.retrieval.learned_kinds import open_index_set, grasp_rerankers, tuned_fusions
+from graphlake.retrieval.learned_kinds import grasp_rerankers, open_index_set, tuned_fusions
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.queries import check_disjoint
@@ -100,9 +100,7 @@ def test_a_fusion_whose_skb_the_training_corpus_lacks_is_left_untuned_and_says_w
     from graphlake.assets.retrieval.grasp import GraspFusionConfig
     from graphlake.retrieval.training.grasp_fusion import learn
 
-    (demo_copy / "methods.yaml").write_text(
-        "g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8"
-    )
+    (demo_copy / "methods.yaml").write_text("g_oracle: {op: skb_plan, planner: rules, source: wiki_evidence}\nf_oracle: {op: plan_rrf, inputs: [g_oracle, rrf], mode: tuned}\n", encoding="utf-8")
     methods, lake = load_methods(demo_copy), LakeStorage(demo_copy)
     assert "grasp_fusion" in plan_refresh(lake, "demo", ["f_oracle"], demo_copy, "test").assets  # a fusion declared after the tuning re-tunes
     tuned, _ = learn(lake, "demo", GraspFusionConfig(), lambda line: None)

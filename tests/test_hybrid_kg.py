@@ -6,16 +6,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic, walk_one
 from scipy.sparse.csgraph import shortest_path
 from typer.testing import CliRunner
 
+from conftest import noisy_queries, synthetic, walk_one
+from graphlake.cli import app
 from graphlake.kernels.hybrid.graph_index import BuildConfig, HybridGraph, Searcher, build
-from graphlake.kernels.hybrid.vectors import KGQuery
 from graphlake.kernels.hybrid.kg import KnowledgeGraph, reward
+from graphlake.kernels.hybrid.vectors import KGQuery
 from graphlake.kernels.text.entities import spacy_entities, title_aliases
 from graphlake.kernels.text.triples import HUB_NODES, evidence_triples, logical_edges
-from graphlake.cli import app
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods, parse_methods
 from graphlake.retrieval.training.hybrid_weights import KG_GRID

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from conftest import noisy_queries, synthetic, walk_one
 
+from conftest import noisy_queries, synthetic, walk_one
 from graphlake.kernels.hybrid.graph_index import BuildConfig, Searcher, build
 from graphlake.kernels.hybrid.update import insert, splice, update
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries

@@ -69,11 +69,7 @@ def unresolved(definitions: Definitions) -> set[tuple[str, str]]:
     ``deps=AssetKey(...)`` that Dagster would silently take for an external asset."""
     produced = {key for definition in definitions.assets for key in definition.keys}
     return {
-        (key.to_user_string(), dependency.to_user_string())
-        for definition in definitions.assets
-        for key in definition.keys
-        for dependency in definition.asset_deps[key]
-        if dependency not in produced
+        (key.to_user_string(), dependency.to_user_string()) for definition in definitions.assets for key in definition.keys for dependency in definition.asset_deps[key] if dependency not in produced
     }
 
 

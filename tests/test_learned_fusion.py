@@ -13,6 +13,7 @@ import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.retrieval.core import Candidates, run_inputs_batch
+from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
@@ -20,7 +21,6 @@ from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query
 from graphlake.retrieval.training.learned_fusion import fit
 from graphlake.warehouse.storage import LakeStorage, StorageError
-from graphlake.retrieval.index.index_set import new_request
 
 INPUTS = ["bm25", "dense", "splade", "ap_three", "graph_rrf", "grapher_gcs", "grasp_graph", "grasp_fused"]
 

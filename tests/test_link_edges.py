@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import materialize_committed
 from dagster import DagsterInstance, build_asset_context
 
+from conftest import materialize_committed
 from graphlake.assets.graphs.link_edges import SemanticConfig, nearest_neighbours, neighbour_recall, semantic_edges
 from graphlake.kernels.text.citations import CitationIndex, find_citations, find_links
 from graphlake.pipelines.definitions import STATIC_ASSETS, resources
@@ -44,10 +44,7 @@ def cited(text: str, doc_id: str | None = None, idx: CitationIndex | None = None
 
 
 def test_author_year_parenthetical_and_narrative_forms():
-    text = (
-        "As surveyed (Valtersen et al., 2014) and logged by Brandt and Osei (2016), see also "
-        "(Marrow, 2015; Fairweather, 2018) and Fairweather (2018)."
-    )
+    text = "As surveyed (Valtersen et al., 2014) and logged by Brandt and Osei (2016), see also (Marrow, 2015; Fairweather, 2018) and Fairweather (2018)."
     assert cited(text) == [
         ("Valtersen et al., 2014", "v14", "author_year"),
         ("Brandt and Osei (2016)", "b16", "author_year"),
@@ -81,10 +78,7 @@ def test_numbered_citations_resolve_through_the_reference_list():
 
 
 def test_title_mentions_quoted_or_long_and_exact():
-    text = (
-        'As reported in "The Halvane Dive Log", and in Two Decades Aboard the RV Kestrel Dawn, '
-        'but not the Halvane Dive Log unquoted (too short), nor "Annual Report" (two documents share it).'
-    )
+    text = 'As reported in "The Halvane Dive Log", and in Two Decades Aboard the RV Kestrel Dawn, but not the Halvane Dive Log unquoted (too short), nor "Annual Report" (two documents share it).'
     assert cited(text) == [
         ('"The Halvane Dive Log"', "b16", "title"),
         ("Two Decades Aboard the RV Kestrel Dawn", "f18", "title"),
@@ -100,9 +94,7 @@ def test_corpus_without_author_metadata_still_resolves_numbers_and_titles():
 
 def test_markdown_and_html_links_resolve_by_relative_path():
     paths = {p: p for p in ["a.md", "b.md", "sub/c.md", "sub/page 2.md"]}
-    text = (
-        '[b](b.md) [c](sub/c.md#part) [self](a.md) [web](https://example.org/b.md) [gone](missing.md) <a href="sub/page%202.md?x=1">two</a>'
-    )
+    text = '[b](b.md) [c](sub/c.md#part) [self](a.md) [web](https://example.org/b.md) [gone](missing.md) <a href="sub/page%202.md?x=1">two</a>'
     assert [link.doc_id for link in find_links(text, "a.md", paths)] == ["b.md", "sub/c.md", "sub/page 2.md"]
     assert [link.doc_id for link in find_links('[up](../a.md) <A HREF="c.md">c</A>', "sub/page 2.md", paths)] == ["a.md", "sub/c.md"]
 
@@ -151,9 +143,7 @@ def build(home: Path, corpus: str, selection: list[str]):
     """Materialize ``selection`` for one corpus through Dagster, as the pipeline would."""
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", [corpus])
-        result = materialize_committed(
-            home, STATIC_ASSETS, instance=instance, resources=resources(home), partition_key=corpus, selection=selection
-        )
+        result = materialize_committed(home, STATIC_ASSETS, instance=instance, resources=resources(home), partition_key=corpus, selection=selection)
     assert result.success
     return result
 
@@ -229,10 +219,7 @@ def test_schema_structural_edges_cover_every_declared_key(datasets_dir, tmp_path
     result = build(home, fmt, [*INGEST, "nodes", "structural_edges"])
     meta = metadata(result, "structural_edges")
     found = edges(home, fmt, "structural")
-    print(
-        f"{fmt}: {meta['foreign_key_declarations']} declared keys -> {meta['foreign_key_edges']} distinct table pairs "
-        f"({meta['foreign_key_self_references']} self-references)"
-    )
+    print(f"{fmt}: {meta['foreign_key_declarations']} declared keys -> {meta['foreign_key_edges']} distinct table pairs ({meta['foreign_key_self_references']} self-references)")
     assert meta["foreign_key_declarations"] == meta["foreign_key_declarations_covered"] == declared
     assert sum(e["weight"] for e in found) == declared and len(found) == meta["foreign_key_edges"]
 

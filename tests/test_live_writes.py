@@ -11,8 +11,8 @@ lake, which encodes only the new nodes, and the scratch one differ where two nod
 from __future__ import annotations
 
 import itertools
-import queue
 import json
+import queue
 import random
 import subprocess
 import sys
@@ -22,11 +22,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import use_lake
 from dagster import DagsterInstance, build_sensor_context
-from served import KEY, Server
 from typer.testing import CliRunner
 
+from conftest import use_lake
 from graphlake.api import GraphLake, RemoteLake, RequestError
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
@@ -34,9 +33,10 @@ from graphlake.pipelines.reindex import pending_writes_sensor
 from graphlake.retrieval.methods import DEFAULT_METHODS
 from graphlake.warehouse.config_files import load_mapping
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
-from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.doctor import examine, repair
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.write_log import corpus_log, pending_writes
+from served import KEY, Server
 
 METHODS = load_mapping(DEFAULT_METHODS)["use"]
 QUERIES = ["Which vessel carried the sled?", "eelgrass transplant survival", "urchin removal and kelp recovery", "Who led the survey?", "rockling recruitment"]
@@ -81,7 +81,9 @@ def test_writes_are_searchable_at_once_and_folded_as_a_scratch_build(tmp_path, m
         GraphLakeRetriever(remote, "notes").delete("d05")  # LlamaIndex's calls, in process and through the server
         from langchain_core.documents import Document
 
-        assert lake.as_retriever(corpus="notes").add_documents([Document(page_content=corpus["d28"]["text"], metadata={**corpus["d28"]["metadata"], "title": corpus["d28"]["title"]})], ids=["d28"]) == ["d28"]
+        assert lake.as_retriever(corpus="notes").add_documents(
+            [Document(page_content=corpus["d28"]["text"], metadata={**corpus["d28"]["metadata"], "title": corpus["d28"]["title"]})], ids=["d28"]
+        ) == ["d28"]
         replaced = lake.upsert("notes", [{"id": "d04", "title": "Sea star census", "text": "Divers counted sunflower sea stars on the Aldersey reefs in 2022."}])
         assert added.seq < replaced.seq and [c.pending for c in lake.corpora() if c.name == "notes"] == [6]
         CorpusRegistry(home).add(CorpusSpec(name="files", format="files", path=str(DEMO_PATH)))
@@ -94,7 +96,9 @@ def test_writes_are_searchable_at_once_and_folded_as_a_scratch_build(tmp_path, m
                 found = searcher.search("notes", method, corpus["d25"]["title"], k=3, after_write=replaced.seq).hits
                 assert [(h.doc_id, h.fresh) for h in found if h.doc_id == "d25"] == [("d25", True)], (method, type(searcher).__name__)
             assert not {"d03", "d05"} & {h.doc_id for h in lake.search("notes", method, f"{corpus['d03']['title']} {corpus['d05']['title']}", k=30).hits}, method
-            assert [h.text for h in lake.search("notes", method, "sunflower sea stars Aldersey", k=5).hits if h.doc_id == "d04"] == ["Divers counted sunflower sea stars on the Aldersey reefs in 2022."], method
+            assert [h.text for h in lake.search("notes", method, "sunflower sea stars Aldersey", k=5).hits if h.doc_id == "d04"] == [
+                "Divers counted sunflower sea stars on the Aldersey reefs in 2022."
+            ], method
         from graphlake.api.langchain import GraphLakeRetriever as LangChainRetriever
 
         shown = LangChainRetriever(lake=remote, corpus="notes", k=2).invoke(corpus["d26"]["title"])

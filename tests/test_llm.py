@@ -28,6 +28,7 @@ TEXTS = [
     "The Halvane Marine Institute surveyed Vesk Reef with the research vessel Kestrel Dawn.",
 ]
 
+
 def _config(base_url: str, **overrides) -> LLMConfig:
     return LLMConfig(base_url=base_url, model=MODEL, **({"max_tokens": 384, "price_per_1k_tokens": 0.5} | overrides))
 
@@ -64,18 +65,9 @@ def test_triples_llm_asset_records_llm_metadata(llm_server, tmp_path, monkeypatc
     selection = AssetSelection.groups("ingest", "chunking") | AssetSelection.assets(triples_llm, llm_entity_assets)
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["tiny"])
-        runs = [
-            materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="tiny", selection=selection)
-            for _ in range(2)
-        ]
-    metadata = [
-        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "triples_llm").materialization.metadata
-        for r in runs
-    ]
-    entities = [
-        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "entities_llm").materialization.metadata
-        for r in runs
-    ]
+        runs = [materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="tiny", selection=selection) for _ in range(2)]
+    metadata = [next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "triples_llm").materialization.metadata for r in runs]
+    entities = [next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "entities_llm").materialization.metadata for r in runs]
     # one NER and one triple prompt per text in all; entities_llm and triples_llm share the NER prompt via the cache
     assert metadata[0]["llm_calls"].value + entities[0]["llm_calls"].value == 2 * len(TEXTS)
     assert metadata[1]["llm_calls"].value == entities[1]["llm_calls"].value == 0
@@ -125,14 +117,8 @@ def test_llm_citation_detector_resolves_against_the_corpus_and_caches(llm_server
     config = {"ops": {"citation_edges": {"config": {"detector": "llm"}}}}
     with DagsterInstance.ephemeral() as instance:
         instance.add_dynamic_partitions("corpus", ["cites"])
-        runs = [
-            materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="cites", selection=selection, run_config=config)
-            for _ in range(2)
-        ]
-    metadata = [
-        next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "citation_edges").materialization.metadata
-        for r in runs
-    ]
+        runs = [materialize_committed(tmp_path, STATIC_ASSETS, instance=instance, resources=resources(tmp_path), partition_key="cites", selection=selection, run_config=config) for _ in range(2)]
+    metadata = [next(e for e in r.get_asset_materialization_events() if e.asset_key.to_user_string() == "citation_edges").materialization.metadata for r in runs]
     assert metadata[0]["llm_calls"].value == len(docs) and metadata[1]["llm_calls"].value == 0  # one prompt per node, then cached
     edges = LakeStorage(tmp_path).read("edges", {"corpus": "cites", "kind": "citation"})
     # the weak model may miss the citation; whatever it finds must resolve to a real, other document

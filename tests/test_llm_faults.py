@@ -13,9 +13,9 @@ import sys
 import time
 
 import pytest
-from fake_llm import MODEL, FakeServer
 from rich.console import Console
 
+from fake_llm import MODEL, FakeServer
 from graphlake.common.llm import ENV_API_KEY, ENV_BASE_URL, ENV_MODEL, ENV_RETRIES, ENV_TIMEOUT, LLMClient, LLMConfig, LLMError, LLMOutputError, LLMUnavailable
 from graphlake.common.redact import redact
 from graphlake.kernels.text.triples import llm_entities

@@ -37,9 +37,7 @@ def random_case(seed: int, graded: bool):
 def test_agrees_with_pytrec_eval_on_random_runs_with_ties(seed, graded):
     qrels, run = random_case(seed, graded)
     measures = {f"recall_{k}" for k in CUTOFFS} | {f"ndcg_cut_{k}" for k in CUTOFFS} | {f"success_{k}" for k in CUTOFFS} | {"recip_rank"}
-    reference = pytrec_eval.RelevanceEvaluator(
-        qrels, {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("recall", "ndcg_cut", "success")} | {"recip_rank"}
-    ).evaluate(run)
+    reference = pytrec_eval.RelevanceEvaluator(qrels, {f"{m}.{','.join(map(str, CUTOFFS))}" for m in ("recall", "ndcg_cut", "success")} | {"recip_rank"}).evaluate(run)
     names = [f"{m}@{k}" for m in ("recall", "ndcg", "hit") for k in CUTOFFS] + ["mrr"]
     ours = evaluate({q: rank_by_score(scores) for q, scores in run.items()}, qrels, names)
     judged_with_gold = {q for q, gold in qrels.items() if any(r > 0 for r in gold.values())}

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import cls_pooled_minilm
 from typer.testing import CliRunner
 
-from graphlake.kernels.text.encoders import dense_model_path
+from conftest import cls_pooled_minilm
 from graphlake.cli import app
+from graphlake.kernels.text.encoders import dense_model_path
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
 
@@ -32,7 +32,11 @@ def models() -> tuple[int, list[dict] | str]:
 def test_the_lake_lists_its_models_and_a_corpus_may_choose_its_own(lake, tmp_path, monkeypatch):
     code, rows = models()
     assert code == 0 and [(r["name"], r["kind"], r["used_by"]) for r in rows] == [
-        ("all-MiniLM-L6-v2", "dense", ["lake"]), ("all-mpnet-base-v2", "dense", []), ("splade-tiny", "sparse", ["lake"]), ("lake-cross-encoder", "cross_encoder", ["lake"])]
+        ("all-MiniLM-L6-v2", "dense", ["lake"]),
+        ("all-mpnet-base-v2", "dense", []),
+        ("splade-tiny", "sparse", ["lake"]),
+        ("lake-cross-encoder", "cross_encoder", ["lake"]),
+    ]
     assert rows[0]["dimension"] == 384 and rows[0]["ready"] and rows[2]["dimension"] == 30522
     assert not rows[3]["ready"] and "not trained yet" in rows[3]["problem"]
     # the optional extra: ready where its packages are installed and assembled, else saying how
@@ -113,7 +117,9 @@ def test_a_declaration_that_cannot_be_used_fails_in_one_line(lake):
         assert "sk-123" not in str(result.exception)
     # as the command says it: one line on stderr, exit 1
     done = subprocess.run([GRAPHLAKE, "models"], env={**os.environ, "GRAPHLAKE_HOME": str(lake)}, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 1 and done.stderr.strip().splitlines() == [f"error: {lake / 'models.yaml'}:1: `use` maps roles (dense, sparse, cross_encoder) to model names, e.g. `use: {{dense: mine}}`"], done.stderr
+    assert done.returncode == 1 and done.stderr.strip().splitlines() == [
+        f"error: {lake / 'models.yaml'}:1: `use` maps roles (dense, sparse, cross_encoder) to model names, e.g. `use: {{dense: mine}}`"
+    ], done.stderr
 
 
 def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(lake, tmp_path):
@@ -122,18 +128,15 @@ def test_a_second_encoder_re_encodes_what_it_reaches_and_a_mismatch_is_refused(l
     query reads it; new weights in its folder make the stored vectors another model's, refused in one
     line until the next build."""
     from crash_corpus import CORPUS, SELECTION, TEXTS, write_corpus
-
-    from graphlake.api import GraphLake
+    from graphlake.api import GraphLake, IndexNotBuilt
     from graphlake.retrieval.index.kinds import read_models
     from graphlake.retrieval.learned_kinds import INDEX_KINDS
-    from graphlake.api import IndexNotBuilt
     from graphlake.warehouse.storage import LakeStorage
 
     source = tmp_path / "raw"
     write_corpus(source, TEXTS)
     selection = f"{SELECTION} or key:splade_vectors"
-    for args in (["ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS],
-                 ["materialize", "--corpus", CORPUS, "--select", selection]):
+    for args in (["ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS], ["materialize", "--corpus", CORPUS, "--select", selection]):
         done = CliRunner().invoke(app, args, catch_exceptions=False)
         assert done.exit_code == 0, done.output
     before = GraphLake(lake).search(CORPUS, "dense", "storm on the cape", 3).hits

@@ -6,9 +6,9 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import materialize_committed
 from dagster import AssetSelection, DagsterEventType, DagsterInstance, DagsterRunStatus, Definitions
 
+from conftest import materialize_committed
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.warehouse.catalog import Catalog
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec
@@ -120,9 +120,7 @@ def test_demo_materializes_every_asset_into_consistent_tables(reads_demo):
         counts = dict(con.execute("SELECT 'documents', count(*) FROM documents UNION ALL SELECT 'nodes', count(*) FROM nodes").fetchall())
         assert counts["documents"] == 53
         # every node is the exact slice of its document it claims to be
-        mismatched = con.execute(
-            "SELECT count(*) FROM nodes n JOIN documents d USING (corpus, doc_id) WHERE substring(d.text, n.start + 1, n.end - n.start) <> n.text"
-        ).fetchone()[0]
+        mismatched = con.execute("SELECT count(*) FROM nodes n JOIN documents d USING (corpus, doc_id) WHERE substring(d.text, n.start + 1, n.end - n.start) <> n.text").fetchone()[0]
         assert mismatched == 0
         multi = con.execute("SELECT count(*) FROM (SELECT doc_id FROM nodes GROUP BY doc_id HAVING count(*) > 1)").fetchone()[0]
         assert multi > 20  # the demo's 64-token windows split most documents

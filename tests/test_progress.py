@@ -7,8 +7,8 @@ import json
 
 from typer.testing import CliRunner
 
-from graphlake.common.progress import PREFIX, StepProgress
 from graphlake.cli import app
+from graphlake.common.progress import PREFIX, StepProgress
 
 
 def test_a_step_reports_at_start_every_interval_and_at_the_end():

@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from conftest import synthetic
 
+from conftest import synthetic
 from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Allowed, Ranking, SearchParams
 
 pytestmark = pytest.mark.fast

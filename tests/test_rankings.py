@@ -79,10 +79,7 @@ def tie_groups(scores: list[float], noise: float = ABS) -> list[list[int]]:
 def dump(recorded: dict) -> str:
     """The recording as JSON with one line per (method, query), so a re-recording diffs by method."""
     head = ",\n".join(f" {json.dumps(key)}: {json.dumps(value)}" for key, value in recorded.items() if key != "rankings")
-    methods = ",\n".join(
-        f"  {json.dumps(name)}: {{\n" + ",\n".join(f"   {json.dumps(q)}: {json.dumps(r)}" for q, r in per_query.items()) + "\n  }"
-        for name, per_query in recorded["rankings"].items()
-    )
+    methods = ",\n".join(f"  {json.dumps(name)}: {{\n" + ",\n".join(f"   {json.dumps(q)}: {json.dumps(r)}" for q, r in per_query.items()) + "\n  }" for name, per_query in recorded["rankings"].items())
     return "{\n" + head + ',\n "rankings": {\n' + methods + "\n }\n}\n"
 
 

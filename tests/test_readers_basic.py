@@ -12,7 +12,7 @@ import pytest
 
 from graphlake.warehouse.corpora import DEMO_PATH
 from graphlake.warehouse.readers import FORMATS
-from graphlake.warehouse.readers.base import IngestError, Ingested, ReadRequest
+from graphlake.warehouse.readers.base import Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.beir import read as read_beir
 from graphlake.warehouse.readers.files import read as read_files
 from graphlake.warehouse.readers.jsonl import read as read_jsonl
@@ -490,7 +490,13 @@ def test_files_a_long_file_becomes_parts_at_paragraph_breaks(tmp_path: Path, mon
     assert [r["doc_id"] for r in parts] == ["book.txt", "book.txt#2", "book.txt#3", "book.txt#4", "book.txt#5"]
     assert "".join(r["text"] for r in parts) == text and all(len(r["text"]) <= 40 for r in parts)
     assert parts[0]["text"] == "First paragraph, short.\n\n" and parts[1]["text"] == "Second paragraph is here.\n\n"
-    assert parts[1]["title"] == "book (2 of 5)" and {k: v for k, v in json.loads(parts[1]["metadata"]).items() if k != "mtime"} == {"path": "book.txt", "source": str(tmp_path / "book.txt"), "size": (tmp_path / "book.txt").stat().st_size, "part": 2, "parts": 5}
+    assert parts[1]["title"] == "book (2 of 5)" and {k: v for k, v in json.loads(parts[1]["metadata"]).items() if k != "mtime"} == {
+        "path": "book.txt",
+        "source": str(tmp_path / "book.txt"),
+        "size": (tmp_path / "book.txt").stat().st_size,
+        "part": 2,
+        "parts": 5,
+    }
     assert result.notes == [f"book.txt: {len(text)} characters, split at paragraph boundaries into 5 documents of at most 40"]
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from graphlake.warehouse.readers.base import IngestError, Ingested, ReadRequest, passage_id
+from graphlake.warehouse.readers.base import Ingested, IngestError, ReadRequest, passage_id
 from graphlake.warehouse.readers.multihop import read_2wiki, read_hipporag, read_hotpotqa, read_ircot, read_musique
 
 

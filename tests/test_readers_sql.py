@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from graphlake.warehouse.readers.base import CorpusBuilder, IngestError, Ingested, ReadRequest, load_json
+from graphlake.warehouse.readers.base import CorpusBuilder, Ingested, IngestError, ReadRequest, load_json
 from graphlake.warehouse.readers.sql_schemas import add_schemas, read_bird, read_spider
 
 SHOP = {
@@ -16,10 +16,24 @@ SHOP = {
     "table_names_original": ["Customers", "orders", "order_items"],
     "table_names": ["customers", "orders", "order items"],
     "column_names_original": [
-        [-1, "*"], [0, "customer_id"], [0, "Name"], [1, "order_id"], [1, "customer_id"], [2, "order_id"], [2, "line_no"], [2, "product"],
+        [-1, "*"],
+        [0, "customer_id"],
+        [0, "Name"],
+        [1, "order_id"],
+        [1, "customer_id"],
+        [2, "order_id"],
+        [2, "line_no"],
+        [2, "product"],
     ],
     "column_names": [
-        [-1, "*"], [0, "customer id"], [0, "name"], [1, "order id"], [1, "customer id"], [2, "order id"], [2, "line number"], [2, "product"],
+        [-1, "*"],
+        [0, "customer id"],
+        [0, "name"],
+        [1, "order id"],
+        [1, "customer id"],
+        [2, "order id"],
+        [2, "line number"],
+        [2, "product"],
     ],
     "column_types": ["text", "number", "text", "number", "number", "number", "number", "text"],
     "primary_keys": [1, 3, [5, 6]],
@@ -124,11 +138,22 @@ def test_bird_questions_ids_evidence_and_composite_keys(tmp_path: Path) -> None:
     write_json(
         tmp_path / "dev.json.gz",
         [
-            {"question_id": 7, "db_id": "shop", "question": "Lines of order 3?", "evidence": "line = order_items row",
-             "SQL": "SELECT COUNT(*) FROM `order_items` WHERE order_id = 3", "difficulty": "simple"},
-            {"question_id": 9, "db_id": "shop", "question": "Who ordered most?", "evidence": "",
-             "SQL": "SELECT c.Name FROM customers c JOIN (SELECT customer_id, COUNT(*) n FROM Orders GROUP BY customer_id) o "
-                    "ON c.customer_id = o.customer_id ORDER BY o.n DESC LIMIT 1", "difficulty": "moderate"},
+            {
+                "question_id": 7,
+                "db_id": "shop",
+                "question": "Lines of order 3?",
+                "evidence": "line = order_items row",
+                "SQL": "SELECT COUNT(*) FROM `order_items` WHERE order_id = 3",
+                "difficulty": "simple",
+            },
+            {
+                "question_id": 9,
+                "db_id": "shop",
+                "question": "Who ordered most?",
+                "evidence": "",
+                "SQL": "SELECT c.Name FROM customers c JOIN (SELECT customer_id, COUNT(*) n FROM Orders GROUP BY customer_id) o ON c.customer_id = o.customer_id ORDER BY o.n DESC LIMIT 1",
+                "difficulty": "moderate",
+            },
         ],
     )
     result = read_bird(ReadRequest(tmp_path))
@@ -136,7 +161,10 @@ def test_bird_questions_ids_evidence_and_composite_keys(tmp_path: Path) -> None:
     first = result.queries.to_pylist()[0]
     assert first["text"] == "Lines of order 3?"
     assert json.loads(first["metadata"]) == {
-        "db_id": "shop", "sql": "SELECT COUNT(*) FROM `order_items` WHERE order_id = 3", "evidence": "line = order_items row", "difficulty": "simple",
+        "db_id": "shop",
+        "sql": "SELECT COUNT(*) FROM `order_items` WHERE order_id = 3",
+        "evidence": "line = order_items row",
+        "difficulty": "simple",
     }
     assert json.loads(result.documents.to_pylist()[2]["metadata"])["primary_key"] == ["order_id", "line_no"]
 

@@ -10,21 +10,21 @@ from typing import ClassVar, Literal
 
 import numpy as np
 import pytest
-from conftest import use_lake
 from dagster import DagsterInstance
 from pydantic import Field
 from typer.testing import CliRunner
 
+from conftest import use_lake
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, Request, register, unfill
+from graphlake.retrieval.index.index_set import Handle
 from graphlake.retrieval.index.kinds import EDGE_KINDS
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
-from graphlake.retrieval.index.index_set import Handle
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.queries import select_queries
 from graphlake.warehouse.corpora import DEMO_PATH
 from graphlake.warehouse.storage import LakeStorage

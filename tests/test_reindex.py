@@ -12,10 +12,10 @@ import json
 import os
 from pathlib import Path
 
-from conftest import materialize_committed
 from dagster import AssetKey, AssetSelection, DagsterInstance, build_schedule_context, build_sensor_context
 from typer.testing import CliRunner
 
+from conftest import materialize_committed
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.reindex import CRON_ENV, corpus_change_sensor, reindex_schedule

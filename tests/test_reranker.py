@@ -8,12 +8,12 @@ import json
 import numpy as np
 import pytest
 import yaml
-from conftest import copy_lake, use_lake
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
-from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
+from conftest import copy_lake, use_lake
 from graphlake.cli import app
+from graphlake.kernels.rerank.cross_encoder import TRAINING_FILE
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.training.reranker import training_queries
 from graphlake.warehouse.corpora import DEMO_CONFIG
@@ -161,8 +161,12 @@ WHALES = {
     "w7": ("Narwhal tusk", "The narwhal's tusk is a long tooth that senses the water."),
     "w8": ("Krill", "Krill swarms feed the baleen whales of the Southern Ocean."),
 }
-WHALE_QUESTIONS = {"q1": ("Which whale sings in the breeding season?", "w1"), "q2": ("What do sperm whales hunt?", "w4"),
-                   "q3": ("Where do grey whales spend the winter?", "w5"), "q4": ("What is a narwhal tusk?", "w7")}
+WHALE_QUESTIONS = {
+    "q1": ("Which whale sings in the breeding season?", "w1"),
+    "q2": ("What do sperm whales hunt?", "w4"),
+    "q3": ("Where do grey whales spend the winter?", "w5"),
+    "q4": ("What is a narwhal tusk?", "w7"),
+}
 
 
 def test_a_second_corpus_keeps_the_demos_cross_encoder_and_its_rerankers_say_when_they_lose(reranked_copy, tmp_path):

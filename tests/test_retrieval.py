@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 from bm25s.stopwords import STOPWORDS_EN
-from conftest import materialize_committed
 from dagster import AssetSelection, DagsterInstance
 from typer.testing import CliRunner
 
+from conftest import materialize_committed
+from graphlake.cli import app
 from graphlake.kernels.text.bm25 import BM25Index
 from graphlake.kernels.text.stopwords import ENGLISH
-from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import MethodError
@@ -155,7 +155,6 @@ def test_embedding_cache_encodes_only_new_or_changed_nodes(tmp_path):
     assert np.linalg.norm(after[3]) == pytest.approx(1.0, abs=1e-5)
 
 
-
 def test_eval_cli_on_the_demo_end_to_end(lake):
     runner = CliRunner()
     result = runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25,dense,rrf", "--json"], catch_exceptions=False)
@@ -178,6 +177,7 @@ def test_eval_cli_on_the_demo_end_to_end(lake):
     with_tr = json.loads(runner.invoke(app, ["eval", "--corpus", "demo", "--methods", "bm25", "--json"], catch_exceptions=False).stdout)[0]
     assert with_tr["metrics"]["tr@10"] >= with_tr["metrics"]["recall@10"] and with_tr["metrics"]["ndcg@10"] == report[0]["metrics"]["ndcg@10"]
     assert lake_.read("runs", {"corpus": "demo", "method": "bm25"}).column("run_id")[0].as_py() == run_id
+
     def run_ids() -> dict[str, str]:
         return {m: lake_.read("runs", {"corpus": "demo", "method": m}).column("run_id")[0].as_py() for m in ("bm25", "dense", "rrf")}
 

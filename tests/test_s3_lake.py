@@ -13,14 +13,14 @@ import sys
 import time
 from pathlib import Path
 
-from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
-from lake_checks import differing, of_methods, readme_queries, rows, same
 from typer.testing import CliRunner
 
+from crash_corpus import CORPUS, EDITED, SELECTION, TEXTS, write_corpus
 from graphlake.cli import app
 from graphlake.retrieval.methods import load_methods
 from graphlake.warehouse.object_store import ObjectStore, cache_for
 from graphlake.warehouse.snapshots import KEEP, Snapshot
+from lake_checks import differing, of_methods, readme_queries, rows, same
 
 GRAPHLAKE = str(Path(sys.executable).with_name("graphlake"))
 
@@ -96,4 +96,3 @@ def test_a_writer_killed_on_the_s3_lake_leaves_its_snapshot_whole_and_its_lease_
     assert set(store.versions(CORPUS)) == live  # the killed run's versions collected
     edited = rows(cache_for(url, tmp_path / "edited"), [CORPUS])
     assert [row[1] for row in edited["documents", CORPUS]] == sorted(EDITED)
-

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from served import KEY, REQUEST_MB
 
 from graphlake.api import RequestError, open_lake
 from graphlake.api.budget import MemoryBudget, OverBudget
 from graphlake.retrieval.methods import load_methods
+from served import KEY, REQUEST_MB
 
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 SLED = {"corpus": "demo", "query": "sled", "k": 3}

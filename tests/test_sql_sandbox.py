@@ -9,10 +9,10 @@ from pathlib import Path
 
 import duckdb
 import pytest
-from lake_checks import readme_queries
 from typer.testing import CliRunner
 
 from graphlake.cli import app
+from lake_checks import readme_queries
 
 SECRET = "sk-never-print-me-4711"
 

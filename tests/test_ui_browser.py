@@ -16,15 +16,14 @@ from pathlib import Path
 
 import psutil
 import pytest
+
 from conftest import free_port
 
 CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parents[1] / "docs" / "ui"
 STAGES = ("ingest", "chunking", "enrichment", "graphs", "vectors", "indexes", "retrieval", "evaluation", "llm")
 
-pytestmark = pytest.mark.skipif(
-    not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()), reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)"
-)
+pytestmark = pytest.mark.skipif(not (Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()), reason="Debian's chromium and chromium-driver are not installed (.ci/run installs them)")
 
 
 @pytest.fixture

@@ -78,10 +78,7 @@ class Catalog:
             con.execute(f'CREATE OR REPLACE VIEW "{spec.name}" AS {self._view_sql(spec, files.get(spec.name, []))}')
         # a node carries its document's metadata, so that SQL filters nodes as searches do
         nodes = self._view_sql(TABLES["nodes"], files.get("nodes", []))
-        con.execute(
-            f'CREATE OR REPLACE VIEW "nodes" AS SELECT n.*, d.metadata FROM ({nodes}) AS n '
-            'LEFT JOIN documents AS d ON d.corpus = n.corpus AND d.doc_id = n.doc_id'
-        )
+        con.execute(f'CREATE OR REPLACE VIEW "nodes" AS SELECT n.*, d.metadata FROM ({nodes}) AS n LEFT JOIN documents AS d ON d.corpus = n.corpus AND d.doc_id = n.doc_id')
         install_macros(con)
 
     def _committed_files(self) -> dict[str, list[str]]:

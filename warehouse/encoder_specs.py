@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-
 from pydantic import AnyHttpUrl, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from graphlake.common.embeddings import Endpoint
@@ -279,8 +278,16 @@ def listing(declared: Declared, corpora: dict[str, dict[str, str]], cache: Path,
         used = ["lake" for role, chosen in declared.use.items() if chosen == name and role == spec.kind]
         used += [f"corpus {corpus}" for corpus, choice in sorted(corpora.items()) if choice.get(spec.kind) == name]
         problem = spec.problem() or (None if trained or not spec.trained else "not trained yet: evaluating a method that reranks trains it")
-        row = {"name": name, "kind": spec.kind, "source": spec.source, "dimension": None if problem else dimension(spec),
-               "used_by": used, "ready": problem is None, "problem": problem, "revision": None if problem else revision(spec, cache)}
+        row = {
+            "name": name,
+            "kind": spec.kind,
+            "source": spec.source,
+            "dimension": None if problem else dimension(spec),
+            "used_by": used,
+            "ready": problem is None,
+            "problem": problem,
+            "revision": None if problem else revision(spec, cache),
+        }
         if spec.tune:
             users = [corpus for corpus, choice in sorted(corpora.items()) if (choice.get("dense") or declared.use["dense"]) == name]
             serves = {corpus: tuned.get(corpus, "not tuned yet") for corpus in users}

@@ -49,4 +49,6 @@ def require_writable(home: Path, doing: str) -> None:
     """Refuse ``doing`` at once on a lake this process cannot write (a read-only mount, another
     user's folder): reading it needs no write, building does."""
     if not os.access(home, os.W_OK):
-        raise HomeError(f"the lake at {home} cannot be written by this process (read-only, or not its folder): {doing} writes to it; reading it (sql, query, eval of what is built, the API) needs no write")
+        raise HomeError(
+            f"the lake at {home} cannot be written by this process (read-only, or not its folder): {doing} writes to it; reading it (sql, query, eval of what is built, the API) needs no write"
+        )

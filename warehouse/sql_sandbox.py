@@ -131,8 +131,7 @@ def reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
             shown = " ".join(statement.query.split())
             shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise ReadOnlyError(
-                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; "
-                "its tables change only through `graphlake ingest` / `graphlake materialize`"
+                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; its tables change only through `graphlake ingest` / `graphlake materialize`"
             )
     return statements
 

@@ -323,7 +323,7 @@ def conform(spec: TableSpec, partition: Mapping[str, str], data: pa.Table) -> pa
     required = spec.schema.names
     ordered = data.select(required + [c for c in data.column_names if c not in required])
     try:
-        cast = ordered.cast(pa.schema(list(spec.schema) + [ordered.schema.field(c) for c in ordered.column_names[len(required):]]))
+        cast = ordered.cast(pa.schema(list(spec.schema) + [ordered.schema.field(c) for c in ordered.column_names[len(required) :]]))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as error:
         raise StorageError(f"table {spec.name!r} does not match its contract: {error}") from error
     _check_unique(spec, partition, cast)

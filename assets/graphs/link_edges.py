@@ -125,9 +125,7 @@ class CitationConfig(Config):
 
 
 @asset(partitions_def=corpus_partitions, metadata=_edge_metadata("citation"))
-def citation_edges(
-    context: AssetExecutionContext, config: CitationConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table
-) -> pa.Table:
+def citation_edges(context: AssetExecutionContext, config: CitationConfig, lake: LakeResource, nodes: pa.Table, documents: pa.Table) -> pa.Table:
     """Citations as node -> cited document edges, found by regex (author-year, numbered, quoted or long
     exact titles) or, as an option, by an LLM reading each node."""
     started = time.perf_counter()
@@ -164,9 +162,7 @@ def link_weights(documents: pa.Table, spans: NodeSpans) -> Counter:
 
 
 @asset(partitions_def=corpus_partitions, metadata=_edge_metadata("structural"))
-def structural_edges(
-    context: AssetExecutionContext, lake: LakeResource, foreign_keys: pa.Table, nodes: pa.Table, documents: pa.Table
-) -> pa.Table:
+def structural_edges(context: AssetExecutionContext, lake: LakeResource, foreign_keys: pa.Table, nodes: pa.Table, documents: pa.Table) -> pa.Table:
     """Foreign keys (referencing -> referenced table) and, for ``files`` corpora, links between files."""
     started = time.perf_counter()
     spans = NodeSpans(nodes)
@@ -257,12 +253,7 @@ def semantic_edges(context: AssetExecutionContext, config: SemanticConfig, dense
     matrix = dense_matrix(dense_vectors, 0)  # no rows, no neighbours: an empty corpus's width does not matter
     neighbours, cosines = nearest_neighbours(matrix, config.k, config.exact_up_to)
     exact = len(node_ids) <= config.exact_up_to
-    weights = {
-        (node_ids[row], node_ids[col]): float(cos)
-        for row in range(len(node_ids))
-        for col, cos in zip(neighbours[row], cosines[row], strict=True)
-        if col >= 0
-    }
+    weights = {(node_ids[row], node_ids[col]): float(cos) for row in range(len(node_ids)) for col, cos in zip(neighbours[row], cosines[row], strict=True) if col >= 0}
     table = edge_table(weights, "semantic", dict.fromkeys(weights, model))
     recall = {} if exact or not len(node_ids) else {"knn_recall": neighbour_recall(matrix, neighbours)}
     context.add_output_metadata({**graph_metadata(table, node_ids, started), "k": config.k, "model": model, "knn": "exact" if exact else "hnsw", **recall})

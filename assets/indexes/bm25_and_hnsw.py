@@ -9,8 +9,8 @@ from dagster import AssetExecutionContext, Config, asset
 from graphlake.assets.vectors.encoders import encoding_model
 from graphlake.retrieval.index.kinds import write_index
 from graphlake.retrieval.index.tables import dense_matrix, retrieval_texts
-from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.encoder_specs import dimension
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 
@@ -34,9 +34,7 @@ def bm25_index(context: AssetExecutionContext, config: BM25Config, lake: LakeRes
     node_ids = nodes.column("node_id").to_pylist()
 
     folder = write_index(lake.storage, "bm25", context.partition_key, node_ids, index.save)
-    context.add_output_metadata(
-        {"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
-    )
+    context.add_output_metadata({"nodes": len(node_ids), "k1": config.k1, "b": config.b, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)})
 
 
 @asset(partitions_def=corpus_partitions)
@@ -56,9 +54,7 @@ def dense_hnsw_index(context: AssetExecutionContext, config: HNSWConfig, lake: L
         faiss.write_index(index, str(folder / "hnsw.faiss"))
 
     folder = write_index(lake.storage, "dense_hnsw", context.partition_key, node_ids, fill, {"dense": made_by})
-    context.add_output_metadata(
-        {"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)}
-    )
+    context.add_output_metadata({"nodes": len(node_ids), "m": config.m, "build_seconds": round(time.perf_counter() - started, 2), **_size(folder)})
 
 
 def _size(folder: Path) -> dict[str, int]:

@@ -14,14 +14,14 @@ from dagster import AssetExecutionContext, AssetKey, Config, asset
 
 from graphlake.kernels.hybrid.kg import KnowledgeGraph
 from graphlake.kernels.hybrid.vectors import PATHS, Queries
+from graphlake.retrieval.index.derived import hybrid_vectors
 from graphlake.retrieval.index.kinds import read_models, write_index
 from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.retrieval.index.derived import hybrid_vectors
-from graphlake.warehouse.digest import content_hash
-from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.corpora import LAKE_OWNED
+from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.encoder_specs import made_before_identities, same_weights
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 
@@ -108,7 +108,13 @@ def _knowledge_graph(indexes: LakeIndexSet, extractor: str) -> KnowledgeGraph:
 
 def _kg_metadata(kg: KnowledgeGraph) -> dict:
     held = np.diff(kg.node_entities.indptr)
-    return {"kg": kg.extractor, "kg_entities": len(kg.entities), "kg_relations": len(kg.source), "kg_nodes_with_entities": int((held > 0).sum()), "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0}
+    return {
+        "kg": kg.extractor,
+        "kg_entities": len(kg.entities),
+        "kg_relations": len(kg.source),
+        "kg_nodes_with_entities": int((held > 0).sum()),
+        "kg_entities_per_node_mean": round(float(held.mean()), 2) if len(held) else 0.0,
+    }
 
 
 def _previous(indexes: LakeIndexSet) -> tuple["HybridGraph | None", list[str] | None]:

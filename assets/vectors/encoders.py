@@ -15,12 +15,12 @@ from graphlake.common.progress import StepProgress
 from graphlake.common.settings import encoder_precision, model_cache
 from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders, query_encoders
+from graphlake.retrieval.index.encoders import encode_dense
 from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
 from graphlake.warehouse.digest import content_hash
-from graphlake.warehouse.io_manager import LakeResource
-from graphlake.retrieval.index.encoders import encode_dense
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, declared_models, model_identity, revision
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
 
@@ -178,10 +178,7 @@ def _dense_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path)
 
 def _splade_rows(texts: list[str], batch_size: int, spec: ModelSpec, cache: Path) -> list[dict]:
     matrix = encoders.encode_splade(texts, batch_size=batch_size, dtype=encoder_precision(), folder=spec.path())
-    return [
-        {"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]}
-        for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)
-    ]
+    return [{"dense": None, "indices": matrix.indices[a:b], "values": matrix.data[a:b]} for a, b in zip(matrix.indptr[:-1], matrix.indptr[1:], strict=True)]
 
 
 dense_vectors = _vector_asset("dense_vectors", "dense", "dense", _dense_rows, "The corpus's dense model's vectors (unit length, 256 tokens; models.yaml), cached by input hash.")

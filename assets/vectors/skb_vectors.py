@@ -8,11 +8,11 @@ from dagster import AssetExecutionContext, AssetKey, asset
 
 from graphlake.assets.vectors.encoders import EMBEDDING_CACHE, encoding_model
 from graphlake.common.progress import StepProgress
+from graphlake.retrieval.index.encoders import encode_dense
 from graphlake.retrieval.index.kinds import MODELS_FILE, read_models
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, VECTORS_ARTIFACT, load_vectors, save_vectors, vectors_for
-from graphlake.warehouse.io_manager import LakeResource
-from graphlake.retrieval.index.encoders import encode_dense
 from graphlake.warehouse.encoder_specs import made_before_identities, same_weights
+from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 PROGRESS_SLICE = 1024  # texts encoded between two progress reports of skb_vectors

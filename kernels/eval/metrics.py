@@ -104,9 +104,7 @@ def evaluate(rankings: Mapping[str, Ranking], qrels: Mapping[str, Gold], metrics
         if not _relevant(gold):
             continue
         ranking = list(dict.fromkeys(rankings.get(query_id, ())))
-        values[query_id] = {
-            name: mrr(ranking, gold) if base == "mrr" else _AT_K[base](ranking, gold, cutoff) for name, base, cutoff in parsed
-        }
+        values[query_id] = {name: mrr(ranking, gold) if base == "mrr" else _AT_K[base](ranking, gold, cutoff) for name, base, cutoff in parsed}
     return values
 
 
@@ -137,9 +135,7 @@ def _interval(means: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
-def paired_bootstrap(
-    baseline: Sequence[float], system: Sequence[float], samples: int = 10_000, confidence: float = 0.95, seed: int = 0
-) -> dict[str, float]:
+def paired_bootstrap(baseline: Sequence[float], system: Sequence[float], samples: int = 10_000, confidence: float = 0.95, seed: int = 0) -> dict[str, float]:
     """Mean per-query difference ``system - baseline`` with a percentile bootstrap interval.
 
     Queries are resampled with replacement, keeping each query's pair together (Sakai 2006). The

@@ -117,9 +117,7 @@ class DocumentGraph:
         return cls(CorpusGraph(incidence.T @ sp.csr_matrix(adjacency) @ incidence), position)
 
 
-def topological_values(
-    rankings: Mapping[str, Sequence[str]], gold: Mapping[str, Mapping[str, int]], documents: DocumentGraph
-) -> dict[str, dict[str, float]]:
+def topological_values(rankings: Mapping[str, Sequence[str]], gold: Mapping[str, Mapping[str, int]], documents: DocumentGraph) -> dict[str, dict[str, float]]:
     """Per query with relevant gold: ``tr@k`` and ``misstr@k`` of its document ranking, k in TR_CUTOFFS."""
     values: dict[str, dict[str, float]] = {}
     for query_id, judged in gold.items():

@@ -95,10 +95,7 @@ class GraphRanker(nn.Module):
         }
         self.message_passing = message_passing
         widths = [2 * dim + 1] + [hidden] * layers
-        self.convs = nn.ModuleList(
-            GATv2Conv(a, b, heads=heads, concat=False) if message_passing else nn.Linear(a, b)
-            for a, b in pairwise(widths)
-        )
+        self.convs = nn.ModuleList(GATv2Conv(a, b, heads=heads, concat=False) if message_passing else nn.Linear(a, b) for a, b in pairwise(widths))
         self.head = nn.Sequential(nn.Linear(hidden, hidden), nn.ELU(), nn.Linear(hidden, 1))
 
     def forward(self, x: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
@@ -259,9 +256,7 @@ def train_ranker(
     with torch.random.fork_rng(devices=[]):
         for lr in learning_rates:
             for wd in weight_decays:
-                _, curve = _fit(
-                    train_data, dim, model_kwargs, lr, wd, max_epochs, batch_size, seed, validation_batches, metric_k, patience
-                )
+                _, curve = _fit(train_data, dim, model_kwargs, lr, wd, max_epochs, batch_size, seed, validation_batches, metric_k, patience)
                 best = int(np.argmax(curve))
                 grid.append(
                     {

@@ -71,9 +71,7 @@ def _distribution(seeds, xp: ModuleType = np):
     return seeds / total
 
 
-def ppr_power(
-    walk: Walk, seeds, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 100, xp: ModuleType = np
-) -> tuple[np.ndarray, int]:
+def ppr_power(walk: Walk, seeds, alpha: float = 0.15, tol: float = 1e-8, max_iter: int = 100, xp: ModuleType = np) -> tuple[np.ndarray, int]:
     """PPR by power iteration, ``p <- alpha s + (1 - alpha) (P^T p + dangling mass * s)``, from ``p = s``.
 
     ``seeds`` is one seed vector, or a batch of them as the columns of an ``(nodes, queries)`` array
@@ -163,9 +161,7 @@ def ppr_push(walk: Walk, seeds, alpha: float = 0.15, epsilon: float = 1e-6, max_
     return p
 
 
-def gcs(
-    adjacency: sp.spmatrix, seeds, alpha: float = 0.5, tol: float = 1e-6, max_iter: int = 1000, xp: ModuleType = np
-) -> tuple[np.ndarray, int]:
+def gcs(adjacency: sp.spmatrix, seeds, alpha: float = 0.5, tol: float = 1e-6, max_iter: int = 1000, xp: ModuleType = np) -> tuple[np.ndarray, int]:
     """Graph Cohesive Smoothing (GraphER, Algorithm 1): p <- alpha s + (1 - alpha) W p with W row-normalised,
     until the L1 change is below ``tol``; returns max(p, s) and the iterations.
 

@@ -43,8 +43,14 @@ HNSW_EF_SEARCH = 128
 
 
 def candidate_knn(
-    vectors: HybridVectors, nodes: Queries, scales: np.ndarray, k: int, operands: tuple,
-    rows: np.ndarray | None = None, excluded: np.ndarray | None = None, lists: np.ndarray | None = None,
+    vectors: HybridVectors,
+    nodes: Queries,
+    scales: np.ndarray,
+    k: int,
+    operands: tuple,
+    rows: np.ndarray | None = None,
+    excluded: np.ndarray | None = None,
+    lists: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray, dict]:
     """Each node's ``k`` best other nodes among its candidates (ids, float32 fused scores, best first,
     ties by row, −1 pads a short list), and the seconds of each stage. ``operands``: the pruning's
@@ -118,8 +124,18 @@ def sparse_candidates(queries: sp.csr_matrix, stored: sp.csr_matrix, count: int,
     has = np.diff(postings.indptr) > 0
     bound[has] = postings.data[postings.indptr[:-1][has]]
     return _walk(
-        queries.indptr, queries.indices, queries.data.astype(np.float32), postings.indptr, postings.indices, postings.data, bound,
-        len(stored.indptr) - 1, count, TERMS, get_num_threads(), np.asarray(selves, dtype=np.int64),
+        queries.indptr,
+        queries.indices,
+        queries.data.astype(np.float32),
+        postings.indptr,
+        postings.indices,
+        postings.data,
+        bound,
+        len(stored.indptr) - 1,
+        count,
+        TERMS,
+        get_num_threads(),
+        np.asarray(selves, dtype=np.int64),
     )
 
 

@@ -277,9 +277,7 @@ class CudaSearcher:
         found = self.walk(queries, params.weights, params.pool, k, params.required)
         return Ranking.of(np.where(found.rows >= 0, found.scores, FILL_SCORE), np.where(found.rows >= 0, found.rows, FILL_ROW))
 
-    def walk(
-        self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None
-    ) -> Found:
+    def walk(self, queries: Queries, weights: np.ndarray, pool_size: int, k: int, required: list[np.ndarray | None] | None = None) -> Found:
         """Top ``k`` live rows per query by ``Σ weights[p]·sim_p`` (``weights`` calibrated, ``(3,)`` or one row
         per query); with ``required`` (per query, BM25 token ids or None), only rows holding all of them;
         with the counts and how many nodes each query scored."""

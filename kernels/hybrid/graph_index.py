@@ -56,6 +56,7 @@ def _walkers() -> ThreadPoolExecutor:
                 _WALKERS.append(ThreadPoolExecutor(min(os.cpu_count() or 1, MAX_THREADS), thread_name_prefix="graphlake-walk"))
     return _WALKERS[0]
 
+
 FILES = ("semantic.npy", "keyword.npy", "entry.npy", "deleted.npy")
 MAX_BLOCK_BYTES = 256 * 2**20  # the exact k-NN's (3, block, N) float32 score block
 EXACT_KNN_UP_TO = 10_000  # knn: auto takes the exact k-NN up to this many nodes (~30 s), candidates above
@@ -76,7 +77,6 @@ class BuildConfig:
     nndescent_samples: int = 16  # new and old neighbours sampled per node, each with as many reverse ones: 64 joined
     seed: int = 0
     pruning: str = "rng_ip"  # rng_ip (Algorithm 1), or the §5.6 ablations rng (detour order only) and ip (IP rule only)
-
 
     def knn_method(self, n: int) -> str:
         """How a corpus of ``n`` nodes gets its k-NN lists: ``auto`` is exact up to ``EXACT_KNN_UP_TO`` nodes,
@@ -513,7 +513,34 @@ def _holding_seeds(kg, ent_hop):
 
 
 @njit(cache=True, nogil=True)
-def _search(q_dense, q_sparse, q_lexical, use, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, semantic, keyword, entry, deleted, required, allowed, pool_size, k, visited, stamp, kg, ent_hop, kg_weight, kg_hops, kg_edges):
+def _search(
+    q_dense,
+    q_sparse,
+    q_lexical,
+    use,
+    dense,
+    s_ptr,
+    s_idx,
+    s_val,
+    b_ptr,
+    b_idx,
+    b_val,
+    semantic,
+    keyword,
+    entry,
+    deleted,
+    required,
+    allowed,
+    pool_size,
+    k,
+    visited,
+    stamp,
+    kg,
+    ent_hop,
+    kg_weight,
+    kg_hops,
+    kg_edges,
+):
     """Algorithm 2: best-first over the semantic edges with a pool of ``pool_size``; the top ``k`` live
     nodes seen. With ``required`` keyword tokens, only nodes holding all of them are returned, and a node
     holding any of them also opens its keyword edges (§4.2.2's dynamic keyword-edge loading). With an

@@ -24,9 +24,7 @@ from graphlake.kernels.hybrid.batched import BLOCK_BYTES, DeviceVectors, QueryBa
 from graphlake.kernels.hybrid.vectors import Queries
 
 
-def nn_descent(
-    vectors: DeviceVectors, nodes: Queries, scales: np.ndarray, k: int, iterations: int, samples: int, seed: int = 0, delta: float = 0.001
-) -> tuple[np.ndarray, np.ndarray, dict]:
+def nn_descent(vectors: DeviceVectors, nodes: Queries, scales: np.ndarray, k: int, iterations: int, samples: int, seed: int = 0, delta: float = 0.001) -> tuple[np.ndarray, np.ndarray, dict]:
     """Every node's ``k`` best other nodes found by NN-Descent (ids, float32 scores, best first, ties by
     row, −1 pads while a list is short), and what the iterations did."""
     xp, n = vectors.xp, len(vectors)

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from graphlake.kernels.plan.plans import RISK_LEVELS
 from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank, rrf_term
+from graphlake.kernels.plan.plans import RISK_LEVELS
 
 BUCKETS = ((1, 10), (11, 50), (51, 100), (101, 500), (501, None))  # n_cand ranges; 0 candidates: no bucket
 STATIC_WEIGHTS = tuple(round(0.05 * i, 2) for i in range(21))

@@ -120,10 +120,7 @@ class Adjacency:
     @cached_property
     def _keys(self) -> dict[str, np.ndarray]:
         """Per relation, ``node * size + neighbour`` of every pair, sorted (the CSR's order)."""
-        return {
-            name: np.repeat(np.arange(self.size, dtype=np.int64), np.diff(indptr)) * self.size + neighbours
-            for name, (indptr, neighbours) in self.relations.items()
-        }
+        return {name: np.repeat(np.arange(self.size, dtype=np.int64), np.diff(indptr)) * self.size + neighbours for name, (indptr, neighbours) in self.relations.items()}
 
     def allowed(self, labels: frozenset[str] | None) -> np.ndarray | None:
         """Per label code, whether a variable allowed ``labels`` may take it (None: any label)."""

@@ -30,6 +30,7 @@ MAX_TEXT = 400  # characters of an anchor's or the target's text
 MAX_ANCHORS = 8  # anchors, and target variables
 MAX_HOPS = 12
 
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -140,11 +141,7 @@ def binding_order(variables: Sequence[str], anchors: Mapping | set, hops: Sequen
     order = [var for var in variables if var in anchors]
     while len(order) < len(variables):
         placed = set(order)
-        reachable = [
-            var
-            for var in variables
-            if var not in placed and any((h.from_ in placed and h.to_var == var) or (h.to_var in placed and h.from_ == var) for h in hops)
-        ]
+        reachable = [var for var in variables if var not in placed and any((h.from_ in placed and h.to_var == var) or (h.to_var in placed and h.from_ == var) for h in hops)]
         order.append(reachable[0] if reachable else next(var for var in variables if var not in placed))
     return order
 

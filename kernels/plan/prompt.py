@@ -9,11 +9,7 @@ from collections.abc import Sequence
 
 from graphlake.kernels.plan.plans import Plan, Schema
 
-ROLE = (
-    "## Role\n"
-    "You turn a search question into a graph traversal plan over a typed knowledge base. You parse the "
-    "question's structure only: never answer it, never add facts it does not state."
-)
+ROLE = "## Role\nYou turn a search question into a graph traversal plan over a typed knowledge base. You parse the question's structure only: never answer it, never add facts it does not state."
 
 PLAN_STRUCTURE = (
     "## Plan structure\n"
@@ -46,8 +42,8 @@ GUIDANCE = {
         "## Guidance for this knowledge base\n"
         "Nodes are Wikipedia passages typed film, person, song, album, place, organization or other, and values "
         "(dates, countries, places without a passage). Anchor the titles the question names by name. Follow a "
-        "relation chain from each anchor (\"the director of film X\": X -director-> person; \"X's paternal "
-        "grandfather\": X -father-> person -father-> person). For a comparison of two named things, anchor both "
+        'relation chain from each anchor ("the director of film X": X -director-> person; "X\'s paternal '
+        'grandfather": X -father-> person -father-> person). For a comparison of two named things, anchor both '
         'and list both variables in target "vars".'
     ),
     "sql": (

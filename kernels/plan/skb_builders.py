@@ -40,9 +40,7 @@ class SKB:
     edges: list[tuple[str, str, str, str]] = field(default_factory=list)
 
     def node(self, skb_id: str, label: str, name: str, text: str = "", node_id: str | None = None, metadata: dict | None = None) -> str:
-        self.nodes.setdefault(
-            skb_id, {"skb_id": skb_id, "label": label, "name": name, "text": text or name, "node_id": node_id, "metadata": json.dumps(metadata) if metadata else None}
-        )
+        self.nodes.setdefault(skb_id, {"skb_id": skb_id, "label": label, "name": name, "text": text or name, "node_id": node_id, "metadata": json.dumps(metadata) if metadata else None})
         return skb_id
 
     def value(self, label: str, name: str) -> str:
@@ -150,8 +148,7 @@ def passages(documents: pa.Table, nodes: pa.Table) -> list[tuple[str, str, str]]
     """(skb id = node id, title, text) of each passage: 2Wiki passages are one node each."""
     titles = dict(zip(documents.column("doc_id").to_pylist(), documents.column("title").to_pylist(), strict=True))
     return [
-        (node_id, titles[doc_id] or "", text)
-        for node_id, doc_id, text in zip(nodes.column("node_id").to_pylist(), nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
+        (node_id, titles[doc_id] or "", text) for node_id, doc_id, text in zip(nodes.column("node_id").to_pylist(), nodes.column("doc_id").to_pylist(), nodes.column("text").to_pylist(), strict=True)
     ]
 
 
@@ -160,11 +157,26 @@ _KINDS = (
     ("film", re.compile(r"\b(?:film|movie|documentary|short|serial|cartoon|animated feature)\b", re.I)),
     ("album", re.compile(r"\b(?:album|EP|mixtape|soundtrack)\b", re.I)),
     ("song", re.compile(r"\b(?:song|single|ballad|anthem|hymn|composition)\b", re.I)),
-    ("place", re.compile(r"\b(?:village|town|city|municipality|commune|county|district|river|lake|island|mountain|region|province|parish|suburb|neighbourhood|neighborhood|locality|settlement|community|state|country|capital|creek|hamlet)\b", re.I)),
-    ("organization", re.compile(r"\b(?:company|band|group|university|college|school|club|magazine|newspaper|organization|organisation|label|party|corporation|studio|team|publisher|network|channel|agency|institute|academy|museum|league|association)\b", re.I)),
+    (
+        "place",
+        re.compile(
+            r"\b(?:village|town|city|municipality|commune|county|district|river|lake|island|mountain|region|province|parish|suburb|neighbourhood|neighborhood|locality|settlement|community|state|country|capital|creek|hamlet)\b",
+            re.I,
+        ),
+    ),
+    (
+        "organization",
+        re.compile(
+            r"\b(?:company|band|group|university|college|school|club|magazine|newspaper|organization|organisation|label|party|corporation|studio|team|publisher|network|channel|agency|institute|academy|museum|league|association)\b",
+            re.I,
+        ),
+    ),
 )
 _ROLE = re.compile(r"(?:director|producer|actor|actress|writer|composer|critic|editor|maker|executive|singer|songwriter|player|manager|distributor|owner|founder|member)s?\b", re.I)
-_PERSON_CUES = re.compile(r"\(\s*(?:born|c\.|b\.|died|d\.|\d{1,2}\s+\w+\s+\d{3,4}|\w+\s+\d{1,2},\s+\d{3,4}|\d{3,4})|\b(?:actor|actress|director|singer|writer|politician|player|footballer|king|queen|prince|princess|duke|duchess|count|countess|earl|baron|lord|lady|emperor|empress|bishop|composer|musician|painter|poet|author|novelist|artist|producer|screenwriter|businessman|journalist|son|daughter|wife|husband|consort|sultan|noble|nobleman|noblewoman|scientist|athlete|cricketer|general|officer|monk|saint|priest|philosopher|professor|engineer|architect|dancer|model|comedian|rapper|guitarist|pianist|drummer|cyclist|swimmer|boxer|wrestler|coach|manager|judge|lawyer|diplomat|economist|historian|mathematician|physicist|chemist|biologist|physician|surgeon)\b", re.I)
+_PERSON_CUES = re.compile(
+    r"\(\s*(?:born|c\.|b\.|died|d\.|\d{1,2}\s+\w+\s+\d{3,4}|\w+\s+\d{1,2},\s+\d{3,4}|\d{3,4})|\b(?:actor|actress|director|singer|writer|politician|player|footballer|king|queen|prince|princess|duke|duchess|count|countess|earl|baron|lord|lady|emperor|empress|bishop|composer|musician|painter|poet|author|novelist|artist|producer|screenwriter|businessman|journalist|son|daughter|wife|husband|consort|sultan|noble|nobleman|noblewoman|scientist|athlete|cricketer|general|officer|monk|saint|priest|philosopher|professor|engineer|architect|dancer|model|comedian|rapper|guitarist|pianist|drummer|cyclist|swimmer|boxer|wrestler|coach|manager|judge|lawyer|diplomat|economist|historian|mathematician|physicist|chemist|biologist|physician|surgeon)\b",
+    re.I,
+)
 
 
 def passage_label(title: str, text: str) -> str:
@@ -248,33 +260,130 @@ def _names_after(text: str, start: int) -> list[str]:
 
 
 DEMONYMS = {
-    "american": "United States", "british": "United Kingdom", "english": "United Kingdom", "scottish": "United Kingdom", "welsh": "United Kingdom",
-    "irish": "Ireland", "french": "France", "german": "Germany", "italian": "Italy", "spanish": "Spain", "portuguese": "Portugal",
-    "dutch": "Netherlands", "belgian": "Belgium", "swiss": "Switzerland", "austrian": "Austria", "swedish": "Sweden", "norwegian": "Norway",
-    "danish": "Denmark", "finnish": "Finland", "icelandic": "Iceland", "russian": "Russia", "soviet": "Soviet Union", "ukrainian": "Ukraine",
-    "polish": "Poland", "czech": "Czech Republic", "czechoslovak": "Czechoslovakia", "slovak": "Slovakia", "hungarian": "Hungary",
-    "romanian": "Romania", "bulgarian": "Bulgaria", "serbian": "Serbia", "croatian": "Croatia", "slovenian": "Slovenia", "bosnian": "Bosnia and Herzegovina",
-    "yugoslav": "Yugoslavia", "greek": "Greece", "turkish": "Turkey", "ottoman": "Ottoman Empire", "armenian": "Armenia", "georgian": "Georgia",
-    "azerbaijani": "Azerbaijan", "iranian": "Iran", "persian": "Iran", "iraqi": "Iraq", "israeli": "Israel", "egyptian": "Egypt",
-    "moroccan": "Morocco", "algerian": "Algeria", "tunisian": "Tunisia", "nigerian": "Nigeria", "ghanaian": "Ghana", "kenyan": "Kenya",
-    "ethiopian": "Ethiopia", "south african": "South Africa", "indian": "India", "pakistani": "Pakistan", "bangladeshi": "Bangladesh",
-    "sri lankan": "Sri Lanka", "nepali": "Nepal", "chinese": "China", "taiwanese": "Taiwan", "japanese": "Japan", "korean": "South Korea",
-    "south korean": "South Korea", "north korean": "North Korea", "vietnamese": "Vietnam", "thai": "Thailand", "filipino": "Philippines",
-    "indonesian": "Indonesia", "malaysian": "Malaysia", "singaporean": "Singapore", "australian": "Australia", "new zealand": "New Zealand",
-    "canadian": "Canada", "mexican": "Mexico", "brazilian": "Brazil", "argentine": "Argentina", "argentinian": "Argentina", "chilean": "Chile",
-    "colombian": "Colombia", "peruvian": "Peru", "venezuelan": "Venezuela", "cuban": "Cuba", "uruguayan": "Uruguay", "estonian": "Estonia",
-    "latvian": "Latvia", "lithuanian": "Lithuania", "belarusian": "Belarus", "albanian": "Albania", "macedonian": "North Macedonia",
-    "luxembourgish": "Luxembourg", "afghan": "Afghanistan", "saudi": "Saudi Arabia", "lebanese": "Lebanon", "syrian": "Syria", "jordanian": "Jordan",
-    "hong kong": "Hong Kong", "bengali": "India", "tamil": "India", "telugu": "India", "malayalam": "India", "kannada": "India", "hindi": "India",
-    "marathi": "India", "punjabi": "India", "bollywood": "India",
+    "american": "United States",
+    "british": "United Kingdom",
+    "english": "United Kingdom",
+    "scottish": "United Kingdom",
+    "welsh": "United Kingdom",
+    "irish": "Ireland",
+    "french": "France",
+    "german": "Germany",
+    "italian": "Italy",
+    "spanish": "Spain",
+    "portuguese": "Portugal",
+    "dutch": "Netherlands",
+    "belgian": "Belgium",
+    "swiss": "Switzerland",
+    "austrian": "Austria",
+    "swedish": "Sweden",
+    "norwegian": "Norway",
+    "danish": "Denmark",
+    "finnish": "Finland",
+    "icelandic": "Iceland",
+    "russian": "Russia",
+    "soviet": "Soviet Union",
+    "ukrainian": "Ukraine",
+    "polish": "Poland",
+    "czech": "Czech Republic",
+    "czechoslovak": "Czechoslovakia",
+    "slovak": "Slovakia",
+    "hungarian": "Hungary",
+    "romanian": "Romania",
+    "bulgarian": "Bulgaria",
+    "serbian": "Serbia",
+    "croatian": "Croatia",
+    "slovenian": "Slovenia",
+    "bosnian": "Bosnia and Herzegovina",
+    "yugoslav": "Yugoslavia",
+    "greek": "Greece",
+    "turkish": "Turkey",
+    "ottoman": "Ottoman Empire",
+    "armenian": "Armenia",
+    "georgian": "Georgia",
+    "azerbaijani": "Azerbaijan",
+    "iranian": "Iran",
+    "persian": "Iran",
+    "iraqi": "Iraq",
+    "israeli": "Israel",
+    "egyptian": "Egypt",
+    "moroccan": "Morocco",
+    "algerian": "Algeria",
+    "tunisian": "Tunisia",
+    "nigerian": "Nigeria",
+    "ghanaian": "Ghana",
+    "kenyan": "Kenya",
+    "ethiopian": "Ethiopia",
+    "south african": "South Africa",
+    "indian": "India",
+    "pakistani": "Pakistan",
+    "bangladeshi": "Bangladesh",
+    "sri lankan": "Sri Lanka",
+    "nepali": "Nepal",
+    "chinese": "China",
+    "taiwanese": "Taiwan",
+    "japanese": "Japan",
+    "korean": "South Korea",
+    "south korean": "South Korea",
+    "north korean": "North Korea",
+    "vietnamese": "Vietnam",
+    "thai": "Thailand",
+    "filipino": "Philippines",
+    "indonesian": "Indonesia",
+    "malaysian": "Malaysia",
+    "singaporean": "Singapore",
+    "australian": "Australia",
+    "new zealand": "New Zealand",
+    "canadian": "Canada",
+    "mexican": "Mexico",
+    "brazilian": "Brazil",
+    "argentine": "Argentina",
+    "argentinian": "Argentina",
+    "chilean": "Chile",
+    "colombian": "Colombia",
+    "peruvian": "Peru",
+    "venezuelan": "Venezuela",
+    "cuban": "Cuba",
+    "uruguayan": "Uruguay",
+    "estonian": "Estonia",
+    "latvian": "Latvia",
+    "lithuanian": "Lithuania",
+    "belarusian": "Belarus",
+    "albanian": "Albania",
+    "macedonian": "North Macedonia",
+    "luxembourgish": "Luxembourg",
+    "afghan": "Afghanistan",
+    "saudi": "Saudi Arabia",
+    "lebanese": "Lebanon",
+    "syrian": "Syria",
+    "jordanian": "Jordan",
+    "hong kong": "Hong Kong",
+    "bengali": "India",
+    "tamil": "India",
+    "telugu": "India",
+    "malayalam": "India",
+    "kannada": "India",
+    "hindi": "India",
+    "marathi": "India",
+    "punjabi": "India",
+    "bollywood": "India",
 }
-_DEMONYM = re.compile(r"\b(?:is|was)\s+(?:an?|the)\s+(?:(?:former|retired|\d{4}|\d{4}s|[a-z]+-born)\s+)*(?P<demonym>" + "|".join(sorted((re.escape(d.title()) for d in DEMONYMS), key=len, reverse=True)) + r")\b")
+_DEMONYM = re.compile(
+    r"\b(?:is|was)\s+(?:an?|the)\s+(?:(?:former|retired|\d{4}|\d{4}s|[a-z]+-born)\s+)*(?P<demonym>" + "|".join(sorted((re.escape(d.title()) for d in DEMONYMS), key=len, reverse=True)) + r")\b"
+)
 
 
 def country_name(value: str) -> str:
     """A demonym or country spelling as one country name ('American', 'US', 'United States of America' -> 'United States')."""
     key = " ".join(value.lower().replace(".", "").split())
-    aliases = {"us": "United States", "usa": "United States", "united states of america": "United States", "america": "United States", "uk": "United Kingdom", "england": "United Kingdom", "great britain": "United Kingdom"}
+    aliases = {
+        "us": "United States",
+        "usa": "United States",
+        "united states of america": "United States",
+        "america": "United States",
+        "uk": "United Kingdom",
+        "england": "United Kingdom",
+        "great britain": "United Kingdom",
+    }
     return DEMONYMS.get(key) or aliases.get(key) or value.strip()
 
 

@@ -102,9 +102,7 @@ def compile_sql(plan: Plan, bindings: Mapping[str, Linked], corpus: str, source:
         columns = ", ".join(f"{alias[var]}.id AS {alias[var]}" for var in variables)
         order = ", ".join(alias[var] for var in variables)
         matches = (
-            f"SELECT {columns}, {score} AS score FROM {', '.join(sources)}"
-            + (f" WHERE {' AND '.join(conditions)}" if conditions else "")
-            + f" ORDER BY score DESC, {order} LIMIT {int(max_rows)}"
+            f"SELECT {columns}, {score} AS score FROM {', '.join(sources)}" + (f" WHERE {' AND '.join(conditions)}" if conditions else "") + f" ORDER BY score DESC, {order} LIMIT {int(max_rows)}"
         )
         parts.append(" UNION ALL ".join(f"SELECT {alias[var]} AS skb_id, score FROM ({matches})" for var in emitted))
     body = " UNION ALL ".join(f"({part})" for part in parts) or "SELECT NULL::VARCHAR AS skb_id, NULL::DOUBLE AS score WHERE false"

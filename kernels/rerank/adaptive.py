@@ -83,9 +83,7 @@ def stex(
     return _stex_scores(similarity, degrees, len(retrieved), owner[outside] + 1, neighbours[outside], beta)
 
 
-def _stex_scores(
-    similarity: np.ndarray, degrees: np.ndarray, r_max: int, rank: np.ndarray, neighbour: np.ndarray, beta: float
-) -> tuple[np.ndarray, np.ndarray]:
+def _stex_scores(similarity: np.ndarray, degrees: np.ndarray, r_max: int, rank: np.ndarray, neighbour: np.ndarray, beta: float) -> tuple[np.ndarray, np.ndarray]:
     """STeX's scores from its links: ``rank`` of a retrieved node (1..``r_max``) and an unretrieved ``neighbour`` of it."""
     if neighbour.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.float64)
@@ -156,8 +154,15 @@ class _Retrieved:
 
 @_THREADS.wrap(limits=1, user_api="blas")
 def fastinsight(
-    query: np.ndarray, vectors: np.ndarray, graph: sp.csr_matrix, degrees: np.ndarray, scorer: PairScorer,
-    batch: int = 10, budget: int = 100, alpha: float = 0.2, beta: float = 1.0,
+    query: np.ndarray,
+    vectors: np.ndarray,
+    graph: sp.csr_matrix,
+    degrees: np.ndarray,
+    scorer: PairScorer,
+    batch: int = 10,
+    budget: int = 100,
+    alpha: float = 0.2,
+    beta: float = 1.0,
 ) -> tuple[np.ndarray, np.ndarray]:
     """FastInsight (Algorithm 1): vector top-``batch``, GRanker, then STeX batches re-ranked until ``budget``.
 

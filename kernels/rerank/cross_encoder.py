@@ -232,6 +232,7 @@ def train(
     planned = max(1, epochs * math.ceil(len(groups) / groups_per_step))
     optimizer = torch.optim.AdamW(encoder.model.parameters(), lr=learning_rate, weight_decay=0.01)
     started = time.perf_counter()
+
     def evaluated() -> float:
         encoder.model.eval()  # scoring assumes eval mode (no dropout); setting it per call costs ~1 ms
         return validate(encoder)

@@ -163,9 +163,7 @@ def cooccurrence_weights(
     return rows, weight[rows]
 
 
-def prune_hubs(
-    entity: np.ndarray, node: np.ndarray, weight: np.ndarray, hub_prune_percent: float = 0.0, degree_cap: int = 0
-) -> np.ndarray:
+def prune_hubs(entity: np.ndarray, node: np.ndarray, weight: np.ndarray, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> np.ndarray:
     """SPRIG-PRUNE over entity->node edges: the rows kept, in their original order.
 
     Drops every edge of the top ``floor(E * hub_prune_percent / 100)`` entities by degree (ties by
@@ -187,9 +185,7 @@ def prune_hubs(
     return rows
 
 
-def conceptual_weights(
-    node: np.ndarray, entity: np.ndarray, n_nodes: int, n_entities: int, max_entity_df: int = 0
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def conceptual_weights(node: np.ndarray, entity: np.ndarray, n_nodes: int, n_entities: int, max_entity_df: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GraphER A.3 node->node weights: ``A[i, j] = |E(i) & E(j)| / |E(j)|``, for i != j sharing an entity.
 
     The denominator is the target's (``dst``'s) entity count, so a passage naming many entities

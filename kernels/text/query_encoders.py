@@ -131,8 +131,14 @@ def prepare(kind: str, folder: Path | None, cache: Path) -> Path:
             with torch.inference_mode(), warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # the tracer's notes on shapes it treats as constants: ours are dynamic axes
                 torch.onnx.export(
-                    module, tuple(torch.from_numpy(example[name]) for name in INPUTS), scratch, input_names=list(INPUTS), output_names=["out"],
-                    dynamic_axes={**{name: {0: "batch", 1: "tokens"} for name in INPUTS}, "out": {0: "batch"}}, opset_version=17, dynamo=False,
+                    module,
+                    tuple(torch.from_numpy(example[name]) for name in INPUTS),
+                    scratch,
+                    input_names=list(INPUTS),
+                    output_names=["out"],
+                    dynamic_axes={**{name: {0: "batch", 1: "tokens"} for name in INPUTS}, "out": {0: "batch"}},
+                    opset_version=17,
+                    dynamo=False,
                 )
             os.replace(scratch, target)
         finally:

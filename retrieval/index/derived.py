@@ -109,4 +109,3 @@ class EntityEdges:
         aliases = indexes.derived(TITLE_ALIASES)
         norms = [normalise(name) for name, _ in request.mentions([text], extractor)[0]]
         return [aliases.get(norm, norm) for norm in norms if norm]
-

@@ -23,9 +23,7 @@ if TYPE_CHECKING:
     from graphlake.warehouse.pair_cache import PairCache
 
 
-def dense_encoder(
-    spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None, light: bool = False, model_cache: Path | None = None
-) -> Callable[[list[str]], np.ndarray]:
+def dense_encoder(spec: ModelSpec, queries: bool = False, batch_size: int = 0, cache: Path | None = None, light: bool = False, model_cache: Path | None = None) -> Callable[[list[str]], np.ndarray]:
     """The dense model ``spec`` as one function of texts, resolved once (its folder, or its endpoint):
     its endpoint (answered batches kept in ``cache``), or locally ONNX Runtime for ``queries`` (its graphs
     exported into the lake's ``model_cache``) and torch for passages (``batch_size`` 0: the encoder's measured best);

@@ -21,18 +21,17 @@ import numpy as np
 import pyarrow as pa
 import scipy.sparse as sp
 
+from graphlake.common.once import once
 from graphlake.kernels.results import Allowed, top_k
 from graphlake.retrieval.core import Candidates, unfill
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.index.metadata import DocumentMetadata
-from graphlake.common.once import once
 from graphlake.retrieval.index.index_set import Derived, IndexSet
+from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.tables import retrieval_text
 from graphlake.warehouse.readers.lake_owned import apply
 from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.write_log import Write
-
 
 SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
 _NODES = pa.schema([("node_id", pa.string()), ("doc_id", pa.string()), ("chunk_idx", pa.int32()), ("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())])

@@ -150,9 +150,7 @@ class DocumentMetadata:
                 wanted = "string" if op in TEXTUAL else _type(value)
                 if wanted not in held:
                     holds = " and ".join(_PLURAL[kind] for kind in sorted(held)) or "only objects"
-                    raise FilterError(
-                        f"filter: {condition.field} {op} {json.dumps(value)}: {_SINGULAR[wanted]}, but {condition.field!r} holds {holds} in {where}: it would match nothing"
-                    )
+                    raise FilterError(f"filter: {condition.field} {op} {json.dumps(value)}: {_SINGULAR[wanted]}, but {condition.field!r} holds {holds} in {where}: it would match nothing")
 
     def select(self, expression: Filter) -> np.ndarray:
         """A mask over the documents: those the filter allows."""

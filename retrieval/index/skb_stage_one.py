@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from graphlake.kernels.plan.match import execute
 from graphlake.kernels.plan.plans import Plan, check, parse_plan
 from graphlake.kernels.plan.rules import entities_plan, risk_level, sql_plan, wiki_plan
-from graphlake.kernels.plan.match import execute
 from graphlake.kernels.plan.sql import Emit, Linked, compile_sql
 from graphlake.kernels.text.entities import normalise
 from graphlake.retrieval.core import Candidates, MethodError, ranked
@@ -149,9 +149,7 @@ def planned(question: str, skb: LoadedSKB, planner: str, indexes: IndexSet) -> t
     return indexes.derived(LLM_PLANNER, skb.source)(question)
 
 
-def stage_one(
-    question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None, allowed: np.ndarray | None = None
-) -> Stage1:
+def stage_one(question: str, skb: LoadedSKB, plan: Plan | str | dict | None, settings: StageOneSettings, encode, failure: str | None = None, allowed: np.ndarray | None = None) -> Stage1:
     """One query's Stage 1 (``stage_one_batch`` of one)."""
     return stage_one_batch([question], skb, [plan], settings, encode, [failure], allowed)[0]
 
@@ -207,10 +205,7 @@ def stage_one_batch(
     bindings: dict[int, dict[str, Linked]] = {number: {} for number in checked}
     for (number, anchor), found in zip(anchors, linked, strict=True):
         bindings[number][anchor.var] = found
-    bound = [
-        (checked[number], {var: (np.array([skb.by_id[i] for i in b.ids], np.int64), np.array(b.scores, np.float64)) for var, b in bindings[number].items()})
-        for number in checked
-    ]
+    bound = [(checked[number], {var: (np.array([skb.by_id[i] for i in b.ids], np.int64), np.array(b.scores, np.float64)) for var, b in bindings[number].items()}) for number in checked]
     matched = execute(skb.adjacency, bound, settings.emit, settings.max_rows, settings.timeout_s)
     for number, found in zip(checked, matched, strict=True):
         plan = checked[number]

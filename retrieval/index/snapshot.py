@@ -13,12 +13,12 @@ import numpy as np
 import pyarrow as pa
 
 from graphlake.common.once import once
+from graphlake.kernels.results import Allowed
 from graphlake.retrieval.corpus_policy import SETTINGS
 from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata, FilterCache
 from graphlake.retrieval.index.tables import retrieval_texts
-from graphlake.kernels.results import Allowed
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.encoder_specs import ModelSpec, made_before_identities, model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError

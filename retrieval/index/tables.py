@@ -4,7 +4,6 @@ numeric Arrow column as numpy without a copy, the dense vectors as one matrix. S
 
 from __future__ import annotations
 
-
 import numpy as np
 import pyarrow as pa
 

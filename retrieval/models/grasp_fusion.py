@@ -7,10 +7,10 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from graphlake.kernels.fusion import RRF_CONSTANT
 from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import StorageError
-from graphlake.kernels.fusion import RRF_CONSTANT
 
 FUSION_FILE = "fusion.json"
 # where nothing could be tuned: equal weights and RRF's usual constant; dynamic opts out on no_trade only
@@ -42,7 +42,9 @@ class TunedFusion:
                 chosen = self.choices[key(op)]
             except KeyError:
                 why = self.report.get("untuned", {}).get(key(op))
-                raise StorageError(f"grasp_fusion could not tune this plan_rrf {why}" if why else "grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again") from None
+                raise StorageError(
+                    f"grasp_fusion could not tune this plan_rrf {why}" if why else "grasp_fusion holds no setting for this plan_rrf (its inputs changed); materialize grasp_fusion again"
+                ) from None
         else:
             chosen = DEFAULT_CHOICE
         mode = chosen["mode"] if op.mode == "tuned" else op.mode.removeprefix("tuned_")

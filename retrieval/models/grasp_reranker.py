@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from graphlake.kernels.fusion import RRF_CONSTANT
 from graphlake.retrieval.core import Op
 from graphlake.warehouse.digest import fingerprint
-from graphlake.kernels.fusion import RRF_CONSTANT
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.skb import LoadedSKB
@@ -53,9 +53,7 @@ class TunedReranker:
         return cls(model, saved["fusion"], saved["report"])
 
 
-def candidate_texts(
-    tables: Snapshot, skbs: Callable[[str], LoadedSKB], rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int
-) -> list[str]:
+def candidate_texts(tables: Snapshot, skbs: Callable[[str], LoadedSKB], rows: np.ndarray, serialize: str, max_neighbours: int, max_field_tokens: int) -> list[str]:
     """What the reranker reads per candidate: the B.6 serialisation over the corpus's SKB (of ``skbs``,
     the corpus's by source), or ``title + text``."""
     texts = tables.texts()

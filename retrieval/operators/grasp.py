@@ -9,19 +9,18 @@ Stage 3, a reranker reading each candidate with its SKB neighbours, fused back b
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, ClassVar, Literal
-
 from dataclasses import replace
+from typing import TYPE_CHECKING, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from graphlake.kernels.fusion import RRF_CONSTANT
 from graphlake.kernels.plan.fusion import BUCKETS, fuse_stage2
 from graphlake.kernels.plan.sql import Emit
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, register
 from graphlake.retrieval.index.derived import GRASP_FUSION_CHOICE
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.kernels.fusion import RRF_CONSTANT
 
 if TYPE_CHECKING:
     from graphlake.retrieval.index.skb_stage_one import StageOneSettings

@@ -32,14 +32,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from graphlake.kernels.hybrid.vectors import HybridParams, Queries
 from graphlake.retrieval.core import MAX_CANDIDATES, MAX_KEYWORDS, Candidates, Count, ExactBelow, Keyword, PerQuery, Request, Weight, from_dict, ranked, register, shared_run, unfill
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.derived import TITLE_ALIASES, hybrid_vectors
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import BM25, DenseHNSW, Splade
 
 FILTERED_POOL_POWER = 0.75  # a filtered walk's pool: candidates / (allowed share) ** this
 SCAN_NODES_PER_SLOT = 3  # scoring a node exactly costs about a third of a pool slot walked (CPU, 95k nodes)
 DEFAULT_KG_WEIGHT = 0.5  # the spec's stand-in where no kg_weight could be tuned
+
 
 class PathWeights(BaseModel):
     """How much each path counts, in calibrated units."""
@@ -99,6 +100,7 @@ class Hybrid(PerQuery):
         if not self.kg:
             return None
         from graphlake.kernels.hybrid.vectors import KGQuery
+
         graph = indexes.hybrid_graph.graph.kg
         if graph is None:
             request.note(f"{self.op}: the hybrid graph was built with kg: none, so there is no KG reward")

@@ -15,11 +15,12 @@ from typing import ClassVar, Literal
 
 from pydantic import Field
 
+from graphlake.kernels.fusion import reciprocal_rank
 from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.derived import LEARNED_RANKER
 from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key
-from graphlake.kernels.fusion import reciprocal_rank
+
 
 def rrf(found: list[Candidates], depth: int, k: int) -> Candidates:
     """The fallback: reciprocal-rank fusion of the inputs' top ``depth``."""

@@ -13,12 +13,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.kernels.fusion import RRF_CONSTANT
 from graphlake.retrieval.core import Candidates, Op, Request
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.fresh import SIGNALS, FreshSegment
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.operators.vector import BM25, RRF, Dense, Splade
-from graphlake.kernels.fusion import RRF_CONSTANT
 
 FIRST_STAGES = {"bm25": "bm25", "dense": "dense", "dense_hnsw": "dense", "splade": "splade"}  # a first stage's op: the signal it ranks by
 

@@ -22,9 +22,9 @@ from pydantic import Field
 
 from graphlake.kernels.rerank.adaptive import PairScorer, fastinsight, gar
 from graphlake.retrieval.core import Candidates, Count, Input, ModelCalls, Op, PerQuery, Request, Weight, ranked, register
+from graphlake.retrieval.index.derived import corpus_graph
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, graph_indexes
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.retrieval.index.derived import corpus_graph
 from graphlake.retrieval.models.reranker import held_out_quality
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.operators.vector import Dense

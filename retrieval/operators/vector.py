@@ -11,12 +11,11 @@ import numpy as np
 import scipy.sparse as sp
 from pydantic import Field, PrivateAttr
 
+from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank
 from graphlake.kernels.results import SearchParams
 from graphlake.kernels.text.vector_search import HNSWParams, exact_dense, exact_sparse, hnsw
 from graphlake.retrieval.core import MAX_INPUTS, Candidates, Count, ExactBelow, Input, MethodError, Op, Request, Weight, from_dict, min_max, register, run_inputs_batch, unfill, walk
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank
-
 
 FILTER_EXACT_BELOW = 2_000  # an approximate index scores exactly the nodes a filter allows when fewer pass it
 

@@ -89,18 +89,26 @@ def tune(data: TrainingSet, base: Path, settings: TuningSettings, target: Path, 
     base_score, tuned_score = float(np.mean(base_scores)), float(np.mean(tuned_scores))
     gain = paired_bootstrap(base_scores, tuned_scores, seed=settings.seed)
     kept = "tuned" if gain["low"] > 0 else "base"  # better beyond noise, or not worth encoding every passage again
-    said = (f"dense encoder tuned on {len(learn)} training queries of {data.source!r} ({len(pairs)} pairs, {seconds:.0f} s): held-out nDCG@10 "
-            f"{tuned_score:.4f} tuned against {base_score:.4f} untuned on {len(judge)} queries, difference {gain['difference']:+.4f} "
-            f"[{gain['low']:+.4f}, {gain['high']:+.4f}] (paired 95 % interval); kept the {kept} encoder"
-            + ("" if kept == "tuned" else " (a gain must lie above 0)"))
+    said = (
+        f"dense encoder tuned on {len(learn)} training queries of {data.source!r} ({len(pairs)} pairs, {seconds:.0f} s): held-out nDCG@10 "
+        f"{tuned_score:.4f} tuned against {base_score:.4f} untuned on {len(judge)} queries, difference {gain['difference']:+.4f} "
+        f"[{gain['low']:+.4f}, {gain['high']:+.4f}] (paired 95 % interval); kept the {kept} encoder" + ("" if kept == "tuned" else " (a gain must lie above 0)")
+    )
     log(said)
     if kept == "tuned":
         tuned_model.save(str(target))
     return {
         "kept": kept,
         "said": said,
-        "held_out": {"queries": len(judge), "metric": METRIC, "tuned": round(tuned_score, 6), "untuned": round(base_score, 6),
-                     "difference": round(gain["difference"], 6), "low": round(gain["low"], 6), "high": round(gain["high"], 6)},
+        "held_out": {
+            "queries": len(judge),
+            "metric": METRIC,
+            "tuned": round(tuned_score, 6),
+            "untuned": round(base_score, 6),
+            "difference": round(gain["difference"], 6),
+            "low": round(gain["low"], 6),
+            "high": round(gain["high"], 6),
+        },
         "training": {"source": data.source, "queries": len(learn), "pairs": len(pairs), "seconds": round(seconds, 1), "last_loss": losses[-1] if losses else None},
     }
 
@@ -135,10 +143,10 @@ def _load(folder: Path):
 
 def _train(model, pairs: list[tuple[str, str, str]], settings: TuningSettings, log: Callable[[str], None]) -> list[float]:
     """The loss of each step, training ``model`` in place."""
-    from graphlake.common.progress import StepProgress
-
     import torch
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+
+    from graphlake.common.progress import StepProgress
 
     torch.manual_seed(settings.seed)
     loss = MultipleNegativesRankingLoss(model)

@@ -28,7 +28,8 @@ import numpy as np
 
 from graphlake.kernels.graph.propagation import gcs
 from graphlake.retrieval.core import Methods, needs, shared_run
-from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set, grapher_reads
+from graphlake.retrieval.index.index_set import new_request
+from graphlake.retrieval.learned_kinds import INDEX_KINDS, grapher_reads, open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grapher import DEFAULT_ALPHA, NETWORKS, TunedRankers, ranking_graph
 from graphlake.retrieval.models.untrained import Untrained
@@ -37,7 +38,6 @@ from graphlake.retrieval.queries import alpha_source, gold_by_query, held_out, t
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.digest import fingerprint
 from graphlake.warehouse.storage import LakeStorage, StorageError
-from graphlake.retrieval.index.index_set import new_request
 
 ALPHAS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # GraphER A.3: 0.1 ... 0.9
 
@@ -157,9 +157,7 @@ def candidate_examples(lake: LakeStorage, corpus: str, split: str | None, method
     for query, candidates in zip(queries, shared_run(op.inputs[0], new_request(indexes, [query["text"] for query in queries]), indexes), strict=True):
         adjacency = op.candidate_graph(candidates, indexes)
         labels = np.fromiter((d in gold[query["query_id"]] for d in doc_ids[candidates.rows]), dtype=bool, count=len(candidates.rows))
-        examples.append(
-            {"query": query["text"], "base": candidates, "adjacency": adjacency, "labels": labels, "gold": len(gold[query["query_id"]]), "indexes": indexes}
-        )
+        examples.append({"query": query["text"], "base": candidates, "adjacency": adjacency, "labels": labels, "gold": len(gold[query["query_id"]]), "indexes": indexes})
     return examples
 
 

@@ -19,10 +19,10 @@ import numpy as np
 from graphlake.kernels.eval.metrics import recall_at_k
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_grid
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.learned_kinds import open_index_set, tuned_fusions
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import DEFAULT_CHOICE, TunedFusion
-from graphlake.retrieval.learned_kinds import open_index_set, tuned_fusions
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 

@@ -26,12 +26,12 @@ import numpy as np
 
 from graphlake.kernels.plan.fusion import ValidationQuery, fuse_stage2, search_static
 from graphlake.retrieval.core import Op
-from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.learned_kinds import grasp_rerankers, open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.grasp_fusion import TunedFusion
 from graphlake.retrieval.models.grasp_reranker import TunedReranker, candidate_texts
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.untrained import Untrained
-from graphlake.retrieval.learned_kinds import open_index_set, grasp_rerankers
 from graphlake.retrieval.queries import check_disjoint
 from graphlake.retrieval.training.grasp_fusion import gold_rows, validation_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError

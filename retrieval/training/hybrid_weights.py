@@ -22,10 +22,10 @@ import numpy as np
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.kernels.hybrid.batched import top_rows
 from graphlake.kernels.hybrid.vectors import HybridVectors, Queries
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.index.derived import TITLE_ALIASES, hybrid_vectors
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.models.hybrid_weights import TunedWeights
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import gold_by_query, training_source
 from graphlake.warehouse.storage import LakeStorage, StorageError

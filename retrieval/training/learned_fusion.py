@@ -19,11 +19,11 @@ import numpy as np
 
 from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run
 from graphlake.retrieval.index.index_set import new_request
-from graphlake.retrieval.models.index_set import LakeIndexSet
+from graphlake.retrieval.learned_kinds import learned_fusions, open_index_set
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.learned_fusion import LearnedRankers, Ranker, candidate_rows, feature_names, features, per_input
 from graphlake.retrieval.operators.learned import rrf
-from graphlake.retrieval.learned_kinds import open_index_set, learned_fusions
 from graphlake.retrieval.queries import check_disjoint, gold_by_query, held_out, training_queries
 from graphlake.warehouse.storage import LakeStorage, StorageError
 

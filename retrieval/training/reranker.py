@@ -32,8 +32,8 @@ from graphlake.common.progress import StepProgress
 from graphlake.kernels.eval.metrics import ndcg_at_k
 from graphlake.retrieval.core import Methods
 from graphlake.retrieval.learned_kinds import INDEX_KINDS, open_index_set, reranker_reads
-from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.methods import load_methods
+from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.reranker import load_reranker
 from graphlake.retrieval.models.untrained import Untrained
 from graphlake.retrieval.queries import TRAIN_SPLIT, gold_by_query, has_train_queries, held_out
@@ -43,6 +43,7 @@ from graphlake.warehouse.storage import LakeStorage, StorageError
 
 if TYPE_CHECKING:
     from graphlake.kernels.rerank.cross_encoder import Group
+
 
 @dataclass(frozen=True)
 class TrainingQuery:
@@ -63,9 +64,7 @@ def learn(store: LakeStorage, config: Any, log: Callable[[str], None], explicit:
     corpora = config.corpora or [name for name in CorpusRegistry(store.home).all() if has_train_queries(store, name)]
     queries = training_queries(store, corpora, config.max_queries_per_corpus, config.seed)
     if len(queries) < 2:
-        untrained = Untrained(
-            f"the lake has {len(queries)} train-split queries with gold ({', '.join(corpora) or 'no corpus has any'}); the cross-encoder needs 2 or more"
-        )
+        untrained = Untrained(f"the lake has {len(queries)} train-split queries with gold ({', '.join(corpora) or 'no corpus has any'}); the cross-encoder needs 2 or more")
         store.write_artifact("reranker", {}, untrained.save)
         return {"retrained": False, "note": f"not trained: {untrained.reason}; the methods that rerank with it return their first-stage ranking"}
     data_digest, config_digest = _fingerprint(store, queries), fingerprint(config.model_dump())
@@ -80,8 +79,7 @@ def learn(store: LakeStorage, config: Any, log: Callable[[str], None], explicit:
     planned = max(1, config.epochs * math.ceil(len(data.groups) / config.groups_per_step))
     # a lake-wide model trains for minutes: it says so before it starts, then how far it is
     log(
-        f"reranker: training the lake's cross-encoder on {len(data.learn)} training queries of {', '.join(corpora)} "
-        f"({len(data.groups)} groups, {planned} steps, at most {config.budget_minutes:g} min)"
+        f"reranker: training the lake's cross-encoder on {len(data.learn)} training queries of {', '.join(corpora)} ({len(data.groups)} groups, {planned} steps, at most {config.budget_minutes:g} min)"
     )
     progress = StepProgress(f"training the lake's cross-encoder (at most {config.budget_minutes:g} min)", planned, log, unit="steps")
     report = train(
@@ -108,10 +106,7 @@ def learn(store: LakeStorage, config: Any, log: Callable[[str], None], explicit:
     if previous is not None:
         kept = reranked_ndcg(previous, data.validation)
         if kept > report.best_validation:  # the same held-out queries: the better model stays
-            note = (
-                f"kept the previous cross-encoder: it reranks the {len(data.validation)} held-out training queries at nDCG@10 "
-                f"{kept:.3f}, the newly trained one at {report.best_validation:.3f}"
-            )
+            note = f"kept the previous cross-encoder: it reranks the {len(data.validation)} held-out training queries at nDCG@10 {kept:.3f}, the newly trained one at {report.best_validation:.3f}"
             log(f"reranker: {note}")
             summary["kept"] = {"model": "previous", "previous_ndcg@10": kept, "new_ndcg@10": report.best_validation}
             summary["training"] = {**current["training"], "best_validation": kept}

@@ -335,9 +335,7 @@ class CorpusBuilder:
             self._qrels[key] = {"query_id": query_id, "doc_id": doc_id, "relevance": relevance, "split": split}
             self._qrel_at[key] = where.with_record(f"{query_id} -> {doc_id}")
 
-    def add_foreign_key(
-        self, src_doc_id: str, src_column: str, dst_doc_id: str, dst_column: str, position: int, where: Location
-    ) -> None:
+    def add_foreign_key(self, src_doc_id: str, src_column: str, dst_doc_id: str, dst_column: str, position: int, where: Location) -> None:
         """One declared foreign key; ``position`` is its index in the schema's declaration list."""
         self._foreign_keys.append(
             {

@@ -34,9 +34,7 @@ FOLDER_METADATA = "metadata.jsonl"  # at the folder's top: {"path": ..., fields}
 TEXT_NAMES = frozenset({"readme", "news", "changes", "changelog", "authors", "copying", "license", "licence", "todo", "thanks", "history", "install", "copyright", "notice"})
 MARKDOWN = (".md", ".markdown")
 # images, archives, fonts and compiled files: skipped and counted, never suggested to --ext
-BINARY_SUFFIXES = frozenset(
-    ".png .jpg .jpeg .gif .webp .ico .bmp .tif .tiff .pdf .zip .tar .tgz .bz2 .xz .zst .7z .whl .jar .so .o .a .dll .exe .bin .pyc .class .mo .woff .woff2 .ttf .otf".split()
-)
+BINARY_SUFFIXES = frozenset(".png .jpg .jpeg .gif .webp .ico .bmp .tif .tiff .pdf .zip .tar .tgz .bz2 .xz .zst .7z .whl .jar .so .o .a .dll .exe .bin .pyc .class .mo .woff .woff2 .ttf .otf".split())
 # spaCy's default max_length: its parser and NER need about 1 GB per million characters, so a longer
 # file becomes several documents rather than one the chunker would choke on
 PART_CHARS = 1_000_000

@@ -26,9 +26,7 @@ def add_documents(builder: CorpusBuilder, path: Path) -> None:
     for where, record in iter_jsonl(path):
         doc_id = require(record, "id", where)
         metadata = record_metadata(record, ("id", "title", "text"), where.with_record(doc_id))
-        builder.add_document(
-            doc_id, require(record, "title", where.with_record(doc_id)), require(record, "text", where.with_record(doc_id)), where, metadata
-        )
+        builder.add_document(doc_id, require(record, "title", where.with_record(doc_id)), require(record, "text", where.with_record(doc_id)), where, metadata)
 
 
 def add_queries(builder: CorpusBuilder, path: Path, split: str | None = None) -> None:

@@ -10,11 +10,12 @@ same tables, whatever order the writes came in, so a folded corpus ranks as one 
 from __future__ import annotations
 
 import json
+
 import pyarrow as pa
 
 from graphlake.warehouse.readers.base import CITED_BY, Ingested, NoDocuments, ReadRequest
-from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.storage import LakeStorage
+from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.write_log import Write, corpus_log, folded_through
 
 
@@ -58,4 +59,3 @@ def document_metadata(corpus: str, document: dict) -> dict:
     if not any(key in given for key in CITED_BY):
         given["source"] = f"lake://{corpus}/{document['id']}"
     return given
-

@@ -145,13 +145,7 @@ def _read_paragraph_questions(request: ReadRequest, id_key: str, text_key: str, 
 def _context(record: dict, where: Location) -> Iterator[tuple[str, list[str]]]:
     """``(title, sentences)`` of a ``context`` list, checked for shape."""
     for entry in require(record, "context", where, list):
-        if not (
-            isinstance(entry, list)
-            and len(entry) == 2
-            and isinstance(entry[0], str)
-            and isinstance(entry[1], list)
-            and all(isinstance(sentence, str) for sentence in entry[1])
-        ):
+        if not (isinstance(entry, list) and len(entry) == 2 and isinstance(entry[0], str) and isinstance(entry[1], list) and all(isinstance(sentence, str) for sentence in entry[1])):
             raise IngestError(where, f"context entry should be [title, [sentences]], got {str(entry)[:80]}")
         yield entry[0], entry[1]
 
@@ -166,9 +160,7 @@ def _supporting_titles(record: dict, where: Location) -> list[str]:
     return list(dict.fromkeys(titles))
 
 
-def _add_title_gold(
-    builder: CorpusBuilder, query_id: str, titles: list[str], by_title: dict[str, list[str]], where: Location, split: str, scope: str
-) -> int:
+def _add_title_gold(builder: CorpusBuilder, query_id: str, titles: list[str], by_title: dict[str, list[str]], where: Location, split: str, scope: str) -> int:
     """Gold for each title from ``by_title``; returns how many titles named several passages."""
     ambiguous = 0
     for title in titles:
