@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pyarrow as pa
 
@@ -41,9 +41,6 @@ from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage
-
-if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is written or searched, not by every query
-    pass
 
 POOLS = ("k", "candidates", "depth")
 ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop  # an operator's fields that size the candidates it keeps per query

@@ -129,9 +129,12 @@ class SearcherManager:
         """The generation a search of ``corpus`` starting now reads; ``after``: a write's number the
         search must include (an error when the log has no such write)."""
         for attempt in range(2):
+            known = self._served.get(corpus)  # a corpus read from its source has no log to list
+            owned = known is None or known.indexes.snapshot.spec.format == LAKE_OWNED
+            listed = _listed(self.home, corpus) if owned else []  # before the snapshot is chosen: a write a fold trims meanwhile is in the snapshot served then
             served = self.served(corpus)
             try:
-                return self._generation(served, after)
+                return self._generation(served, listed, after)
             except _Trimmed:  # a build committed and trimmed the log meanwhile: read its snapshot
                 if attempt:
                     raise
@@ -169,7 +172,7 @@ class SearcherManager:
             self._stamps[corpus] = stamp
         return served
 
-    def _generation(self, served: Served, after: int | None) -> Generation:
+    def _generation(self, served: Served, listed: list[int], after: int | None) -> Generation:
         corpus = served.corpus
         if served.indexes.snapshot.spec.format != LAKE_OWNED:
             if after is not None:
@@ -178,7 +181,7 @@ class SearcherManager:
         from graphlake.warehouse.write_log import WriteLog
 
         log = WriteLog(self.home, corpus, lambda: served.folded)
-        numbers = [seq for seq in log.numbers() if seq > served.folded]  # every write acknowledged before now
+        numbers = [seq for seq in listed if seq > served.folded]  # every write acknowledged before the search started
         last = numbers[-1] if numbers else served.folded
         if after is not None and after > last:
             raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
@@ -228,6 +231,13 @@ class SearcherManager:
         train = served.train if served is not None else corpus
         paths = (folders / corpus, folders / LAKE_SCOPE, folders / train, self.home / "methods.yaml", self.home / "corpora.yaml")
         return tuple(map(_mtime, paths))
+
+
+def _listed(home: Path, corpus: str) -> list[int]:
+    """The numbers of the entries in ``corpus``'s log now (none for a corpus that takes no writes)."""
+    from graphlake.warehouse.write_log import WriteLog
+
+    return WriteLog(home, corpus, lambda: 0).numbers()
 
 
 def _folded(lake: LakeStorage, corpus: str) -> int:

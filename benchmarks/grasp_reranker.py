@@ -71,7 +71,7 @@ def export(folder: Path, corpus: str, sample: int | None) -> None:
     evaluated = []
     for query in select_queries(lake.read("queries", {"corpus": corpus}), split, sample).to_pylist():
         rows = stage.run(query["text"], indexes).rows[: config.depth]
-        texts = candidate_texts(indexes, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)
+        texts = candidate_texts(indexes.snapshot, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)
         evaluated.append({"query_id": query["query_id"], "query": query["text"], "texts": texts, "docs": [doc_ids[r] for r in rows.tolist()], "gold": sorted(gold.get(query["query_id"], {}))})
     _write_lists(folder / "evaluated.parquet", evaluated)
     _save_half(CrossEncoder.load(lake.artifact("reranker", {})), folder / "base")

@@ -1,6 +1,7 @@
 """How every search kernel is asked and what it answers, one vocabulary from the kernels up (faiss's
 ``search(x, k, params)`` -> ``(D, I)``): ``search(queries, k, params)`` returns a :class:`Ranking`,
-``(scores, rows)``, each of shape ``(queries, k)``, scores float64, best first, ties to the lower row.
+``(scores, rows)``, each of shape ``(queries, k)``, scores float64, best first, ties to the lower row
+(BM25's and faiss HNSW's lists keep their library's order of ties).
 A query with fewer than ``k`` results has its list filled after its last one with score −inf and row
 −1; :func:`unfilled` takes one query's results without the fill, and the layers above keep the
 kernel's order (``retrieval/core.py``'s ``Candidates`` is one query's, in the same vocabulary).
@@ -62,15 +63,6 @@ class Ranking(NamedTuple):
 def filled(queries: int, k: int) -> Ranking:
     """``queries`` lists of ``k``, all fill."""
     return Ranking(np.full((queries, k), FILL_SCORE, np.float64), np.full((queries, k), FILL_ROW, np.int64))
-
-
-def in_order(scores: np.ndarray, rows: np.ndarray) -> Ranking:
-    """A library's per-query top lists (fill: row −1) put in the vocabulary's order: best first, ties to
-    the lower row, the fill last."""
-    real = rows != FILL_ROW
-    scores = np.where(real, scores, FILL_SCORE).astype(np.float64)
-    order = np.lexsort((np.where(real, rows, np.iinfo(np.int64).max), -scores), axis=-1)
-    return Ranking(np.take_along_axis(scores, order, axis=-1), np.take_along_axis(np.where(real, rows, FILL_ROW).astype(np.int64), order, axis=-1))
 
 
 def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: bool = False) -> Ranking:

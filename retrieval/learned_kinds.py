@@ -5,7 +5,7 @@ build imports the fitting itself (``retrieval/training``), whose assets read the
 Each ``*_reads`` says which index kinds a kind's fitting reads on its training corpus, for the
 freshness planner and the assets' lineage; the ``learned_*`` / ``tuned_*`` finders name the declared
 operators a kind trains a part for. ``INDEX_KINDS`` is every kind, stored and learned, in one table
-made here explicitly, and ``corpus_indexes`` opens a corpus's index registry over it.
+made here explicitly, and ``open_index_set`` opens a snapshot's index set over it.
 """
 
 from __future__ import annotations

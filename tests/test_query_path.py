@@ -58,9 +58,10 @@ from graphlake.cli.main import main
 
 main()
 """
-# what a fresh query of each method may import of graphlake (measured, plus a few: a new module on the path
+# what a fresh query of each method may import of graphlake (measured, plus a few; +8 with the serving core's
+# snapshot, index set, encoders, derived kinds, searcher manager, once and fusion: a new module on the path
 # is a decision, not an accident); its CPU seconds are benchmarks/query_path.py's to measure
-FRESH_MODULES = {"bm25": 100, "ap_three": 109, "graphlake_ltr": 115}  # graphlake_ltr: + kernels.plan.match, GRASP's matcher
+FRESH_MODULES = {"bm25": 108, "ap_three": 117, "graphlake_ltr": 123}  # graphlake_ltr: + kernels.plan.match, GRASP's matcher
 NEVER = ("graphlake.pipelines", "graphlake.assets", "graphlake.retrieval.training", "dagster", "sqlglot", "torch", "transformers")
 
 
@@ -93,7 +94,7 @@ def test_a_warm_search_stays_in_the_api_retrieval_and_the_kernels(demo_lake, tmp
     found = json.loads(done.stdout.splitlines()[-1])
     called = found["called"]
     assert {"bm25", "ap_three", "grasp_fused", "graphlake_ltr"} <= set(called)  # the defaults, every one traced
-    assert len(called["ap_three"]) <= 15, called["ap_three"]  # the files docs/architecture.md lists, one a job
+    assert len(called["ap_three"]) <= 20, sorted(called["ap_three"])  # the files docs/architecture.md lists, one a job
     assert "kernels/hybrid/graph_index.py" in called["ap_three"]  # the trace reaches the kernel: it can fail
     strays = {name: [f for f in files if f.startswith(("warehouse/", "pipelines/", "assets/"))] for name, files in called.items()}
     assert not any(strays.values()), strays

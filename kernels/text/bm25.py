@@ -15,7 +15,7 @@ import scipy.sparse as sp
 import Stemmer
 from bm25s.tokenization import Tokenizer
 
-from graphlake.kernels.results import FILL_ROW, Ranking, SearchParams, filled, in_order
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Ranking, SearchParams, filled
 from graphlake.kernels.text.stopwords import ENGLISH
 
 # Lucene's StandardAnalyzer keeps one-character tokens; bm25s's default pattern drops them.
@@ -36,19 +36,20 @@ class BM25Index:
         return cls(retriever, tokenizer)
 
     def search(self, queries: list[str], k: int, params: SearchParams = SearchParams()) -> Ranking:
-        """A ``Ranking`` (``kernels/results.py``; bm25s's top ``k``, put in the vocabulary's order, ties to
-        the lower row): a node sharing no term with the query is no result, and with a filter
+        """A ``Ranking`` (``kernels/results.py``; bm25s's top ``k`` in its order, ties in bm25s's): a node sharing no term with the query is no result, and with a filter
         (``params.allowed``) only its rows are, the others scoring 0 before the top ``k`` are taken."""
         found_scores, found_rows = filled(len(queries), k)
         k_found = min(k, self.retriever.scores["num_docs"])
         if not queries or not k_found:
-            return found_scores, found_rows
+            return Ranking(found_scores, found_rows)
         # token ids, not the (ids, vocab) tuple: from a tuple bm25s rebuilds a reverse vocabulary on every
         # call (7x slower per query, see benchmarks/results/bm25_throughput.md); n_threads=0 skips its pool
         tokens = self.tokenizer.tokenize(queries, update_vocab=False, show_progress=False, return_as="ids")
         mask = None if params.allowed is None else params.allowed.mask.astype(self.retriever.dtype)
         rows, scores = self.retriever.retrieve(tokens, k=k_found, show_progress=False, n_threads=0, weight_mask=mask)
-        found_scores[:, :k_found], found_rows[:, :k_found] = in_order(scores, np.where(scores > 0, rows, FILL_ROW))
+        matched = scores > 0  # bm25s's order kept, ties included: the recorded rankings follow it (a tie rule to the lower row is open)
+        found_scores[:, :k_found] = np.where(matched, scores, FILL_SCORE)
+        found_rows[:, :k_found] = np.where(matched, rows, FILL_ROW)
         return Ranking(found_scores, found_rows)
 
     def weights(self) -> sp.csr_matrix:

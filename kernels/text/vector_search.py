@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import scipy.sparse as sp
 
-from graphlake.kernels.results import Ranking, SearchParams, allowed_scores, filled, in_order, top_k
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Ranking, SearchParams, allowed_scores, filled, top_k
 
 if TYPE_CHECKING:
     import faiss
@@ -67,5 +67,6 @@ def hnsw(index: faiss.Index, queries: np.ndarray, k: int, params: HNSWParams = H
     scores, rows = index.search(queries, k_found, params=search)
     del bitmap  # faiss read it through a raw pointer: it lived until here
     out_scores, out_rows = filled(len(queries), k)
-    out_scores[:, :k_found], out_rows[:, :k_found] = in_order(scores, rows)
+    found = rows >= 0  # faiss's order kept, ties included (a tie rule to the lower row is open)
+    out_scores[:, :k_found], out_rows[:, :k_found] = np.where(found, scores, FILL_SCORE), np.where(found, rows, FILL_ROW)
     return Ranking(out_scores, out_rows)

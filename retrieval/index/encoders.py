@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.common.once import once
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.warehouse.encoder_specs import ModelSpec, Side
 
@@ -82,7 +83,7 @@ class QueryEncoders:
         """Texts encoded by the corpus's SPLADE model, one row each (queries and passages alike)."""
         from graphlake.kernels.text.query_encoders import encode_queries_splade
 
-        return encode_queries_splade(texts, self.snapshot.models.spec("sparse").path(), self.snapshot.models.cache)
+        return encode_queries_splade(texts, self._splade_folder(), self.snapshot.models.cache)
 
     def pair_features(self, query: str, rows: np.ndarray) -> np.ndarray:
         """The cross-encoder's [CLS] vectors of (query, node row) pairs."""
@@ -108,6 +109,10 @@ class QueryEncoders:
         lake, corpus = self.snapshot.lake, self.snapshot.corpus
         stamp = f"{lake.artifact_written_at('reranker', {}):.6f}-{lake.written_at('nodes', {'corpus': corpus}):.6f}"
         return PairCache(lake.home, corpus, stamp)
+
+    @once
+    def _splade_folder(self) -> Path | None:
+        return self.snapshot.models.spec("sparse").path()
 
     def _dense_model(self, light: bool) -> Callable[[list[str]], np.ndarray]:
         if light not in self._dense:

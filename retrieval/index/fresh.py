@@ -13,7 +13,6 @@ hit on a pending document cites it like any other.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, replace
 from functools import cached_property
 
@@ -55,7 +54,6 @@ class FreshSegment:
 
     def __init__(self, indexes: IndexSet, writes: list[Write], through: int, before: FreshSegment | None = None) -> None:
         self.indexes, self.corpus, self.through, self.writes = indexes, indexes.corpus, through, len(writes)
-        self.made = time.monotonic()
         live: dict[str, dict] = {}
         for write in writes:
             apply(live, write, self.corpus)

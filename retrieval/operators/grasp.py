@@ -150,7 +150,7 @@ class GraspRerank(PerQuery):
         if encoder is None or isinstance(encoder, Untrained):
             request.note(f"grasp_rerank: no {'GRASP-tuned' if self.model == 'grasp' else 'trained'} reranker in this lake; Stage 2's ranking is returned")
             return stage.top(self.k)
-        scores = encoder.score(query, candidate_texts(indexes, indexes.skb, top, self.serialize, self.max_neighbours, self.max_field_tokens))
+        scores = encoder.score(query, candidate_texts(indexes.snapshot, indexes.skb, top, self.serialize, self.max_neighbours, self.max_field_tokens))
         order = np.argsort(-scores, kind="stable")
         reranked = top[order]
         if self.fuse == "none":

@@ -86,7 +86,7 @@ def training_data(lake: LakeStorage, corpus: str, config: Any, group_size: int) 
     fusion = TunedFusion.load(lake.artifact("grasp_fusion", {"corpus": corpus}))
     indexes = open_index_set(lake, source)
     gold = gold_rows(lake, source, indexes)
-    texts = lambda rows: candidate_texts(indexes, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
+    texts = lambda rows: candidate_texts(indexes.snapshot, indexes.skb, rows, "skb", config.max_neighbours, config.max_field_tokens)  # noqa: E731
     key, stage = next(iter(stages.items()))  # one model, for the first declared Stage 2 (grasp_fused)
     pools = mine(stage, fusion, learning, indexes, gold, texts, config.depth, config.stored_negatives, group_size)
     lists = []
