@@ -55,7 +55,7 @@ def invoke(*args: str):
 def test_every_index_an_operator_may_read_by_name_has_one_typed_handle():
     """Operators reach an index through ``LakeIndexSet.<kind>``; only the kinds named by data (the corpus
     graph's edge kinds and mentions) are read with ``get``."""
-    handles = {name for name, value in vars(LakeIndexSet).items() if isinstance(value, Handle)}
+    handles = {name for cls in LakeIndexSet.__mro__ for name, value in vars(cls).items() if isinstance(value, Handle)}
     by_data = set(EDGE_KINDS) - {"cooccurrence"} | {"mentions_spacy", "mentions_regex"}
     loadable = {name for name, kind in INDEX_KINDS.items() if kind.load is not None}
     assert handles == loadable - by_data
