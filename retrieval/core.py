@@ -89,8 +89,9 @@ def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
     k = min(k, len(scores))
     if k == 0:
         return Candidates(scores=np.zeros(0, np.float32), rows=np.zeros(0, np.int64))
-    part = np.argpartition(-scores, k - 1)[:k]
-    order = part[np.lexsort((rows[part], -scores[part]))]
+    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+    part = np.flatnonzero(scores >= kth)  # every tie of the k-th score, so that the lower rows win them
+    order = part[np.lexsort((rows[part], -scores[part]))][:k]
     return Candidates(scores=scores[order], rows=rows[order])
 
 
