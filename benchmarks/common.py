@@ -174,7 +174,6 @@ BETAS = (0.0, 0.5, 1.0, 2.0, 5.0, 100.0)
 def prepare_lake(datasets: Path) -> None:
     """Ingest the protocol's corpora and build what the reranker mines from (BM25 and dense on the
     training sets) and what the evaluated sets' methods read (both runs, the corpus graph)."""
-    from graphlake.retrieval.corpus_policy import corpus_graph_kinds
     from graphlake.retrieval.evaluation import corpus_graph_built
     from graphlake.warehouse.corpora import CorpusRegistry
     from graphlake.warehouse.home import lake_home
@@ -185,5 +184,5 @@ def prepare_lake(datasets: Path) -> None:
     for corpus, split in (TRAINING | EVALUATED).items():  # one run per corpus builds its indexes (SciFact: its test split)
         graphlake("eval", "--corpus", corpus, "--methods", "vector,bm25", "--split", split, "--json")
     for corpus in (c for c in EVALUATED if not corpus_graph_built(LakeStorage(lake_home()), c)):  # materialize re-runs NER
-        kinds = corpus_graph_kinds(CorpusRegistry(lake_home()).get(corpus).format)
+        kinds = CorpusRegistry(lake_home()).get(corpus).effective_linking.corpus_graph
         graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))

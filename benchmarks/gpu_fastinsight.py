@@ -76,9 +76,9 @@ def export(folder: Path, datasets: Path) -> None:
         )
         pq.write_table(pa.table({"text": indexes.snapshot.texts(), "doc_id": indexes.snapshot.doc_ids().tolist()}), out / "nodes.parquet", compression="zstd")
         np.save(out / "vectors.npy", np.asarray(indexes.dense, dtype=np.float16))
-        graph, _ = corpus_graph(indexes, indexes.snapshot.setting("corpus_graph"))
+        graph, _ = corpus_graph(indexes, indexes.snapshot.linking.corpus_graph)
         sp.save_npz(out / "graph.npz", sp.csr_matrix(graph))
-        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.snapshot.setting("corpus_graph"))}))
+        (out / "meta.json").write_text(json.dumps({"corpus": corpus, "split": split, "graph": list(indexes.snapshot.linking.corpus_graph)}))
         print(f"{corpus}: {len(queries)} queries, {len(indexes.snapshot.texts())} nodes", flush=True)
 
 

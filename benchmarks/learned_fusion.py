@@ -28,7 +28,6 @@ import yaml
 
 from common import HOTPOT, HOTPOT_TRAIN, WIKI_DEV, WIKI_TRAIN, arguments, graphlake, header, table
 from graphlake.kernels.eval.metrics import paired_bootstrap
-from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.retrieval.index.index_set import new_request
 from graphlake.warehouse.corpora import CorpusRegistry
 from graphlake.warehouse.home import lake_home
@@ -238,7 +237,7 @@ def main() -> None:
             graphlake("ingest", fmt, str(args.datasets / relative), "--corpus", corpus, *(["--train-corpus", train] if train else []))
     lake = LakeStorage(home)
     for corpus in (c for c in CORPORA if c in needed):  # the corpus graph, for Topological Recall, though no compared method reads it all
-        kinds = [k for k in corpus_graph_kinds(CorpusRegistry(home).get(corpus).format) if not lake.has("edges", {"corpus": corpus, "kind": k})]
+        kinds = [k for k in CorpusRegistry(home).get(corpus).effective_linking.corpus_graph if not lake.has("edges", {"corpus": corpus, "kind": k})]
         if kinds:  # --select runs what it names: only what is missing
             graphlake("materialize", "--corpus", corpus, "--select", " or ".join(f"+key:{kind}_edges" for kind in kinds))
     store = args.output.with_suffix(".json")  # every set measured so far: sets can run one at a time, or in lakes side by side

@@ -4,6 +4,7 @@ corpora, collecting leftovers, checking and repairing committed files, the confi
 from __future__ import annotations
 
 import json
+from dataclasses import asdict
 from pathlib import Path
 from typing import Annotated
 
@@ -187,12 +188,12 @@ def _chunking(format: str, size: int | None, overlap: int | None) -> Chunking | 
 
 @app.command()
 def corpora(
-    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of declarations, chunking resolved.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list of declarations, chunking and linking resolved.")] = False,
 ) -> None:
     """List the declared corpora."""
     declared = CorpusRegistry(lake_home()).all().values()
     if as_json:
-        print(json.dumps([{**spec.model_dump(), "chunking": spec.effective_chunking.model_dump()} for spec in declared]))
+        print(json.dumps([{**spec.model_dump(mode="json"), "chunking": spec.effective_chunking.model_dump(), "linking": asdict(spec.effective_linking)} for spec in declared]))
         return
     table = Table("corpus", "format", "path", "chunking")
     for spec in declared:

@@ -15,7 +15,6 @@ import pyarrow.compute as pc
 from graphlake.kernels.eval.metrics import GRAPH_METRICS, METRICS_AT_K, evaluate
 from graphlake.kernels.eval.topological_recall import TR_CUTOFFS, DocumentGraph, topological_values
 from graphlake.retrieval.core import Methods
-from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.retrieval.index.derived import corpus_graph
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.queries import SAMPLE_PARAM, SPLIT_PARAM, gold_by_query, select_queries
@@ -136,11 +135,11 @@ def document_graph(lake: LakeStorage, corpus: str) -> DocumentGraph | None:
     if not corpus_graph_built(lake, corpus):
         return None
     indexes = open_index_set(lake, corpus)
-    adjacency, _ = corpus_graph(indexes, indexes.snapshot.setting("corpus_graph"))
+    adjacency, _ = corpus_graph(indexes, indexes.snapshot.linking.corpus_graph)
     return DocumentGraph.from_nodes(adjacency, list(indexes.snapshot.doc_ids()))
 
 
 def corpus_graph_built(lake: LakeStorage, corpus: str) -> bool:
     """Whether every edge kind of the corpus graph (Topological Recall's graph) is in the lake."""
-    kinds = corpus_graph_kinds(CorpusRegistry(lake.home).get(corpus).format)
+    kinds = CorpusRegistry(lake.home).get(corpus).effective_linking.corpus_graph
     return all(lake.has("edges", {"corpus": corpus, "kind": kind}) for kind in kinds)

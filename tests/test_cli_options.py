@@ -58,6 +58,7 @@ def test_every_reading_command_prints_its_json_shape(reads_demo):
     assert [hit["rank"] for hit in query["hits"]] == [1, 2, 3] and set(query["hits"][0]) == HIT
     corpora = json.loads(invoke("corpora", "--json").stdout)
     assert corpora[0]["name"] == "demo" and corpora[0]["chunking"] == {"size": 64, "overlap": 12}
+    assert corpora[0]["linking"] == {"proximity": "contextual", "corpus_graph": ["citation"], "skb_sources": ["entities"]}
     trec = json.loads(invoke("trec", "--corpus", "demo", "--method", "bm25", "--json").stdout)
     assert set(trec[0]) == {"query_id", "doc_id", "rank", "score", "tag"} and trec[0]["rank"] == 1 and trec[0]["tag"] == "graphlake-bm25"
     assert len(trec) == len(invoke("trec", "--corpus", "demo", "--method", "bm25").stdout.splitlines())

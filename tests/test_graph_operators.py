@@ -4,7 +4,6 @@ on the demo lake through ``graphlake eval`` (the demo's graph_rankers tuned and 
 from __future__ import annotations
 
 import json
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.queries import alpha_source as alpha_queries
 from graphlake.retrieval.queries import training_source as training_queries
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.linking import Linking
 from graphlake.warehouse.storage import LakeStorage
 
 
@@ -54,8 +54,8 @@ class GraphIndexes:
             "structural": sp.csr_matrix(links),
             "graph_rankers": TunedRankers({"ppr": 0.15, "gcs": 0.5}),
         }
-        self.spec = SimpleNamespace(proximity="structural")
-        self.snapshot, self.encoders = self, None  # its own snapshot (``setting``); these operators encode no query
+        self.linking = Linking(proximity="structural")
+        self.snapshot, self.encoders = self, None  # its own snapshot (``linking``); these operators encode no query
 
     def get(self, name: str):
         return self.loaded[name]
@@ -65,9 +65,6 @@ class GraphIndexes:
             return self.__dict__["loaded"][kind]
         except KeyError:
             raise AttributeError(kind) from None
-
-    def setting(self, name: str):
-        return getattr(self.spec, name)
 
 
 METHODS = {
@@ -154,6 +151,23 @@ def test_grapher_and_sprig_methods_end_to_end_on_the_demo(demo_copy):
     twin_b = lake_.artifact("graph_rankers", {"corpus": "twin-b"})
     assert (twin_a / "rankers.json").read_text() == (twin_b / "rankers.json").read_text()
     assert TunedRankers.load(twin_a).report["split"] == "all"  # the training corpus's queries, all of them
+
+
+@pytest.mark.fast
+def test_a_corpus_declares_how_its_passages_link_and_keeps_its_formats_otherwise(tmp_path):
+    """What GraphER's proximity, ``graph: auto`` and GRASP's ``source: auto`` read: the corpus's own
+    declaration in corpora.yaml, field by field over its format's, never the format's name at query time."""
+    registry = CorpusRegistry(tmp_path)
+    assert CorpusSpec(name="hp", format="hotpotqa", path=".").effective_linking == Linking(proximity="conceptual", corpus_graph=("conceptual",))
+    assert CorpusSpec(name="t", format="bird", path=".").effective_linking.skb_sources == ("sql_schema",)
+    registry.add(CorpusSpec(name="notes", format="jsonl", path=str(tmp_path), linking={"proximity": "conceptual", "skb_sources": ["entities", "sql_schema"]}))
+    assert "proximity: conceptual" in (tmp_path / "corpora.yaml").read_text()
+    declared = CorpusRegistry(tmp_path).get("notes").effective_linking  # read back from the file
+    assert declared == Linking(proximity="conceptual", corpus_graph=("citation", "semantic"), skb_sources=("entities", "sql_schema"))
+    with pytest.raises(ValueError, match="unknown knowledge-base source 'wiki'; one of sql_schema"):
+        CorpusSpec(name="x", format="jsonl", path=".", linking={"skb_sources": ["wiki"]})
+    with pytest.raises(ValueError, match="corpus_graph"):
+        CorpusSpec(name="x", format="jsonl", path=".", linking={"corpus_graph": ["citations"]})
 
 
 def test_rankers_learn_from_the_declared_training_corpus_or_the_train_split(tmp_path):

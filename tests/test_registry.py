@@ -20,13 +20,13 @@ from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.freshness import plan_refresh
 from graphlake.retrieval.core import Candidates, MethodError, Op, Request, register, unfill
 from graphlake.retrieval.index.index_set import Handle
-from graphlake.retrieval.index.kinds import EDGE_KINDS
 from graphlake.retrieval.learned_kinds import INDEX_KINDS
 from graphlake.retrieval.methods import parse_methods
 from graphlake.retrieval.models.grapher import TunedRankers
 from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.queries import select_queries
 from graphlake.warehouse.corpora import DEMO_PATH
+from graphlake.warehouse.linking import EDGE_KINDS
 from graphlake.warehouse.storage import LakeStorage
 
 

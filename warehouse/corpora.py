@@ -22,6 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
+from graphlake.warehouse.linking import Linking, LinkingDeclaration, format_linking
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
 from graphlake.warehouse.scopes import WRITES
@@ -75,6 +76,8 @@ class CorpusSpec(BaseModel):
     qrels: str | None = None
     split: str | None = None
     chunking: Chunking | None = None
+    # how its passages relate, what the graph methods read (warehouse/linking.py); unset: its format's
+    linking: LinkingDeclaration | None = None
     # how a folder of files is read (format ``files``): its decoding (default UTF-8, or what a
     # byte-order mark says), whether files that cannot be read are skipped and listed instead of
     # stopping the ingest, and the suffixes read besides the text ones
@@ -148,6 +151,10 @@ class CorpusSpec(BaseModel):
     @property
     def effective_chunking(self) -> Chunking:
         return self.chunking if self.chunking is not None else FORMAT_CHUNKING.get(self.format, Chunking())
+
+    @property
+    def effective_linking(self) -> Linking:
+        return self.linking.over(format_linking(self.format)) if self.linking is not None else format_linking(self.format)
 
 
 DEMO = CorpusSpec(name=DEMO_CORPUS, format="demo", path=str(DEMO_PATH))
@@ -295,7 +302,7 @@ class CorpusRegistry:
         """Declare or redeclare a corpus; the file is replaced atomically."""
         if spec.name == DEMO_CORPUS:
             raise ValueError(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
-        self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(exclude={"name"}, exclude_defaults=True)))
+        self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(mode="json", exclude={"name"}, exclude_defaults=True)))
 
     def remove(self, name: str) -> bool:
         """Withdraw a declaration (atomically); whether there was one to withdraw."""

@@ -10,14 +10,13 @@ from dagster import AssetExecutionContext, AssetKey, Config, MetadataValue, asse
 
 from graphlake.kernels.plan.match import Adjacency
 from graphlake.kernels.plan.skb_builders import ORACLE_SOURCES
-from graphlake.retrieval.corpus_policy import skb_sources
 from graphlake.retrieval.index.skb import SKB_ARTIFACT, adjacency_file, build, coverage
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 
 
 class SKBConfig(Config):
-    sources: list[str] | None = None  # None: the corpus's (retrieval/corpus_policy.py)
+    sources: list[str] | None = None  # None: the corpus's (its linking, warehouse/linking.py)
 
 
 @asset(
@@ -29,7 +28,7 @@ def skb(context: AssetExecutionContext, config: SKBConfig, lake: LakeResource) -
     the plans read it (CSR per relation, both directions); for 2Wiki the extracted KB's coverage of the gold evidence."""
     corpus = context.partition_key
     spec = lake.registry.get(corpus)
-    sources = config.sources or list(skb_sources(spec.format))
+    sources = config.sources or list(spec.effective_linking.skb_sources)
     summary: dict = {}
     adjacencies = {}
     for source in sources:

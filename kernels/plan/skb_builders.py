@@ -27,7 +27,6 @@ import pyarrow as pa
 
 from graphlake.kernels.text.entities import normalise, title_aliases
 
-SOURCES = ("sql_schema", "wiki_rules", "wiki_evidence", "entities")
 ORACLE_SOURCES = frozenset({"wiki_evidence"})
 PASSAGE_LABELS = ("film", "person", "song", "album", "place", "organization", "other")
 

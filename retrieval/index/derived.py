@@ -83,7 +83,7 @@ def hybrid_vectors(indexes: IndexSet) -> HybridVectors:
 
 def skb_of(indexes: IndexSet, source: str) -> LoadedSKB:
     """The SKB of ``source`` (``auto``: the corpus's first)."""
-    return indexes.derived(SKB, indexes.snapshot.setting("skb_sources")[0] if source == "auto" else source)
+    return indexes.derived(SKB, indexes.snapshot.linking.skb_sources[0] if source == "auto" else source)
 
 
 class EntityEdges:

@@ -21,14 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from graphlake.retrieval.core import Indexes, MethodError, Methods, needs
-from graphlake.retrieval.corpus_policy import corpus_graph_kinds
 from graphlake.warehouse.corpora import CorpusSpec, corpus_model, table_written_at
 from graphlake.warehouse.encoder_specs import model_identity, same_weights
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 NODE_IDS_FILE = "node_ids.json"
 MODELS_FILE = "models.json"  # beside an index built from vectors: the models that made them
-EDGE_KINDS = ("cooccurrence", "structural", "contextual", "citation", "semantic", "conceptual")
 CORPUS_GRAPH = "corpus_graph"  # what ``graph: auto`` reads: the corpus's own edge kinds, known only per corpus
 
 
@@ -135,7 +133,7 @@ class IndexKinds(dict[str, IndexKind]):
         needed: dict[str, set[str]] = {}
         for name in found:
             kind, _, part = name.partition("/")
-            for resolved in graph_indexes(corpus_graph_kinds(spec.format)) if kind == CORPUS_GRAPH else (self.kind(kind).name,):
+            for resolved in graph_indexes(spec.effective_linking.corpus_graph) if kind == CORPUS_GRAPH else (self.kind(kind).name,):
                 needed.setdefault(resolved, set()).update({part} if part else set())
         return needed
 

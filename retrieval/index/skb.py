@@ -1,7 +1,7 @@
 """GRASP's SKBs in the lake: built per corpus and source, and loaded for Stage 1 (``skb_stage_one.py``)
 into an in-memory DuckDB with their node vectors.
 
-Which SKBs a corpus gets follows its format (``retrieval/corpus_policy.py``): the SQL schema graph for
+Which SKBs a corpus gets is its declared linking (``warehouse/linking.py``): by default the SQL schema graph for
 Spider/BIRD, the extracted 2Wiki KB and its oracle for 2Wiki, the entity graph for anything else.
 """
 

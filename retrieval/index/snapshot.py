@@ -7,20 +7,19 @@ loaders of the kinds (``stored.py``) and the index set (``index_set.py``) above 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from graphlake.common.once import once
 from graphlake.kernels.results import Allowed
-from graphlake.retrieval.corpus_policy import SETTINGS
 from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata, FilterCache
 from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.encoder_specs import ModelSpec, made_before_identities, model_identity, same_weights
+from graphlake.warehouse.linking import Linking
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 
@@ -120,10 +119,10 @@ class Snapshot:
         """The node rows ``expression`` allows; ``check``: refuse a field no document has (``FilterError``)."""
         return self._filters.allowed(expression, self.metadata(), self.node_documents(), check)
 
-    def setting(self, name: str) -> Any:
-        """What the retrieval methods read of this corpus by its format (``proximity``, ``corpus_graph``,
-        ``skb_sources``: ``retrieval/corpus_policy.py``)."""
-        return SETTINGS[name](self.spec.format)
+    @property
+    def linking(self) -> Linking:
+        """How the corpus's passages relate, as it declares (``warehouse/linking.py``)."""
+        return self.spec.effective_linking
 
     def check_order(self, name: str, node_ids: list[str]) -> None:
         if node_ids != self.node_ids:

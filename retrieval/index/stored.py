@@ -12,8 +12,9 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.index.derived import EntityEdges, hybrid_vectors, skb_of
 from graphlake.retrieval.index.index_set import IndexSet
-from graphlake.retrieval.index.kinds import CORPUS_GRAPH, EDGE_KINDS, IndexKind, Stored
+from graphlake.retrieval.index.kinds import CORPUS_GRAPH, IndexKind, Stored
 from graphlake.retrieval.index.tables import dense_matrix, numbers
+from graphlake.warehouse.linking import EDGE_KINDS
 
 
 def _bm25(indexes: IndexSet):

@@ -36,7 +36,7 @@ class SkbPlan(Op):
     FILTER: ClassVar[Literal["index"]] = "index"
     op: Literal["skb_plan"]
     planner: Literal["rules", "llm"] = "rules"  # llm: the lake's LLM server (GRAPHLAKE_LLM_BASE_URL), App. B's prompt
-    source: str = "auto"  # which SKB: auto = the corpus's first (retrieval/corpus_policy.py)
+    source: str = "auto"  # which SKB: auto = the first the corpus declares (warehouse/linking.py)
     emit: Emit = "path"
     name_k: int = Field(5, gt=0)
     name_tau: float = Field(0.95, ge=0, le=1)

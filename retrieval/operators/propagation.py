@@ -169,7 +169,7 @@ class GraphRerank(PerQuery):
 
     def candidate_graph(self, base: Candidates, indexes: LakeIndexSet) -> sp.csr_matrix:
         """The adjacency among the base retriever's candidates."""
-        proximity = indexes.snapshot.setting("proximity") if self.proximity == "auto" else self.proximity
+        proximity = indexes.snapshot.linking.proximity if self.proximity == "auto" else self.proximity
         return candidate_graph(indexes, base.rows, proximity, self.extractor)
 
     def rerank(self, query: str, base: Candidates, adjacency: sp.csr_matrix, request: Request, indexes: LakeIndexSet, alpha: float | None = None) -> np.ndarray:

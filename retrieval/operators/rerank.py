@@ -9,7 +9,7 @@ queries the cross-encoder is ``Untrained``, and in one whose cross-encoder reran
 queries no better than dense retrieval it is not run either: each method returns its first-stage
 ranking, noted.
 
-``graph: auto`` takes the corpus's graph for these methods (``retrieval/corpus_policy.py``: citations
+``graph: auto`` takes the corpus's graph for these methods (the corpus's linking, ``warehouse/linking.py``: citations
 for the demo, semantic kNN + shared entities for BEIR sets, shared entities for multi-hop passages).
 """
 
@@ -96,7 +96,7 @@ class GraphBudgeted(PerQuery):
         return self.INDEXES | ({CORPUS_GRAPH} if self.graph == "auto" else graph_indexes(self.graph))
 
     def corpus_graph(self, indexes: LakeIndexSet):
-        return corpus_graph(indexes, tuple(indexes.snapshot.setting("corpus_graph") if self.graph == "auto" else self.graph))
+        return corpus_graph(indexes, tuple(indexes.snapshot.linking.corpus_graph if self.graph == "auto" else self.graph))
 
 
 @register
