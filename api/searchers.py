@@ -26,10 +26,10 @@ from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.results import IndexNotBuilt, RequestError, UnknownName
 from graphlake.common.once import once
-from graphlake.common.settings import model_cache
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import Methods
 from graphlake.retrieval.evaluation import first_stage_gap
+from graphlake.retrieval.index.config import IndexConfig
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.index_set import LakeIndexSet
@@ -117,7 +117,7 @@ class SearcherManager:
     def __init__(self, home: Path) -> None:
         self.home = Path(home)
         self._remote = remote_of(self.home) is not None
-        self._model_cache = model_cache()  # resolved once for the lake, as every index set reads it
+        self._config = IndexConfig.resolve()  # the model cache and the device, resolved once for the lake
         self._served: dict[str, Served] = {}
         self._stamps: dict[str, tuple[int, ...] | None] = {}
         self._fresh: dict[str, tuple[FreshSegment, Citable]] = {}
@@ -166,7 +166,7 @@ class SearcherManager:
                 pinned = lake.pinned(*dict.fromkeys((corpus, LAKE_SCOPE, train)))
                 version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, version[-1])
                 folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
-                indexes = open_index_set(pinned, corpus, registry=registry, model_cache=self._model_cache)
+                indexes = open_index_set(pinned, corpus, registry=registry, config=self._config)
                 served = Served(version, indexes, load_methods(self.home), train, folded)
                 self._served[corpus] = served
             self._stamps[corpus] = stamp

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Column, Table
 
 from graphlake.cli.app import ENDING, app, console, errors, fail, run_plan
-from graphlake.common.settings import API_KEY, SERVER
+from graphlake.common.settings import API_KEY, DEVICE, SERVER
 from graphlake.retrieval.core import MethodError
 from graphlake.warehouse.config_files import ConfigFileError
 from graphlake.warehouse.corpora import CorpusRegistry, tuning_decision
@@ -183,10 +183,11 @@ def list_methods(
                 continue
             console.print(head + (about if len(about) <= room else about[: room - 1] + "…") + tail, highlight=False, markup=False, soft_wrap=True)
     if any("hybrid_graph" in needs(op) for op in methods.values()):
-        from graphlake.kernels.hybrid.cuda_search import cuda_present
+        from graphlake.retrieval.index.config import IndexConfig
 
-        where = "by its CUDA kernel (a CUDA device is here)" if cuda_present() else "on the CPU (no CUDA device here)"
-        console.print(f"The hybrid graph methods search {where}.", highlight=False, markup=False)
+        config = IndexConfig.resolve()
+        where = "by its CUDA kernel" if config.device == "cuda" else "on the CPU"
+        console.print(f"The hybrid graph methods search {where} ({DEVICE.name}={config.asked}: {config.why}).", highlight=False, markup=False)
 
 
 def _needs_tail(needed: list[str], room: int) -> str:

@@ -81,6 +81,7 @@ FOLD_AGE_S = Variable("GRAPHLAKE_FOLD_AGE_S", 300.0, "Seconds the oldest pending
 # Models
 MODEL_CACHE = Variable("GRAPHLAKE_MODEL_CACHE", None, "Folder for exported query-encoder graphs (default: ~/.cache/graphlake/_models).")
 ENCODER_PRECISION = Variable("GRAPHLAKE_ENCODER_PRECISION", "auto", "The encoders' dtype: auto, float32, bfloat16 or float16.")
+DEVICE = Variable("GRAPHLAKE_DEVICE", "auto", "Where the hybrid graph is searched and the cross-encoder runs: auto (CUDA where one is, said once), cpu, or cuda (an error where it cannot).")
 # The LLM
 LLM_BASE_URL = Variable("GRAPHLAKE_LLM_BASE_URL", None, "An OpenAI-compatible server for the LLM steps (http://127.0.0.1:8000/v1).")
 LLM_MODEL = Variable("GRAPHLAKE_LLM_MODEL", None, "The model that server is asked for.")
@@ -99,12 +100,13 @@ SQL_MEMORY_MB = Variable("GRAPHLAKE_SQL_MEMORY_MB", 2048, "Memory (MB) the SQL s
 VARIABLES: tuple[Variable, ...] = (
     HOME, SERVER, LOCK_WAIT, LEASE_S, CACHE,
     DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S,
-    MODEL_CACHE, ENCODER_PRECISION,
+    MODEL_CACHE, ENCODER_PRECISION, DEVICE,
     LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, LLM_PRICE, LLM_TIMEOUT, LLM_RETRIES,
     API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SQL_TIMEOUT, SQL_MEMORY_MB,
 )  # fmt: skip
 SECRETS = tuple(v.name for v in VARIABLES if v.secret)
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # what ENCODER_PRECISION may say; auto: what the device does fastest
+DEVICES = ("auto", "cpu", "cuda")  # what DEVICE may say
 
 
 def model_cache() -> Path:
@@ -119,6 +121,20 @@ def encoder_precision() -> str:
     if choice not in PRECISIONS:
         raise ValueError(f"{ENCODER_PRECISION.name}={choice!r}: write one of {', '.join(PRECISIONS)}")
     return choice
+
+
+def device() -> str:
+    """The device asked for (``DEVICE``), checked; ``auto`` is resolved where the indexes are opened."""
+    choice = (DEVICE.text() or "auto").lower()
+    if choice not in DEVICES:
+        raise ValueError(f"{DEVICE.name}={choice!r}: write one of {', '.join(DEVICES)}")
+    return choice
+
+
+def cuda_simulated() -> bool:
+    """Whether numba's CUDA simulator is switched on (numba's own ``NUMBA_ENABLE_CUDASIM``): the tests'
+    CUDA device on a machine without one."""
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0").strip() not in ("", "0")
 
 
 def problems() -> list[str]:

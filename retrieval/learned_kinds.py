@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from graphlake.retrieval.core import Methods, Op, needs, walk
+from graphlake.retrieval.index.config import IndexConfig
 from graphlake.retrieval.index.kinds import Fitting, IndexKind, IndexKinds, Stored, held_parts, learned_kind
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.stored import STORED_KINDS
@@ -129,9 +130,7 @@ LEARNED_KINDS: tuple[IndexKind, ...] = (
 INDEX_KINDS = IndexKinds(*STORED_KINDS, *LEARNED_KINDS)  # every kind, the one table the lake's indexes load through
 
 
-def open_index_set(lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None, model_cache: Path | None = None) -> LakeIndexSet:
+def open_index_set(lake: LakeStorage, corpus: str, reuse_pairs: bool = False, registry: CorpusRegistry | None = None, config: IndexConfig | None = None) -> LakeIndexSet:
     """The index set of ``corpus``'s snapshot as ``lake`` reads it, loading through every declared kind;
-    ``model_cache``: the lake's, as the caller resolved it (else read from the settings)."""
-    from graphlake.common.settings import model_cache as settings_cache
-
-    return LakeIndexSet(Snapshot(lake, corpus, model_cache or settings_cache(), registry), INDEX_KINDS, reuse_pairs)
+    ``config``: the lake's, as the caller resolved it once (else resolved from the settings here)."""
+    return LakeIndexSet(Snapshot(lake, corpus, config or IndexConfig.resolve(), registry), INDEX_KINDS, reuse_pairs)

@@ -43,7 +43,9 @@ def test_the_kernel_on_the_device_returns_the_numba_searchers_top_ten():
 
 def test_the_index_loader_picks_the_kernel_where_a_device_is_and_it_ranks_as_the_cpu(demo_lake):
     """The simulator stands for a device: the demo's hybrid graph loads its CUDA searcher, ap_three goes
-    through it (and says so), and both queries get the CPU searcher's rows."""
+    through it (and says so), and both queries get the CPU searcher's rows. The device is configuration:
+    ``auto`` chose it and says why; ``cpu`` walks on the CPU though a device is here; an index the kernel
+    cannot hold walks on the CPU with a note under ``auto`` and is an error naming the corpus under ``cuda``."""
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}
     done = subprocess.run([sys.executable, "cuda_loader_check.py", str(demo_lake.home)], cwd=HERE, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -51,3 +53,6 @@ def test_the_index_loader_picks_the_kernel_where_a_device_is_and_it_ranks_as_the
     assert found["device"] == "cuda" and any("cuda kernel" in note for note in found["notes"])
     assert found["rows"] == found["cpu_rows"] and all(len(rows) == 10 for rows in found["rows"])
     assert found["score_gap"] < 1e-5
+    assert found["chosen"] == ["cuda", "numba sees a CUDA device"] and found["asked_cpu"] == "cpu"
+    assert found["fallback_rows"] == found["rows"][0] and any("CUDA kernel cannot hold this index" in n and "walked on the CPU" in n for n in found["fallback_notes"])
+    assert "corpus 'demo': the CUDA kernel cannot search its hybrid graph (the kernel reads at most 1 edges" in found["strict"]

@@ -10,6 +10,7 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from graphlake.cli import app
@@ -81,3 +82,25 @@ def test_config_shows_each_value_with_its_source_and_a_key_only_as_set(tmp_path,
     monkeypatch.setenv(settings.LOCK_WAIT.name, "soon")
     done = CliRunner().invoke(app, ["config"])
     assert done.exit_code == 1 and f"{settings.LOCK_WAIT.name}='soon' is not a number" in done.output
+
+
+@pytest.mark.fast
+def test_the_device_is_configuration_resolved_once_and_checked(monkeypatch, tmp_path):
+    """``GRAPHLAKE_DEVICE``: a wrong value is refused naming the variable; ``cpu`` never probes; ``cuda``
+    where numba sees no device is an error saying what to set (this machine has none: CI's neither)."""
+    from graphlake.kernels.hybrid.cuda_probe import cuda_possible
+    from graphlake.retrieval.index.config import DeviceError, IndexConfig
+
+    monkeypatch.setenv("GRAPHLAKE_MODEL_CACHE", str(tmp_path))
+    monkeypatch.setenv("GRAPHLAKE_DEVICE", "gpu")
+    with pytest.raises(ValueError, match="GRAPHLAKE_DEVICE='gpu': write one of auto, cpu, cuda"):
+        IndexConfig.resolve()
+    monkeypatch.setenv("GRAPHLAKE_DEVICE", "CPU")
+    assert IndexConfig.resolve() == IndexConfig(tmp_path, "cpu", "cpu")
+    if cuda_possible(settings.cuda_simulated()):
+        pytest.skip("a CUDA device may be here: the no-device answers are this machine's to check")
+    monkeypatch.setenv("GRAPHLAKE_DEVICE", "auto")
+    assert IndexConfig.resolve() == IndexConfig(tmp_path, "cpu", "auto", "no CUDA device here")
+    monkeypatch.setenv("GRAPHLAKE_DEVICE", "cuda")
+    with pytest.raises(DeviceError, match="GRAPHLAKE_DEVICE=cuda, but numba sees no CUDA device here; set it to auto or cpu"):
+        IndexConfig.resolve()

@@ -312,6 +312,7 @@ class DeviceSearcher:
     searched by the CPU searcher it holds."""
 
     device = "cuda"
+    fallback = None  # it walks on the device it was chosen for
 
     def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
         self.graph, self.vectors = graph, vectors
@@ -337,17 +338,6 @@ class DeviceSearcher:
 def cuda_present() -> bool:
     """Whether numba sees a CUDA device (or runs its simulator): where the hybrid graph loads its kernel."""
     return cuda.is_available()
-
-
-def cuda_searcher(graph: HybridGraph, vectors: HybridVectors) -> DeviceSearcher | None:
-    """The device searcher of this index, or None where no CUDA device is or the kernel cannot hold it
-    (degree, entry points or dense dimension beyond its shared memory)."""
-    if not cuda_present():
-        return None
-    try:
-        return DeviceSearcher(graph, vectors)
-    except ValueError:
-        return None
 
 
 def _weighted(rows: sp.csr_matrix, weights: np.ndarray) -> tuple:

@@ -611,8 +611,9 @@ class Searcher:
 
     device = "cpu"
 
-    def __init__(self, graph: HybridGraph, vectors: HybridVectors) -> None:
-        self.graph, self.vectors = graph, vectors
+    def __init__(self, graph: HybridGraph, vectors: HybridVectors, fallback: str | None = None) -> None:
+        """``fallback``: why it walks here though a CUDA device was chosen (said in every search's notes)."""
+        self.graph, self.vectors, self.fallback = graph, vectors, fallback
         self._thread = threading.local()  # visited (a stamp per row) and the last stamp used, per thread
         kg = graph.kg
         matrices = (kg.node_entities, kg.holders, kg.undirected) if kg is not None else (sp.csr_matrix((0, 0)),) * 3

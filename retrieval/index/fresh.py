@@ -139,7 +139,7 @@ class FreshTables(Snapshot):
 
     def __init__(self, indexes: IndexSet, fresh: FreshSegment) -> None:
         snapshot = indexes.snapshot
-        super().__init__(snapshot.lake, snapshot.corpus, snapshot.models.cache, snapshot.registry)
+        super().__init__(snapshot.lake, snapshot.corpus, snapshot.config, snapshot.registry)
         self.snapshot, self.fresh = snapshot, fresh
 
     @cached_property

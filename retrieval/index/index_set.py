@@ -122,4 +122,4 @@ def new_request(indexes: IndexSet, queries: list[str], expression: Filter | None
 def sibling(indexes: IndexSet, corpus: str) -> IndexSet:
     """Another corpus's index set of the same lake, loading through the same kinds (a training corpus)."""
     snapshot = indexes.snapshot
-    return type(indexes)(Snapshot(indexes.lake, corpus, snapshot.models.cache, snapshot.registry), indexes.kinds)
+    return type(indexes)(Snapshot(indexes.lake, corpus, snapshot.config, snapshot.registry), indexes.kinds)

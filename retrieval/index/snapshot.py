@@ -14,6 +14,7 @@ import pyarrow as pa
 from graphlake.common.once import once
 from graphlake.kernels.results import Allowed
 from graphlake.retrieval.filters import Filter
+from graphlake.retrieval.index.config import IndexConfig
 from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata, FilterCache
 from graphlake.retrieval.index.tables import retrieval_texts
@@ -59,12 +60,12 @@ class Snapshot:
     once; ``models`` resolves and checks its models. Every index of the snapshot is read through an
     ``IndexSet`` over it."""
 
-    def __init__(self, lake: LakeStorage, corpus: str, model_cache: Path, registry: CorpusRegistry | None = None) -> None:
+    def __init__(self, lake: LakeStorage, corpus: str, config: IndexConfig, registry: CorpusRegistry | None = None) -> None:
         """``registry``: the lake's corpus declarations as the caller read them (read here when not given);
-        ``model_cache``: the lake's model cache (``common/settings.py``), resolved by the caller."""
-        self.lake, self.corpus, self.registry = lake, corpus, registry or CorpusRegistry(lake.home)
+        ``config``: the model cache and the device, resolved by the caller once for the lake."""
+        self.lake, self.corpus, self.config, self.registry = lake, corpus, config, registry or CorpusRegistry(lake.home)
         self.spec: CorpusSpec = self.registry.get(corpus)
-        self.models = CorpusModels(lake, corpus, self.registry, model_cache)
+        self.models = CorpusModels(lake, corpus, self.registry, config.model_cache)
         self._filters = FilterCache()
 
     @property
@@ -120,8 +121,9 @@ class Snapshot:
         return self._filters.allowed(expression, self.metadata(), self.node_documents(), check)
 
     @property
+    @once
     def linking(self) -> Linking:
-        """How the corpus's passages relate, as it declares (``warehouse/linking.py``)."""
+        """How the corpus's passages relate, as it declares (``warehouse/linking.py``), resolved once."""
         return self.spec.effective_linking
 
     def check_order(self, name: str, node_ids: list[str]) -> None:

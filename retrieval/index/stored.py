@@ -10,6 +10,8 @@ from collections.abc import Callable
 import numpy as np
 import scipy.sparse as sp
 
+from graphlake.common import settings
+from graphlake.retrieval.index.config import DeviceError
 from graphlake.retrieval.index.derived import EntityEdges, hybrid_vectors, skb_of
 from graphlake.retrieval.index.index_set import IndexSet
 from graphlake.retrieval.index.kinds import CORPUS_GRAPH, IndexKind, Stored
@@ -80,20 +82,24 @@ def _mentions(extractor: str) -> Callable[[IndexSet], sp.csr_matrix]:
 
 
 def _hybrid_graph(indexes: IndexSet):
-    """The index's searcher: the CUDA kernel's where a CUDA device is (``NUMBA_ENABLE_CUDASIM=1``: numba's
-    simulator) and the kernel holds the index, else the CPU walk; both take a batch and return
-    ``(scores, rows)``, and ``device`` says which it is. numba's CUDA target is imported only where a
-    device can be (``cuda_probe``)."""
-    from graphlake.kernels.hybrid.cuda_probe import cuda_possible
+    """The index's searcher on the configured device (``config.py``): the CUDA kernel's, or the CPU
+    walk; both take a batch and return a ``Ranking``, and ``device`` says which it is. Where the CUDA
+    kernel cannot hold the index (degree, entry points or dense dimension beyond its shared memory),
+    ``GRAPHLAKE_DEVICE=cuda`` is an error and ``auto`` walks on the CPU, saying why (``fallback``)."""
     from graphlake.kernels.hybrid.graph_index import HybridGraph, Searcher
 
-    graph, vectors = HybridGraph.load(indexes.snapshot.artifact("hybrid_graph")), hybrid_vectors(indexes)
-    device = None
-    if cuda_possible():
-        from graphlake.kernels.hybrid.cuda_search import cuda_searcher
+    snapshot = indexes.snapshot
+    graph, vectors = HybridGraph.load(snapshot.artifact("hybrid_graph")), hybrid_vectors(indexes)
+    if snapshot.config.device != "cuda":
+        return Searcher(graph, vectors)
+    from graphlake.kernels.hybrid.cuda_search import DeviceSearcher
 
-        device = cuda_searcher(graph, vectors)
-    return device or Searcher(graph, vectors)
+    try:
+        return DeviceSearcher(graph, vectors)
+    except ValueError as why:
+        if snapshot.config.asked == "cuda":
+            raise DeviceError(f"corpus {snapshot.corpus!r}: the CUDA kernel cannot search its hybrid graph ({why}); set {settings.DEVICE.name} to auto or cpu") from None
+        return Searcher(graph, vectors, fallback=f"the CUDA kernel cannot hold this index ({why}), so it was walked on the CPU")
 
 
 def _skb(indexes: IndexSet):

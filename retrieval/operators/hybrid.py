@@ -233,6 +233,8 @@ class HybridGraphSearch(Hybrid):
             encoded, searcher = self.encode([queries[i] for i in walked], request, indexes), indexes.hybrid_graph
             if allowed is None and searcher.device != "cpu":
                 request.note(f"{self.op}: the hybrid graph was searched by its {searcher.device} kernel")
+            if searcher.fallback:
+                request.note(f"{self.op}: {searcher.fallback}")
             params = HybridParams(allowed, weights=scaled, pool=pool, required=required, kg=kg)
             for i, walk in zip(walked, unfill(*searcher.search(encoded, self.k, params)), strict=True):
                 found[i] = self.keep(walk.rows, walk.scores, request, indexes)
