@@ -187,7 +187,7 @@ def list_methods(
 
         config = IndexConfig.resolve()
         where = "by its CUDA kernel" if config.device == "cuda" else "on the CPU"
-        console.print(f"The hybrid graph methods search {where} ({DEVICE.name}={config.asked}: {config.why}).", highlight=False, markup=False)
+        console.print(f"The hybrid graph methods search {where} ({DEVICE.name}={config.asked}: {config.why}).", highlight=False, markup=False, soft_wrap=True)
 
 
 def _needs_tail(needed: list[str], room: int) -> str:
