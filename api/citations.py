@@ -15,7 +15,7 @@ from graphlake.common.once import once
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
 from graphlake.retrieval.index.snapshot import Snapshot
-from graphlake.warehouse.readers.base import CITED_BY
+from graphlake.warehouse.tables import CITED_BY
 
 
 @dataclass(frozen=True)
@@ -33,7 +33,7 @@ class Searched:
     k: int  # hits asked, of the request's pool of ranked nodes
     shown: Shown
     calibration: Calibration | str  # of the method's scores here, or why there is none
-    fresh_from: int | None = None  # the first row of a lake-owned corpus's pending nodes (retrieval/index/fresh.py), when it has some
+    fresh_from: int | None = None  # the first row of a lake-owned corpus's pending nodes (retrieval/pending/segment.py), when it has some
 
     def result(self, i: int) -> SearchResult:
         hits = cited(self.corpus, self.tables, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from)

@@ -312,7 +312,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
     """One corpus's ``pool`` candidates for every query, ``CHUNK_QUERIES`` at a time, shown as ``k`` hits;
     ``check``: refuse a filter naming a field none of its documents has. With a fresh segment (a
     lake-owned corpus's pending writes), the snapshot's nodes of documents written since are masked as a
-    filter masks, and the pending nodes ranked in (``retrieval/operators/pending.py``)."""
+    filter masks, and the pending nodes ranked in (``retrieval/pending/merge.py``)."""
     served, fresh, indexes = generation.served, generation.fresh, generation.indexes
     corpus = served.corpus
     if expression is not None and (refusing := unfiltered(op)) is not None:
@@ -332,7 +332,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
         chunk.prime(needs(op))
         ranked = op.run_batch(chunk, indexes)
         if fresh is not None:
-            from graphlake.retrieval.operators.pending import with_pending
+            from graphlake.retrieval.pending.merge import with_pending
 
             ranked = with_pending(op, chunk, indexes, fresh, expression, ranked, pool)
         found += ranked

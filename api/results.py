@@ -62,7 +62,7 @@ class Hit:
     context_start: int | None = None
     context_end: int | None = None
     relevance: float | None = None  # the chance a hit so scored is relevant, by its method's calibration here (api/relevance.py); None: uncalibrated
-    fresh: bool = False  # a pending write's, found in the fresh segment (retrieval/index/fresh.py), not yet folded into the graphs
+    fresh: bool = False  # a pending write's, found in the fresh segment (retrieval/pending/segment.py), not yet folded into the graphs
 
 
 @dataclass(frozen=True, slots=True)

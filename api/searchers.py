@@ -40,7 +40,7 @@ from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
-    from graphlake.retrieval.index.fresh import FreshSegment
+    from graphlake.retrieval.pending.segment import FreshSegment
     from graphlake.warehouse.write_log import Write
 
 
@@ -193,7 +193,7 @@ class SearcherManager:
     def _segment(self, served: Served, log, numbers: list[int]) -> tuple[FreshSegment, Citable]:
         """The fresh segment of exactly the writes ``numbers``: the one made last when it holds them,
         else a new one that reuses its encodings."""
-        from graphlake.retrieval.index.fresh import FreshSegment
+        from graphlake.retrieval.pending.segment import FreshSegment
         from graphlake.warehouse.write_log import WriteLogError
 
         corpus = served.corpus

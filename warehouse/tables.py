@@ -14,6 +14,9 @@ if TYPE_CHECKING:
     from graphlake.kernels.text.triples import Triple
 
 
+CITED_BY = ("url", "source", "path")  # the metadata a hit cites its document by, the first present
+
+
 @dataclass(frozen=True)
 class TableSpec:
     name: str

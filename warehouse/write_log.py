@@ -27,6 +27,7 @@ from typing import Any, Literal
 from graphlake.warehouse.scopes import WRITES
 from graphlake.warehouse.snapshots import fsync_directory
 from graphlake.warehouse.storage import LakeStorage
+from graphlake.warehouse.tables import CITED_BY
 
 FOLDED = "folded_writes"  # the artefact a fold commits with the corpus's tables: the number it folded through
 UNFINISHED = "an append that never finished (never acknowledged)"
@@ -196,3 +197,28 @@ class WriteLog:
 
     def path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}.json"
+
+
+def apply(documents: dict[str, dict], write: Write, corpus: str) -> None:
+    """One write replayed on ``documents`` (by id, rows of the documents table): what the fold
+    (``readers/lake_owned.py``) and the fresh segment (``retrieval/pending/segment.py``) both do."""
+    if write.op == "delete":
+        for doc_id in write.ids:
+            documents.pop(doc_id, None)
+        return
+    for document in write.documents:
+        documents[document["id"]] = {
+            "doc_id": document["id"],
+            "title": document.get("title") or "",
+            "text": document["text"],
+            "metadata": json.dumps(document_metadata(corpus, document), ensure_ascii=False, sort_keys=True),
+        }
+
+
+def document_metadata(corpus: str, document: dict) -> dict:
+    """The metadata stored with an upserted document: the application's, and what a hit cites it by
+    (``source``: the lake itself, unless the application named a url, source or path)."""
+    given = dict(document.get("metadata") or {})
+    if not any(key in given for key in CITED_BY):
+        given["source"] = f"lake://{corpus}/{document['id']}"
+    return given

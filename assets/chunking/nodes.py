@@ -8,9 +8,9 @@ import pyarrow as pa
 from dagster import AssetCheckResult, AssetExecutionContext, AssetIn, PreviewWarning, asset, asset_check
 
 from graphlake.kernels.text.chunking import Chunk, chunk_texts
-from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.node_cache import NodeCache
+from graphlake.warehouse.node_rows import node_rows
 from graphlake.warehouse.partitions import corpus_partitions
 
 
@@ -29,25 +29,14 @@ def nodes(context: AssetExecutionContext, lake: LakeResource, documents: pa.Tabl
         lambda chunks: [[c.start, c.end, c.tokens] for c in chunks],
         lambda stored: [Chunk(*c) for c in stored],
     )
-    rows: dict[str, list] = {k: [] for k in ("node_id", "doc_id", "chunk_idx", "text", "start", "end", "content_hash")}
-    for doc_id, text, chunks in zip(doc_ids, texts, every):
-        for index, chunk in enumerate(chunks):
-            piece = text[chunk.start : chunk.end]
-            rows["node_id"].append(f"{doc_id}#{index}")
-            rows["doc_id"].append(doc_id)
-            rows["chunk_idx"].append(index)
-            rows["text"].append(piece)
-            rows["start"].append(chunk.start)
-            rows["end"].append(chunk.end)
-            rows["content_hash"].append(content_hash(piece))
-    table = pa.table(rows)
+    table = node_rows(doc_ids, texts, every)
     context.add_output_metadata(
         {
             "chunk_size": chunking.size or "whole document",
             "chunk_overlap": chunking.overlap,
             "documents": documents.num_rows,
             "documents_chunked": chunked,  # the rest reused
-            "multi_chunk_documents": rows["chunk_idx"].count(1),
+            "multi_chunk_documents": table.column("chunk_idx").to_pylist().count(1),
             "seconds": round(time.perf_counter() - started, 3),
         }
     )

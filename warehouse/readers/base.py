@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from graphlake.common.settings import MAX_LINE_BYTES
 from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
-from graphlake.warehouse.tables import row_schema
+from graphlake.warehouse.tables import CITED_BY, row_schema
 
 MAX_LINE_ENV = MAX_LINE_BYTES.name
 TOO_DEEP = "JSON nested deeper than the parser reads (about 1,000 levels): a document is a flat record"
@@ -251,9 +251,6 @@ _DOCUMENTS, _QUERIES, _QRELS, _FOREIGN_KEYS = (row_schema(name) for name in ("do
 
 def _metadata(metadata: dict | None) -> str | None:
     return None if not metadata else json.dumps(metadata, ensure_ascii=False, sort_keys=True)
-
-
-CITED_BY = ("url", "source", "path")  # the metadata a hit cites its document by, the first present
 
 
 def record_metadata(record: dict, columns: tuple[str, ...], where: Location) -> dict:

@@ -9,14 +9,12 @@ same tables, whatever order the writes came in, so a folded corpus ranks as one 
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 
-from graphlake.warehouse.readers.base import CITED_BY, Ingested, NoDocuments, ReadRequest
+from graphlake.warehouse.readers.base import Ingested, NoDocuments, ReadRequest
 from graphlake.warehouse.storage import LakeStorage
 from graphlake.warehouse.tables import row_schema
-from graphlake.warehouse.write_log import Write, corpus_log, folded_through
+from graphlake.warehouse.write_log import apply, corpus_log, folded_through
 
 
 def read(request: ReadRequest) -> Ingested:
@@ -35,27 +33,3 @@ def read(request: ReadRequest) -> Ingested:
     through = writes[-1].seq if writes else folded_through(lake, corpus)
     notes = [f"folded {len(writes)} pending write(s), through number {through}"] if writes else []
     return Ingested(pa.Table.from_pylist(rows, row_schema("documents")), empty["queries"], empty["qrels"], empty["foreign_keys"], notes, log_through=through)
-
-
-def apply(documents: dict[str, dict], write: Write, corpus: str) -> None:
-    """One write on ``documents`` (by id, rows of the documents table)."""
-    if write.op == "delete":
-        for doc_id in write.ids:
-            documents.pop(doc_id, None)
-        return
-    for document in write.documents:
-        documents[document["id"]] = {
-            "doc_id": document["id"],
-            "title": document.get("title") or "",
-            "text": document["text"],
-            "metadata": json.dumps(document_metadata(corpus, document), ensure_ascii=False, sort_keys=True),
-        }
-
-
-def document_metadata(corpus: str, document: dict) -> dict:
-    """The metadata stored with an upserted document: the application's, and what a hit cites it by
-    (``source``: the lake itself, unless the application named a url, source or path)."""
-    given = dict(document.get("metadata") or {})
-    if not any(key in given for key in CITED_BY):
-        given["source"] = f"lake://{corpus}/{document['id']}"
-    return given

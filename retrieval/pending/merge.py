@@ -1,4 +1,4 @@
-"""A method's ranking with a lake-owned corpus's pending documents in it (``retrieval/index/fresh.py``).
+"""A method's ranking with a lake-owned corpus's pending documents in it (``retrieval/pending/segment.py``).
 
 A first stage (BM25, dense, its HNSW, SPLADE) ranks the pending nodes by its own score, on the snapshot's
 scale, and the two lists merge by score: what the folded lake will rank, up to BM25's words new to the
@@ -16,9 +16,9 @@ import scipy.sparse as sp
 from graphlake.kernels.fusion import RRF_CONSTANT
 from graphlake.retrieval.core import Candidates, Op, Request
 from graphlake.retrieval.filters import Filter
-from graphlake.retrieval.index.fresh import SIGNALS, FreshSegment
 from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.operators.vector import BM25, RRF, Dense, Splade
+from graphlake.retrieval.pending.segment import SIGNALS, FreshSegment
 
 FIRST_STAGES = {"bm25": "bm25", "dense": "dense", "dense_hnsw": "dense", "splade": "splade"}  # a first stage's op: the signal it ranks by
 

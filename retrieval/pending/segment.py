@@ -28,21 +28,20 @@ from graphlake.retrieval.index.index_set import Derived, IndexSet
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.tables import retrieval_text
-from graphlake.warehouse.readers.lake_owned import apply
+from graphlake.warehouse.node_rows import node_rows
 from graphlake.warehouse.tables import row_schema
-from graphlake.warehouse.write_log import Write
+from graphlake.warehouse.write_log import Write, apply
 
 SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
-_NODES = pa.schema([("node_id", pa.string()), ("doc_id", pa.string()), ("chunk_idx", pa.int32()), ("text", pa.string()), ("start", pa.int32()), ("end", pa.int32())])
 
 
 @dataclass(frozen=True)
 class Encoded:
-    """One pending document's nodes (their offsets) and vectors, reused while its title and text stay."""
+    """One pending document's nodes (as the build's ``node_rows`` makes them) and vectors, reused while its title and text stay."""
 
     title: str
     text: str
-    spans: list[tuple[int, int]]
+    nodes: pa.Table
     dense: np.ndarray
     splade: sp.csr_matrix
     bm25: sp.csr_matrix  # weighted by the snapshot's statistics: a segment of another snapshot encodes anew
@@ -65,7 +64,7 @@ class FreshSegment:
 
     def __len__(self) -> int:
         """Its nodes."""
-        return sum(len(e.spans) for e in self.encoded.values())
+        return sum(e.nodes.num_rows for e in self.encoded.values())
 
     @cached_property
     def masked(self) -> np.ndarray:
@@ -84,7 +83,7 @@ class FreshSegment:
         if expression is None or not self.present:
             return None
         documents = DocumentMetadata(self.corpus, self.tables.pending_documents).select(expression)
-        return np.repeat(documents, [len(self.encoded[d].spans) for d in self.present])
+        return np.repeat(documents, [self.encoded[d].nodes.num_rows for d in self.present])
 
     def search(self, signal: str, queries: list[str], encoded: np.ndarray | sp.csr_matrix | None, k: int, allowed: np.ndarray | None) -> list[Candidates]:
         """Each query's top ``k`` pending nodes by ``signal`` (``SIGNALS``; ``encoded``: the queries' dense
@@ -116,21 +115,23 @@ class FreshSegment:
         return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), _stacked([e.bm25 for e in encoded])
 
     def _encode(self, doc_ids: list[str]) -> None:
-        """Chunk the documents as the build will, and encode their nodes by the corpus's models."""
+        """Chunk the documents as the build will (its own ``chunk_texts`` and ``node_rows``), and encode
+        their nodes by the corpus's models."""
         if not doc_ids:
             return
         from graphlake.kernels.text.chunking import chunk_texts
 
         indexes, rows = self.indexes, [self.present[d] for d in doc_ids]
         chunking = indexes.snapshot.spec.effective_chunking
-        spans = [[(c.start, c.end) for c in chunks] for chunks in chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)]
-        texts = [retrieval_text(r["title"], r["text"][s:e]) for r, pieces in zip(rows, spans, strict=True) for s, e in pieces]
+        cuts = chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)
+        nodes = [node_rows([doc_id], [row["text"]], [pieces]) for doc_id, row, pieces in zip(doc_ids, rows, cuts, strict=True)]
+        texts = [retrieval_text(row["title"], text) for row, table in zip(rows, nodes, strict=True) for text in table.column("text").to_pylist()]
         dense, splade = indexes.encoders.dense_passages(texts), indexes.encoders.splade(texts)
         mean = indexes.derived(BM25_MEAN_LENGTH)
         bm25, at = indexes.bm25.weights_of(texts, _token_lengths(texts), mean), 0
-        for doc_id, row, pieces in zip(doc_ids, rows, spans, strict=True):
-            n = len(pieces)
-            self.encoded[doc_id] = Encoded(row["title"], row["text"], pieces, dense[at : at + n], splade[at : at + n], bm25[at : at + n])
+        for doc_id, row, table in zip(doc_ids, rows, nodes, strict=True):
+            n = table.num_rows
+            self.encoded[doc_id] = Encoded(row["title"], row["text"], table, dense[at : at + n], splade[at : at + n], bm25[at : at + n])
             at += n
 
 
@@ -148,12 +149,7 @@ class FreshTables(Snapshot):
 
     @cached_property
     def pending_nodes(self) -> pa.Table:
-        rows = [
-            {"node_id": f"{d}#{i}", "doc_id": d, "chunk_idx": i, "text": row["text"][s:e], "start": s, "end": e}
-            for d, row in self.fresh.present.items()
-            for i, (s, e) in enumerate(self.fresh.encoded[d].spans)
-        ]
-        return pa.Table.from_pylist(rows, _NODES)
+        return pa.concat_tables([self.fresh.encoded[d].nodes for d in self.fresh.present]) if self.fresh.present else row_schema("nodes").empty_table()
 
     @property
     @once
@@ -162,7 +158,8 @@ class FreshTables(Snapshot):
 
     @once
     def nodes(self) -> pa.Table:
-        return pa.concat_tables([self.snapshot.nodes().select(_NODES.names).cast(_NODES), self.pending_nodes])
+        schema = self.pending_nodes.schema
+        return pa.concat_tables([self.snapshot.nodes().select(schema.names).cast(schema), self.pending_nodes])
 
     @once
     def metadata(self) -> DocumentMetadata:
