@@ -138,9 +138,16 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
 
 def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but /health."""
-    key = api_key if api_key is not None else API_KEY.text() or ""
-    budget = MemoryBudget.from_env()
     app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False)
+    _guard(app, api_key if api_key is not None else API_KEY.text() or "")
+    _refusals(app)
+    _lake_routes(app, lake)
+    _search_routes(app, lake, MemoryBudget.from_env())
+    return app
+
+
+def _guard(app: FastAPI, key: str) -> None:
+    """The key every route but the open ones requires, and the limits on a request's body and headers."""
 
     @app.middleware("http")
     async def require_key(request: Request, call_next):
@@ -153,6 +160,10 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
         return await call_next(request)
 
     app.add_middleware(_Limits, body=MAX_BODY_BYTES, headers=MAX_HEADERS)  # added last, runs first: before the key
+
+
+def _refusals(app: FastAPI) -> None:
+    """Every error as a refusal of one shape (``refusal``), with the status that says whose mistake it is."""
 
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
@@ -188,6 +199,10 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     @app.exception_handler(OverBudget)
     async def over_budget(request: Request, error: OverBudget) -> JSONResponse:
         return refusal(503, str(error), {"Retry-After": "1"}) if error.busy else refusal(422, str(error))
+
+
+def _lake_routes(app: FastAPI, lake: GraphLake) -> None:
+    """What is in the lake, the writes to the corpora it owns, warming, and SQL."""
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     def health() -> Health:
@@ -234,6 +249,10 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
         cut = any(issubclass(w.category, RowsCut) for w in said)
         return Response(sink.getvalue().to_pybytes(), media_type=ARROW_STREAM, headers={"X-Rows-Cut": "1"} if cut else {})
 
+
+def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget) -> None:
+    """The searches, within the memory ``budget``, and the schema that lists each method's query-time parameters."""
+
     def openapi() -> dict[str, Any]:
         """FastAPI's schema, with each method's query-time parameters in the search bodies (the models
         allow any further field: the method validates its own, strictly)."""
@@ -255,8 +274,6 @@ def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
     def search_batch(request: BatchRequest) -> StreamingResponse:
         answers = lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget, request.shown())
         return StreamingResponse(_json_list(answers), media_type="application/json", background=BackgroundTask(give_memory_back))
-
-    return app
 
 
 def query_time_parameters(lake: GraphLake) -> dict[str, dict[str, Any]]:

@@ -136,3 +136,16 @@ def test_the_serving_core_keeps_its_seams():
     init = next(f for f in lake.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
     assigned = {target.attr for stmt in ast.walk(init) if isinstance(stmt, ast.Assign) for target in stmt.targets if isinstance(target, ast.Attribute)}
     assert assigned == {"home", "searchers", "_worker"}, assigned  # the lake's folder, its searcher manager, the thread awaited searches run in
+
+
+def test_no_function_is_longer_than_80_lines():
+    """A function a reader takes in at once: none of the package's over 80 lines (a kernel's too: its
+    stages are device functions of their own)."""
+    import ast
+
+    long = {}
+    for name in (n for n in tracked(*PACKAGES) if n.endswith(".py")):
+        for node in ast.walk(ast.parse((ROOT / name).read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.end_lineno - node.lineno + 1 > 80:
+                long[f"{name}:{node.lineno} {node.name}"] = node.end_lineno - node.lineno + 1
+    assert long == {}

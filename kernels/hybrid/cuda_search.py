@@ -111,6 +111,97 @@ def _merge(t, threads, ids, scores, flags, size, capacity, cand_id, cand_sc, ok,
     return min(size + added, capacity)
 
 
+@cuda.jit(device=True)
+def _scatter(t, threads, block, q, ptr, idx, val, scratch, clear):
+    """Query ``q``'s sparse vector into the block's dense scratch row (``clear``: its entries back to zero)."""
+    for j in range(ptr[q] + t, ptr[q + 1], threads):
+        scratch[block, idx[j]] = float32(0.0) if clear else val[j]
+
+
+@cuda.jit(device=True)
+def _lane_total(v, lane, q, use, query, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, sparse_query, lexical_query):
+    """One lane's share of node ``v``'s fused score: every ``TEAM``-th entry of each path ``use`` switches on."""
+    total = float32(0.0)
+    if use[q, 0]:
+        for d in range(lane, dense.shape[1], TEAM):
+            total += float32(dense[v, d]) * query[d]
+    if use[q, 1]:
+        for j in range(s_ptr[v] + lane, s_ptr[v + 1], TEAM):
+            total += s_val[j] * sparse_query[s_idx[j]]
+    if use[q, 2]:
+        for j in range(b_ptr[v] + lane, b_ptr[v + 1], TEAM):
+            total += b_val[j] * lexical_query[b_idx[j]]
+    return total
+
+
+@cuda.jit(device=True)
+def _summed(partial, c):
+    """Candidate ``c``'s score: its lanes' totals, added in lane order."""
+    score = float32(0.0)
+    for lane_total in range(c * TEAM, (c + 1) * TEAM):
+        score += partial[lane_total]
+    return score
+
+
+@cuda.jit(device=True)
+def _first_of(cand_id, c):
+    """Whether candidate ``c`` is no repeat of an earlier one."""
+    for o in range(c):
+        if cand_id[o] == cand_id[c]:
+            return False
+    return True
+
+
+@cuda.jit(device=True)
+def _among(ids, size, v):
+    for i in range(size):
+        if ids[i] == v:
+            return True
+    return False
+
+
+@cuda.jit(device=True)
+def _begin(t, threads, q, q_dense, query, seen):
+    """Query ``q``'s dense vector into shared memory, and no node seen yet."""
+    for d in range(t, q_dense.shape[1], threads):
+        query[d] = q_dense[q, d]
+    for i in range(t, HASH_SLOTS, threads):
+        seen[i] = -1
+
+
+@cuda.jit(device=True)
+def _gather(t, threads, state, entry, semantic, keyword, seen, cand_id):
+    """The candidates of one expansion, each node once per query: the entry points from the start, else the
+    expanded node's semantic edges and, where it opens them, its keyword edges."""
+    u, n_sem = state[NODE], semantic.shape[1]
+    n_edges = entry.shape[0] if u < 0 else n_sem + (keyword.shape[1] if state[OPENS] else 0)
+    for e in range(t, n_edges, threads):
+        v = entry[e] if u < 0 else (semantic[u, e] if e < n_sem else keyword[u, e - n_sem])
+        if v >= 0 and _first_visit(seen, v):
+            cand_id[cuda.atomic.add(state, COUNT, 1)] = v
+
+
+@cuda.jit(device=True)
+def _expand_next(state, kept, pool_id, pool_ex, constrained, r_idx, r_start, r_stop, b_ptr, b_idx):
+    """(One thread) the next node to expand, the best unexplored one of the pool (none: the walk ends),
+    and whether it opens its keyword edges."""
+    i = state[NEXT]
+    state[NODE], state[COUNT] = -1, 0
+    if i < kept:
+        pool_ex[i] = 1
+        state[NODE] = pool_id[i]
+        state[OPENS] = 1 if constrained and _holds(pool_id[i], r_idx, r_start, r_stop, b_ptr, b_idx, False) else 0
+
+
+@cuda.jit(device=True)
+def _answer(t, threads, q, state, best_id, best_sc, out_ids, out_scores, out_found, out_scored):
+    found = state[FOUND]
+    for i in range(t, found, threads):
+        out_ids[q, i], out_scores[q, i] = best_id[i], best_sc[i]
+    if t == 0:
+        out_found[q], out_scored[q] = found, state[SCORED]
+
+
 @cuda.jit
 def _walk(
     q_dense, qs_ptr, qs_idx, qs_val, ql_ptr, ql_idx, ql_val, use, r_ptr, r_idx,
@@ -143,64 +234,28 @@ def _walk(
     t, threads, block = cuda.threadIdx.x, cuda.blockDim.x, cuda.blockIdx.x
     teams = threads // TEAM
     team, lane = t // TEAM, t % TEAM
-    dim = dense.shape[1]
-    n_sem, n_kw = semantic.shape[1], keyword.shape[1]
     for q in range(block, q_dense.shape[0], cuda.gridDim.x):
-        for j in range(qs_ptr[q] + t, qs_ptr[q + 1], threads):
-            scratch_s[block, qs_idx[j]] = qs_val[j]
-        for j in range(ql_ptr[q] + t, ql_ptr[q + 1], threads):
-            scratch_l[block, ql_idx[j]] = ql_val[j]
-        for d in range(t, dim, threads):
-            query[d] = q_dense[q, d]
-        for i in range(t, HASH_SLOTS, threads):
-            seen[i] = -1
+        _scatter(t, threads, block, q, qs_ptr, qs_idx, qs_val, scratch_s, False)
+        _scatter(t, threads, block, q, ql_ptr, ql_idx, ql_val, scratch_l, False)
+        _begin(t, threads, q, q_dense, query, seen)
         r_start, r_stop = r_ptr[q], r_ptr[q + 1]
         constrained = r_stop > r_start
         if t == 0:
             state[SIZE], state[FOUND], state[NODE], state[OPENS], state[COUNT], state[SCORED] = 0, 0, -1, 0, 0, 0
         cuda.syncthreads()
         while True:  # one expansion: six barriers, whatever the number of candidates
-            u = state[NODE]
-            n_edges = entry.shape[0] if u < 0 else n_sem + (n_kw if state[OPENS] else 0)
-            for e in range(t, n_edges, threads):
-                v = entry[e] if u < 0 else (semantic[u, e] if e < n_sem else keyword[u, e - n_sem])
-                if v >= 0 and _first_visit(seen, v):
-                    cand_id[cuda.atomic.add(state, COUNT, 1)] = v
+            _gather(t, threads, state, entry, semantic, keyword, seen, cand_id)
             cuda.syncthreads()
             count, size, found = state[COUNT], state[SIZE], state[FOUND]
             for c in range(team, count, teams):  # each team scores its candidates, its lanes over the entries
-                v = cand_id[c]
-                total = float32(0.0)
-                if use[q, 0]:
-                    for d in range(lane, dim, TEAM):
-                        total += float32(dense[v, d]) * query[d]
-                if use[q, 1]:
-                    for j in range(s_ptr[v] + lane, s_ptr[v + 1], TEAM):
-                        total += s_val[j] * scratch_s[block, s_idx[j]]
-                if use[q, 2]:
-                    for j in range(b_ptr[v] + lane, b_ptr[v + 1], TEAM):
-                        total += b_val[j] * scratch_l[block, b_idx[j]]
-                partial[c * TEAM + lane] = total
+                partial[c * TEAM + lane] = _lane_total(cand_id[c], lane, q, use, query, dense, s_ptr, s_idx, s_val, b_ptr, b_idx, b_val, scratch_s[block], scratch_l[block])
             cuda.syncthreads()
             for c in range(t, count, threads):  # each candidate's score, and whether it may enter the pool, the top k
-                score = float32(0.0)
-                for lane_total in range(c * TEAM, (c + 1) * TEAM):
-                    score += partial[lane_total]
-                cand_sc[c] = score
+                cand_sc[c] = _summed(partial, c)
                 v = cand_id[c]
-                fresh = True
-                for o in range(c):
-                    if cand_id[o] == v:
-                        fresh = False
-                pooled = fresh
-                for i in range(size):
-                    if pool_id[i] == v:
-                        pooled = False
+                fresh = _first_of(cand_id, c)
                 listed = fresh and not deleted[v] and (not constrained or _holds(v, r_idx, r_start, r_stop, b_ptr, b_idx, True))
-                for i in range(found):
-                    if best_id[i] == v:
-                        listed = False
-                in_pool[c], in_best[c] = pooled, listed
+                in_pool[c], in_best[c] = fresh and not _among(pool_id, size, v), listed and not _among(best_id, found, v)
             if t == 0:
                 state[NEXT] = POOL_MAX
             cuda.syncthreads()
@@ -217,24 +272,13 @@ def _walk(
                 state[SIZE], state[FOUND], state[SCORED] = kept, live, state[SCORED] + count
             cuda.syncthreads()
             if t == 0:
-                i = state[NEXT]
-                state[NODE], state[COUNT] = -1, 0
-                if i < kept:
-                    pool_ex[i] = 1
-                    state[NODE] = pool_id[i]
-                    state[OPENS] = 1 if constrained and _holds(pool_id[i], r_idx, r_start, r_stop, b_ptr, b_idx, False) else 0
+                _expand_next(state, kept, pool_id, pool_ex, constrained, r_idx, r_start, r_stop, b_ptr, b_idx)
             cuda.syncthreads()
             if state[NODE] < 0:
                 break
-        found = state[FOUND]
-        for i in range(t, found, threads):
-            out_ids[q, i], out_scores[q, i] = best_id[i], best_sc[i]
-        if t == 0:
-            out_found[q], out_scored[q] = found, state[SCORED]
-        for j in range(qs_ptr[q] + t, qs_ptr[q + 1], threads):  # the block's buffers back to zeros for its next query
-            scratch_s[block, qs_idx[j]] = 0.0
-        for j in range(ql_ptr[q] + t, ql_ptr[q + 1], threads):
-            scratch_l[block, ql_idx[j]] = 0.0
+        _answer(t, threads, q, state, best_id, best_sc, out_ids, out_scores, out_found, out_scored)
+        _scatter(t, threads, block, q, qs_ptr, qs_idx, qs_val, scratch_s, True)  # the block's buffers back to zeros for its next query
+        _scatter(t, threads, block, q, ql_ptr, ql_idx, ql_val, scratch_l, True)
         cuda.syncthreads()
 
 

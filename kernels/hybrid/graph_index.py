@@ -512,6 +512,27 @@ def _holding_seeds(kg, ent_hop):
     return _holders_of(np.flatnonzero(ent_hop == 0), kg[2], kg[3])
 
 
+@njit(cache=True)
+def _opened(u, part, entry, semantic, keyword, constrained, required, b_ptr, b_idx, logical, kg, ent_hop, kg_hops):
+    """The nodes ``u`` opens in ``part`` of its expansion (none: an empty array). From the start
+    (``u`` −1): the entry points, then the nodes holding a query entity; from a node: its semantic edges,
+    its keyword edges where it holds a required token, and its ``logical`` edges within ``kg_hops − 1``
+    hops of a query entity."""
+    if u < 0:
+        if part == 0:
+            return entry
+        if part == 1 and len(ent_hop) > 0:
+            return _holding_seeds(kg, ent_hop)
+    elif part == 0:
+        return semantic[u]
+    elif part == 1:
+        if constrained and _holds(u, required, b_ptr, b_idx, False):
+            return keyword[u]
+    elif logical and 0 <= _node_hop(u, kg[0], kg[1], ent_hop) < kg_hops:
+        return _logical(u, kg, ent_hop, kg_hops)
+    return entry[:0]
+
+
 @njit(cache=True, nogil=True)
 def _search(
     q_dense,
@@ -561,29 +582,8 @@ def _search(
     size, found = 0, 0
     u = -1
     while True:
-        for part in range(4):
-            if u < 0:  # the start: the entry points, then the nodes holding a query entity
-                if part == 0:
-                    edges = entry
-                elif part == 1 and use_kg:
-                    edges = _holding_seeds(kg, ent_hop)
-                else:
-                    break
-            elif part == 0:
-                edges = semantic[u]
-            elif part == 1:
-                if not (constrained and _holds(u, required, b_ptr, b_idx, False)):
-                    continue
-                edges = keyword[u]
-            elif part == 2:
-                if not (use_kg and kg_edges):
-                    continue
-                h = _node_hop(u, kg[0], kg[1], ent_hop)
-                if not 0 <= h < kg_hops:
-                    continue
-                edges = _logical(u, kg, ent_hop, kg_hops)
-            else:
-                break
+        for part in range(3):
+            edges = _opened(u, part, entry, semantic, keyword, constrained, required, b_ptr, b_idx, use_kg and kg_edges, kg, ent_hop, kg_hops)
             for v in edges:
                 if v < 0 or visited[v] == stamp:
                     continue

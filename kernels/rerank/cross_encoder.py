@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -238,36 +238,23 @@ def train(
         return validate(encoder)
 
     initial = best = evaluated()
-    best_state = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
+    best_state = _weights(encoder)
     curve = [{"step": 0, "loss": None, "validation": initial, "seconds": 0.0}]
     step, best_step, losses = 0, 0, []
-    out_of_time = False
-    for _ in range(epochs):
-        order = rng.permutation(len(groups))
-        for start in range(0, len(order), groups_per_step):
-            progress = max(step / planned, (time.perf_counter() - started) / budget_seconds)
-            for param_group in optimizer.param_groups:
-                param_group["lr"] = learning_rate * _rate_factor(progress, warmup, schedule)
-            encoder.model.train()
-            batch = [_drawn(groups[i], rng) for i in order[start : start + groups_per_step]]
-            loss = step_loss(encoder, batch, batched)
-            optimizer.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
-            optimizer.step()
-            step += 1
-            advance(1)
-            losses.append(float(loss.detach()))
-            out_of_time = time.perf_counter() - started > budget_seconds
-            if step % validate_every == 0 or step == planned or out_of_time:
-                value = evaluated()
-                curve.append({"step": step, "loss": float(np.mean(losses)), "validation": value, "seconds": time.perf_counter() - started})
-                losses = []
-                if value > best:
-                    best, best_step = value, step
-                    best_state = {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
-            if out_of_time:
-                break
+    for batch in _batches(groups, epochs, groups_per_step, rng):
+        progress = max(step / planned, (time.perf_counter() - started) / budget_seconds)
+        for param_group in optimizer.param_groups:
+            param_group["lr"] = learning_rate * _rate_factor(progress, warmup, schedule)
+        losses.append(_take_step(encoder, optimizer, batch, batched))
+        step += 1
+        advance(1)
+        out_of_time = time.perf_counter() - started > budget_seconds
+        if step % validate_every == 0 or step == planned or out_of_time:
+            value = evaluated()
+            curve.append({"step": step, "loss": float(np.mean(losses)), "validation": value, "seconds": time.perf_counter() - started})
+            losses = []
+            if value > best:
+                best, best_step, best_state = value, step, _weights(encoder)
         if out_of_time:
             break
     encoder.model.load_state_dict(best_state)
@@ -283,6 +270,29 @@ def train(
         initial_validation=initial,
         curve=curve,
     )
+
+
+def _batches(groups: Sequence[Group | Pool], epochs: int, groups_per_step: int, rng: np.random.Generator) -> Iterator[list[Group]]:
+    """Each step's groups: every epoch a new order, a pool's group drawn when its step comes."""
+    for _ in range(epochs):
+        order = rng.permutation(len(groups))
+        for start in range(0, len(order), groups_per_step):
+            yield [_drawn(groups[i], rng) for i in order[start : start + groups_per_step]]
+
+
+def _take_step(encoder: CrossEncoder, optimizer: torch.optim.Optimizer, batch: list[Group], batched: bool) -> float:
+    """One optimizer step on ``batch``'s listwise loss (gradients clipped to norm 1); the loss."""
+    encoder.model.train()
+    loss = step_loss(encoder, batch, batched)
+    optimizer.zero_grad()
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(encoder.model.parameters(), 1.0)
+    optimizer.step()
+    return float(loss.detach())
+
+
+def _weights(encoder: CrossEncoder) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in encoder.model.state_dict().items()}
 
 
 def _rate_factor(progress: float, warmup: float = 0.1, schedule: str = "linear") -> float:
