@@ -149,7 +149,7 @@ def evaluate_models(folder: Path, output: Path, argv: list[str]) -> None:
         for item in evaluated:
             top = np.arange(len(item["docs"]))
             order = np.argsort(-model.score(item["query"], item["texts"]), kind="stable") if len(top) else top
-            fused, _ = fuse_stage2(top[order], top, {}, "static", setting)
+            fused = fuse_stage2(top[order], top, {}, "static", setting).rows
             ranked[item["query_id"]] = [item["docs"][i] for i in fused.tolist()]
         rankings[f"{'grasp_zs' if name == 'base' else 'grasp'} ({name}; w {setting['weight']}, k {setting['constant']})"] = ranked
         trainings[name] = json.loads((folder / name / TRAINING_FILE).read_text(encoding="utf-8"))

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from graphlake.kernels.results import Ranking
+
 RRF_CONSTANT = 60.0  # the usual constant, Cormack et al.'s
 
 
@@ -18,7 +20,7 @@ def rrf_term(rank: np.ndarray | int, weight: np.ndarray | float = 1.0, constant:
     return weight / (constant + rank)
 
 
-def reciprocal_rank(rankings: Sequence[np.ndarray], weights: Sequence[float] | None = None, constant: float = RRF_CONSTANT) -> tuple[np.ndarray, np.ndarray]:
+def reciprocal_rank(rankings: Sequence[np.ndarray], weights: Sequence[float] | None = None, constant: float = RRF_CONSTANT) -> Ranking:
     """``rankings`` (rows, best first) fused: ``(scores, rows)`` best first, float64, ties to the lower
     row. A ranking of weight 0 contributes nothing, not even its rows."""
     fused: dict[int, float] = {}
@@ -30,4 +32,4 @@ def reciprocal_rank(rankings: Sequence[np.ndarray], weights: Sequence[float] | N
     rows = np.fromiter(fused, np.int64, len(fused))
     scores = np.fromiter(fused.values(), np.float64, len(fused))
     order = np.lexsort((rows, -scores))
-    return scores[order], rows[order]
+    return Ranking(scores[order], rows[order])

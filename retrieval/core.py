@@ -84,8 +84,8 @@ def unfill(scores: np.ndarray, rows: np.ndarray) -> list[Candidates]:
     return [Candidates(scores=kept[0], rows=kept[1]) for kept in (unfilled(s, r) for s, r in zip(scores, rows, strict=True))]
 
 
-def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Candidates:
-    """Top-k of a score vector, ties broken by row for determinism."""
+def ranked(*, scores: np.ndarray, rows: np.ndarray, k: int) -> Candidates:
+    """The top ``k`` of ``rows`` by their ``scores``, ties to the lower row (by keyword, as ``Candidates``)."""
     k = min(k, len(scores))
     if k == 0:
         return Candidates(scores=np.zeros(0, np.float32), rows=np.zeros(0, np.int64))
@@ -106,7 +106,7 @@ def min_max(scores: np.ndarray) -> np.ndarray:
 def from_dict(scores: dict[int, float], k: int) -> Candidates:
     rows = np.fromiter(scores.keys(), dtype=np.int64, count=len(scores))
     values = np.fromiter(scores.values(), dtype=np.float64, count=len(scores))
-    return ranked(rows, values, k)
+    return ranked(scores=values, rows=rows, k=k)
 
 
 LEXICAL = frozenset({"bm25", "splade"})  # a method reading only these encodes no dense query vector

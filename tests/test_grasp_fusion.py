@@ -28,7 +28,7 @@ PARTNER = np.array([3, 5, 7, 1])
 
 
 def test_static_rrf_equals_hand_computed_scores():
-    rows, scores = fuse(GRAPH, PARTNER, 0.3, 0.7, 2)
+    scores, rows = fuse(GRAPH, PARTNER, 0.3, 0.7, 2)
     expected = {
         7: 0.3 / 3 + 0.7 / 5,
         3: 0.3 / 4 + 0.7 / 3,
@@ -44,7 +44,7 @@ def test_dynamic_rrf_weight_is_bucket_times_risk():
     w_bucket, m_risk = (2.0, 0.8, 0.2, 0.05, 0.05), (0.5, 0.5, 1.25, 1.0)
     w = graph_weight(True, 37, "normal", w_bucket, m_risk)
     assert w == 0.8 * 1.25
-    rows, scores = fuse(GRAPH, PARTNER, w, 1.0, 300)
+    scores, rows = fuse(GRAPH, PARTNER, w, 1.0, 300)
     assert dict(zip(rows.tolist(), scores.tolist(), strict=True)) == pytest.approx({7: w / 301 + 1 / 303, 3: w / 302 + 1 / 301, 9: w / 303, 5: 1 / 302, 1: 1 / 304})
 
 
@@ -67,12 +67,12 @@ def test_an_empty_or_invalid_plan_gets_no_graph_weight():
 
 @pytest.mark.parametrize(("graph_weight_", "partner_weight"), [(0.0, 1.0), (0.0, 0.5)])
 def test_zero_graph_weight_returns_the_partner_ranking_exactly(graph_weight_, partner_weight):
-    rows, _ = fuse(GRAPH, PARTNER, graph_weight_, partner_weight, 60)
+    rows = fuse(GRAPH, PARTNER, graph_weight_, partner_weight, 60).rows
     assert rows.tolist() == PARTNER.tolist()
 
 
 def test_full_graph_weight_in_static_rrf_returns_the_graph_ranking():
-    rows, _ = fuse(GRAPH, PARTNER, 1.0, 0.0, 5)
+    rows = fuse(GRAPH, PARTNER, 1.0, 0.0, 5).rows
     assert rows.tolist() == GRAPH.tolist()
 
 
@@ -90,7 +90,7 @@ def _random_queries(count: int, seed: int) -> list[ValidationQuery]:
 
 
 def _hit(query: ValidationQuery, w_graph: float, w_partner: float, constant: float) -> bool:
-    rows, _ = fuse(query.graph, query.partner, w_graph, w_partner, constant)
+    rows = fuse(query.graph, query.partner, w_graph, w_partner, constant).rows
     return bool(len(rows)) and int(rows[0]) in query.gold
 
 

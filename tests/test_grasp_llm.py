@@ -67,7 +67,7 @@ def test_smollm2_plans_ten_2wiki_questions_or_its_failures_fall_back_to_the_part
             assert row["error"] and row["risk_level"] == "no_trade" and row["n_cand"] == 0, row
             partner = dense.run(row["query"], indexes).rows
             meta = {"valid": False, "n_cand": 0, "risk_level": "no_trade"}
-            fused, _ = fuse_stage2(np.zeros(0, np.int64), partner, meta, "dynamic", {"constant": 60, "w_bucket": [1.0] * 5, "m_risk": [1.0] * 4})
+            fused = fuse_stage2(np.zeros(0, np.int64), partner, meta, "dynamic", {"constant": 60, "w_bucket": [1.0] * 5, "m_risk": [1.0] * 4}).rows
             assert fused.tolist() == partner.tolist()
     print(f"\nSmolLM2 plans: {sum(r['valid'] for r in plans)}/{len(plans)} valid; errors: {[r['error'][:80] for r in plans if not r['valid']][:3]}")
     prompts = [json.loads(p.read_text())["prompt"] for p in (home / LAKE_CACHE).rglob("*.json")]

@@ -132,7 +132,7 @@ def test_the_plan_model_has_every_field_and_enum_of_the_paper():
 def test_an_invalid_plan_leaves_the_partner_ranking_exactly():
     partner = np.array([4, 2, 9, 7])
     w_hat = graph_weight(False, 0, "no_trade", [2.0] * 5, [1.0] * 4)
-    rows, _ = fuse(np.zeros(0, np.int64), partner, w_hat, 1.0, 5)
+    rows = fuse(np.zeros(0, np.int64), partner, w_hat, 1.0, 5).rows
     assert w_hat == 0 and rows.tolist() == partner.tolist()
 
 

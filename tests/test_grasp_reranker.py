@@ -62,7 +62,7 @@ def test_an_invalid_plan_gives_no_candidates_no_trade_and_the_partner_ranking(de
     assert result.risk_level == "no_trade" and result.n_cand == 0 and len(result.candidates.rows) == 0
     partner = load_methods(demo_lake.home)["rrf"].run(question, indexes)
     for mode, setting in (("dynamic", {"constant": 5, "w_bucket": [2.0] * 5, "m_risk": [1.0] * 4}), ("static", {"weight": 0.0, "constant": 60})):
-        rows, _ = fuse_stage2(result.candidates.rows, partner.rows, result.meta, mode, setting)
+        rows = fuse_stage2(result.candidates.rows, partner.rows, result.meta, mode, setting).rows
         assert rows.tolist() == partner.rows.tolist()
     unparsable = stage_one(question, skb, "{not json", Settings(), encoders.encode_dense)
     assert not unparsable.valid and unparsable.error.startswith("not a plan") and unparsable.plan is None

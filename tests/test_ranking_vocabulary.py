@@ -90,9 +90,9 @@ def test_candidates_keep_the_kernels_order_and_dtype():
     scores = np.array([[3.0, 2.0, 2.0, FILL_SCORE]], np.float32)
     (one,) = unfill(scores, np.array([[5, 1, 4, FILL_ROW]]))
     assert one.rows.tolist() == [5, 1, 4] and one.scores.dtype == np.float64
-    assert ranked(np.array([9, 2, 7]), np.array([1.0, 1.0, 2.0]), 3).rows.tolist() == [7, 2, 9]
+    assert ranked(scores=np.array([1.0, 1.0, 2.0]), rows=np.array([9, 2, 7]), k=3).rows.tolist() == [7, 2, 9]
     rows, tied = np.arange(40)[::-1].copy(), np.ones(40)  # ties across the k-th place go to the lower rows too
-    assert ranked(rows, tied, 5).rows.tolist() == [0, 1, 2, 3, 4]
+    assert ranked(scores=tied, rows=rows, k=5).rows.tolist() == [0, 1, 2, 3, 4]
     with pytest.raises(TypeError):
         Candidates(np.zeros(0), np.zeros(0, np.int64))  # by keyword only: (rows, scores) can no longer be swapped
 

@@ -25,6 +25,7 @@ import numpy as np
 
 from graphlake.kernels.fusion import RRF_CONSTANT, reciprocal_rank, rrf_term
 from graphlake.kernels.plan.plans import RISK_LEVELS
+from graphlake.kernels.results import Ranking
 
 BUCKETS = ((1, 10), (11, 50), (51, 100), (101, 500), (501, None))  # n_cand ranges; 0 candidates: no bucket
 STATIC_WEIGHTS = tuple(round(0.05 * i, 2) for i in range(21))
@@ -57,10 +58,9 @@ def graph_weight(valid: bool, n_cand: int, risk_level: str, w_bucket: Sequence[f
     return w_bucket[b] * m_risk[RISK_LEVELS.index(risk_level)]
 
 
-def fuse(graph: np.ndarray, partner: np.ndarray, graph_weight: float, partner_weight: float, constant: float) -> tuple[np.ndarray, np.ndarray]:
-    """Rows and fused scores, best first (ties: the smaller row); an input of weight 0 contributes nothing."""
-    scores, rows = reciprocal_rank([graph, partner], [graph_weight, partner_weight], constant)
-    return rows, scores
+def fuse(graph: np.ndarray, partner: np.ndarray, graph_weight: float, partner_weight: float, constant: float) -> Ranking:
+    """The fused ranking of two lists of rows, best first (ties: the smaller row); an input of weight 0 contributes nothing."""
+    return reciprocal_rank([graph, partner], [graph_weight, partner_weight], constant)
 
 
 @dataclass
@@ -147,7 +147,7 @@ def search_static(queries: Sequence[ValidationQuery], pools: Sequence[_Pool] | N
     return {"weight": STATIC_WEIGHTS[i], "constant": STATIC_CONSTANTS[j], "hits": int(hits[i, j])}, hits
 
 
-def fuse_stage2(graph: np.ndarray, partner: np.ndarray, meta: Mapping, mode: str, setting: Mapping) -> tuple[np.ndarray, np.ndarray]:
+def fuse_stage2(graph: np.ndarray, partner: np.ndarray, meta: Mapping, mode: str, setting: Mapping) -> Ranking:
     """Stage 2 for one query: static RRF with ``setting``'s weight and constant, or dynamic RRF with its vectors and the plan's metadata."""
     if mode == "static":
         return fuse(graph, partner, setting["weight"], 1.0 - setting["weight"], setting["constant"])

@@ -224,5 +224,5 @@ def stage_one_batch(
         risk = risk_level(best, len(rows)) if from_rules[number] else plan.risk_level
         if from_rules[number]:
             plan = plan.model_copy(update={"risk_level": risk})
-        results[number] = Stage1(ranked(rows, scores, settings.k), plan, True, None, risk, int(len(rows)), bindings[number])
+        results[number] = Stage1(ranked(scores=scores, rows=rows, k=settings.k), plan, True, None, risk, int(len(rows)), bindings[number])
     return results

@@ -104,7 +104,7 @@ class PlanRRF(PerQuery):
             constant = chosen["constant"]
             weight, w_bucket, m_risk = chosen.get("weight", weight), chosen.get("w_bucket", w_bucket), chosen.get("m_risk", m_risk)
         setting = {"weight": weight, "constant": constant, "w_bucket": w_bucket, "m_risk": m_risk}
-        rows, scores = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
+        scores, rows = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
         return Candidates(scores=scores[: self.k].astype(np.float64), rows=rows[: self.k], meta=graph.meta)
 
 
@@ -156,5 +156,5 @@ class GraspRerank(PerQuery):
         if self.fuse == "none":
             return Candidates(scores=scores[order][: self.k], rows=reranked[: self.k], meta=stage.meta)
         setting = tuned.setting(self.inputs[0], self.model) if self.fuse == "tuned" else self.fuse.model_dump()
-        rows, fused = fuse_stage2(reranked, top, {}, "static", setting)
+        fused, rows = fuse_stage2(reranked, top, {}, "static", setting)
         return Candidates(scores=fused[: self.k], rows=rows[: self.k], meta=stage.meta)

@@ -223,7 +223,7 @@ class HybridGraphSearch(Hybrid):
                     why = "keyword_exact_below" if keywords else "filter_exact_below" if self.filter_exact_below is not None else f"a scan costs less than a walk with a pool of {pool:,}"
                     request.note(f"{self.op}: the {len(eligible):,} nodes {what} were scored exactly (fewer than {why})")
                     scores = hybrid_vectors(indexes).fused(self.encode([query], request, indexes), scaled, eligible)[0] + self.kg_reward(reward, indexes, eligible)
-                    top = ranked(eligible, scores, self.k)
+                    top = ranked(scores=scores, rows=eligible, k=self.k)
                     found[i] = self.keep(top.rows, top.scores, request, indexes)
                     continue
                 if needed is not None:
@@ -252,7 +252,7 @@ class FusedExact(Hybrid):
         rows = self.eligible(self.required(query, request, indexes), request, indexes)
         scores = hybrid_vectors(indexes).fused(encoded, self.scaled(request, indexes), rows)[0]
         rows = np.arange(len(scores)) if rows is None else rows
-        top = ranked(rows, scores + self.kg_reward(self.kg_query(query, request, indexes), indexes, rows), self.k)
+        top = ranked(scores=scores + self.kg_reward(self.kg_query(query, request, indexes), indexes, rows), rows=rows, k=self.k)
         return self.keep(top.rows, top.scores, request, indexes)
 
 

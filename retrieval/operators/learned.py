@@ -50,4 +50,4 @@ class LearnedFusion(Op):
             request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
             return [rrf(inputs, self.depth, self.k) for inputs in found]
         rows = [candidate_rows(inputs, self.depth) for inputs in found]
-        return [ranked(chosen, scores, self.k) for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True)]
+        return [ranked(scores=scores, rows=chosen, k=self.k) for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True)]

@@ -209,4 +209,4 @@ class GraphRerank(PerQuery):
         (base,) = inputs
         if len(base.rows) == 0:
             return base
-        return ranked(base.rows, self.rerank(query, base, self.candidate_graph(base, indexes), request, indexes), self.k)
+        return ranked(scores=self.rerank(query, base, self.candidate_graph(base, indexes), request, indexes), rows=base.rows, k=self.k)

@@ -75,7 +75,7 @@ class CrossEncoderRerank(PerQuery):
         rows = base.rows[: self.depth]
         if len(rows) == 0 or _untrained(request, indexes, "cross_encoder returns its input's ranking", self.always):
             return base.top(self.k)
-        return ranked(rows, _scorer(query, indexes).scores(rows), self.k)
+        return ranked(scores=_scorer(query, indexes).scores(rows), rows=rows, k=self.k)
 
     def first_stage(self) -> Op:
         return self.inputs[0]
@@ -135,7 +135,7 @@ class FastInsight(GraphBudgeted):
         vector = request.dense(query)
         if _untrained(request, indexes, "fastinsight returns its first stage, the dense ranking", self.always):
             scores = indexes.dense @ vector
-            return ranked(np.arange(len(scores)), scores, self.k)
+            return ranked(scores=scores, rows=np.arange(len(scores)), k=self.k)
         graph, degrees = self.corpus_graph(indexes)
         rows, scores = fastinsight(
             vector,

@@ -95,7 +95,7 @@ def _table2(items: list[ValidationQuery], found, indexes: LakeIndexSet, gold_doc
         recalls = []
         for item, query in zip(items, validation, strict=True):
             meta = {"valid": item.valid, "n_cand": item.n_cand, "risk_level": item.risk_level}
-            rows, _ = fuse_stage2(item.graph, item.partner, meta, mode, setting)
+            rows = fuse_stage2(item.graph, item.partner, meta, mode, setting).rows
             ranking = list(dict.fromkeys(doc_ids[rows].tolist()))
             recalls.append(recall_at_k(ranking, gold_docs.get(query["query_id"], {}), 20))
         out[mode] = {"hit@1": setting["hits"] / len(items), "recall@20": float(np.mean(recalls))}

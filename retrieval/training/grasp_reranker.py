@@ -59,7 +59,7 @@ def stage_two(stage: Op, fusion: TunedFusion, query: str, indexes: LakeIndexSet,
         return stage.run(query, indexes).rows[:depth]
     graph, partner = (child.run(query, indexes) for child in stage.inputs)
     mode, setting = fusion.choice(stage)
-    rows, _ = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting)
+    rows = fuse_stage2(graph.rows, partner.rows, graph.meta, mode, setting).rows
     return rows[:depth]
 
 
