@@ -42,8 +42,8 @@ from graphlake.warehouse.home import home_of
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage
 
-POOLS = ("k", "candidates", "depth")
-ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop  # an operator's fields that size the candidates it keeps per query
+POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
+ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop
 
 
 def open_lake(location: str | Path = "") -> GraphLake:

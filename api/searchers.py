@@ -33,7 +33,7 @@ from graphlake.retrieval.index.config import IndexConfig
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
@@ -50,7 +50,7 @@ class Served:
     the lake, and what the API derives once per snapshot (each method's relevance calibration and its
     note where it loses to its first stage, the tables hits are made from)."""
 
-    version: tuple[int, ...]  # the corpus's snapshot, the lake-wide one, its training corpus's, methods.yaml's mtime
+    version: tuple  # the corpus's snapshot, the lake-wide one, its training corpus's, methods.yaml's mtime, the corpus's declaration
     indexes: LakeIndexSet
     methods: Methods
     train: str  # the corpus its learned indexes train on (itself, unless it names a train_corpus)
@@ -156,7 +156,7 @@ class SearcherManager:
         if corpus not in declared:
             raise UnknownName(f"corpus {corpus!r} is not declared{did_you_mean(corpus, declared)} (the lake has: {', '.join(sorted(declared)) or 'none'})")
         lake, train = LakeStorage(self.home), declared[corpus].train_corpus or corpus
-        version = self._version(lake, corpus, train)
+        version = self._version(lake, corpus, train, declared[corpus])
         if served is not None and served.version == version:
             self._stamps[corpus] = stamp
             return served
@@ -164,7 +164,7 @@ class SearcherManager:
             served = self._served.get(corpus)
             if served is None or served.version != version:
                 pinned = lake.pinned(*dict.fromkeys((corpus, LAKE_SCOPE, train)))
-                version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, version[-1])
+                version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, *version[3:])
                 folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
                 indexes = open_index_set(pinned, corpus, registry=registry, config=self._config)
                 served = Served(version, indexes, load_methods(self.home), train, folded)
@@ -217,10 +217,12 @@ class SearcherManager:
             self._fresh[corpus] = kept = (segment, Citable(segment.tables))
         return kept
 
-    def _version(self, lake: LakeStorage, corpus: str, train: str) -> tuple[int, ...]:
-        methods_file = self.home / "methods.yaml"
+    def _version(self, lake: LakeStorage, corpus: str, train: str, spec: CorpusSpec) -> tuple:
+        """What a served snapshot is made of: the snapshots it reads, methods.yaml as of its last change, and
+        the corpus's declaration (an edited ``linking:`` is served at once, as a new process would serve it;
+        another corpus declared leaves it warm)."""
         numbers = (lake.snapshots.number(corpus), lake.snapshots.number(LAKE_SCOPE), lake.snapshots.number(train))
-        return (*numbers, methods_file.stat().st_mtime_ns if methods_file.is_file() else 0)
+        return (*numbers, _mtime(self.home / "methods.yaml"), spec.model_dump_json())
 
     def _stamp(self, corpus: str) -> tuple[int, ...] | None:
         """When the snapshot folders a corpus is served from and methods.yaml last changed (a commit adds

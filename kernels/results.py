@@ -75,13 +75,20 @@ def top_k(scores: np.ndarray, k: int, rows: np.ndarray | None = None, positive: 
         if positive:
             kept = values > 0
             candidates, values = candidates[kept], values[kept]
-        count = min(k, len(values))
-        if count == 0:
-            continue
-        part = np.argpartition(-values, count - 1)[:count]
-        order = part[np.lexsort((candidates[part], -values[part]))]
-        found_scores[i, :count], found_rows[i, :count] = values[order], candidates[order]
+        order = best_of(values, candidates, k)
+        found_scores[i, : len(order)], found_rows[i, : len(order)] = values[order], candidates[order]
     return Ranking(found_scores, found_rows)
+
+
+def best_of(scores: np.ndarray, rows: np.ndarray, k: int) -> np.ndarray:
+    """The positions of the ``k`` best ``scores``, best first, ties to the lower of ``rows``: every tie of
+    the k-th score is kept before the sort, so that ``argpartition``'s pick among them decides nothing."""
+    k = min(k, len(scores))
+    if k == 0:
+        return np.zeros(0, np.int64)
+    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+    tied = np.flatnonzero(scores >= kth)
+    return tied[np.lexsort((rows[tied], -scores[tied]))][:k]
 
 
 def allowed_scores(scores: np.ndarray, params: SearchParams) -> tuple[np.ndarray, np.ndarray | None]:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, T
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 
-from graphlake.kernels.results import Allowed, unfilled
+from graphlake.kernels.results import Allowed, best_of, unfilled
 
 if TYPE_CHECKING:
     import scipy.sparse as sp
@@ -86,13 +86,8 @@ def unfill(scores: np.ndarray, rows: np.ndarray) -> list[Candidates]:
 
 def ranked(*, scores: np.ndarray, rows: np.ndarray, k: int) -> Candidates:
     """The top ``k`` of ``rows`` by their ``scores``, ties to the lower row (by keyword, as ``Candidates``)."""
-    k = min(k, len(scores))
-    if k == 0:
-        return Candidates(scores=np.zeros(0, np.float32), rows=np.zeros(0, np.int64))
-    kth = np.partition(scores, len(scores) - k)[len(scores) - k]
-    part = np.flatnonzero(scores >= kth)  # every tie of the k-th score, so that the lower rows win them
-    order = part[np.lexsort((rows[part], -scores[part]))][:k]
-    return Candidates(scores=scores[order], rows=rows[order])
+    order = best_of(scores, rows, k)
+    return Candidates(scores=scores[order], rows=np.asarray(rows[order], np.int64))
 
 
 def min_max(scores: np.ndarray) -> np.ndarray:

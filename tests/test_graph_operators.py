@@ -11,6 +11,7 @@ import scipy.sparse as sp
 from dagster import AssetKey, DagsterInstance
 from typer.testing import CliRunner
 
+from graphlake.api.searchers import SearcherManager
 from graphlake.cli import app
 from graphlake.kernels.graph.entity_graph import EntityGraph
 from graphlake.kernels.text.bm25 import BM25Index
@@ -151,6 +152,15 @@ def test_grapher_and_sprig_methods_end_to_end_on_the_demo(demo_copy):
     twin_b = lake_.artifact("graph_rankers", {"corpus": "twin-b"})
     assert (twin_a / "rankers.json").read_text() == (twin_b / "rankers.json").read_text()
     assert TunedRankers.load(twin_a).report["split"] == "all"  # the training corpus's queries, all of them
+
+    # a running lake serves an edited declaration at once, as a new process would; another corpus's leaves it warm
+    searchers = SearcherManager(lake)
+    served = searchers.served("twin-a")
+    assert served.indexes.snapshot.linking.proximity == "contextual"
+    registry.add(CorpusSpec(name="twin-c", format="demo", path=str(DEMO_PATH)))
+    assert searchers.served("twin-a") is served
+    registry.add(CorpusSpec(name="twin-a", format="demo", path=str(DEMO_PATH), train_corpus="demo", linking={"proximity": "structural"}))
+    assert searchers.served("twin-a").indexes.snapshot.linking.proximity == "structural"
 
 
 @pytest.mark.fast

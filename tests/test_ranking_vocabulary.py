@@ -16,7 +16,7 @@ import pytest
 import scipy.sparse as sp
 
 from conftest import synthetic
-from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Allowed, Ranking, SearchParams
+from graphlake.kernels.results import FILL_ROW, FILL_SCORE, Allowed, Ranking, SearchParams, top_k
 
 pytestmark = pytest.mark.fast
 ROOT = Path(__file__).resolve().parents[1]
@@ -93,6 +93,9 @@ def test_candidates_keep_the_kernels_order_and_dtype():
     assert ranked(scores=np.array([1.0, 1.0, 2.0]), rows=np.array([9, 2, 7]), k=3).rows.tolist() == [7, 2, 9]
     rows, tied = np.arange(40)[::-1].copy(), np.ones(40)  # ties across the k-th place go to the lower rows too
     assert ranked(scores=tied, rows=rows, k=5).rows.tolist() == [0, 1, 2, 3, 4]
+    assert top_k(np.ones((1, 1000)), 3).rows.tolist() == [[0, 1, 2]]  # the kernels' top k keeps the rule too
+    levels = np.random.default_rng(7).integers(0, 3, 2000).astype(np.float64)
+    assert top_k(levels[None], 5).rows[0].tolist() == np.flatnonzero(levels == 2)[:5].tolist()
     with pytest.raises(TypeError):
         Candidates(np.zeros(0), np.zeros(0, np.int64))  # by keyword only: (rows, scores) can no longer be swapped
 
@@ -123,3 +126,18 @@ def test_fusion_sums_terms_in_order_and_skips_a_zero_weight():
     scores, rows = reciprocal_rank([np.array([3, 1, 2]), np.array([1, 9])], [1.0, 2.0], constant=1.0)
     assert rows.tolist() == [1, 9, 3, 2] and scores[0] == rrf_term(2, 1.0, 1.0) + rrf_term(1, 2.0, 1.0)
     assert reciprocal_rank([np.array([3]), np.array([4])], [1.0, 0.0])[1].tolist() == [3]
+
+
+@pytest.mark.fast
+def test_a_method_that_searches_every_row_loses_the_rows_of_pending_deletes():
+    """The fresh segment masks the snapshot's nodes of documents deleted or rewritten since; a method whose
+    operators search every row (FastInsight, GAR) has what it returns of them dropped, in its order."""
+    from graphlake.retrieval.core import Candidates
+    from graphlake.retrieval.pending.merge import masked
+
+    mask = np.array([True, False, True, True, False])
+    allowed = Allowed(mask, np.flatnonzero(mask), "pending")
+    found = Candidates(scores=np.array([0.9, 0.8, 0.7, 0.1]), rows=np.array([4, 2, 1, 0]))
+    kept = masked(found, allowed)
+    assert kept.rows.tolist() == [2, 0] and kept.scores.tolist() == [0.8, 0.1]
+    assert masked(found, None) is found

@@ -10,10 +10,13 @@ among the snapshot's nodes, with the score of its place (the hit says it is fres
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import scipy.sparse as sp
 
 from graphlake.kernels.fusion import RRF_CONSTANT
+from graphlake.kernels.results import Allowed
 from graphlake.retrieval.core import Candidates, Op, Request
 from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.models.index_set import LakeIndexSet
@@ -24,8 +27,9 @@ FIRST_STAGES = {"bm25": "bm25", "dense": "dense", "dense_hnsw": "dense", "splade
 
 
 def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSegment, expression: Filter | None, found: list[Candidates], pool: int) -> list[Candidates]:
-    """``found`` (the method's ranking of the snapshot, masked by ``request``) with the pending nodes
-    ``expression`` allows in their places, ``pool`` long."""
+    """``found`` (the method's ranking of the snapshot) without the rows ``request`` masks, and with the
+    pending nodes ``expression`` allows in their places, ``pool`` long."""
+    found = [masked(candidates, request.allowed) for candidates in found]
     if not fresh.present:
         return found
     signal = FIRST_STAGES.get(getattr(op, "op", ""))
@@ -43,6 +47,16 @@ def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSe
         merged = [_by_score(snapshot[s][i], pending[signal][i], pool) for s, signal in enumerate(SIGNALS)]
         placed.append(_placed(ranked, fusion.fuse(merged), len(indexes.snapshot.node_ids), pool))
     return placed
+
+
+def masked(candidates: Candidates, allowed: Allowed | None) -> Candidates:
+    """The candidates the mask allows. Most operators search within it already; one that searches every
+    row (FastInsight's dense fallback and graph expansion, GAR's frontier) would otherwise return the
+    snapshot's node of a document deleted or rewritten since."""
+    if allowed is None or not len(candidates.rows):
+        return candidates
+    keep = allowed.keep(candidates.rows)
+    return candidates if keep.all() else replace(candidates, scores=candidates.scores[keep], rows=candidates.rows[keep])
 
 
 def _by_score(mine: Candidates, theirs: Candidates, k: int) -> Candidates:
