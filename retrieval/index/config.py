@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from graphlake.common import settings
@@ -32,19 +33,10 @@ class IndexConfig:
     @classmethod
     def resolve(cls) -> IndexConfig:
         """From the settings (``common/settings.py``), the device probed once for ``auto``."""
-        return _resolved(settings.model_cache(), settings.device(), settings.cuda_simulated())
+        return _probe(settings.model_cache(), settings.device(), settings.cuda_simulated())
 
 
-_CHOSEN: dict[tuple, IndexConfig] = {}
-
-
-def _resolved(model_cache: Path, asked: str, simulated: bool) -> IndexConfig:
-    key = (model_cache, asked, simulated)
-    if key not in _CHOSEN:
-        _CHOSEN[key] = _probe(model_cache, asked, simulated)
-    return _CHOSEN[key]
-
-
+@cache  # once per process and settings: the probe imports numba's CUDA target where a device can be
 def _probe(model_cache: Path, asked: str, simulated: bool) -> IndexConfig:
     if asked == "cpu":
         return IndexConfig(model_cache, "cpu", asked)
