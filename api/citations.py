@@ -15,6 +15,7 @@ from graphlake.common.once import once
 from graphlake.kernels.text.snippets import matched_terms, query_stems, snippet
 from graphlake.retrieval.core import Candidates, Request
 from graphlake.retrieval.index.snapshot import Snapshot
+from graphlake.warehouse.corpora import LAKE_OWNED
 from graphlake.warehouse.tables import CITED_BY
 
 
@@ -81,6 +82,17 @@ class Citable:
     def document_texts(self) -> list[str]:
         return self.snapshot.documents().column("text").to_pylist()
 
+    @once
+    def sources(self) -> list[str | None]:
+        """Per document row, what a hit cites it by: its url, source or path metadata, the first it has;
+        else, for a document the lake owns (whose metadata are kept exactly as given), its place in the
+        lake, ``lake://<corpus>/<id>``."""
+        snapshot = self.snapshot
+        owned = snapshot.spec.format == LAKE_OWNED
+        ids = snapshot.documents().column("doc_id").to_pylist()
+        records = snapshot.metadata().records
+        return [next((r[key] for key in CITED_BY if isinstance(r.get(key), str)), f"lake://{snapshot.corpus}/{d}" if owned else None) for r, d in zip(records, ids, strict=True)]
+
 
 def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
     """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
@@ -113,7 +125,7 @@ def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: i
                 text=text,
                 score=float(score_of[row]),
                 corpus=corpus,
-                source=next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None),
+                source=tables.sources()[documents[row]],
                 start=span.start,
                 end=span.end,
                 terms=terms,

@@ -13,9 +13,10 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
-from graphlake.api.results import CorpusInfo, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.results import CorpusInfo, DiskFull, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written, refused_as_request
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
+from graphlake.warehouse.write_checks import checked_documents, checked_ids
 
 
 class ServerError(RuntimeError):
@@ -108,11 +109,13 @@ class RemoteLake:
 
     def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
         """Add or replace documents of a corpus the lake owns, as ``GraphLake.upsert``."""
-        return Written(**self._post(f"/corpora/{quote(corpus, safe='')}/documents", {"documents": documents}))
+        checked = refused_as_request(checked_documents, documents)  # refused as in process, before anything is sent
+        return Written(**self._post(f"/corpora/{quote(corpus, safe='')}/documents", {"documents": checked}))
 
     def delete(self, corpus: str, ids: list[str]) -> Written:
         """Delete documents of a corpus the lake owns by id, as ``GraphLake.delete``."""
-        return Written(**self._read(self._send("DELETE", f"/corpora/{quote(corpus, safe='')}/documents", {"ids": ids})))
+        refused_as_request(checked_ids, ids)
+        return Written(**self._read(self._send("DELETE", f"/corpora/{quote(corpus, safe='')}/documents", {"ids": list(ids)})))
 
     def warm(self, corpus: str, method: str) -> None:
         """Have the server load what ``method`` reads on ``corpus`` now."""
@@ -167,7 +170,7 @@ class RemoteLake:
             return answer.json()
         json_answer = answer.headers.get("content-type", "").startswith("application/json")
         message = answer.json().get("error", answer.text) if json_answer else answer.text
-        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError}.get(answer.status_code, ServerError)(message)
+        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError, 507: DiskFull}.get(answer.status_code, ServerError)(message)
 
 
 def _body(corpus: Any, method: str, k: int, filter: Any, overrides: dict, **query: Any) -> dict:

@@ -78,4 +78,4 @@ class GraphLakeRetriever(BaseRetriever):
 
 def documents(result: SearchResult) -> list[Document]:
     """A hit's text, or its context when one was asked (what a prompt should read), as a document."""
-    return [Document(page_content=hit.context or hit.text, metadata={**hit.metadata, NAMESPACE: result.provenance(hit)}, id=hit.node_id) for hit in result.hits]
+    return [Document(page_content=hit.context or hit.text, metadata={**hit.metadata, NAMESPACE: result.provenance(hit)}, id=hit.doc_id) for hit in result.hits]

@@ -6,7 +6,12 @@ third of a BM25 search on SciFact; the server's response models are these same c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
+
+from graphlake.warehouse.scopes import DiskFull as DiskFull  # a write refused for want of room: 507 over HTTP
+from graphlake.warehouse.write_checks import WriteRefused
 
 
 class UnknownName(LookupError):
@@ -20,6 +25,15 @@ class RequestError(ValueError):
 class IndexNotBuilt(LookupError):
     """What a method reads on a corpus is not built, or was built from other inputs: the message names it
     and the command that builds it (never a path of the lake's machine)."""
+
+
+def refused_as_request(check: Callable[[Any], Any], value: Any) -> Any:
+    """``check(value)`` (``warehouse/write_checks.py``), its refusal a ``RequestError`` as every bad
+    argument's is: the same in process and, before anything is sent, in the remote client."""
+    try:
+        return check(value)
+    except WriteRefused as error:
+        raise RequestError(str(error)) from None
 
 
 class RowsCut(UserWarning):

@@ -41,7 +41,7 @@ from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
     from graphlake.retrieval.pending.segment import FreshSegment
-    from graphlake.warehouse.write_log import Write
+    from graphlake.warehouse.write_log import Stamp, Write
 
 
 @dataclass
@@ -121,7 +121,8 @@ class SearcherManager:
         self._served: dict[str, Served] = {}
         self._stamps: dict[str, tuple[int, ...] | None] = {}
         self._fresh: dict[str, tuple[FreshSegment, Citable]] = {}
-        self._read: dict[str, dict[int, Write]] = {}  # per lake-owned corpus: the log entries read so far
+        self._read: dict[str, dict[int, tuple[Stamp, Write]]] = {}  # per lake-owned corpus: the log entries read so far, as they were on disk then
+        self._keys: dict[str, tuple] = {}  # per lake-owned corpus: the entries its kept fresh segment holds
         self._loading = threading.Lock()
         self._freshening = threading.Lock()
 
@@ -131,7 +132,7 @@ class SearcherManager:
         for attempt in range(2):
             known = self._served.get(corpus)  # a corpus read from its source has no log to list
             owned = known is None or known.indexes.snapshot.spec.format == LAKE_OWNED
-            listed = _listed(self.home, corpus) if owned else []  # before the snapshot is chosen: a write a fold trims meanwhile is in the snapshot served then
+            listed = _listed(self.home, corpus) if owned else {}  # before the snapshot is chosen: a write a fold trims meanwhile is in the snapshot served then
             served = self.served(corpus)
             try:
                 return self._generation(served, listed, after)
@@ -172,7 +173,7 @@ class SearcherManager:
             self._stamps[corpus] = stamp
         return served
 
-    def _generation(self, served: Served, listed: list[int], after: int | None) -> Generation:
+    def _generation(self, served: Served, listed: dict[int, Stamp], after: int | None) -> Generation:
         corpus = served.corpus
         if served.indexes.snapshot.spec.format != LAKE_OWNED:
             if after is not None:
@@ -181,40 +182,42 @@ class SearcherManager:
         from graphlake.warehouse.write_log import WriteLog
 
         log = WriteLog(self.home, corpus, lambda: served.folded)
-        numbers = [seq for seq in listed if seq > served.folded]  # every write acknowledged before the search started
-        last = numbers[-1] if numbers else served.folded
+        entries = {seq: stamp for seq, stamp in sorted(listed.items()) if seq > served.folded}  # every write acknowledged before the search started
+        last = max(entries, default=served.folded)
         if after is not None and after > last:
             raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
-        if not numbers:
+        if not entries:
             return Generation(served, None, served.citable())
-        segment, citable = self._segment(served, log, numbers)
+        segment, citable = self._segment(served, log, entries)
         return Generation(served, segment, citable)
 
-    def _segment(self, served: Served, log, numbers: list[int]) -> tuple[FreshSegment, Citable]:
-        """The fresh segment of exactly the writes ``numbers``: the one made last when it holds them,
-        else a new one that reuses its encodings."""
+    def _segment(self, served: Served, log, entries: dict[int, Stamp]) -> tuple[FreshSegment, Citable]:
+        """The fresh segment of exactly the log's ``entries`` as they are on disk now: the one made last
+        when it holds them, else a new one that reuses its encodings. An entry changed on disk since it
+        was read (a repair, a hand) is read again; one that cannot be trusted refuses the search, naming it."""
         from graphlake.retrieval.pending.segment import FreshSegment
         from graphlake.warehouse.write_log import WriteLogError
 
-        corpus = served.corpus
+        corpus, key = served.corpus, tuple(entries.items())
         with self._freshening:
             kept = self._fresh.get(corpus)
-            if kept is not None and kept[0].indexes is served.indexes and (kept[0].through, kept[0].writes) == (numbers[-1], len(numbers)):
+            if kept is not None and kept[0].indexes is served.indexes and self._keys.get(corpus) == key:
                 return kept
             read = self._read.setdefault(corpus, {})
-            for seq in [seq for seq in read if seq <= served.folded]:
+            for seq in [seq for seq in read if seq not in entries]:
                 del read[seq]
-            for seq in numbers:
-                if seq not in read:
+            for seq, stamp in entries.items():
+                if seq not in read or read[seq][0] != stamp:
                     try:
-                        read[seq] = log.read(seq)
-                    except WriteLogError:
+                        read[seq] = (stamp, log.read(seq))
+                    except WriteLogError as error:
                         if not log.path(seq).exists():
                             raise _Trimmed from None
-                        raise
+                        raise IndexNotBuilt(str(error)) from None
             with built(corpus):
-                segment = FreshSegment(served.indexes, [read[seq] for seq in numbers], numbers[-1], before=kept[0] if kept else None)
+                segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=kept[0] if kept else None)
             self._fresh[corpus] = kept = (segment, Citable(segment.tables))
+            self._keys[corpus] = key
         return kept
 
     def _version(self, lake: LakeStorage, corpus: str, train: str, spec: CorpusSpec) -> tuple:
@@ -235,11 +238,11 @@ class SearcherManager:
         return tuple(map(_mtime, paths))
 
 
-def _listed(home: Path, corpus: str) -> list[int]:
-    """The numbers of the entries in ``corpus``'s log now (none for a corpus that takes no writes)."""
+def _listed(home: Path, corpus: str) -> dict[int, Stamp]:
+    """The entries in ``corpus``'s log now, by number (none for a corpus that takes no writes)."""
     from graphlake.warehouse.write_log import WriteLog
 
-    return WriteLog(home, corpus, lambda: 0).numbers()
+    return WriteLog(home, corpus, lambda: 0).listing()
 
 
 def _folded(lake: LakeStorage, corpus: str) -> int:

@@ -36,13 +36,12 @@ from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tam
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
-from graphlake.api.results import CorpusInfo, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.results import CorpusInfo, DiskFull, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
-from graphlake.api.writes import MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
 from graphlake.common.settings import API_KEY
-from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.retrieval.core import OPERATORS
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
+from graphlake.warehouse.write_checks import MAX_DOCUMENT_CHARS, MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
 
 OPEN_PATHS = frozenset({"/health"})
 MAX_SQL_CHARS = 100_000
@@ -103,7 +102,7 @@ class DocumentBody(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    text: str = Field(min_length=1, max_length=MAX_TEXT_CHARS)
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
     title: str = Field("", max_length=MAX_TITLE_CHARS)
     metadata: dict[str, Any] = {}
 
@@ -195,6 +194,10 @@ def _refusals(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
         return refusal(422, str(error))
+
+    @app.exception_handler(DiskFull)
+    async def no_room(request: Request, error: DiskFull) -> JSONResponse:
+        return refusal(507, str(error))
 
     @app.exception_handler(OverBudget)
     async def over_budget(request: Request, error: OverBudget) -> JSONResponse:

@@ -12,16 +12,12 @@ from graphlake.common.unicode_checks import lone_surrogate
 from graphlake.retrieval.core import METHOD_NAME
 from graphlake.retrieval.filters import Filter, FilterError, parse_filter
 from graphlake.warehouse.corpora import CORPUS_NAME
+from graphlake.warehouse.write_checks import MAX_NAME_CHARS, kind_of
 
 MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
-MAX_NAME_CHARS = 200
 MAX_CORPORA = 16  # searched in one call
-
-
-def kind_of(value: Any) -> str:
-    return "an empty string" if isinstance(value, str) and not value.strip() else type(value).__name__
 
 
 def check_names(corpus: Any, method: Any) -> None:

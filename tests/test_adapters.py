@@ -65,7 +65,8 @@ def test_a_framework_retriever_answers_in_process_and_through_the_server(framewo
     per call (a setting the method does not take refused, not dropped); LlamaIndex's ``similarity_top_k``
     and ``MetadataFilters``. The document's metadata stay as ingested, graphlake's citation beside them."""
     in_process, remote = GraphLake(demo_lake.home), RemoteLake(served.url, api_key=KEY)
-    expected = [hit.node_id for hit in in_process.search("demo", "rrf", QUESTION, k=3, filter="year >= 2016").hits]
+    hits = in_process.search("demo", "rrf", QUESTION, k=3, filter="year >= 2016").hits
+    expected, documents_of = [hit.node_id for hit in hits], [hit.doc_id for hit in hits]  # LangChain's Document.id: the id the document was given
     stored = {hit.doc_id: hit.metadata for hit in in_process.search("demo", "rrf", QUESTION, k=50).hits}
     for lake in (in_process, remote):
         if framework == "langchain":
@@ -78,15 +79,15 @@ def test_a_framework_retriever_answers_in_process_and_through_the_server(framewo
             documents = retriever.invoke(QUESTION)
             assert all(isinstance(d, Document) for d in documents)
             chain = retriever | RunnableLambda(lambda docs: [d.id for d in docs])  # inside an LCEL chain, its settings hold
-            assert chain.invoke(QUESTION) == chain.batch([QUESTION])[0] == expected
-            assert [d.id for d in retriever.invoke(QUESTION, k=1)] == expected[:1]  # per call, over search_kwargs
+            assert chain.invoke(QUESTION) == chain.batch([QUESTION])[0] == documents_of
+            assert [d.id for d in retriever.invoke(QUESTION, k=1)] == documents_of[:1]  # per call, over search_kwargs
             assert {d.metadata["year"] for d in retriever.invoke(QUESTION, filter="year < 2016")} <= set(range(2000, 2016))
-            assert [d.id for d in GraphLakeRetriever(lake=lake, corpus="demo", k=3, filter="year >= 2016").invoke(QUESTION)] == expected
+            assert [d.id for d in GraphLakeRetriever(lake=lake, corpus="demo", k=3, filter="year >= 2016").invoke(QUESTION)] == documents_of
             with pytest.raises(RequestError, match="depth cannot be set per query"):
                 retriever.invoke(QUESTION, depth=5)  # rrf has no depth: refused, not dropped
             with pytest.raises(ValidationError, match="serach_kwargs"):
                 lake.as_retriever(corpus="demo", serach_kwargs={"k": 1})
-            found = [(d.id, d.page_content, d.metadata) for d in documents]
+            found = [(d.metadata["graphlake"]["node_id"], d.page_content, d.metadata) for d in documents]
         else:
             from llama_index.core.schema import MetadataMode, NodeRelationship, NodeWithScore
             from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter

@@ -102,7 +102,7 @@ def test_writes_are_searchable_at_once_and_folded_as_a_scratch_build(tmp_path, m
         from graphlake.api.langchain import GraphLakeRetriever as LangChainRetriever
 
         shown = LangChainRetriever(lake=remote, corpus="notes", k=2).invoke(corpus["d26"]["title"])
-        assert shown[0].id == "d26#0" and shown[0].metadata["graphlake"]["fresh"] and shown[0].metadata["year"] == corpus["d26"]["metadata"]["year"]
+        assert shown[0].id == "d26" and shown[0].metadata["graphlake"]["fresh"] and shown[0].metadata["year"] == corpus["d26"]["metadata"]["year"]
         with pytest.raises(RequestError, match="after_write: write 99 is not in corpus 'notes'"):
             remote.search("notes", "rrf", "sled", after_write=99)
     finally:

@@ -23,9 +23,10 @@ from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.config_files import ConfigFileError, key_line, load_mapping, one_line
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, Role, declared_models, made_before_identities, model_identity
 from graphlake.warehouse.linking import Linking, LinkingDeclaration, format_linking
+from graphlake.warehouse.locks import declarations_lock
 from graphlake.warehouse.readers import FORMATS, Ingested, IngestError, ReadRequest
 from graphlake.warehouse.readers.base import NoDocuments
-from graphlake.warehouse.scopes import WRITES
+from graphlake.warehouse.scopes import WRITES, room_for
 
 if TYPE_CHECKING:
     from graphlake.warehouse.storage import LakeStorage
@@ -234,6 +235,8 @@ class CorpusRegistry:
         for name, entry in self._declared().items():
             if not isinstance(entry, dict):
                 raise ConfigFileError(f"{key_line(self.path, 'corpora', name)}: corpus {name!r}: expected a mapping of settings, found {type(entry).__name__}")
+            if entry.get("format") == LAKE_OWNED:  # its log is in this lake, wherever the lake is now (a copy's is the copy's)
+                entry = {**entry, "path": str(self.path.parent / WRITES / name)}
             try:
                 declared[name] = CorpusSpec(name=name, **entry)
             except (ValidationError, TypeError, ValueError) as error:
@@ -254,21 +257,23 @@ class CorpusRegistry:
     def declaring(self, spec: CorpusSpec) -> Iterator[None]:
         """Declare ``spec`` for a run that must succeed for it to stay: if the body fails, the file is put
         back byte for byte (or, if another corpus was declared meanwhile, this corpus's entry is)."""
-        before = self.path.read_bytes() if self.path.is_file() else None
-        previous = self._declared().get(spec.name)
-        self.add(spec)
-        written = self.path.read_bytes()
+        with declarations_lock(self.path.parent):
+            before = self.path.read_bytes() if self.path.is_file() else None
+            previous = self._declared().get(spec.name)
+            self.add(spec)
+            written = self.path.read_bytes()
         try:
             yield
         except BaseException:
-            if (self.path.read_bytes() if self.path.is_file() else None) != written:
-                self._rewrite(lambda corpora: corpora.__setitem__(spec.name, previous) if previous is not None else corpora.pop(spec.name, None))
-            elif before is None:
-                self.path.unlink()
-                if self.remote is not None:
-                    self.remote.remove(REGISTRY_FILE)
-            else:
-                self._replace(before)
+            with declarations_lock(self.path.parent):
+                if (self.path.read_bytes() if self.path.is_file() else None) != written:
+                    self._rewrite(lambda corpora: corpora.__setitem__(spec.name, previous) if previous is not None else corpora.pop(spec.name, None))
+                elif before is None:
+                    self.path.unlink()
+                    if self.remote is not None:
+                        self.remote.remove(REGISTRY_FILE)
+                else:
+                    self._replace(before)
             raise
 
     def get(self, name: str) -> CorpusSpec:
@@ -291,12 +296,13 @@ class CorpusRegistry:
         (``warehouse/write_log.py``), its source its log folder; ``settings``: chunking, models,
         train_corpus, alpha_corpus. One that exists is declared again (``replace``) or kept; a name a
         corpus read from its source has is refused (``ValueError``)."""
-        declared = self.all().get(name)
-        if declared is not None and declared.format != LAKE_OWNED:
-            raise ValueError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
-        if declared is None or replace:
-            self.add(CorpusSpec(name=name, format=LAKE_OWNED, path=str(self.path.parent.resolve() / WRITES / name), **settings))
-        return self.get(name)
+        with declarations_lock(self.path.parent):  # the check and the declaration, one step for every client
+            declared = self.all().get(name)
+            if declared is not None and declared.format != LAKE_OWNED:
+                raise ValueError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
+            if declared is None or replace:
+                self.add(CorpusSpec(name=name, format=LAKE_OWNED, path=f"{WRITES}/{name}", **settings))  # relative: a copied or moved lake keeps its own log
+            return self.get(name)
 
     def add(self, spec: CorpusSpec) -> None:
         """Declare or redeclare a corpus; the file is replaced atomically."""
@@ -306,22 +312,33 @@ class CorpusRegistry:
 
     def remove(self, name: str) -> bool:
         """Withdraw a declaration (atomically); whether there was one to withdraw."""
-        declared = name in self.all() and name != DEMO_CORPUS
-        if declared:
-            self._rewrite(lambda corpora: corpora.pop(name))
-        return declared
+        with declarations_lock(self.path.parent):
+            declared = name in self.all() and name != DEMO_CORPUS
+            if declared:
+                self._rewrite(lambda corpora: corpora.pop(name))
+            return declared
 
     def _rewrite(self, change) -> None:
-        raw = load_mapping(self.path) if self.path.is_file() else {}
-        corpora = self._declared()
-        change(corpora)
-        raw["corpora"] = corpora
-        self._replace(yaml.safe_dump(raw, sort_keys=True).encode())
+        """Read the file, ``change`` its declarations and write it, as one step under the declarations' lock."""
+        with declarations_lock(self.path.parent):
+            raw = load_mapping(self.path) if self.path.is_file() else {}
+            corpora = self._declared()
+            change(corpora)
+            raw["corpora"] = corpora
+            self._replace(yaml.safe_dump(raw, sort_keys=True).encode())
 
     def _replace(self, content: bytes) -> None:
+        """The file replaced whole (a full disk refuses it with ``DiskFull`` and leaves the old one)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{REGISTRY_FILE}.{uuid.uuid4().hex}.tmp")
-        temporary.write_bytes(content)
-        os.replace(temporary, self.path)
+        try:
+            with room_for(f"declaring corpora in {REGISTRY_FILE}"):
+                with open(temporary, "wb") as handle:
+                    handle.write(content)
+                    handle.flush()
+                    os.fsync(handle.fileno())
+                os.replace(temporary, self.path)
+        finally:
+            temporary.unlink(missing_ok=True)
         if self.remote is not None:
             self.remote.upload(self.path, REGISTRY_FILE)

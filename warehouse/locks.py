@@ -14,6 +14,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -115,3 +116,32 @@ def _owner(path: Path) -> str:
 
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
+
+
+DECLARATIONS = "declarations.lock"  # corpora.yaml's: a declaration is read, changed and written under it
+_declaring = threading.RLock()  # the threads of this process in turn (again in the holding thread); flock, the processes
+_declaring_held: dict[Path, int] = {}  # lock path -> depth, for the thread holding ``_declaring``
+
+
+@contextmanager
+def declarations_lock(home: Path) -> Iterator[None]:
+    """Hold the lake's declarations for one read-change-write of ``corpora.yaml``, so that concurrent
+    declarations, from threads or processes, each keep the others' (a declaration takes milliseconds:
+    a waiter blocks, with no deadline)."""
+    path = Path(home) / LOCKS / DECLARATIONS
+    with _declaring:
+        if path in _declaring_held:
+            _declaring_held[path] += 1
+            try:
+                yield
+            finally:
+                _declaring_held[path] -= 1
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            _declaring_held[path] = 1
+            try:
+                yield
+            finally:
+                del _declaring_held[path]

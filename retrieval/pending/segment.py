@@ -55,7 +55,7 @@ class FreshSegment:
         self.indexes, self.corpus, self.through, self.writes = indexes, indexes.corpus, through, len(writes)
         live: dict[str, dict] = {}
         for write in writes:
-            apply(live, write, self.corpus)
+            apply(live, write)
         self.touched = sorted({doc_id for write in writes for doc_id in write.doc_ids})  # masked in the snapshot
         self.present = dict(sorted(live.items()))  # the pending documents, as the documents table will hold them
         reused = before.encoded if before is not None and before.indexes is indexes else {}

@@ -25,7 +25,7 @@ def read(request: ReadRequest) -> Ingested:
     documents = {row["doc_id"]: row for row in lake.read("documents", partition).to_pylist()} if lake.has("documents", partition) else {}
     writes = corpus_log(home, corpus).pending()
     for write in writes:
-        apply(documents, write, corpus)
+        apply(documents, write)
     if not documents:
         raise NoDocuments(request.path, "no documents yet: a lake-owned corpus is filled by upserts (`GraphLake.upsert`, `POST /corpora/{corpus}/documents`)")
     rows = [{key: row[key] for key in ("doc_id", "title", "text", "metadata")} for _, row in sorted(documents.items())]

@@ -1,0 +1,294 @@
+"""Writes an application can trust, on a built lake-owned corpus: the log cannot lie (every entry
+numbered and checksummed: an entry emptied of its text, two entries swapped, a torn tail, a repair
+and the write after it are each named by ``graphlake doctor`` and refused by a search in one line,
+in process and over HTTP, and no number is given twice); what goes in comes back exactly, and what
+could not is refused at write time naming the field, the same in process, through ``RemoteLake`` and
+over raw HTTP, before anything touches the disk; a copied lake writes and folds its own log only;
+concurrent declarations through two servers all stay; a full disk is refused in one line."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+from typer.testing import CliRunner
+
+from conftest import built_once, copy_lake, use_lake
+from graphlake.api import GraphLake, IndexNotBuilt, RemoteLake, RequestError
+from graphlake.cli import app
+from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry
+from graphlake.warehouse.write_checks import MAX_DOCUMENT_CHARS, MAX_METADATA_DEPTH
+from graphlake.warehouse.write_log import corpus_log
+from served import KEY, Server
+
+
+def demo_documents(count: int) -> list[dict]:
+    rows = [json.loads(line) for line in (DEMO_PATH / "corpus.jsonl").read_text().splitlines()][:count]
+    return [{"id": row["id"], "title": row["title"], "text": row["text"], "metadata": row["metadata"]} for row in rows]
+
+
+def cli(*args: str) -> str:
+    result = CliRunner().invoke(app, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="module")
+def owned(tmp_path_factory) -> Path:
+    """A lake whose corpus 'notes' (the lake's own) was built once from 8 demo documents; copy it to write."""
+
+    def build(folder: Path) -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            home = use_lake(patch, folder / "lake")
+            cli("ingest", "api", "--corpus", "notes")
+            GraphLake(home).upsert("notes", demo_documents(8))
+            cli("materialize", "--corpus", "notes")
+
+    return built_once(tmp_path_factory, "owned-notes", build) / "lake"
+
+
+@pytest.fixture
+def notes(owned, tmp_path, monkeypatch) -> Path:
+    return use_lake(monkeypatch, copy_lake(owned, tmp_path / "lake"))
+
+
+def entry(home: Path, seq: int) -> Path:
+    return home / "writes" / "notes" / f"{seq:012d}.json"
+
+
+def doctor(*args: str):
+    return CliRunner().invoke(app, ["doctor", *args], catch_exceptions=False)
+
+
+def test_the_log_cannot_lie(notes, tmp_path):
+    lake = GraphLake(notes)
+    fox = lake.upsert("notes", [{"id": "fox", "text": "The quick brown fox watched the kelp divers."}])
+    gone = lake.delete("notes", ["fox"])
+    other = lake.upsert("notes", [{"id": "owl", "text": "An owl counted the rockling on the reef."}])
+    assert [h.doc_id for h in lake.search("notes", "bm25", "fox kelp divers", k=20).hits].count("fox") == 0
+    server = Server(notes, tmp_path / "server.log", KEY)
+    remote = RemoteLake(server.url, api_key=KEY)
+    try:
+
+        def refused(damaged: int, problem: str) -> None:
+            """doctor names the entry; a search refuses in one line naming it, in process and over HTTP."""
+            checked = doctor()
+            assert checked.exit_code == 1 and f"{damaged:012d}.json" in checked.stderr and problem in " ".join(checked.stderr.split()), checked.stderr
+            for searcher in (GraphLake(notes), remote):
+                with pytest.raises(IndexNotBuilt) as error:
+                    searcher.search("notes", "rrf", "owl reef", k=3)
+                message = str(error.value)
+                assert f"write {damaged} (writes/notes/{damaged:012d}.json)" in message and problem in message and "\n" not in message, message
+                assert str(notes) not in message  # the lake's own path, never the machine's
+
+        assert [h.doc_id for h in remote.search("notes", "bm25", "owl rockling", k=1).hits] == ["owl"]  # the server has read the log
+        # 1. an entry that is valid JSON, with a matching checksum, but a document without its text
+        body = json.loads(entry(notes, fox.seq).read_text())
+        original = entry(notes, fox.seq).read_bytes()
+        del body["documents"][0]["text"]
+        from graphlake.warehouse.write_log import _digest
+
+        body.pop("sha256")
+        entry(notes, fox.seq).write_text(json.dumps({**body, "sha256": _digest(body)}))
+        refused(fox.seq, "not a write the lake takes")
+        entry(notes, fox.seq).write_bytes(original)
+        # 2. the upsert and its delete swapped: the delete first would resurrect the fox
+        deleting = entry(notes, gone.seq).read_bytes()
+        entry(notes, gone.seq).write_bytes(original)
+        entry(notes, fox.seq).write_bytes(deleting)
+        refused(fox.seq, f"it says it is write {gone.seq}: moved or swapped")
+        entry(notes, fox.seq).write_bytes(original)
+        entry(notes, gone.seq).write_bytes(deleting)
+        assert doctor().exit_code == 0 and [h.doc_id for h in remote.search("notes", "bm25", "owl rockling", k=1).hits] == ["owl"]
+        # 3. a torn tail the server had read and kept: it reads it again, and refuses
+        torn = entry(notes, other.seq).read_bytes()
+        entry(notes, other.seq).write_bytes(torn[: len(torn) // 2])
+        refused(other.seq, "is damaged: not JSON")
+        # 4. the repair sets it aside above a high-water mark: the next write takes a new number, which the server serves
+        repaired = doctor("--repair")
+        assert repaired.exit_code == 0 and f"set {other.seq:012d}.json aside" in repaired.stderr, repaired.stderr
+        again = remote.upsert("notes", [{"id": "heron", "text": "A heron stood over the eelgrass transplant."}])
+        assert again.seq == other.seq + 1 and not entry(notes, other.seq).exists()
+        assert [h.doc_id for h in remote.search("notes", "dense", "A heron stood over the eelgrass transplant.", k=1, after_write=again.seq).hits] == ["heron"]
+        assert "owl" not in {h.doc_id for h in remote.search("notes", "bm25", "owl rockling", k=20).hits}
+        with httpx.Client(headers={"X-API-Key": KEY}) as http:  # a damaged log is a 409 with one line, never a 500
+            entry(notes, again.seq).write_text("{}")
+            answer = http.post(f"{server.url}/search", json={"corpus": "notes", "method": "bm25", "query": "heron"})
+            assert answer.status_code == 409 and "write" in answer.json()["error"] and "graphlake doctor --repair" in answer.json()["error"], answer.text
+            assert http.get(f"{server.url}/health").status_code == 200  # the connection and the server go on
+    finally:
+        remote.close()
+        server.stop()
+
+
+def test_what_goes_in_comes_back_and_what_cannot_is_refused(notes, tmp_path):
+    lake = GraphLake(notes)
+    metadata = {"year": 2021, "tags": ["kelp", "survey"], "nested": {"depth": {"two": 2.5}}, "flag": True, "none": None, "big": 2**53}
+    written = lake.upsert("notes", [{"id": "exact", "title": "Exact", "text": "Rockling counts along the Aldersey transect.", "metadata": metadata}])
+    [hit] = lake.search("notes", "bm25", "rockling Aldersey transect", k=1, after_write=written.seq).hits
+    assert hit.doc_id == "exact" and hit.metadata == metadata and hit.source == "lake://notes/exact"  # nothing added to the metadata
+    from graphlake.api.langchain import GraphLakeRetriever
+
+    [document] = GraphLakeRetriever(lake=lake, corpus="notes", method="bm25", k=1).invoke("rockling Aldersey transect")
+    assert document.id == "exact" and {k: v for k, v in document.metadata.items() if k != "graphlake"} == metadata
+
+    deep: dict = {}
+    for _ in range(5_000):
+        deep = {"d": deep}
+    deep_json = '{"documents": [{"id": "d", "text": "t", "metadata": ' + '{"d": ' * 5_000 + "{}" + "}" * 5_000 + "}]}"
+    bad = [  # what could not be stored or filtered exactly; the words naming it; the same as raw JSON, where JSON can say it
+        ({"id": "a", "text": "t", "metadata": {"big": 10**30}}, r"documents\[0\] \(id 'a'\): metadata\.big: the whole number 1e\+30 is beyond ±2\^53", None),
+        ({"id": "b", "text": "caf\ud800"}, r"documents\[0\] \(id 'b'\): text: not valid Unicode \(a lone surrogate at character 3\)", '{"documents": [{"id": "b", "text": "caf\\ud800"}]}'),
+        ({"id": "\ud800", "text": "t"}, r"documents\[0\]\.id: not valid Unicode", '{"documents": [{"id": "\\ud800", "text": "t"}]}'),
+        (
+            {"id": "c", "text": "t", "metadata": {"k\udc00": 1}},
+            r"documents\[0\] \(id 'c'\): metadata: key 'k\\udc00': not valid Unicode",
+            '{"documents": [{"id": "c", "text": "t", "metadata": {"k\\udc00": 1}}]}',
+        ),
+        ({"id": "d", "text": "t", "metadata": deep}, rf"documents\[0\] \(id 'd'\): metadata(\.d)+: nested more than {MAX_METADATA_DEPTH} deep", deep_json),
+        ({"id": "e", "text": "x" * (MAX_DOCUMENT_CHARS + 1)}, rf"text: {MAX_DOCUMENT_CHARS + 1:,} characters, more than {MAX_DOCUMENT_CHARS:,}", None),
+        ({"id": "f", "text": "t", "metadata": {"when": datetime.date(2024, 1, 2)}}, r"metadata\.when: a date is not a JSON value .*ISO string", ""),
+        ({"id": "g", "text": "t", "metadata": {"x": float("nan")}}, r"metadata\.x: nan is not a JSON number", ""),
+    ]
+    server = Server(notes, tmp_path / "server.log", KEY)
+    remote = RemoteLake(server.url, api_key=KEY)
+    log = notes / "writes" / "notes"
+    before = sorted(os.listdir(log))
+    try:
+        with httpx.Client(headers={"X-API-Key": KEY, "Content-Type": "application/json"}, timeout=60) as http:
+            for document, words, raw in bad:
+                for writer in (lake, remote):  # RemoteLake checks before it sends, as the lake does
+                    with pytest.raises(RequestError, match=words):
+                        writer.upsert("notes", [document])
+                if raw == "":
+                    continue  # JSON cannot say it
+                body = raw.encode() if raw is not None else json.dumps({"documents": [document]}).encode()
+                answer = http.post(f"{server.url}/corpora/notes/documents", content=body)
+                status = 400 if document["id"] == "d" else 422  # JSON too deep to parse is refused before it is read
+                assert answer.status_code == status and "\n" not in answer.json()["error"], (document["id"], answer.text[:300])
+                named = {"a": "metadata.big: the whole number 1e+30 is beyond ±2^53", "d": "nested too deeply", "e": "text"}.get(document["id"], "not valid Unicode")
+                assert named in answer.json()["error"], (named, answer.text[:300])
+            assert http.get(f"{server.url}/health").status_code == 200
+        with pytest.raises(RequestError, match=r"ids\[0\]: not valid Unicode"):
+            lake.delete("notes", ["\ud800"])
+        assert sorted(os.listdir(log)) == before  # nothing written, no staged file left
+    finally:
+        remote.close()
+        server.stop()
+
+
+def test_a_copied_lake_writes_and_folds_only_its_own_log(notes, tmp_path, monkeypatch):
+    GraphLake(notes).upsert("notes", [{"id": "both", "text": "Written before the copy: both lakes have it."}])
+    copy = copy_lake(notes, tmp_path / "copy")
+    assert not [p for p in notes.rglob("*.yaml") if str(notes) in p.read_text()]  # no lake file names where the lake is
+    GraphLake(notes).upsert("notes", [{"id": "mine", "text": "Only the original lake has this otter."}])
+    GraphLake(copy).upsert("notes", [{"id": "theirs", "text": "Only the copied lake has this heron."}])
+    for home, own, other in ((notes, "mine", "theirs"), (copy, "theirs", "mine")):
+        use_lake(monkeypatch, home)
+        cli("materialize", "--corpus", "notes")
+        ids = set(GraphLake(home).sql("select doc_id from documents where corpus = 'notes'").column("doc_id").to_pylist())
+        assert {"both", own} <= ids and other not in ids, (home.name, sorted(ids))
+        assert corpus_log(home, "notes").numbers() == []  # folded and trimmed, its own log only
+
+
+def test_concurrent_declarations_through_two_servers_are_all_kept(notes, tmp_path):
+    servers = [Server(notes, tmp_path / f"server{i}.log", KEY) for i in range(2)]
+    try:
+        answers: list[int] = []
+        for round_ in range(3):
+
+            def declare(name: str, url: str) -> None:
+                answers.append(httpx.post(f"{url}/corpora", json={"name": name}, headers={"X-API-Key": KEY}, timeout=60).status_code)
+
+            threads = [threading.Thread(target=declare, args=(f"round{round_}-{i}", servers[i % 2].url)) for i in range(8)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:
+                thread.join()
+        assert answers == [200] * 24
+        declared = CorpusRegistry(notes).all()
+        assert all(f"round{r}-{i}" in declared for r in range(3) for i in range(8)) and "notes" in declared
+        assert not [name for name in os.listdir(notes) if name.endswith(".tmp")]
+    finally:
+        for server in servers:
+            server.stop()
+
+
+FULL_DISK = """
+import os, socket, subprocess, sys, time
+from pathlib import Path
+import httpx
+from graphlake.api import DiskFull, GraphLake
+from graphlake.warehouse.corpora import CorpusRegistry
+from graphlake.warehouse.write_log import corpus_log
+home = Path(sys.argv[1])
+CorpusRegistry(home).declare_owned("notes")
+with socket.socket() as probe:
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+server = subprocess.Popen([sys.argv[2], "serve", "--port", str(port)], env={**os.environ, "GRAPHLAKE_HOME": str(home)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+url = f"http://127.0.0.1:{port}"
+while True:
+    try:
+        if httpx.get(url + "/health").status_code == 200:
+            break
+    except httpx.HTTPError:
+        time.sleep(0.2)
+lake, acknowledged = GraphLake(home), 0
+try:
+    while True:
+        lake.upsert("notes", [{"id": f"d{acknowledged}", "text": "kelp " * 2000}])
+        acknowledged += 1
+except DiskFull as error:
+    print("REFUSED", acknowledged, error)
+try:  # whatever room the refused write left, taken
+    with open(home / "filler", "wb") as filler:
+        while True:
+            filler.write(b"x" * 512)
+            filler.flush()
+except OSError:
+    pass
+answer = httpx.post(url + "/corpora/notes/documents", json={"documents": [{"id": "over-http", "text": "kelp " * 2000}]})
+print("HTTP", answer.status_code, answer.json()["error"])
+declared = (home / "corpora.yaml").read_bytes()
+try:
+    CorpusRegistry(home).declare_owned("another")
+except DiskFull as error:
+    print("DECLARATION", (home / "corpora.yaml").read_bytes() == declared, error)
+server.terminate()
+server.wait()
+log = home / "writes" / "notes"
+print("LEFT", sorted(n for n in os.listdir(log) if not n.endswith(".json")) + sorted(n for n in os.listdir(home) if n.startswith(".")))
+print("READ", len(corpus_log(home, "notes").pending()) == acknowledged)
+"""
+
+
+def test_a_full_disk_is_refused_in_one_line_and_leaves_nothing(tmp_path):
+    """On a 1 MB tmpfs mounted in a mount namespace of its own (``unshare``; skipped where the kernel
+    lets this account make none): writes until the disk is full, then refused with ``DiskFull`` in one
+    line in Python, 507 over HTTP, a declaration refused alike; no partial file left, every
+    acknowledged write readable."""
+    mount = tmp_path / "small"
+    mount.mkdir()
+    script = tmp_path / "fill.py"
+    script.write_text(FULL_DISK)
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
+        pytest.skip("no mount namespace to mount a small tmpfs in (unshare -rm)")
+    graphlake = shutil.which("graphlake") or str(Path(sys.executable).parent / "graphlake")
+    shell = f"mount -t tmpfs -o size=1m tmpfs {mount} && {sys.executable} {script} {mount / 'lake'} {graphlake}"
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", shell], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = dict(line.split(" ", 1) for line in done.stdout.splitlines())
+    count, message = lines["REFUSED"].split(" ", 1)
+    assert int(count) > 10 and message.startswith("write to corpus 'notes': no room on the lake's disk (No space left on device); nothing of it was kept"), done.stdout
+    assert lines["HTTP"].startswith("507 write to corpus 'notes': no room"), done.stdout
+    assert lines["DECLARATION"].startswith("True declaring corpora in corpora.yaml: no room"), done.stdout
+    assert lines["LEFT"] == "[]" and lines["READ"] == "True", done.stdout
