@@ -192,8 +192,9 @@ def test_killing_the_server_under_writes_loses_and_doubles_no_acknowledged_write
 
 
 def test_a_write_is_in_the_very_next_search_from_another_thread(tmp_path, monkeypatch):
-    """200 times each, in process and over HTTP: a thread writes (an upsert, then a delete) and, once it
-    is acknowledged, another thread searches: the upsert is found and the delete is not, every time
+    """200 times each, in process and over HTTP, while two other clients keep writing: a thread writes
+    (an upsert, then a delete) and, once it is acknowledged, another thread searches: the upsert is
+    found and the delete is not, every time
     (``api/searchers.py`` lists the log at every search; there is no refresh interval to wait out)."""
     home = use_lake(monkeypatch, tmp_path / "lake")
     corpus = documents()
@@ -218,6 +219,20 @@ def test_a_write_is_in_the_very_next_search_from_another_thread(tmp_path, monkey
 
             thread = threading.Thread(target=search)
             thread.start()
+            busy, stop = [], threading.Event()  # two other clients write all along, over HTTP, each on a connection of its own
+
+            def write_on(n: int) -> None:
+                other = RemoteLake(server.url, api_key=KEY)
+                try:
+                    while not stop.wait(0.05):  # the same five documents rewritten: a write's encoding is the segment's, not the test's, cost
+                        slot = len(busy) % 5
+                        busy.append(other.upsert("live", [{"id": f"other-{name[:2]}-{n}-{slot}", "text": f"Background note {slot} of writer {n}."}]).seq)
+                finally:
+                    other.close()
+
+            others = [threading.Thread(target=write_on, args=(n,)) for n in range(2)]
+            for other in others:
+                other.start()
             for i in range(200):
                 doc_id = f"live-{name[:2]}-{i}"
                 writes.upsert("live", [{"id": doc_id, "title": corpus["d02"]["title"], "text": text}])
@@ -228,6 +243,10 @@ def test_a_write_is_in_the_very_next_search_from_another_thread(tmp_path, monkey
                 asked.join()
             asked.put(None)
             thread.join()
+            stop.set()
+            for other in others:
+                other.join()
+            assert len(busy) > 20, len(busy)  # the writes did interleave
             assert seen == [("upsert", True), ("delete", False)] * 200, (name, [s for s in seen if s[1] != (s[0] == "upsert")][:5])
     finally:
         writer.close()
