@@ -232,7 +232,7 @@ class GraphLake:
         generations = {name: self.searchers.acquire(name, after) for name in names}
         if expression is not None and len(names) > 1:  # a field some corpus has is no typo: the others match nothing by it
             try:
-                DocumentMetadata.check_all(expression, [g.indexes.snapshot.metadata() for g in generations.values()])
+                DocumentMetadata.check_all(expression, [g.metadata() for g in generations.values()])
             except FilterError as error:
                 raise RequestError(str(error)) from None
         pool = shown.pool(k)  # the ranked nodes that fill k hits once merged or grouped
@@ -308,20 +308,32 @@ def _query_time(op: Op) -> set[str]:
     return set(op.QUERY_TIME) & set(type(op).model_fields)
 
 
+def _unbuilt(corpus: str, method: str, op: Op) -> str:
+    """The note of a search of a corpus the lake owns that was never built."""
+    from graphlake.retrieval.pending.merge import first_stage
+
+    said = f"corpus {corpus!r} has no build yet: its pending documents are searched alone"
+    if first_stage(op):
+        return said
+    return f"{said}, ranked by the fusion of bm25, dense and SPLADE ({method!r} reads what a build makes: `graphlake materialize --corpus {corpus}`)"
+
+
 def _search(generation: Generation, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown) -> Searched:
     """One corpus's ``pool`` candidates for every query, ``CHUNK_QUERIES`` at a time, shown as ``k`` hits;
     ``check``: refuse a filter naming a field none of its documents has. With a fresh segment (a
     lake-owned corpus's pending writes), the snapshot's nodes of documents written since are masked as a
     filter masks, and the pending nodes ranked in (``retrieval/pending/merge.py``)."""
     served, fresh, indexes = generation.served, generation.fresh, generation.indexes
-    corpus = served.corpus
+    corpus, built = served.corpus, indexes.snapshot.built
     if expression is not None and (refusing := unfiltered(op)) is not None:
         raise RequestError(f"method {method!r} cannot filter: its {refusing.op} operator has no filtered search (leave the filter out, or use a method that has: rrf, ap_three, ...)")
     calibration = served.calibration(method)
     if shown.min_relevance is not None and isinstance(calibration, str):
         raise RequestError(f"min_relevance: {method!r} on {corpus!r} has no relevance calibration: {calibration}")
     try:
-        request = new_request(indexes, queries, expression, check, pool)
+        if check and expression is not None:  # the fields of the committed and the pending documents alike
+            generation.metadata().check(expression)
+        request = new_request(indexes, queries, expression if built else None, False, pool)
     except FilterError as error:
         raise RequestError(str(error)) from None
     if fresh is not None:
@@ -329,6 +341,11 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
     started, found = time.perf_counter(), []
     for start in range(0, len(queries), CHUNK_QUERIES):
         chunk = request.of(queries[start : start + CHUNK_QUERIES])
+        if not built:  # a corpus the lake owns, never built: its pending documents are the corpus
+            from graphlake.retrieval.pending.merge import pending_alone
+
+            found += pending_alone(op, chunk, fresh, expression, pool)
+            continue
         chunk.prime(needs(op))
         ranked = op.run_batch(chunk, indexes)
         if fresh is not None:
@@ -340,7 +357,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
             give_memory_back()
     latency = (time.perf_counter() - started) * 1000 / len(queries)
     gap = served.gap(method)
-    notes = [*request.notes, *([gap] if gap else [])]
+    notes = [*request.notes, *([gap] if gap else []), *([] if built else [_unbuilt(corpus, method, op)])]
     if fresh is not None:
         notes.append(
             f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)"

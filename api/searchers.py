@@ -40,6 +40,7 @@ from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
+    from graphlake.retrieval.index.metadata import DocumentMetadata
     from graphlake.retrieval.pending.segment import FreshSegment
     from graphlake.warehouse.write_log import Stamp, Write
 
@@ -109,6 +110,10 @@ class Generation:
     @property
     def snapshot(self) -> int:
         return self.served.version[0]
+
+    def metadata(self) -> DocumentMetadata:
+        """The metadata of every document the search reads, committed and pending: what a filter names."""
+        return self.citable.snapshot.metadata()
 
 
 class SearcherManager:

@@ -24,10 +24,14 @@ from typer.testing import CliRunner
 from conftest import built_once, copy_lake, use_lake
 from graphlake.api import GraphLake, IndexNotBuilt, RemoteLake, RequestError
 from graphlake.cli import app
+from graphlake.retrieval.methods import DEFAULT_METHODS
+from graphlake.warehouse.config_files import load_mapping
 from graphlake.warehouse.corpora import DEMO_PATH, CorpusRegistry
 from graphlake.warehouse.write_checks import MAX_DOCUMENT_CHARS, MAX_METADATA_DEPTH
 from graphlake.warehouse.write_log import corpus_log
 from served import KEY, Server
+
+METHODS = load_mapping(DEFAULT_METHODS)["use"]
 
 
 def demo_documents(count: int) -> list[dict]:
@@ -180,6 +184,48 @@ def test_what_goes_in_comes_back_and_what_cannot_is_refused(notes, tmp_path):
         with pytest.raises(RequestError, match=r"ids\[0\]: not valid Unicode"):
             lake.delete("notes", ["\ud800"])
         assert sorted(os.listdir(log)) == before  # nothing written, no staged file left
+    finally:
+        remote.close()
+        server.stop()
+
+
+def test_written_documents_answer_at_once_by_new_words_new_fields_and_in_a_new_corpus(notes, tmp_path):
+    """Pending documents are first-class: BM25 matches words no committed node has, a filter on a field
+    only pending documents have selects them (scored, not zero), in process, over HTTP and through both
+    adapters; and a corpus never built answers every default method from its first write."""
+    from langchain_core.documents import Document
+    from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter
+
+    from graphlake.api.langchain import GraphLakeRetriever as LangChainRetriever
+    from graphlake.api.llama_index import GraphLakeRetriever as LlamaIndexRetriever
+
+    lake = GraphLake(notes)
+    question = "who recalibrated the marmalade telescope?"
+    telescope = {"id": "telescope", "text": "Ingrid recalibrated the marmalade telescope before the kelp survey.", "metadata": {"priority": 3}}
+    lake.upsert("notes", [telescope, {"id": "quiet", "text": "A quiet note about rockling counts.", "metadata": {"priority": 1}}])
+    server = Server(notes, tmp_path / "server.log", KEY)
+    remote = RemoteLake(server.url, api_key=KEY)
+    try:
+        assert [(h.doc_id, h.fresh) for h in lake.search("notes", "bm25", "marmalade telescope", k=3).hits] == [("telescope", True)]  # words new to the corpus
+        for method in METHODS:
+            for searcher in (lake, remote):
+                hits = searcher.search("notes", method, question, k=3, filter="priority >= 2").hits
+                assert [h.doc_id for h in hits] == ["telescope"] and hits[0].score > 0, (method, type(searcher).__name__, hits)
+        [document] = LangChainRetriever(lake=remote, corpus="notes", k=3, filter={"field": "priority", "gte": 2}).invoke(question)
+        assert document.id == "telescope" and document.metadata["priority"] == 3
+        [node] = LlamaIndexRetriever(lake, "notes", k=3, filter=MetadataFilter(key="priority", value=2, operator=FilterOperator.GTE)).retrieve(question)
+        assert node.node.ref_doc_id == "telescope" and node.score > 0
+
+        remote.create_corpus("brand-new")  # never built: empty, then its first write answers every method
+        assert remote.search("brand-new", "ap_three", question, k=3).hits == []
+        LangChainRetriever(lake=remote, corpus="brand-new").add_documents([Document(page_content=telescope["text"], metadata={"priority": 3})], ids=["telescope"])
+        remote.upsert("brand-new", [{"id": "other", "text": "Urchin removal on the northern reef."}])
+        for method in METHODS:
+            for searcher in (lake, remote):
+                answer = searcher.search("brand-new", method, question, k=3)
+                assert answer.hits[0].doc_id == "telescope" and answer.hits[0].fresh, (method, answer.hits)
+                assert any("has no build yet" in note for note in answer.notes), answer.notes
+            assert [h.doc_id for h in lake.search("brand-new", method, question, k=3, filter="priority >= 2").hits] == ["telescope"], method
     finally:
         remote.close()
         server.stop()

@@ -104,3 +104,53 @@ def token_lengths(texts: list[str]) -> np.ndarray:
 
 def _tokenizer() -> Tokenizer:
     return Tokenizer(lower=True, splitter=TOKEN_PATTERN, stopwords=list(ENGLISH), stemmer=Stemmer.Stemmer("porter"))
+
+
+def stems(texts: list[str]) -> list[tuple[str, ...]]:
+    """Each text's tokens as BM25 counts them (stopwords dropped, Porter-stemmed), as strings: what
+    ``SegmentBM25`` indexes with another index's statistics."""
+    ids, vocabulary = _tokenizer().tokenize(texts, show_progress=False, return_as="tuple")
+    words = {i: word for word, i in vocabulary.items()}
+    return [tuple(words[i] for i in row if words[i]) for row in ids]
+
+
+@dataclass(frozen=True)
+class SegmentBM25:
+    """BM25 over a few texts written since ``base`` was built (or with no index at all), scored as if
+    they had been indexed with it: each word's document frequency, the text count and the mean length
+    are the base's and the segment's together, so a word no base text has matches (Lucene's collection
+    statistics summed over segments). The base's own scores stay as built."""
+
+    vocabulary: dict[str, int]
+    weights: sp.csr_matrix  # (texts, vocabulary)
+
+    @classmethod
+    def of(cls, texts: list[tuple[str, ...]], base: BM25Index | None = None, base_mean_length: float = 0.0) -> SegmentBM25:
+        """``texts``: each one's ``stems``; ``base_mean_length``: the base's mean text length in tokens."""
+        vocabulary: dict[str, int] = {}
+        columns = np.fromiter((vocabulary.setdefault(word, len(vocabulary)) for text in texts for word in text), dtype=np.int64)
+        lengths = np.fromiter((len(text) for text in texts), dtype=np.float64, count=len(texts))
+        rows = np.repeat(np.arange(len(texts)), lengths.astype(np.int64))
+        counts = sp.csr_matrix((np.ones(len(columns), np.float64), (rows, columns)), shape=(len(texts), len(vocabulary)))
+        counts.sum_duplicates()
+        frequencies = np.bincount(counts.indices, minlength=len(vocabulary)).astype(np.float64)
+        k1, b, total, length_sum = 0.9, 0.4, float(len(texts)), float(lengths.sum())
+        if base is not None:
+            scores, known = base.retriever.scores, base.tokenizer.get_vocab_dict()
+            base_frequencies = np.diff(scores["indptr"])
+            frequencies += [base_frequencies[known[word]] if word in known else 0 for word in vocabulary]
+            k1, b, total, length_sum = base.retriever.k1, base.retriever.b, total + scores["num_docs"], length_sum + base_mean_length * scores["num_docs"]
+        idf = np.log1p((total - frequencies + 0.5) / (frequencies + 0.5))
+        coo = counts.tocoo()
+        norm = k1 * ((1 - b) + b * lengths[coo.row] / max(length_sum / max(total, 1.0), 1e-9))
+        weights = idf[coo.col] * coo.data / (norm + coo.data)
+        return cls(vocabulary, sp.csr_matrix((weights.astype(np.float32), (coo.row, coo.col)), shape=counts.shape))
+
+    def scores(self, queries: list[str]) -> np.ndarray:
+        """``(queries, texts)``: each query's BM25 score of each text (its words' counts times their weights)."""
+        query_stems = stems(queries)
+        columns = [[self.vocabulary[w] for w in words if w in self.vocabulary] for words in query_stems]
+        rows = np.repeat(np.arange(len(queries)), [len(c) for c in columns])
+        counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, np.fromiter((c for cs in columns for c in cs), dtype=np.int64, count=len(rows)))), shape=(len(queries), len(self.vocabulary)))
+        counts.sum_duplicates()
+        return np.asarray((counts @ self.weights.T).todense(), np.float64)

@@ -18,10 +18,11 @@ from graphlake.retrieval.index.config import IndexConfig
 from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata, FilterCache
 from graphlake.retrieval.index.tables import retrieval_texts
-from graphlake.warehouse.corpora import CorpusRegistry, CorpusSpec, corpus_model
+from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec, corpus_model
 from graphlake.warehouse.encoder_specs import ModelSpec, made_before_identities, model_identity, same_weights
 from graphlake.warehouse.linking import Linking
 from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.warehouse.tables import row_schema
 
 
 class CorpusModels:
@@ -75,13 +76,21 @@ class Snapshot:
         other mistakes, an unknown method, are named before a corpus never built is)."""
         return self.nodes().column("node_id").to_pylist()
 
+    @property
+    @once
+    def built(self) -> bool:
+        """Whether a build committed the corpus's nodes. A corpus the lake owns that was never built has
+        no committed documents, and its tables are empty (its pending writes are the whole corpus); any
+        other corpus must be built to be read."""
+        return self.spec.format != LAKE_OWNED or self.lake.has("nodes", {"corpus": self.corpus})
+
     @once
     def nodes(self) -> pa.Table:
-        return self.lake.read("nodes", {"corpus": self.corpus})
+        return self.lake.read("nodes", {"corpus": self.corpus}) if self.built else row_schema("nodes").empty_table()
 
     @once
     def documents(self) -> pa.Table:
-        return self.lake.read("documents", {"corpus": self.corpus})
+        return self.lake.read("documents", {"corpus": self.corpus}) if self.built else row_schema("documents").empty_table()
 
     @once
     def metadata(self) -> DocumentMetadata:

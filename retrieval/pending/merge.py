@@ -49,6 +49,28 @@ def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSe
     return placed
 
 
+def pending_alone(op: Op, request: Request, fresh: FreshSegment | None, expression: Filter | None, pool: int) -> list[Candidates]:
+    """A never-built corpus's ranking: its pending nodes alone, by the op's own signal for a first stage,
+    else by the reciprocal-rank fusion of BM25, dense and SPLADE (what every method's graphs and learned
+    indexes need is a build; the answer's note says so)."""
+    if fresh is None or not fresh.present:
+        return [Candidates(scores=np.zeros(0), rows=np.zeros(0, np.int64)) for _ in request.queries]
+    signal = FIRST_STAGES.get(getattr(op, "op", ""))
+    signals = SIGNALS if signal is None else (signal,)
+    request.prime(set(signals))
+    allowed = fresh.pending_allowed(expression)
+    pending = {s: fresh.search(s, request.queries, _encoded(request, s), pool, allowed) for s in signals}
+    if signal is not None:
+        return pending[signal]
+    fusion = RRF(op="rrf", inputs=[BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)], k=pool, constant=RRF_CONSTANT)
+    return [fusion.fuse([pending[s][i] for s in SIGNALS]) for i in range(len(request.queries))]
+
+
+def first_stage(op: Op) -> bool:
+    """Whether ``op`` ranks by one signal the fresh segment has (BM25, dense, SPLADE) itself."""
+    return getattr(op, "op", "") in FIRST_STAGES
+
+
 def masked(candidates: Candidates, allowed: Allowed | None) -> Candidates:
     """The candidates the mask allows. Most operators search within it already; one that searches every
     row (FastInsight's dense fallback and graph expansion, GAR's frontier) would otherwise return the
@@ -68,17 +90,18 @@ def _by_score(mine: Candidates, theirs: Candidates, k: int) -> Candidates:
 
 def _placed(ranked: Candidates, fused: Candidates, snapshot_rows: int, k: int) -> Candidates:
     """``ranked`` with each pending node of ``fused`` inserted after as many of ``ranked``'s nodes as the
-    fusion puts before it, with the score of its place (the next node's, the last one's at the end), so
+    fusion puts before it, with the score of its place (the next node's, the last one's at the end; the
+    fusion's own where the method ranked none, as when a filter allows pending documents only), so
     that the scores stay ordered for whatever sorts by them."""
     is_pending = fused.rows >= snapshot_rows
     if not is_pending.any():
         return ranked
     ahead = np.cumsum(~is_pending)[is_pending]  # snapshot nodes the fusion ranks above each pending one
-    rows, scores = ranked.rows.tolist(), ranked.scores.astype(np.float64).tolist()
-    for inserted, (row, place) in enumerate(zip(fused.rows[is_pending].tolist(), ahead.tolist(), strict=True)):
+    rows, scores, alone = ranked.rows.tolist(), ranked.scores.astype(np.float64).tolist(), not len(ranked.rows)
+    for inserted, (row, place, own) in enumerate(zip(fused.rows[is_pending].tolist(), ahead.tolist(), fused.scores[is_pending].tolist(), strict=True)):
         at = min(int(place) + inserted, len(rows))
         rows.insert(at, row)
-        scores.insert(at, scores[at] if at < len(scores) else scores[-1] if scores else 0.0)
+        scores.insert(at, own if alone else scores[at] if at < len(scores) else scores[-1])
     return Candidates(scores=np.asarray(scores[:k]), rows=np.asarray(rows[:k], np.int64), meta=ranked.meta)
 
 

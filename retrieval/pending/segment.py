@@ -4,8 +4,9 @@ the committed snapshot (the growing segment of Milvus, Lucene's near-real-time r
 build folds them in.
 
 Its scores are the snapshot's: the same dense and SPLADE models, and BM25 weights computed with the
-snapshot's document frequencies and mean length (a word no committed node has cannot match: queries are
-tokenised with the snapshot's vocabulary; the dense and SPLADE signals still find the document). The
+snapshot's and the segment's statistics together (``SegmentBM25``: a word no committed node has
+matches, scored as a build of both would score it). A corpus the lake owns that was never built has
+an empty snapshot: its pending documents alone are the corpus, by their own statistics. The
 snapshot's nodes of a document written since are masked, as a filter masks (``allowed``). Its rows follow
 the snapshot's: row ``len(snapshot) + i`` is its node ``i``, and ``FreshTables`` answers for both, so a
 hit on a pending document cites it like any other.
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from functools import cached_property
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -32,6 +34,9 @@ from graphlake.warehouse.node_rows import node_rows
 from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.write_log import Write, apply
 
+if TYPE_CHECKING:
+    from graphlake.kernels.text.bm25 import SegmentBM25
+
 SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
 
 
@@ -44,7 +49,7 @@ class Encoded:
     nodes: pa.Table
     dense: np.ndarray
     splade: sp.csr_matrix
-    bm25: sp.csr_matrix  # weighted by the snapshot's statistics: a segment of another snapshot encodes anew
+    stems: tuple[tuple[str, ...], ...]  # each node's BM25 tokens, weighted by the segment as a whole
 
 
 class FreshSegment:
@@ -95,7 +100,7 @@ class FreshSegment:
         elif signal == "splade":
             scores = np.asarray((encoded @ splade.T).todense())
         else:
-            scores = np.asarray((self.indexes.bm25.token_counts(queries) @ bm25.T).todense())
+            scores = bm25.scores(queries)
         scores = np.asarray(scores, np.float64).reshape(len(queries), len(self))
         rows = None if allowed is None else np.flatnonzero(allowed)
         best = top_k(scores if rows is None else scores[:, rows], k, rows, positive=signal != "dense")  # as the snapshot's: no shared term, no result
@@ -107,12 +112,16 @@ class FreshSegment:
         return FreshTables(self.indexes, self)
 
     @cached_property
-    def _matrices(self) -> tuple[np.ndarray, sp.csr_matrix, sp.csr_matrix]:
-        """The pending nodes' dense rows, SPLADE rows and BM25 weights, in node order."""
+    def _matrices(self) -> tuple[np.ndarray, sp.csr_matrix, SegmentBM25]:
+        """The pending nodes' dense rows, SPLADE rows and BM25 index, in node order."""
+        from graphlake.kernels.text.bm25 import SegmentBM25
+
         encoded = [self.encoded[d] for d in self.present]
+        built = self.indexes.snapshot.built
+        bm25 = SegmentBM25.of([s for e in encoded for s in e.stems], self.indexes.bm25 if built else None, self.indexes.derived(BM25_MEAN_LENGTH) if built else 0.0)
         if not encoded:
-            return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), sp.csr_matrix((0, 1), dtype=np.float32)
-        return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), _stacked([e.bm25 for e in encoded])
+            return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), bm25
+        return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), bm25
 
     def _encode(self, doc_ids: list[str]) -> None:
         """Chunk the documents as the build will (its own ``chunk_texts`` and ``node_rows``), and encode
@@ -126,12 +135,12 @@ class FreshSegment:
         cuts = chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)
         nodes = [node_rows([doc_id], [row["text"]], [pieces]) for doc_id, row, pieces in zip(doc_ids, rows, cuts, strict=True)]
         texts = [retrieval_text(row["title"], text) for row, table in zip(rows, nodes, strict=True) for text in table.column("text").to_pylist()]
-        dense, splade = indexes.encoders.dense_passages(texts), indexes.encoders.splade(texts)
-        mean = indexes.derived(BM25_MEAN_LENGTH)
-        bm25, at = indexes.bm25.weights_of(texts, _token_lengths(texts), mean), 0
+        from graphlake.kernels.text.bm25 import stems
+
+        dense, splade, tokens, at = indexes.encoders.dense_passages(texts), indexes.encoders.splade(texts), stems(texts), 0
         for doc_id, row, table in zip(doc_ids, rows, nodes, strict=True):
             n = table.num_rows
-            self.encoded[doc_id] = Encoded(row["title"], row["text"], table, dense[at : at + n], splade[at : at + n], bm25[at : at + n])
+            self.encoded[doc_id] = Encoded(row["title"], row["text"], table, dense[at : at + n], splade[at : at + n], tuple(tokens[at : at + n]))
             at += n
 
 
