@@ -71,19 +71,6 @@ class BM25Index:
         counts.sum_duplicates()
         return counts
 
-    def weights_of(self, texts: list[str], lengths: np.ndarray, mean_length: float) -> sp.csr_matrix:
-        """The BM25 weights ``weights`` would hold for ``texts`` had they been indexed with the rest, by the
-        index's statistics (document frequencies, count, ``mean_length``: its mean text length) and each
-        text's ``lengths`` (``token_lengths``); a word the index never saw gets no weight."""
-        scores = self.retriever.scores
-        frequencies = np.diff(scores["indptr"]).astype(np.float64)
-        idf = np.log1p((scores["num_docs"] - frequencies + 0.5) / (frequencies + 0.5))
-        counts = self.token_counts(texts).tocoo()
-        k1, b = self.retriever.k1, self.retriever.b
-        norm = k1 * ((1 - b) + b * np.asarray(lengths, np.float64)[counts.row] / mean_length)
-        weights = idf[counts.col] * counts.data / (norm + counts.data)
-        return sp.csr_matrix((weights.astype(np.float32), (counts.row, counts.col)), shape=counts.shape)
-
     def save(self, folder: Path) -> None:
         self.retriever.save(str(folder), show_progress=False)
         self.tokenizer.save_vocab(str(folder))
