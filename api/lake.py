@@ -98,6 +98,15 @@ class GraphLake:
 
         return writes.delete(self.home, corpus, ids)
 
+    def document_ids(self, corpus: str, filter: Filter | dict | str | None = None) -> list[str]:
+        """The ids of ``corpus``'s documents that pass ``filter`` (all without one), as a search starting
+        now reads them: committed, less those pending writes replaced or deleted, then the pending ones
+        (what a LlamaIndex ``delete(ref_doc_id)`` finds the nodes of a document by)."""
+        check_names(corpus, "rrf")
+        expression = parsed_filter(filter)
+        with built(corpus):
+            return self.searchers.acquire(corpus).document_ids(expression)
+
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
         methods = load_methods(self.home)

@@ -28,6 +28,7 @@ from graphlake.api.retriever_settings import SearchSettings, upserted, written_c
 _SAME = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 _LISTED = {FilterOperator.IN: "in", FilterOperator.ANY: "in"}  # ANY: a list field holding any of the values, as graphlake's in means on lists
 MAPPED = "==, !=, >, >=, <, <=, in, nin, any, all, contains, text_match, is_empty"
+REF_DOC_ID = "ref_doc_id"  # the metadata key a node split from a document keeps that document's id under
 
 
 def from_metadata_filters(filters: MetadataFilters) -> dict | None:
@@ -103,25 +104,40 @@ class GraphLakeRetriever(BaseRetriever):
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Upsert ``nodes`` (documents or text nodes, each kept whole under its id) into the corpus (one
-        the lake owns), as a LlamaIndex vector store's ``add``; their ids, once the write is durable."""
+        the lake owns), as a LlamaIndex vector store's ``add``; their ids, once the write is durable. A
+        node split from a document keeps that document's id under ``ref_doc_id`` in its metadata (as
+        LlamaIndex's own vector stores keep it), which ``delete`` and a retrieved node's SOURCE read."""
         if kwargs:
             raise RequestError(f"add: unknown argument {sorted(kwargs)[0]!r}")
-        self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), node.metadata) for node in nodes])
+        self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), _kept(node)) for node in nodes])
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
-        """Delete the document ``ref_doc_id`` from the corpus (one the lake owns), as a vector store's ``delete``."""
+        """Delete the document ``ref_doc_id`` and every node added from it from the corpus (one the lake
+        owns), as a vector store's ``delete``."""
         if kwargs:
             raise RequestError(f"delete: unknown argument {sorted(kwargs)[0]!r}")
-        self.lake.delete(written_corpus(self.settings.corpus), [ref_doc_id])
+        corpus = written_corpus(self.settings.corpus)
+        self.lake.delete(corpus, [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})])
+
+
+def _kept(node: BaseNode) -> dict[str, Any]:
+    """The metadata a node is written with: its own, and the document it was split from."""
+    ref = node.ref_doc_id
+    if ref is None or ref == node.node_id:
+        return dict(node.metadata)
+    if node.metadata.get(REF_DOC_ID, ref) != ref:
+        raise RequestError(f"add: node {node.node_id!r}: its metadata's {REF_DOC_ID!r} ({node.metadata[REF_DOC_ID]!r}) is not the document it was split from ({ref!r})")
+    return {**node.metadata, REF_DOC_ID: ref}
 
 
 def nodes(result: SearchResult, shown: tuple[str, ...]) -> list[NodeWithScore]:
     found = []
     for hit in result.hits:
-        metadata = {**hit.metadata, **({"title": hit.title} if "title" in shown and "title" not in hit.metadata else {}), NAMESPACE: result.provenance(hit)}
+        own = {key: value for key, value in hit.metadata.items() if key != REF_DOC_ID}  # LlamaIndex's bookkeeping, back in its relationship
+        metadata = {**own, **({"title": hit.title} if "title" in shown and "title" not in own else {}), NAMESPACE: result.provenance(hit)}
         hidden = [key for key in metadata if key not in shown]
-        related = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.doc_id)}
+        related = {NodeRelationship.SOURCE: RelatedNodeInfo(node_id=hit.metadata.get(REF_DOC_ID, hit.doc_id))}
         if hit.prev_node_id is not None:
             related[NodeRelationship.PREVIOUS] = RelatedNodeInfo(node_id=hit.prev_node_id)
         if hit.next_node_id is not None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow.compute as pc
 
 from graphlake.api.citations import Citable
@@ -40,6 +41,7 @@ from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
+    from graphlake.retrieval.filters import Filter
     from graphlake.retrieval.index.metadata import DocumentMetadata
     from graphlake.retrieval.pending.segment import FreshSegment
     from graphlake.warehouse.write_log import Stamp, Write
@@ -114,6 +116,17 @@ class Generation:
     def metadata(self) -> DocumentMetadata:
         """The metadata of every document the search reads, committed and pending: what a filter names."""
         return self.citable.snapshot.metadata()
+
+    def document_ids(self, expression: Filter | None) -> list[str]:
+        """The ids of the documents a search reads that ``expression`` allows (all without one): the
+        committed ones no pending write replaced or deleted, then the pending ones."""
+        tables = self.citable.snapshot
+        ids = tables.documents().column("doc_id").to_pylist()
+        keep = np.ones(len(ids), bool) if expression is None else tables.metadata().select(expression)
+        if self.fresh is not None:
+            committed, touched = len(ids) - len(self.fresh.present), set(self.fresh.touched)
+            keep[:committed] &= np.fromiter((doc_id not in touched for doc_id in ids[:committed]), bool, count=committed)
+        return [doc_id for doc_id, kept in zip(ids, keep.tolist(), strict=True) if kept]
 
 
 class SearcherManager:

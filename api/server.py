@@ -119,6 +119,16 @@ class DeleteRequest(BaseModel):
     ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
 
 
+class IdsRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None
+
+
+class DocumentIds(BaseModel):
+    ids: list[str]
+
+
 class CorpusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -233,6 +243,11 @@ def _lake_routes(app: FastAPI, lake: GraphLake) -> None:
     def delete(corpus: str, request: DeleteRequest) -> Written:
         """Delete documents of a corpus the lake owns by id; answered once the write is durable, with its number."""
         return lake.delete(corpus, request.ids)
+
+    @app.post("/corpora/{corpus}/ids")
+    def document_ids(corpus: str, request: IdsRequest) -> DocumentIds:
+        """The ids of the corpus's documents that pass the filter (all without one), committed and pending, as a search now reads them."""
+        return DocumentIds(ids=lake.document_ids(corpus, request.filter))
 
     @app.post("/warm")
     def warm(request: WarmRequest) -> Health:

@@ -192,7 +192,8 @@ def test_what_goes_in_comes_back_and_what_cannot_is_refused(notes, tmp_path):
 def test_written_documents_answer_at_once_by_new_words_new_fields_and_in_a_new_corpus(notes, tmp_path):
     """Pending documents are first-class: BM25 matches words no committed node has, a filter on a field
     only pending documents have selects them (scored, not zero), in process, over HTTP and through both
-    adapters; and a corpus never built answers every default method from its first write."""
+    adapters; LlamaIndex nodes split from a document keep its id and go with it; and a corpus never
+    built answers every default method from its first write."""
     from langchain_core.documents import Document
     from llama_index.core.vector_stores.types import FilterOperator, MetadataFilter
 
@@ -215,6 +216,18 @@ def test_written_documents_answer_at_once_by_new_words_new_fields_and_in_a_new_c
         assert document.id == "telescope" and document.metadata["priority"] == 3
         [node] = LlamaIndexRetriever(lake, "notes", k=3, filter=MetadataFilter(key="priority", value=2, operator=FilterOperator.GTE)).retrieve(question)
         assert node.node.ref_doc_id == "telescope" and node.score > 0
+
+        from llama_index.core import Document as LlamaDocument
+        from llama_index.core.node_parser import SentenceSplitter
+
+        long = LlamaDocument(text=" ".join(f"Transect {i} of the Aldersey kelp census counted urchins." for i in range(40)), id_="census", metadata={"year": 2024})
+        split = SentenceSplitter(chunk_size=48, chunk_overlap=0).get_nodes_from_documents([long])
+        through_server = LlamaIndexRetriever(remote, "notes", k=30)
+        assert through_server.add(split) == [n.node_id for n in split] and len(split) >= 10
+        found = [n for n in through_server.retrieve("Aldersey kelp census urchins") if n.node.metadata["graphlake"]["doc_id"] in {n.node_id for n in split}]
+        assert found and all(n.node.ref_doc_id == "census" and "ref_doc_id" not in n.node.metadata and n.node.metadata["year"] == 2024 for n in found)
+        through_server.delete("census")  # every node split from it
+        assert not {n.node_id for n in split} & set(remote.document_ids("notes")) and "telescope" in remote.document_ids("notes")
 
         remote.create_corpus("brand-new")  # never built: empty, then its first write answers every method
         assert remote.search("brand-new", "ap_three", question, k=3).hits == []
