@@ -366,7 +366,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
             give_memory_back()
     latency = (time.perf_counter() - started) * 1000 / len(queries)
     gap = served.gap(method)
-    notes = [*request.notes, *([gap] if gap else []), *([] if built else [_unbuilt(corpus, method, op)])]
+    notes = [*request.notes, *([gap] if gap else []), *([] if built else [_unbuilt(corpus, method, op)]), *indexes.snapshot.models.untuned.values()]
     if fresh is not None:
         notes.append(
             f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)"

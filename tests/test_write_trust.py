@@ -244,6 +244,20 @@ def test_written_documents_answer_at_once_by_new_words_new_fields_and_in_a_new_c
         server.stop()
 
 
+def test_a_model_the_lake_tunes_serves_its_base_weights_until_the_first_build(lake):
+    """``use: {dense: tuned}`` on a corpus never built: every default method answers from the first
+    write, with the base weights, and says so in the answer's notes."""
+    lake.mkdir()
+    (lake / "models.yaml").write_text("use: {dense: tuned}\nmodels:\n  tuned: {kind: dense, tune: all-MiniLM-L6-v2}\n")
+    opened = GraphLake(lake)
+    opened.create_corpus("tuned-notes")
+    opened.upsert("tuned-notes", [{"id": "fox", "text": "The quick brown fox recalibrated the marmalade telescope."}, {"id": "owl", "text": "An owl on the reef."}])
+    for method in METHODS:
+        answer = opened.search("tuned-notes", method, "who recalibrated the telescope?", k=2)
+        assert answer.hits[0].doc_id == "fox", (method, answer.hits)
+        assert any("model 'tuned' is not tuned for corpus 'tuned-notes' yet: its base weights (all-MiniLM-L6-v2)" in note for note in answer.notes), answer.notes
+
+
 def test_a_copied_lake_writes_and_folds_only_its_own_log(notes, tmp_path, monkeypatch):
     GraphLake(notes).upsert("notes", [{"id": "both", "text": "Written before the copy: both lakes have it."}])
     copy = copy_lake(notes, tmp_path / "copy")

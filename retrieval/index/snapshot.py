@@ -19,7 +19,7 @@ from graphlake.retrieval.index.kinds import read_models, read_node_order
 from graphlake.retrieval.index.metadata import DocumentMetadata, FilterCache
 from graphlake.retrieval.index.tables import retrieval_texts
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec, corpus_model
-from graphlake.warehouse.encoder_specs import ModelSpec, made_before_identities, model_identity, same_weights
+from graphlake.warehouse.encoder_specs import ModelSpec, declared_models, made_before_identities, model_identity, same_weights
 from graphlake.warehouse.linking import Linking
 from graphlake.warehouse.storage import LakeStorage, StorageError
 from graphlake.warehouse.tables import row_schema
@@ -33,11 +33,21 @@ class CorpusModels:
         self._lake, self._corpus, self._registry, self.cache = lake, corpus, registry, model_cache
         self._specs: dict[str, ModelSpec] = {}
         self._identities: dict[str, dict] = {}
+        self.untuned: dict[str, str] = {}  # by role: a model the lake tunes, served with its base weights until the corpus's first build tunes it
 
     def spec(self, role: str) -> ModelSpec:
-        """The model this corpus uses for ``role`` (``dense``, ``sparse``)."""
+        """The model this corpus uses for ``role`` (``dense``, ``sparse``); a model the lake tunes that
+        no build has tuned for this corpus yet (a corpus the lake owns, searched before its first build)
+        is served with the weights it starts from, and listed in ``untuned``."""
         if role not in self._specs:
-            self._specs[role] = corpus_model(self._lake, self._corpus, role, self._registry)
+            spec = corpus_model(self._lake, self._corpus, role, self._registry)
+            if spec.tune:
+                self.untuned[role] = (
+                    f"model {spec.name!r} is not tuned for corpus {self._corpus!r} yet: its base weights ({spec.tune}) encode it until its first build (`graphlake materialize --corpus {self._corpus}`) tunes it"
+                )
+                base = declared_models(self._registry.path.parent).models[spec.tune]
+                spec = base.model_copy(update={"name": spec.name, "about": f"{spec.tune}, not tuned for corpus {self._corpus} yet"})
+            self._specs[role] = spec
         return self._specs[role]
 
     def identity(self, role: str) -> dict:
