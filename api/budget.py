@@ -110,6 +110,7 @@ class MemoryBudget:
         self.capacity, self.per_request, self.wait = capacity, min(per_request, capacity), wait
         self._free = capacity
         self._room = threading.Condition()
+        self._resident: dict[str, int] = {}  # what stays between searches (a corpus's fresh segment), by what holds it
 
     @classmethod
     def from_env(cls) -> MemoryBudget:
@@ -132,6 +133,14 @@ class MemoryBudget:
                     raise OverBudget(f"the server is at its memory budget of {self.capacity / MB:,.0f} MB ({SERVE_MEMORY_MB.name}); try again shortly", busy=True)
                 self._room.wait(left)
             self._free -= cost
+
+    def resident(self, key: str, nbytes: int) -> None:
+        """Count ``nbytes`` that ``key`` keeps between searches (a corpus's fresh segment, its size now),
+        so that searches fit in what is left; a search that does not waits or is refused as any other."""
+        with self._room:
+            self._free -= nbytes - self._resident.get(key, 0)
+            self._resident[key] = nbytes
+            self._room.notify_all()
 
     def give_back(self, cost: int) -> None:
         with self._room:

@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
-from graphlake.api.results import CorpusInfo, DiskFull, Hit, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written, refused_as_request
+from graphlake.api.results import CorpusInfo, DiskFull, Hit, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, UnknownName, Written, refused_as_request
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 from graphlake.warehouse.write_checks import checked_documents, checked_ids
@@ -174,6 +174,8 @@ class RemoteLake:
             return answer.json()
         json_answer = answer.headers.get("content-type", "").startswith("application/json")
         message = answer.json().get("error", answer.text) if json_answer else answer.text
+        if answer.status_code == 429:
+            raise Overloaded(message, int(answer.headers.get("retry-after", "1")))
         raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError, 507: DiskFull}.get(answer.status_code, ServerError)(message)
 
 

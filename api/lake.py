@@ -85,11 +85,11 @@ class GraphLake:
 
     def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
         """Add or replace documents (``{"id", "text", "title"?, "metadata"?}``) of a corpus the lake owns;
-        acknowledged once durable, in every search that starts after (``api/searchers.py``), folded in by
-        the next build."""
+        encoded, then acknowledged once durable, in every search that starts after (``api/searchers.py``),
+        folded in by the next build; ``Overloaded`` when the lake is encoding as many as it may at once."""
         from graphlake.api import writes
 
-        return writes.upsert(self.home, corpus, documents)
+        return writes.upsert(self.home, corpus, documents, encoded=self.searchers.encoded_write)
 
     def delete(self, corpus: str, ids: list[str]) -> Written:
         """Delete documents of a corpus the lake owns by id: no search that starts after the
@@ -248,6 +248,8 @@ class GraphLake:
         ops = {name: _method(generations[name].methods, method, overrides, pool) for name in names}
         cost = sum(estimate(_shape(generations[name], ops[name], queries, pool)) for name in names) if budget is not None else 0
         if budget is not None:
+            for name, generation in generations.items():  # the pending writes' segments stay in memory between searches
+                budget.resident(f"fresh:{name}", generation.fresh.nbytes if generation.fresh is not None else 0)
             budget.take(cost)
         try:
             searched = []

@@ -36,6 +36,15 @@ def refused_as_request(check: Callable[[Any], Any], value: Any) -> Any:
         raise RequestError(str(error)) from None
 
 
+class Overloaded(RuntimeError):
+    """A write refused because the lake is encoding as many as it may at once: retry in ``retry_after``
+    seconds (429 with ``Retry-After`` over HTTP)."""
+
+    def __init__(self, message: str, retry_after: int = 1) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class RowsCut(UserWarning):
     """An SQL answer cut to its row limit: there were more rows."""
 

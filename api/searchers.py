@@ -12,9 +12,10 @@ already running finish on the generation they hold."""
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow.compute as pc
 
+from graphlake.api.backlog import Backlog
 from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.results import IndexNotBuilt, RequestError, UnknownName
@@ -39,6 +41,8 @@ from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.scopes import LAKE_SCOPE
 from graphlake.warehouse.snapshots import SNAPSHOTS
 from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
+
+logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
     from graphlake.retrieval.filters import Filter
@@ -143,6 +147,29 @@ class SearcherManager:
         self._keys: dict[str, tuple] = {}  # per lake-owned corpus: the entries its kept fresh segment holds
         self._loading = threading.Lock()
         self._freshening = threading.Lock()
+        self.backlog = Backlog()
+
+    def encoded_write(self, corpus: str, documents: list[dict]) -> Callable[[int], None]:
+        """Encode an upsert's checked ``documents`` by ``corpus``'s models before it is acknowledged
+        (within the backlog's bound: ``Overloaded`` past it), so that no search encodes them; what keeps
+        their vectors beside the log once the write has its number."""
+        from graphlake.retrieval.pending.encodings import encode, store
+        from graphlake.warehouse.write_log import Write, WriteLog, apply
+
+        rows: dict[str, dict] = {}
+        apply(rows, Write(0, "upsert", 0.0, tuple(documents)))
+        with self.backlog.holding(len(documents)), built(corpus):
+            indexes = self.served(corpus).indexes
+            encoded = encode(indexes, list(rows.values()))
+        folder = WriteLog(self.home, corpus, lambda: 0).folder
+
+        def keep(seq: int) -> None:
+            try:
+                store(folder, seq, indexes, encoded)
+            except OSError as error:  # the write is durable already: a search encodes it again, nothing is lost
+                logger.warning("corpus %r: the vectors of write %d were not kept (%s); a search encodes it again", corpus, seq, error)
+
+        return keep
 
     def acquire(self, corpus: str, after: int | None = None) -> Generation:
         """The generation a search of ``corpus`` starting now reads; ``after``: a write's number the
@@ -233,7 +260,7 @@ class SearcherManager:
                             raise _Trimmed from None
                         raise IndexNotBuilt(str(error)) from None
             with built(corpus):
-                segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=kept[0] if kept else None)
+                segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=kept[0] if kept else None, log=log.folder)
             self._fresh[corpus] = kept = (segment, Citable(segment.tables))
             self._keys[corpus] = key
         return kept

@@ -36,7 +36,7 @@ from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tam
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
-from graphlake.api.results import CorpusInfo, DiskFull, IndexNotBuilt, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.results import CorpusInfo, DiskFull, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.core import OPERATORS
@@ -204,6 +204,10 @@ def _refusals(app: FastAPI) -> None:
     @app.exception_handler(RequestError)
     async def refused(request: Request, error: RequestError) -> JSONResponse:
         return refusal(422, str(error))
+
+    @app.exception_handler(Overloaded)
+    async def overloaded(request: Request, error: Overloaded) -> JSONResponse:
+        return refusal(429, str(error), {"Retry-After": str(error.retry_after)})
 
     @app.exception_handler(DiskFull)
     async def no_room(request: Request, error: DiskFull) -> JSONResponse:

@@ -6,6 +6,7 @@ files or a benchmark keeps its source: a write to it is refused, saying why."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +35,19 @@ def owned(home: Path, corpus: Any) -> str:
     return corpus
 
 
-def upsert(home: Path, corpus: str, documents: Any) -> Written:
-    """Add or replace ``documents`` (``{"id", "text", "title"?, "metadata"?}`` each) as one durable write."""
+def upsert(home: Path, corpus: str, documents: Any, encoded: Callable[[str, list[dict]], Callable[[int], None]] | None = None) -> Written:
+    """Add or replace ``documents`` (``{"id", "text", "title"?, "metadata"?}`` each) as one durable write;
+    ``encoded``: encodes the checked documents before the write is appended and returns what keeps their
+    vectors once it has its number (``SearcherManager.encoded_write``), all before the acknowledgement."""
     corpus = owned(home, corpus)
     checked = refused_as_request(checked_documents, documents)
     for i, document in enumerate(checked):
         if NAMESPACE in document["metadata"]:
             raise RequestError(f"documents[{i}] (id {document['id']!r}): metadata: {NAMESPACE!r} is the key graphlake's provenance travels under in the adapters")
+    keep = encoded(corpus, checked) if encoded is not None else None
     write = corpus_log(home, corpus).append("upsert", documents=checked)
+    if keep is not None:
+        keep(write.seq)
     return Written(corpus, write.seq, "upsert", len(checked))
 
 

@@ -161,7 +161,7 @@ def test_killing_the_server_under_writes_loses_and_doubles_no_acknowledged_write
         stop = threading.Event()
 
         def write(client: int) -> None:
-            with httpx.Client(timeout=10) as http:
+            with httpx.Client(timeout=120) as http:  # a server's first write loads the encoders
                 for n in itertools.count():
                     doc_id = f"k{kill}-{client}-{n}"
                     try:
@@ -173,8 +173,11 @@ def test_killing_the_server_under_writes_loses_and_doubles_no_acknowledged_write
                     acknowledged[doc_id] = answer.json()["seq"]
 
         writers = [threading.Thread(target=write, args=(c,)) for c in range(2)]
+        before = len(acknowledged)
         for thread in writers:
             thread.start()
+        while len(acknowledged) == before and all(thread.is_alive() for thread in writers):
+            time.sleep(0.01)  # the server's first write loads the corpus's encoders: kill it once it is writing
         time.sleep(draw.uniform(0.05, 0.6))
         server.process.kill()
         server.process.wait()

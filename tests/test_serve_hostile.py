@@ -128,6 +128,15 @@ def test_the_memory_budget_queues_a_search_then_refuses_it():
     with pytest.raises(OverBudget) as never:
         budget.take(90)
     assert not never.value.busy and "over the 0 MB one request may" in str(never.value)
+    budget.give_back(50)
+    budget.resident("fresh:notes", 40)  # a fresh segment kept between searches: they fit in what is left
+    budget.resident("fresh:notes", 45)  # it grew: counted once, at its size now
+    assert budget.held == 45
+    budget.wait = 0.1
+    with pytest.raises(OverBudget, match="at its memory budget"):
+        budget.take(60)
+    budget.resident("fresh:notes", 0)  # folded
+    budget.take(60)
 
 
 def raw(url: str, request: bytes) -> tuple[int, dict | str]:

@@ -258,6 +258,50 @@ def test_a_model_the_lake_tunes_serves_its_base_weights_until_the_first_build(la
         assert any("model 'tuned' is not tuned for corpus 'tuned-notes' yet: its base weights (all-MiniLM-L6-v2)" in note for note in answer.notes), answer.notes
 
 
+def test_writes_are_encoded_once_kept_and_pushed_back_past_the_bound(notes, tmp_path):
+    """A write is encoded before it is acknowledged and its vectors kept beside the log: a lake opened
+    afresh (a restart) encodes none of them to search, and encodes (and keeps) again only a write whose
+    vectors are gone. Past ``GRAPHLAKE_WRITE_BACKLOG`` documents being encoded, a write is refused at
+    once: 429 with Retry-After, ``Overloaded`` in Python."""
+    from graphlake.api import Overloaded
+
+    written = [GraphLake(notes).upsert("notes", [{"id": f"n{w}-{i}", "text": f"Note {i} of batch {w} about the kelp transects."} for i in range(5)]) for w in range(4)]
+    vectors = notes / "writes" / "notes" / "vectors"
+    assert sorted(p.name for p in vectors.iterdir()) == [f"{w.seq:012d}.npz" for w in written]
+    restarted = GraphLake(notes)
+    assert restarted.searchers.acquire("notes").fresh.encoded_here == 0
+    assert "n2-3" in {h.doc_id for h in restarted.search("notes", "dense", "Note 3 of batch 2 about the kelp transects.", k=3).hits}
+    (vectors / f"{written[1].seq:012d}.npz").unlink()
+    assert GraphLake(notes).searchers.acquire("notes").fresh.encoded_here == 5 and (vectors / f"{written[1].seq:012d}.npz").is_file()
+
+    server = Server(notes, tmp_path / "server.log", KEY, {"GRAPHLAKE_WRITE_BACKLOG": "50"})
+    remote = RemoteLake(server.url, api_key=KEY)
+    try:
+        remote.upsert("notes", [{"id": "warm", "text": "The server's encoders, loaded."}])
+        big = [{"id": f"big-{i}", "text": f"Paragraph {i} on urchin barrens, sea otters and the recovery of kelp forests. " * 8} for i in range(50)]
+        answers: list = []
+
+        def write(documents: list[dict]) -> None:
+            try:
+                answers.append(remote.upsert("notes", documents))
+            except Overloaded as error:
+                answers.append(error)
+
+        first = threading.Thread(target=write, args=(big,))
+        first.start()
+        while first.is_alive() and not any(isinstance(a, Overloaded) for a in answers):  # small writes beside the big one: one of them is refused
+            write([{"id": "late", "text": "One more note."}])
+        first.join()
+        refused = [a for a in answers if isinstance(a, Overloaded)]
+        assert refused and refused[0].retry_after >= 1 and "would pass the bound of 50 (GRAPHLAKE_WRITE_BACKLOG)" in str(refused[0]), answers
+        assert any(not isinstance(a, Overloaded) for a in answers)  # the write in flight was taken
+        raw = httpx.post(f"{server.url}/corpora/notes/documents", json={"documents": big[:1]}, headers={"X-API-Key": KEY}, timeout=60)
+        assert raw.status_code == 200  # an idle backlog takes a write again
+    finally:
+        remote.close()
+        server.stop()
+
+
 def test_a_copied_lake_writes_and_folds_only_its_own_log(notes, tmp_path, monkeypatch):
     GraphLake(notes).upsert("notes", [{"id": "both", "text": "Written before the copy: both lakes have it."}])
     copy = copy_lake(notes, tmp_path / "copy")
@@ -329,7 +373,7 @@ try:  # whatever room the refused write left, taken
             filler.flush()
 except OSError:
     pass
-answer = httpx.post(url + "/corpora/notes/documents", json={"documents": [{"id": "over-http", "text": "kelp " * 2000}]})
+answer = httpx.post(url + "/corpora/notes/documents", json={"documents": [{"id": "over-http", "text": "kelp " * 2000}]}, timeout=300)
 print("HTTP", answer.status_code, answer.json()["error"])
 declared = (home / "corpora.yaml").read_bytes()
 try:
@@ -339,7 +383,8 @@ except DiskFull as error:
 server.terminate()
 server.wait()
 log = home / "writes" / "notes"
-print("LEFT", sorted(n for n in os.listdir(log) if not n.endswith(".json")) + sorted(n for n in os.listdir(home) if n.startswith(".")))
+vectors = log / "vectors"  # each acknowledged write's vectors, where the disk had room for them
+print("LEFT", sorted(n for n in os.listdir(log) if not n.endswith(".json") and n != "vectors") + sorted(n for n in os.listdir(vectors) if not n.endswith(".npz")) + sorted(n for n in os.listdir(home) if n.startswith(".")))
 print("READ", len(corpus_log(home, "notes").pending()) == acknowledged)
 """
 

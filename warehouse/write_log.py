@@ -78,6 +78,8 @@ class WriteLogError(ValueError):
     path, never the machine's) and the command that sets it aside."""
 
 
+VECTORS = "vectors"  # the pending writes' vectors, <seq>.npz, kept by the process that encoded them (retrieval/pending/encodings.py)
+_VECTORS = re.compile(r"^(\d{12})\.npz$")
 HIGH_WATER = "high-water"  # the largest number a repair saw: the next write takes a larger one
 Stamp = tuple[int, int, int]  # an entry file's inode, size and modification time: an entry changed on disk has another
 
@@ -190,6 +192,12 @@ class WriteLog:
             if seq <= through:
                 self.path(seq).unlink(missing_ok=True)
                 removed += 1
+        vectors = self.folder / VECTORS
+        for name in os.listdir(vectors) if vectors.is_dir() else []:  # the vectors of folded writes, and of appends that never finished
+            if (m := _VECTORS.match(name)) is None or int(m.group(1)) <= through:
+                (vectors / name).unlink(missing_ok=True)
+        if vectors.is_dir() and not any(vectors.iterdir()):
+            vectors.rmdir()
         if removed:
             fsync_directory(self.folder)
         return removed

@@ -14,8 +14,9 @@ hit on a pending document cites it like any other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import cached_property
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -30,7 +31,7 @@ from graphlake.retrieval.index.index_set import Derived, IndexSet
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.index.snapshot import Snapshot
 from graphlake.retrieval.index.tables import retrieval_text
-from graphlake.warehouse.node_rows import node_rows
+from graphlake.retrieval.pending.encodings import Encoded, encode, store, stored
 from graphlake.warehouse.tables import row_schema
 from graphlake.warehouse.write_log import Write, apply
 
@@ -40,36 +41,50 @@ if TYPE_CHECKING:
 SIGNALS = ("bm25", "dense", "splade")  # what the segment ranks by, each on the snapshot's scale
 
 
-@dataclass(frozen=True)
-class Encoded:
-    """One pending document's nodes (as the build's ``node_rows`` makes them) and vectors, reused while its title and text stay."""
-
-    title: str
-    text: str
-    nodes: pa.Table
-    dense: np.ndarray
-    splade: sp.csr_matrix
-    stems: tuple[tuple[str, ...], ...]  # each node's BM25 tokens, weighted by the segment as a whole
-
-
 class FreshSegment:
     """The writes pending on one snapshot of a corpus (every one after the number it folded, through
-    ``through``), ready to search; ``before``: the segment of fewer of them, whose encodings it reuses."""
+    ``through``), ready to search; ``before``: the segment of fewer of them, whose encodings it reuses;
+    ``log``: the corpus's log folder, whose kept vectors (``encodings.py``) it reads for the others, so
+    that it encodes (and keeps) only a write's whose vectors were never kept: ``encoded_here`` counts them."""
 
-    def __init__(self, indexes: IndexSet, writes: list[Write], through: int, before: FreshSegment | None = None) -> None:
+    def __init__(self, indexes: IndexSet, writes: list[Write], through: int, before: FreshSegment | None = None, log: Path | None = None) -> None:
         self.indexes, self.corpus, self.through, self.writes = indexes, indexes.corpus, through, len(writes)
         live: dict[str, dict] = {}
+        last: dict[str, Write] = {}  # by document: the write that upserted it last
         for write in writes:
             apply(live, write)
+            last.update((doc_id, write) for doc_id in write.doc_ids if write.op == "upsert")
         self.touched = sorted({doc_id for write in writes for doc_id in write.doc_ids})  # masked in the snapshot
         self.present = dict(sorted(live.items()))  # the pending documents, as the documents table will hold them
         reused = before.encoded if before is not None and before.indexes is indexes else {}
         self.encoded = {d: e for d, e in reused.items() if d in live and (e.title, e.text) == (live[d]["title"], live[d]["text"])}
-        self._encode([d for d in self.present if d not in self.encoded])
+        self.encoded_here = 0
+        missing: dict[int, Write] = {last[d].seq: last[d] for d in self.present if d not in self.encoded}
+        for write in missing.values():
+            self.encoded.update({d: e for d, e in self._vectors(write, log).items() if last.get(d) is write and d in live})
+
+    def _vectors(self, write: Write, log: Path | None) -> dict[str, Encoded]:
+        """An upsert's documents encoded: as kept beside the log, else encoded now and kept."""
+        rows: dict[str, dict] = {}
+        apply(rows, write)
+        documents = list(rows.values())
+        kept = stored(log, write.seq, self.indexes, documents) if log is not None else None
+        if kept is None:
+            kept = encode(self.indexes, documents)
+            self.encoded_here += len(documents)
+            if log is not None:
+                store(log, write.seq, self.indexes, kept)
+        return kept
 
     def __len__(self) -> int:
         """Its nodes."""
         return sum(e.nodes.num_rows for e in self.encoded.values())
+
+    @cached_property
+    def nbytes(self) -> int:
+        """What it holds in memory, about: its documents, nodes and vectors (a server counts it in its budget)."""
+        documents = sum(len(d["text"]) + len(d["title"]) + len(d["metadata"]) for d in self.present.values())
+        return documents + sum(e.nodes.nbytes + e.dense.nbytes + e.splade.data.nbytes + e.splade.indices.nbytes + sum(map(len, e.stems)) * 8 for e in self.encoded.values())
 
     @cached_property
     def masked(self) -> np.ndarray:
@@ -122,27 +137,6 @@ class FreshSegment:
         if not encoded:
             return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), bm25
         return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), bm25
-
-    def _encode(self, doc_ids: list[str]) -> None:
-        """Chunk the documents as the build will (its own ``chunk_texts`` and ``node_rows``), and encode
-        their nodes by the corpus's models."""
-        if not doc_ids:
-            return
-        from graphlake.kernels.text.chunking import chunk_texts
-
-        indexes, rows = self.indexes, [self.present[d] for d in doc_ids]
-        chunking = indexes.snapshot.spec.effective_chunking
-        cuts = chunk_texts([r["text"] for r in rows], chunking.size, chunking.overlap)
-        nodes = [node_rows([doc_id], [row["text"]], [pieces]) for doc_id, row, pieces in zip(doc_ids, rows, cuts, strict=True)]
-        texts = [retrieval_text(row["title"], text) for row, table in zip(rows, nodes, strict=True) for text in table.column("text").to_pylist()]
-        from graphlake.kernels.text.bm25 import stems
-
-        dense, splade, tokens, at = indexes.encoders.dense_passages(texts), indexes.encoders.splade(texts), stems(texts), 0
-        for doc_id, row, table in zip(doc_ids, rows, nodes, strict=True):
-            n = table.num_rows
-            self.encoded[doc_id] = Encoded(row["title"], row["text"], table, dense[at : at + n], splade[at : at + n], tuple(tokens[at : at + n]))
-            at += n
-
 
 class FreshTables(Snapshot):
     """The snapshot's nodes and documents with the pending ones after them: what hits are made from."""
