@@ -32,14 +32,10 @@ def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSe
     found = [masked(candidates, request.allowed) for candidates in found]
     if not fresh.present:
         return found
-    signal = FIRST_STAGES.get(getattr(op, "op", ""))
-    signals = SIGNALS if signal is None else (signal,)
-    request.prime(set(signals))
-    allowed = fresh.pending_allowed(expression)
-    pending = {s: fresh.search(s, request.queries, _encoded(request, s), pool, allowed) for s in signals}
+    signal, pending = _pending(op, request, fresh, expression, pool)
     if signal is not None:
         return [_by_score(mine, theirs, pool) for mine, theirs in zip(found, pending[signal], strict=True)]
-    stages = [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]  # SIGNALS' order
+    stages = _stages(pool)
     fusion = RRF(op="rrf", inputs=stages, k=2 * pool, constant=RRF_CONSTANT)
     snapshot = [stage.run_batch(request, indexes) for stage in stages]
     placed = []
@@ -55,15 +51,26 @@ def pending_alone(op: Op, request: Request, fresh: FreshSegment | None, expressi
     indexes need is a build; the answer's note says so)."""
     if fresh is None or not fresh.present:
         return [Candidates(scores=np.zeros(0), rows=np.zeros(0, np.int64)) for _ in request.queries]
+    signal, pending = _pending(op, request, fresh, expression, pool)
+    if signal is not None:
+        return pending[signal]
+    fusion = RRF(op="rrf", inputs=_stages(pool), k=pool, constant=RRF_CONSTANT)
+    return [fusion.fuse([pending[s][i] for s in SIGNALS]) for i in range(len(request.queries))]
+
+
+def _pending(op: Op, request: Request, fresh: FreshSegment, expression: Filter | None, pool: int) -> tuple[str | None, dict[str, list[Candidates]]]:
+    """The signal ``op`` ranks by (None: not a first stage), and the pending nodes' top ``pool`` by it,
+    or by each of ``SIGNALS`` for any other op."""
     signal = FIRST_STAGES.get(getattr(op, "op", ""))
     signals = SIGNALS if signal is None else (signal,)
     request.prime(set(signals))
     allowed = fresh.pending_allowed(expression)
-    pending = {s: fresh.search(s, request.queries, _encoded(request, s), pool, allowed) for s in signals}
-    if signal is not None:
-        return pending[signal]
-    fusion = RRF(op="rrf", inputs=[BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)], k=pool, constant=RRF_CONSTANT)
-    return [fusion.fuse([pending[s][i] for s in SIGNALS]) for i in range(len(request.queries))]
+    return signal, {s: fresh.search(s, request.queries, _encoded(request, s), pool, allowed) for s in signals}
+
+
+def _stages(pool: int) -> list[Op]:
+    """BM25, dense and SPLADE first stages, in ``SIGNALS``' order."""
+    return [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]
 
 
 def first_stage(op: Op) -> bool:
