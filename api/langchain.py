@@ -24,7 +24,7 @@ from typing import Any
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from graphlake.api.results import NAMESPACE, RequestError, SearchResult
 from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
@@ -40,10 +40,12 @@ class GraphLakeRetriever(BaseRetriever):
     k: int = 4
     filter: dict | str | None = None
     search_kwargs: dict[str, Any] = Field(default_factory=dict)  # LangChain's name: k, filter, method and query-time parameters
+    _written: int | None = PrivateAttr(None)  # the number of its last write: its searches read at least through it
 
     def _settings(self, call: dict[str, Any]) -> SearchSettings:
         call.pop("verbose", None)  # LangChain's own (its callbacks read it), passed on to every retriever
-        return SearchSettings(self.corpus, self.method, self.k, self.filter).updated(self.search_kwargs, "search_kwargs").updated(call, "invoke")
+        settings = SearchSettings(self.corpus, self.method, self.k, self.filter).updated(self.search_kwargs, "search_kwargs").updated(call, "invoke")
+        return settings.reading(self._written)
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun, **call: Any) -> list[Document]:
         return documents(self._settings(call).search(self.lake, query))
@@ -59,7 +61,7 @@ class GraphLakeRetriever(BaseRetriever):
         given = list(ids) if ids is not None else [document.id or uuid.uuid4().hex for document in documents]
         if len(given) != len(documents):
             raise RequestError(f"add_documents: {len(given)} ids for {len(documents)} documents")
-        self.lake.upsert(written_corpus(self.corpus), [upserted(i, document.page_content, document.metadata) for i, document in zip(given, documents, strict=True)])
+        self._written = self.lake.upsert(written_corpus(self.corpus), [upserted(i, document.page_content, document.metadata) for i, document in zip(given, documents, strict=True)]).seq
         return given
 
     async def aadd_documents(self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any) -> list[str]:
@@ -69,7 +71,7 @@ class GraphLakeRetriever(BaseRetriever):
         """Delete the documents ``ids`` from the corpus (one the lake owns); True once the write is durable."""
         if not ids or kwargs:
             raise RequestError("delete: give the ids of the documents to delete (nothing else)")
-        self.lake.delete(written_corpus(self.corpus), list(ids))
+        self._written = self.lake.delete(written_corpus(self.corpus), list(ids)).seq
         return True
 
     async def adelete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:

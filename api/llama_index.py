@@ -95,12 +95,13 @@ class GraphLakeRetriever(BaseRetriever):
         where = from_metadata_filters(filter) if isinstance(filter, MetadataFilters) else filter
         self.lake, self.llm_metadata = lake, tuple(llm_metadata)
         self.settings = SearchSettings(corpus, method, k or similarity_top_k or 4, where).updated(search_kwargs or {}, "search_kwargs")
+        self.written: int | None = None  # the number of its last write: its searches read at least through it
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return nodes(self.settings.search(self.lake, query_bundle.query_str), self.llm_metadata)
+        return nodes(self.settings.reading(self.written).search(self.lake, query_bundle.query_str), self.llm_metadata)
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        return nodes(await self.settings.asearch(self.lake, query_bundle.query_str), self.llm_metadata)
+        return nodes(await self.settings.reading(self.written).asearch(self.lake, query_bundle.query_str), self.llm_metadata)
 
     def add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
         """Upsert ``nodes`` (documents or text nodes, each kept whole under its id) into the corpus (one
@@ -109,7 +110,7 @@ class GraphLakeRetriever(BaseRetriever):
         LlamaIndex's own vector stores keep it), which ``delete`` and a retrieved node's SOURCE read."""
         if kwargs:
             raise RequestError(f"add: unknown argument {sorted(kwargs)[0]!r}")
-        self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), _kept(node)) for node in nodes])
+        self.written = self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), _kept(node)) for node in nodes]).seq
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
@@ -118,7 +119,7 @@ class GraphLakeRetriever(BaseRetriever):
         if kwargs:
             raise RequestError(f"delete: unknown argument {sorted(kwargs)[0]!r}")
         corpus = written_corpus(self.settings.corpus)
-        self.lake.delete(corpus, [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})])
+        self.written = self.lake.delete(corpus, [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})]).seq
 
 
 def _kept(node: BaseNode) -> dict[str, Any]:

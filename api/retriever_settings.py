@@ -30,6 +30,13 @@ class SearchSettings:
         named = {name: values[name] for name in NAMED if name in values}
         return replace(self, **named, overrides={**self.overrides, **{name: value for name, value in values.items() if name not in NAMED}})
 
+    def reading(self, written: int | None) -> SearchSettings:
+        """These settings, reading the corpus at least through write ``written`` (the retriever's own
+        last write: read your writes through any server of the lake), unless they say otherwise."""
+        if written is None or "after_write" in self.overrides or not isinstance(self.corpus, str):
+            return self
+        return replace(self, overrides={**self.overrides, "after_write": written})
+
     def search(self, lake: Any, query: str) -> SearchResult:
         return lake.search(self.corpus, self.method, query, self.k, self.filter, self.group_by, self.context, self.min_relevance, **self.overrides)
 

@@ -230,11 +230,14 @@ def test_written_documents_answer_at_once_by_new_words_new_fields_and_in_a_new_c
         found = [n for n in through_server.retrieve("Aldersey kelp census urchins") if n.node.metadata["graphlake"]["doc_id"] in {n.node_id for n in split}]
         assert found and all(n.node.ref_doc_id == "census" and "ref_doc_id" not in n.node.metadata and n.node.metadata["year"] == 2024 for n in found)
         through_server.delete("census")  # every node split from it
+        assert through_server.settings.reading(through_server.written).overrides["after_write"] == through_server.written > 0
         assert not {n.node_id for n in split} & set(remote.document_ids("notes")) and "telescope" in remote.document_ids("notes")
 
         remote.create_corpus("brand-new")  # never built: empty, then its first write answers every method
         assert remote.search("brand-new", "ap_three", question, k=3).hits == []
-        LangChainRetriever(lake=remote, corpus="brand-new").add_documents([Document(page_content=telescope["text"], metadata={"priority": 3})], ids=["telescope"])
+        adapter = LangChainRetriever(lake=remote, corpus="brand-new")
+        adapter.add_documents([Document(page_content=telescope["text"], metadata={"priority": 3})], ids=["telescope"])
+        assert adapter._settings({}).overrides == {"after_write": 1} and adapter.invoke(question)[0].id == "telescope"  # it reads its own writes
         remote.upsert("brand-new", [{"id": "other", "text": "Urchin removal on the northern reef."}])
         for method in METHODS:
             for searcher in (lake, remote):
