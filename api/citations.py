@@ -83,15 +83,16 @@ class Citable:
         return self.snapshot.documents().column("text").to_pylist()
 
     @once
-    def sources(self) -> list[str | None]:
-        """Per document row, what a hit cites it by: its url, source or path metadata, the first it has;
-        else, for a document the lake owns (whose metadata are kept exactly as given), its place in the
-        lake, ``lake://<corpus>/<id>``."""
-        snapshot = self.snapshot
-        owned = snapshot.spec.format == LAKE_OWNED
-        ids = snapshot.documents().column("doc_id").to_pylist()
-        records = snapshot.metadata().records
-        return [next((r[key] for key in CITED_BY if isinstance(r.get(key), str)), f"lake://{snapshot.corpus}/{d}" if owned else None) for r, d in zip(records, ids, strict=True)]
+    def owned(self) -> bool:
+        """Whether the corpus is the lake's own: a document with no url, source or path of its own
+        (its metadata are kept exactly as given) is cited by its place in the lake."""
+        return self.snapshot.spec.format == LAKE_OWNED
+
+    def source(self, record: dict, doc_id: str) -> str | None:
+        """What a hit cites its document by: its url, source or path metadata, the first it has; else,
+        for a document the lake owns, ``lake://<corpus>/<id>``."""
+        given = next((record[key] for key in CITED_BY if isinstance(record.get(key), str)), None)
+        return given if given is not None or not self.owned() else f"lake://{self.snapshot.corpus}/{doc_id}"
 
 
 def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
@@ -125,7 +126,7 @@ def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: i
                 text=text,
                 score=float(score_of[row]),
                 corpus=corpus,
-                source=tables.sources()[documents[row]],
+                source=tables.source(record, docs[row]),
                 start=span.start,
                 end=span.end,
                 terms=terms,

@@ -28,7 +28,7 @@ from graphlake.api.corpora_fusion import fused
 from graphlake.api.hit_spans import Shown
 from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
 from graphlake.api.searchers import Generation, SearcherManager, built
-from graphlake.api.validation import check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
+from graphlake.api.validation import check_name, check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
@@ -102,7 +102,7 @@ class GraphLake:
         """The ids of ``corpus``'s documents that pass ``filter`` (all without one), as a search starting
         now reads them: committed, less those pending writes replaced or deleted, then the pending ones
         (what a LlamaIndex ``delete(ref_doc_id)`` finds the nodes of a document by)."""
-        check_names(corpus, "rrf")
+        check_name("corpus", corpus)
         expression = parsed_filter(filter)
         with built(corpus):
             return self.searchers.acquire(corpus).document_ids(expression)

@@ -24,6 +24,7 @@ from llama_index.core.vector_stores.types import FilterCondition, FilterOperator
 
 from graphlake.api.results import NAMESPACE, RequestError, SearchResult
 from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
+from graphlake.warehouse.write_checks import MAX_WRITE_DOCUMENTS
 
 _SAME = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
 _LISTED = {FilterOperator.IN: "in", FilterOperator.ANY: "in"}  # ANY: a list field holding any of the values, as graphlake's in means on lists
@@ -115,11 +116,14 @@ class GraphLakeRetriever(BaseRetriever):
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
         """Delete the document ``ref_doc_id`` and every node added from it from the corpus (one the lake
-        owns), as a vector store's ``delete``."""
+        owns), as a vector store's ``delete``: the nodes a search reads now, in as many writes as they
+        take (a node added meanwhile stays)."""
         if kwargs:
             raise RequestError(f"delete: unknown argument {sorted(kwargs)[0]!r}")
         corpus = written_corpus(self.settings.corpus)
-        self.written = self.lake.delete(corpus, [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})]).seq
+        ids = [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})]
+        for start in range(0, len(ids), MAX_WRITE_DOCUMENTS):  # a document split into more nodes than one write takes
+            self.written = self.lake.delete(corpus, ids[start : start + MAX_WRITE_DOCUMENTS]).seq
 
 
 def _kept(node: BaseNode) -> dict[str, Any]:

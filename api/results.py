@@ -45,6 +45,11 @@ class Overloaded(RuntimeError):
         self.retry_after = retry_after
 
 
+class DamagedLog(IndexNotBuilt):
+    """A lake-owned corpus's log of writes holds an entry (or a mark) that cannot be trusted: the message
+    names it and ``graphlake doctor --repair``; nothing is served or written from it meanwhile (409)."""
+
+
 class RowsCut(UserWarning):
     """An SQL answer cut to its row limit: there were more rows."""
 

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from graphlake.api.backlog import Backlog
 from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
-from graphlake.api.results import IndexNotBuilt, RequestError, UnknownName
+from graphlake.api.results import DamagedLog, IndexNotBuilt, RequestError, UnknownName
 from graphlake.common.once import once
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import Methods
@@ -258,7 +258,7 @@ class SearcherManager:
                     except WriteLogError as error:
                         if not log.path(seq).exists():
                             raise _Trimmed from None
-                        raise IndexNotBuilt(str(error)) from None
+                        raise DamagedLog(str(error)) from None
             with built(corpus):
                 segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=kept[0] if kept else None, log=log.folder)
             self._fresh[corpus] = kept = (segment, Citable(segment.tables))

@@ -21,12 +21,17 @@ MAX_CORPORA = 16  # searched in one call
 
 
 def check_names(corpus: Any, method: Any) -> None:
-    for what, value, pattern in (("corpus", corpus, CORPUS_NAME), ("method", method, METHOD_NAME)):
-        if not isinstance(value, str) or not value:
-            raise RequestError(f"{what}: a name, got {kind_of(value)}")
-        if len(value) > MAX_NAME_CHARS or not pattern.fullmatch(value):
-            shown = value if len(value) <= 40 else value[:37] + "..."
-            raise RequestError(f"{what}: {shown!r} is not a {what} name (letters, digits and {'_ . -' if what == 'corpus' else '_'})")
+    check_name("corpus", corpus)
+    check_name("method", method)
+
+
+def check_name(what: str, value: Any) -> None:
+    """A ``corpus`` or ``method`` name, or a ``RequestError`` saying what a name is."""
+    if not isinstance(value, str) or not value:
+        raise RequestError(f"{what}: a name, got {kind_of(value)}")
+    if len(value) > MAX_NAME_CHARS or not (CORPUS_NAME if what == "corpus" else METHOD_NAME).fullmatch(value):
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        raise RequestError(f"{what}: {shown!r} is not a {what} name (letters, digits and {'_ . -' if what == 'corpus' else '_'})")
 
 
 def check_queries(queries: list[str], k: int) -> None:

@@ -10,13 +10,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from graphlake.api.results import NAMESPACE, RequestError, UnknownName, Written, refused_as_request
+from graphlake.api.results import NAMESPACE, DamagedLog, RequestError, UnknownName, Written, refused_as_request
 from graphlake.api.validation import kind_of
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.write_checks import checked_documents, checked_ids
-from graphlake.warehouse.write_log import corpus_log
+from graphlake.warehouse.write_log import Op, Write, WriteLogError, corpus_log
 
 
 def owned(home: Path, corpus: Any) -> str:
@@ -45,7 +45,7 @@ def upsert(home: Path, corpus: str, documents: Any, encoded: Callable[[str, list
         if NAMESPACE in document["metadata"]:
             raise RequestError(f"documents[{i}] (id {document['id']!r}): metadata: {NAMESPACE!r} is the key graphlake's provenance travels under in the adapters")
     keep = encoded(corpus, checked) if encoded is not None else None
-    write = corpus_log(home, corpus).append("upsert", documents=checked)
+    write = _appended(home, corpus, "upsert", checked)
     if keep is not None:
         keep(write.seq)
     return Written(corpus, write.seq, "upsert", len(checked))
@@ -55,5 +55,13 @@ def delete(home: Path, corpus: str, ids: Any) -> Written:
     """Delete the documents ``ids`` (an id the corpus lacks is no error: it stays absent) as one durable write."""
     corpus = owned(home, corpus)
     given = refused_as_request(checked_ids, ids)
-    write = corpus_log(home, corpus).append("delete", ids=given)
-    return Written(corpus, write.seq, "delete", len(ids))
+    write = _appended(home, corpus, "delete", given)
+    return Written(corpus, write.seq, "delete", len(given))
+
+
+def _appended(home: Path, corpus: str, op: Op, given: list) -> Write:
+    """The write appended to the corpus's log; ``DamagedLog`` when the log's numbering cannot be trusted."""
+    try:
+        return corpus_log(home, corpus).append(op, **({"documents": given} if op == "upsert" else {"ids": given}))
+    except WriteLogError as error:
+        raise DamagedLog(str(error)) from None

@@ -262,7 +262,7 @@ def doctor(
         errors.print("every committed file is whole", highlight=False)
         return
     if not repair:
-        fail(f"{len(damaged)} damaged; `graphlake doctor --repair` makes each corpus whole from its earlier snapshots")
+        fail(f"{len(damaged)} damaged; `graphlake doctor --repair` makes each corpus whole from its earlier snapshots and sets damaged log entries aside")
     for scope in dict.fromkeys(d.scope for d in damaged):
         try:
             for line in repair_scope(home, scope):

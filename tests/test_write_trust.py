@@ -25,7 +25,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import built_once, copy_lake, use_lake
-from graphlake.api import GraphLake, IndexNotBuilt, RemoteLake, RequestError
+from graphlake.api import DamagedLog, GraphLake, IndexNotBuilt, RemoteLake, RequestError
 from graphlake.cli import app
 from graphlake.retrieval.methods import DEFAULT_METHODS
 from graphlake.warehouse.config_files import load_mapping
@@ -126,8 +126,14 @@ def test_the_log_cannot_lie(notes, tmp_path):
         assert again.seq == other.seq + 1 and not entry(notes, other.seq).exists()
         assert [h.doc_id for h in remote.search("notes", "dense", "A heron stood over the eelgrass transplant.", k=1, after_write=again.seq).hits] == ["heron"]
         assert "owl" not in {h.doc_id for h in remote.search("notes", "bm25", "owl rockling", k=20).hits}
+        (notes / "writes" / "notes" / "high-water").write_text("garbled")  # a mark read as 0 would give numbers again
+        checked = doctor()
+        assert checked.exit_code == 1 and "the high-water mark cannot be read" in checked.stderr, checked.stderr
+        with pytest.raises(DamagedLog, match="high-water mark"):
+            lake.upsert("notes", [{"id": "never", "text": "Refused while the numbering cannot be trusted."}])
+        assert doctor("--repair").exit_code == 0 and lake.upsert("notes", [{"id": "after", "text": "Numbered past the mark."}]).seq == again.seq + 1
         with httpx.Client(headers={"X-API-Key": KEY}) as http:  # a damaged log is a 409 with one line, never a 500
-            entry(notes, again.seq).write_text("{}")
+            entry(notes, again.seq + 1).write_text("{}")
             answer = http.post(f"{server.url}/search", json={"corpus": "notes", "method": "bm25", "query": "heron"})
             assert answer.status_code == 409 and "write" in answer.json()["error"] and "graphlake doctor --repair" in answer.json()["error"], answer.text
             assert http.get(f"{server.url}/health").status_code == 200  # the connection and the server go on
@@ -164,6 +170,9 @@ def test_what_goes_in_comes_back_and_what_cannot_is_refused(notes, tmp_path):
         ({"id": "e", "text": "x" * (MAX_DOCUMENT_CHARS + 1)}, rf"text: {MAX_DOCUMENT_CHARS + 1:,} characters, more than {MAX_DOCUMENT_CHARS:,}", None),
         ({"id": "f", "text": "t", "metadata": {"when": datetime.date(2024, 1, 2)}}, r"metadata\.when: a date is not a JSON value .*ISO string", ""),
         ({"id": "g", "text": "t", "metadata": {"x": float("nan")}}, r"metadata\.x: nan is not a JSON number", ""),
+        ({"id": "h", "text": "t", "metadata": {"n": 10**400}}, r"metadata\.n: the whole number of about 10\^400 is beyond ±2\^53", None),
+        ({"id": "i", "text": "t", "title": 0}, r"documents\[0\] \(id 'i'\): title: a string", ""),
+        ({"id": "j", "text": "t", "metadata": []}, r"documents\[0\] \(id 'j'\): metadata: an object, got list", ""),
     ]
     server = Server(notes, tmp_path / "server.log", KEY)
     remote = RemoteLake(server.url, api_key=KEY)
@@ -181,7 +190,7 @@ def test_what_goes_in_comes_back_and_what_cannot_is_refused(notes, tmp_path):
                 answer = http.post(f"{server.url}/corpora/notes/documents", content=body)
                 status = 400 if document["id"] == "d" else 422  # JSON too deep to parse is refused before it is read
                 assert answer.status_code == status and "\n" not in answer.json()["error"], (document["id"], answer.text[:300])
-                named = {"a": "metadata.big: the whole number 1e+30 is beyond ±2^53", "d": "nested too deeply", "e": "text"}.get(document["id"], "not valid Unicode")
+                named = {"a": "metadata.big: the whole number 1e+30 is beyond ±2^53", "d": "nested too deeply", "e": "text", "h": "of about 10^400"}.get(document["id"], "not valid Unicode")
                 assert named in answer.json()["error"], (named, answer.text[:300])
             assert http.get(f"{server.url}/health").status_code == 200
         with pytest.raises(RequestError, match=r"ids\[0\]: not valid Unicode"):

@@ -72,7 +72,8 @@ def checked_document(i: int, document: Any) -> dict[str, Any]:
     unknown = sorted(str(key) for key in set(document) - set(FIELDS))
     if unknown:
         raise WriteRefused(f"{where}: unknown field {unknown[0]!r} (a document has {', '.join(FIELDS)}; anything else goes in its metadata)")
-    text, title, metadata = document.get("text"), document.get("title") or "", document.get("metadata") or {}
+    text, title, metadata = document.get("text"), document.get("title"), document.get("metadata")
+    title, metadata = "" if title is None else title, {} if metadata is None else metadata  # absent or null: none
     if not isinstance(text, str) or not text.strip():
         raise WriteRefused(f"{where}: text: a non-empty string, got {kind_of(text)}")
     if len(text) > MAX_DOCUMENT_CHARS:
@@ -116,7 +117,8 @@ def _exact(metadata: dict, where: str) -> None:
             continue
         elif isinstance(value, int):
             if abs(value) > EXACT_INTEGER:
-                raise WriteRefused(f"{at}: the whole number {value:.3g} is beyond ±2^53, which a filter cannot compare exactly (store it as a string)")
+                shown = f"{value:.3g}" if abs(value) < 1e300 else f"of about 10^{int(value.bit_length() * 0.30103)}"  # never a float that overflows
+                raise WriteRefused(f"{at}: the whole number {shown} is beyond ±2^53, which a filter cannot compare exactly (store it as a string)")
         elif isinstance(value, float):
             if value != value or value in (float("inf"), float("-inf")):
                 raise WriteRefused(f"{at}: {value} is not a JSON number")

@@ -35,6 +35,8 @@ from graphlake.warehouse.write_checks import WriteRefused, checked_documents, ch
 
 FOLDED = "folded_writes"  # the artefact a fold commits with the corpus's tables: the number it folded through
 UNFINISHED = "an append that never finished (never acknowledged)"
+UNFINISHED_AFTER_S = 60.0  # a staged file this old was left by a crash: an append takes milliseconds
+DAMAGED_MARK = "the high-water mark cannot be read"
 _ENTRY = re.compile(r"^(\d{12})\.json$")
 Op = Literal["upsert", "delete"]
 
@@ -141,10 +143,15 @@ class WriteLog:
         return max([*listed, self._folded(), self.high_water()], default=0)
 
     def high_water(self) -> int:
+        """The mark a repair left (0: none); one that cannot be read refuses, as a damaged entry does:
+        read as 0 it would give numbers again."""
+        path = self.folder / HIGH_WATER
         try:
-            return int((self.folder / HIGH_WATER).read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
+            return int(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
             return 0
+        except (OSError, ValueError):
+            raise WriteLogError(f"corpus {self.corpus!r}: the log's high-water mark ({WRITES}/{self.corpus}/{HIGH_WATER}) is damaged; `graphlake doctor --repair` writes it again") from None
 
     def numbers(self) -> list[int]:
         """The numbers of the entries on disk, ascending (folded ones not yet trimmed among them)."""
@@ -193,8 +200,9 @@ class WriteLog:
                 self.path(seq).unlink(missing_ok=True)
                 removed += 1
         vectors = self.folder / VECTORS
-        for name in os.listdir(vectors) if vectors.is_dir() else []:  # the vectors of folded writes, and of appends that never finished
-            if (m := _VECTORS.match(name)) is None or int(m.group(1)) <= through:
+        old = time.time() - UNFINISHED_AFTER_S
+        for name in os.listdir(vectors) if vectors.is_dir() else []:  # the vectors of folded writes, and what a crash left while keeping some
+            if (m := _VECTORS.match(name)) is not None and int(m.group(1)) <= through or m is None and _mtime(vectors / name) < old:
                 (vectors / name).unlink(missing_ok=True)
         if vectors.is_dir() and not any(vectors.iterdir()):
             vectors.rmdir()
@@ -211,9 +219,16 @@ class WriteLog:
             try:
                 self.read(seq)
             except WriteLogError as error:
-                found.append((self.path(seq), str(error).split(": ", 1)[1]))
+                found.append((self.path(seq), str(error).split(": ", 1)[1].split("; `graphlake doctor")[0]))
+        try:
+            self.high_water()
+        except WriteLogError:
+            found.append((self.folder / HIGH_WATER, DAMAGED_MARK))
         if self.folder.is_dir():
-            found += [(self.folder / name, UNFINISHED) for name in sorted(os.listdir(self.folder)) if name.endswith(".tmp")]
+            old = time.time() - UNFINISHED_AFTER_S  # younger: an append (or a repair) at work now, not one a crash cut short
+            found += [
+                (self.folder / name, UNFINISHED) for name in sorted(os.listdir(self.folder)) if (name.endswith(".tmp") or name.startswith(f".{HIGH_WATER}.")) and _mtime(self.folder / name) < old
+            ]
         return found
 
     def repair(self) -> list[str]:
@@ -222,11 +237,14 @@ class WriteLog:
         the high-water mark past it, so that its number is never given to another write."""
         done, problems = [], self.problems()
         if any(problem != UNFINISHED for _, problem in problems):
+            damaged = [int(m.group(1)) for name in os.listdir(self.folder) if (m := re.match(r"^\.damaged-(\d{12})\.json$", name))]
             staged = self.folder / f".{HIGH_WATER}.{uuid.uuid4().hex}"
-            _stage(staged, str(max(self.last(), self.high_water())).encode())
+            _stage(staged, str(max([*self.numbers(), *damaged, self._folded(), _readable_mark(self)])).encode())
             os.replace(staged, self.folder / HIGH_WATER)
         for path, problem in problems:
-            if problem == UNFINISHED:
+            if problem == DAMAGED_MARK:
+                done.append(f"wrote {HIGH_WATER} again: {problem}")
+            elif problem == UNFINISHED:
                 path.unlink(missing_ok=True)
                 done.append(f"removed {path.name}: {problem}")
             else:
@@ -238,6 +256,20 @@ class WriteLog:
 
     def path(self, seq: int) -> Path:
         return self.folder / f"{seq:012d}.json"
+
+
+def _readable_mark(log: WriteLog) -> int:
+    try:
+        return log.high_water()
+    except WriteLogError:
+        return 0
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return float("inf")
 
 
 def _sealed(body: dict[str, Any]) -> bytes:

@@ -20,6 +20,7 @@ from graphlake.kernels.text.stopwords import ENGLISH
 
 # Lucene's StandardAnalyzer keeps one-character tokens; bm25s's default pattern drops them.
 TOKEN_PATTERN = r"(?u)\b\w+\b"
+K1, B = 0.9, 0.4  # Anserini's
 
 
 @dataclass
@@ -28,7 +29,7 @@ class BM25Index:
     tokenizer: Tokenizer
 
     @classmethod
-    def build(cls, texts: list[str], k1: float = 0.9, b: float = 0.4) -> BM25Index:
+    def build(cls, texts: list[str], k1: float = K1, b: float = B) -> BM25Index:
         tokenizer = _tokenizer()
         tokens = tokenizer.tokenize(texts, show_progress=False, return_as="tuple")
         retriever = bm25s.BM25(k1=k1, b=b, method="lucene")
@@ -121,7 +122,7 @@ class SegmentBM25:
         counts = sp.csr_matrix((np.ones(len(columns), np.float64), (rows, columns)), shape=(len(texts), len(vocabulary)))
         counts.sum_duplicates()
         frequencies = np.bincount(counts.indices, minlength=len(vocabulary)).astype(np.float64)
-        k1, b, total, length_sum = 0.9, 0.4, float(len(texts)), float(lengths.sum())
+        k1, b, total, length_sum = K1, B, float(len(texts)), float(lengths.sum())
         if base is not None:
             scores, known = base.retriever.scores, base.tokenizer.get_vocab_dict()
             base_frequencies = np.diff(scores["indptr"])

@@ -63,6 +63,8 @@ def store(log: Path, seq: int, indexes: IndexSet, encoded: dict[str, Encoded]) -
                 dense=np.concatenate([e.dense for e in parts]) if parts else np.zeros((0, 1), np.float32),
                 splade_data=splade.data, splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape),
             )  # fmt: skip
+            handle.flush()
+            os.fsync(handle.fileno())
         os.replace(staged, folder / f"{seq:012d}.npz")
     finally:
         staged.unlink(missing_ok=True)

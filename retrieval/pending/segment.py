@@ -73,7 +73,10 @@ class FreshSegment:
             kept = encode(self.indexes, documents)
             self.encoded_here += len(documents)
             if log is not None:
-                store(log, write.seq, self.indexes, kept)
+                try:
+                    store(log, write.seq, self.indexes, kept)
+                except OSError:  # a full or read-only disk: this search has them, the next encodes them again
+                    pass
         return kept
 
     def __len__(self) -> int:
@@ -137,6 +140,7 @@ class FreshSegment:
         if not encoded:
             return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), bm25
         return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), bm25
+
 
 class FreshTables(Snapshot):
     """The snapshot's nodes and documents with the pending ones after them: what hits are made from."""
