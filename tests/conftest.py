@@ -205,20 +205,36 @@ def copy_lake(source: Path, target: Path) -> Path:
     return target
 
 
+RERANKER_EPOCHS = 2
+
+
+def reranker_run_config() -> dict:
+    """The run config ``demo_reranked`` trains the lake's cross-encoder with: the demo's (warehouse/demo/run.yaml)
+    for RERANKER_EPOCHS of its 8 epochs. The demo's 14 training groups make 4 steps an epoch: its 8 epochs
+    (32 steps) took three minutes here, and their best checkpoint was step 8 (the later ones overfit the
+    demo's few queries); these 8 steps take about one, and end above the initial validation as well. The tests
+    read how the training went (steps, a curve, best >= initial) and what the trained model does, never
+    how good it got; one that re-materializes the reranker with "the same config" takes this one."""
+    from graphlake.warehouse.corpora import DEMO_CONFIG
+
+    reranker = yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]
+    return {"ops": {"reranker": {**reranker, "config": {**reranker["config"], "epochs": RERANKER_EPOCHS}}}}
+
+
 @pytest.fixture(scope="session")
 def demo_reranked(demo_lake, tmp_path_factory) -> Path:
-    """A copy of the demo lake with the cross-encoder trained as the demo's run config sizes it (what
-    ``graphlake eval --methods re2,...`` would do on the demo); read it, never write to it."""
+    """A copy of the demo lake with the cross-encoder trained as the demo's run config sizes it, for fewer
+    epochs (``reranker_run_config``: what ``graphlake eval --methods re2,...`` would do on the demo, shorter);
+    read it, never write to it."""
 
     def build(folder: Path) -> None:
         from typer.testing import CliRunner
 
         from graphlake.cli import app
-        from graphlake.warehouse.corpora import DEMO_CONFIG
 
         home = copy_lake(demo_lake.home, folder / "lake")
         config = folder / "reranker.yaml"
-        config.write_text(json.dumps({"ops": {"reranker": yaml.safe_load(DEMO_CONFIG.read_text())["ops"]["reranker"]}}))
+        config.write_text(json.dumps(reranker_run_config()))
         with pytest.MonkeyPatch.context() as patch:
             use_lake(patch, home)
             result = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:reranker", "--config", str(config)], catch_exceptions=False)
@@ -342,8 +358,10 @@ def local_server(command: list[str], base_url: str, probe: str, log_path: Path, 
 
 @pytest.fixture(scope="session")
 def llm_server(tmp_path_factory) -> Iterator[str]:
-    """The chat server for the whole session; yields its base URL."""
-    with llama_server(tmp_path_factory.mktemp("llm"), LLM_MODEL, "--n_ctx", "2048") as base_url:
+    """The chat server for the whole session; yields its base URL. It generates on every core: llama-cpp-python's
+    server takes half of them by default (one of CI's two) while the test that asked waits for the answer;
+    SmolLM2's plans in tests/test_grasp_llm.py, 320 tokens each, came a quarter sooner on two."""
+    with llama_server(tmp_path_factory.mktemp("llm"), LLM_MODEL, "--n_ctx", "2048", "--n_threads", str(os.cpu_count() or 1)) as base_url:
         yield base_url
 
 

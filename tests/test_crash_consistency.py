@@ -8,7 +8,10 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 from crash_corpus import CORPUS, EDITED, METHODS, SELECTION, TEXTS, write_corpus
 from graphlake.api import GraphLake
@@ -69,10 +72,26 @@ def answers(home: Path, monkeypatch) -> dict[str, int]:
     return {method: len(GraphLake(home).search(CORPUS, method, "storm warnings", 3).hits) for method in METHODS}
 
 
-def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_path, monkeypatch):
-    home, source = tmp_path / "lake", tmp_path / "raw"
+@dataclass(frozen=True)
+class Built:
+    home: Path
+    source: Path  # the corpus's declared files (a document's metadata names them, so a lake to compare with reads the same)
+    contents: dict[str, list[tuple]]  # what one run of TEXTS on a fresh lake leaves, taken right after it
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Built:
+    """TEXTS ingested and built once on a fresh lake: the kill test re-materializes this lake (its previous
+    snapshot); the two writers must end as its contents, taken before (a second clean build of TEXTS)."""
+    root = tmp_path_factory.mktemp("tiny")
+    home, source = root / "lake", root / "raw"
     write_corpus(source, TEXTS)
     build(home, source)
+    return Built(home, source, contents(home))
+
+
+def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(built, tmp_path, monkeypatch):
+    home, source = built.home, built.source
     before, previous = Snapshots(home).current(CORPUS), contents(home)
     assert dangling(home) == 0
     write_corpus(source, EDITED)  # the edit, read by the killed runs themselves
@@ -104,9 +123,9 @@ def test_a_kill_at_every_asset_boundary_leaves_the_previous_snapshot_whole(tmp_p
     print(f"kill -9 matrix: {kills}/{kills} kills left the previous snapshot whole")
 
 
-def test_two_writers_of_one_corpus_take_turns_and_end_as_one_run_would(tmp_path):
-    home, source = tmp_path / "lake", tmp_path / "raw"
-    write_corpus(source, TEXTS)
+def test_two_writers_of_one_corpus_take_turns_and_end_as_one_run_would(built, tmp_path):
+    home, source = tmp_path / "lake", built.source
+    write_corpus(source, TEXTS)  # as it was built (the kill test edits it)
     code, stderr = finished(graphlake(home, "ingest", "jsonl", str(source / "docs.jsonl"), "--queries", str(source / "queries.jsonl"), "--corpus", CORPUS))
     assert code == 0, stderr
     writers = [graphlake(home, "materialize", "--corpus", CORPUS, "--select", SELECTION) for _ in range(2)]
@@ -114,9 +133,7 @@ def test_two_writers_of_one_corpus_take_turns_and_end_as_one_run_would(tmp_path)
     assert [code for code, _ in ended] == [0, 0], [stderr for _, stderr in ended]
     assert any(f"corpus '{CORPUS}' is being written by pid" in stderr for _, stderr in ended)  # the second waited, saying for whom
     assert not any("FileNotFoundError" in stderr for _, stderr in ended)
-    clean = tmp_path / "clean"
-    build(clean, source)
-    assert contents(home) == contents(clean)
+    assert contents(home) == built.contents  # as one clean run of the same files
 
 
 def test_a_writer_that_will_not_wait_fails_naming_the_holder(tmp_path):

@@ -205,7 +205,7 @@ def test_the_grasp_reranker_trains_on_the_demo_and_grasp_ranks_with_it(reranked_
     from graphlake.retrieval.models.grasp_reranker import TunedReranker
 
     config = tmp_path / "run.yaml"
-    config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.3, validate_every: 2, validation_depth: 10, depth: 20}}}\n")
+    config.write_text("ops: {grasp_reranker: {config: {budget_minutes: 0.15, validate_every: 2, validation_depth: 10, depth: 20}}}\n")
     built = CliRunner().invoke(app, ["materialize", "--corpus", "demo", "--select", "key:grasp_reranker", "--config", str(config)], catch_exceptions=False)
     assert built.exit_code == 0, built.stderr
     tuned = TunedReranker.load(LakeStorage(reranked_copy).artifact("grasp_reranker", {"corpus": "demo"}))
