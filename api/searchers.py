@@ -18,13 +18,13 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow.compute as pc
 
-from graphlake.api.backlog import Backlog
 from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.results import DamagedLog, IndexNotBuilt, RequestError, UnknownName
@@ -45,6 +45,7 @@ from graphlake.warehouse.storage import LakeStorage, NotBuilt, StorageError
 logger = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # a lake-owned corpus's writes: imported where one is searched, not by every query
+    from graphlake.api.backlog import Backlog
     from graphlake.retrieval.filters import Filter
     from graphlake.retrieval.index.metadata import DocumentMetadata
     from graphlake.retrieval.pending.segment import FreshSegment
@@ -147,7 +148,13 @@ class SearcherManager:
         self._keys: dict[str, tuple] = {}  # per lake-owned corpus: the entries its kept fresh segment holds
         self._loading = threading.Lock()
         self._freshening = threading.Lock()
-        self.backlog = Backlog()
+
+    @cached_property
+    def backlog(self) -> Backlog:
+        """The documents being encoded for writes (made at the first write: a process that only reads never imports it)."""
+        from graphlake.api.backlog import Backlog
+
+        return Backlog()
 
     def encoded_write(self, corpus: str, documents: list[dict]) -> Callable[[int], None]:
         """Encode an upsert's checked ``documents`` by ``corpus``'s models before it is acknowledged
