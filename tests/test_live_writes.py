@@ -62,7 +62,9 @@ def test_writes_are_searchable_at_once_and_folded_as_a_scratch_build(tmp_path, m
     lake = GraphLake(home)
     first = lake.upsert("notes", [corpus[f"d{i:02d}"] for i in range(1, 25)])
     assert (first.seq, first.documents) == (1, 24) and pending_writes(home, "notes") == [1]
-    assert "folded 1 pending write(s), through number 1" in cli("materialize", "--corpus", "notes")
+    folded = cli("materialize", "--corpus", "notes")
+    assert "folded 1 pending write(s), through number 1" in folded
+    assert "0 by dense_vectors" in folded and "0 by splade_vectors" in folded, folded  # the write's kept vectors, not encoded again
     assert pending_writes(home, "notes") == [] and not list((home / "writes" / "notes").iterdir())  # the log trimmed after the commit
 
     server = Server(home, tmp_path / "server.log", KEY)

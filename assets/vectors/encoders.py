@@ -17,12 +17,14 @@ from graphlake.common.shards import map_shards
 from graphlake.kernels.text import encoders, query_encoders
 from graphlake.retrieval.index.encoders import encode_dense
 from graphlake.retrieval.index.tables import retrieval_texts
+from graphlake.retrieval.pending.encodings import kept_rows
 from graphlake.warehouse.corpora import TUNED_ARTIFACT, TUNING_DECISION, corpus_model, stored_revision
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.encoder_specs import ROLE_MARK, ModelSpec, declared_models, model_identity, revision
 from graphlake.warehouse.io_manager import LakeResource
 from graphlake.warehouse.partitions import corpus_partitions
 from graphlake.warehouse.storage import StorageError
+from graphlake.warehouse.write_log import WriteLog
 
 VECTOR_COLUMNS = ["content_hash", "dense", "indices", "values"]
 
@@ -50,8 +52,9 @@ class EncoderConfig(Config):
 def _encode_with_cache(
     context: AssetExecutionContext, lake: LakeResource, role: str, made_by: dict[str, str], nodes: pa.Table, documents: pa.Table, encode: Callable[[list[str]], list[dict]]
 ) -> tuple[pa.Table, dict]:
-    """Reuse the previous vectors of unchanged inputs made by the same model (name and revision);
-    encode only new or changed nodes, in shards (``common/shards.py``: tasks of their own on a Dask
+    """Reuse the previous vectors of unchanged inputs made by the same model (name and revision), and
+    the vectors kept with the corpus's pending writes (``retrieval/pending/encodings.py``); encode only
+    the other new or changed nodes, in shards (``common/shards.py``: tasks of their own on a Dask
     cluster). Reused rows are taken from the previous table as Arrow columns: no vector becomes Python
     objects."""
     model, revision = made_by["name"], made_by["revision"]
@@ -65,7 +68,13 @@ def _encode_with_cache(
     if previous is None or not previous.num_rows:
         previous = _vectors_of_same_weights(context, lake, role, revision, model)
     previous = previous.select(VECTOR_COLUMNS) if previous is not None else None
-    row_of = {h: row for row, h in enumerate(previous.column("content_hash").to_pylist())} if previous is not None else {}
+    built_rows = previous.num_rows if previous is not None else 0
+    written = kept_rows(WriteLog(lake.storage.home, context.partition_key, lambda: 0).folder, role, made_by)  # a fold: what the writes' process encoded
+    if written.num_rows:
+        previous = pa.concat_tables([previous.cast(written.schema), written]) if previous is not None else written
+    row_of: dict[str, int] = {}
+    for row, h in enumerate(previous.column("content_hash").to_pylist() if previous is not None else []):
+        row_of.setdefault(h, row)  # the build's own vector before a write's
     # by length, so that a shard's texts pad alike and the batches do not depend on where shards run
     missing = sorted((i for i, h in enumerate(hashes) if h not in row_of), key=lambda i: len(texts[i]))
     started = time.perf_counter()
@@ -92,6 +101,7 @@ def _encode_with_cache(
         "revision": revision,
         "encoded": len(missing),
         "reused": len(reused),
+        "reused_from_writes": sum(row_of[hashes[i]] >= built_rows for i in reused),
         "encode_seconds": round(seconds, 2),
         "passages_per_second": round(len(missing) / seconds, 1) if missing and seconds > 0 else 0.0,
         **sharded.as_metadata(),

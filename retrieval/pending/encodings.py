@@ -5,7 +5,8 @@ searcher of the lake reads them back, a server restarted or another one, so a se
 but a write whose vectors were never kept (a crash between its entry and its vectors, another model
 since) and keeps them then. The nodes themselves are chunked again when read (deterministic, cheap);
 what the file holds is what cost the time: the dense rows and the SPLADE weights, with the models and
-the chunking that made them, checked on reading.
+the chunking that made them, checked on reading, and each node's content hash, by which the fold's
+build takes them as it takes the previous build's vectors (``assets/vectors/encoders.py``).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import scipy.sparse as sp
 
 from graphlake.retrieval.index.index_set import IndexSet
 from graphlake.retrieval.index.tables import retrieval_text
+from graphlake.warehouse.digest import content_hash
+from graphlake.warehouse.encoder_specs import same_weights
 from graphlake.warehouse.node_rows import node_rows
 from graphlake.warehouse.write_log import VECTORS
 
@@ -60,6 +63,7 @@ def store(log: Path, seq: int, indexes: IndexSet, encoded: dict[str, Encoded]) -
                 handle,
                 made_by=np.array(json.dumps(_made_by(indexes))),
                 ids=np.array(list(encoded), dtype=np.str_),
+                hashes=np.array([content_hash(retrieval_text(e.title, t)) for e in parts for t in e.nodes.column("text").to_pylist()], dtype=np.str_),
                 dense=np.concatenate([e.dense for e in parts]) if parts else np.zeros((0, 1), np.float32),
                 splade_data=splade.data, splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape),
             )  # fmt: skip
@@ -86,6 +90,43 @@ def stored(log: Path, seq: int, indexes: IndexSet, documents: list[dict]) -> dic
     if len(texts) != dense.shape[0] or len(texts) != splade.shape[0]:
         return None
     return _encoded(documents, nodes, texts, dense, splade)
+
+
+def kept_rows(log: Path, role: str, made_by: dict[str, str]) -> pa.Table:
+    """Every kept vector of the log's pending writes made by ``made_by``'s weights for ``role``
+    (``dense`` or ``sparse``), as the build's vector rows (content_hash, dense, indices, values): what
+    a fold takes instead of encoding those nodes again. A file that cannot be read is left out."""
+    hashes: list[str] = []
+    dense: list = []
+    indices: list = []
+    values: list = []
+    for path in sorted((Path(log) / VECTORS).glob("*.npz")):
+        try:
+            with np.load(path, allow_pickle=False) as kept:
+                if "hashes" not in kept or not same_weights(json.loads(str(kept["made_by"]))[role], made_by):
+                    continue
+                found = kept["hashes"].tolist()
+                if role == "dense":
+                    rows = kept["dense"]
+                    dense += list(rows)
+                    indices += [None] * len(found)
+                    values += [None] * len(found)
+                else:
+                    pointer, at, weights = kept["splade_indptr"], kept["splade_indices"], kept["splade_data"]
+                    indices += [at[a:b] for a, b in zip(pointer[:-1], pointer[1:], strict=True)]
+                    values += [weights[a:b] for a, b in zip(pointer[:-1], pointer[1:], strict=True)]
+                    dense += [None] * len(found)
+                hashes += found
+        except (OSError, ValueError, KeyError):  # unreadable: its nodes are encoded by the build
+            continue
+    return pa.table(
+        {
+            "content_hash": pa.array(hashes, pa.string()),
+            "dense": pa.array(dense, pa.list_(pa.float32())),
+            "indices": pa.array(indices, pa.list_(pa.int32())),
+            "values": pa.array(values, pa.list_(pa.float32())),
+        }
+    )
 
 
 def _made_by(indexes: IndexSet) -> dict:
