@@ -78,6 +78,7 @@ DASK = Variable("GRAPHLAKE_DASK", None, "Run builds on Dask: a scheduler's addre
 REINDEX_CRON = Variable("GRAPHLAKE_REINDEX_CRON", "0 2 * * *", "When the scheduled reindex runs (cron, 5 fields, UTC).")
 FOLD_WRITES = Variable("GRAPHLAKE_FOLD_WRITES", 1000, "Pending writes of a lake-owned corpus that start a build folding them in (the fold sensor).", int, least=1)
 WRITE_BACKLOG = Variable("GRAPHLAKE_WRITE_BACKLOG", 2000, "Documents a process encodes for writes at once; a write past it is refused (429, Retry-After).", int, least=1)
+BUILD_NICE = Variable("GRAPHLAKE_BUILD_NICE", 10, "The CPU priority a build runs at below the searches (its nice value; 0: the same as theirs).", int, least=0, most=19)
 FOLD_AGE_S = Variable("GRAPHLAKE_FOLD_AGE_S", 300.0, "Seconds the oldest pending write of a lake-owned corpus waits before a build folds it in.", float, least=0)
 # Models
 MODEL_CACHE = Variable("GRAPHLAKE_MODEL_CACHE", None, "Folder for exported query-encoder graphs (default: ~/.cache/graphlake/_models).")
@@ -100,7 +101,7 @@ SQL_MEMORY_MB = Variable("GRAPHLAKE_SQL_MEMORY_MB", 2048, "Memory (MB) the SQL s
 
 VARIABLES: tuple[Variable, ...] = (
     HOME, SERVER, LOCK_WAIT, LEASE_S, CACHE,
-    DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S, WRITE_BACKLOG,
+    DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S, WRITE_BACKLOG, BUILD_NICE,
     MODEL_CACHE, ENCODER_PRECISION, DEVICE,
     LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, LLM_PRICE, LLM_TIMEOUT, LLM_RETRIES,
     API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SQL_TIMEOUT, SQL_MEMORY_MB,

@@ -17,6 +17,7 @@ import pyarrow as pa
 from dagster import Config, ConfigurableIOManager, ConfigurableResource, InitResourceContext, InputContext, MetadataValue, OutputContext
 from pydantic import PrivateAttr
 
+from graphlake.common.priority import yield_to_searches
 from graphlake.warehouse.corpora import CorpusRegistry, table_written_at
 from graphlake.warehouse.encoder_specs import ROLE_MARK
 from graphlake.warehouse.row_changes import row_changes
@@ -35,6 +36,7 @@ class _RunBoundLake(Config):
 
     def setup_for_execution(self, context: InitResourceContext) -> None:
         self._run_id = context.run.run_id if context.run else None
+        yield_to_searches()  # a build, not a search: it takes the CPU the searches leave
 
     @property
     def storage(self) -> LakeStorage:
