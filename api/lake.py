@@ -118,6 +118,7 @@ class GraphLake:
         with built(corpus):
             served = self.searchers.served(corpus)
             _method(served.methods, method, {}, 1).run("warm up", served.indexes)
+            served.searched.add(method)
 
     def loading(self, corpus: str) -> str | None:
         """The index of ``corpus`` being loaded now (``warm``, a first search), None when none is."""
@@ -246,6 +247,8 @@ class GraphLake:
                 raise RequestError(str(error)) from None
         pool = shown.pool(k)  # the ranked nodes that fill k hits once merged or grouped
         ops = {name: _method(generations[name].methods, method, overrides, pool) for name in names}
+        for generation in generations.values():
+            generation.served.searched.add(method)  # what a newer snapshot is warmed with before it serves
         cost = sum(estimate(_shape(generations[name], ops[name], queries, pool)) for name in names) if budget is not None else 0
         if budget is not None:
             for name, generation in generations.items():  # the pending writes' segments stay in memory between searches

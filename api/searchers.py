@@ -8,7 +8,12 @@ grown with their encodings kept, when the log moved on.
 
 A snapshot is current until a build commits a newer one of the corpus, of the lake-wide models, of
 the corpus a learned index of it trains on, or methods.yaml changes; a few stat calls tell. Searches
-already running finish on the generation they hold."""
+already running finish on the generation they hold. A newer snapshot of a corpus already served (a
+build committed; its declaration and methods.yaml as they were) is warmed in the background (the methods searched on the old one run once on it) while searches go on
+reading the old one, and swapped in when warm, as Lucene warms a new reader before it serves: a fold
+does not stall the searches. The old one answers exactly meanwhile: the writes the new one folded
+(and its build may have trimmed from the log) are read from the entries this process holds; when it
+does not hold every one of them, a search waits for the warm-up instead."""
 
 from __future__ import annotations
 
@@ -63,6 +68,7 @@ class Served:
     methods: Methods
     train: str  # the corpus its learned indexes train on (itself, unless it names a train_corpus)
     folded: int = 0  # a lake-owned corpus: the last write its snapshot folded
+    searched: set[str] = field(default_factory=set)  # the methods searched on it: what its successor is warmed with
     _gaps: dict[str, str | None] = field(default_factory=dict)
     _calibrations: dict[str, Calibration | str] = field(default_factory=dict)
 
@@ -95,6 +101,15 @@ class Served:
     def text_bytes(self) -> int:
         """The nodes' mean text length in bytes, which a search's memory is estimated by."""
         return max(1, int(pc.mean(pc.binary_length(self.indexes.snapshot.nodes().column("text"))).as_py() or 1))
+
+
+@dataclass
+class _Swap:
+    """A newer served snapshot of a corpus being warmed in the background, and when it was seen (its stamp)."""
+
+    served: Served
+    stamp: tuple[int, ...] | None
+    done: threading.Event = field(default_factory=threading.Event)
 
 
 @dataclass(frozen=True)
@@ -143,9 +158,9 @@ class SearcherManager:
         self._config = IndexConfig.resolve()  # the model cache and the device, resolved once for the lake
         self._served: dict[str, Served] = {}
         self._stamps: dict[str, tuple[int, ...] | None] = {}
-        self._fresh: dict[str, tuple[FreshSegment, Citable]] = {}
+        self._fresh: dict[str, dict[int, tuple[tuple, FreshSegment, Citable]]] = {}  # per lake-owned corpus, per served index set: its entries' segment
         self._read: dict[str, dict[int, tuple[Stamp, Write]]] = {}  # per lake-owned corpus: the log entries read so far, as they were on disk then
-        self._keys: dict[str, tuple] = {}  # per lake-owned corpus: the entries its kept fresh segment holds
+        self._swaps: dict[str, _Swap] = {}  # per corpus: its newer snapshot being warmed
         self._loading = threading.Lock()
         self._freshening = threading.Lock()
 
@@ -181,16 +196,18 @@ class SearcherManager:
     def acquire(self, corpus: str, after: int | None = None) -> Generation:
         """The generation a search of ``corpus`` starting now reads; ``after``: a write's number the
         search must include (an error when the log has no such write)."""
-        for attempt in range(2):
+        for attempt in range(3):
             known = self._served.get(corpus)  # a corpus read from its source has no log to list
             owned = known is None or known.indexes.snapshot.spec.format == LAKE_OWNED
             listed = _listed(self.home, corpus) if owned else {}  # before the snapshot is chosen: a write a fold trims meanwhile is in the snapshot served then
-            served = self.served(corpus)
+            served, swap = self._current(corpus)
             try:
-                return self._generation(served, listed, after)
+                return self._generation(served, listed, after, swap)
             except _Trimmed:  # a build committed and trimmed the log meanwhile: read its snapshot
-                if attempt:
+                if attempt == 2:
                     raise
+                if swap is not None:
+                    swap.done.wait()
         raise AssertionError("unreachable")
 
     def loading(self, corpus: str) -> str | None:
@@ -199,11 +216,20 @@ class SearcherManager:
         return None if served is None else served.indexes.loading
 
     def served(self, corpus: str) -> Served:
-        """The corpus's served snapshot as of the lake's current snapshots, loaded when a build committed newer ones."""
+        """The corpus's served snapshot: the lake's current one, or while that is warmed, the one before."""
+        return self._current(corpus)[0]
+
+    def _current(self, corpus: str) -> tuple[Served, _Swap | None]:
+        """The served snapshot a search reads now and, when it is not the lake's current one, the swap
+        warming that one. A corpus never served is loaded here; a newer snapshot of one served is
+        warmed in the background."""
         stamp = self._stamp(corpus)
         served = self._served.get(corpus)
         if served is not None and stamp is not None and self._stamps.get(corpus) == stamp:
-            return served  # nothing was committed or declared since: a few stat calls decide it
+            return served, None  # nothing was committed or declared since: a few stat calls decide it
+        swap = self._swaps.get(corpus)
+        if served is not None and swap is not None and stamp is not None and swap.stamp == stamp and not swap.done.is_set():
+            return served, swap
         registry = CorpusRegistry(self.home)  # read once for the request: the index set resolves the corpus's models through it
         declared = registry.all()
         if corpus not in declared:
@@ -212,20 +238,49 @@ class SearcherManager:
         version = self._version(lake, corpus, train, declared[corpus])
         if served is not None and served.version == version:
             self._stamps[corpus] = stamp
-            return served
+            return served, None
         with self._loading:
-            served = self._served.get(corpus)
-            if served is None or served.version != version:
-                pinned = lake.pinned(*dict.fromkeys((corpus, LAKE_SCOPE, train)))
-                version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, *version[3:])
-                folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
-                indexes = open_index_set(pinned, corpus, registry=registry, config=self._config)
-                served = Served(version, indexes, load_methods(self.home), train, folded)
-                self._served[corpus] = served
-            self._stamps[corpus] = stamp
-        return served
+            served, swap = self._served.get(corpus), self._swaps.get(corpus)
+            if served is not None and served.version == version:
+                self._stamps[corpus] = stamp
+                return served, None
+            if swap is not None and swap.served.version == version and not swap.done.is_set():
+                swap.stamp = stamp
+                return served, swap  # type: ignore[return-value]
+            pinned = lake.pinned(*dict.fromkeys((corpus, LAKE_SCOPE, train)))
+            version = (pinned.pins[corpus].number, pinned.pins[LAKE_SCOPE].number, pinned.pins[train].number, *version[3:])
+            folded = _folded(pinned, corpus) if declared[corpus].format == LAKE_OWNED else 0
+            newer = Served(version, open_index_set(pinned, corpus, registry=registry, config=self._config), load_methods(self.home), train, folded)
+            if served is None or not served.searched or served.version[3:] != version[3:]:  # nothing to answer from or to warm, or a declaration changed: served at once
+                self._served[corpus], self._stamps[corpus] = newer, stamp
+                return newer, None
+            self._swaps[corpus] = swap = _Swap(newer, stamp)
+        threading.Thread(target=self._warm, args=(corpus, served, swap), name=f"warm {corpus}", daemon=True).start()
+        return served, swap
 
-    def _generation(self, served: Served, listed: dict[int, Stamp], after: int | None) -> Generation:
+    def _warm(self, corpus: str, old: Served, swap: _Swap) -> None:
+        """Load what searches of ``old`` read on its successor (each method searched, once; the tables
+        hits are made from; the fresh segment of the writes it has not folded), then serve it."""
+        newer = swap.served
+        try:
+            for method in sorted(old.searched):
+                if method in newer.methods:
+                    newer.methods[method].run("warm up", newer.indexes)
+                    newer.searched.add(method)
+            newer.citable(), newer.text_bytes(), newer.indexes.snapshot.node_ids
+            if newer.indexes.snapshot.spec.format == LAKE_OWNED:
+                self._generation(newer, _listed(self.home, corpus), None)
+        except Exception as error:  # what it could not load, a search loads (and reports) itself
+            logger.warning("corpus %r: warming snapshot %s failed (%s); searches load it", corpus, newer.version[0], error)
+        finally:
+            with self._loading:
+                if self._swaps.get(corpus) is swap:
+                    self._served[corpus] = newer
+                    self._stamps[corpus] = swap.stamp
+                    del self._swaps[corpus]
+            swap.done.set()
+
+    def _generation(self, served: Served, listed: dict[int, Stamp], after: int | None, swap: _Swap | None = None) -> Generation:
         corpus = served.corpus
         if served.indexes.snapshot.spec.format != LAKE_OWNED:
             if after is not None:
@@ -234,7 +289,10 @@ class SearcherManager:
         from graphlake.warehouse.write_log import WriteLog
 
         log = WriteLog(self.home, corpus, lambda: served.folded)
-        entries = {seq: stamp for seq, stamp in sorted(listed.items()) if seq > served.folded}  # every write acknowledged before the search started
+        entries = {seq: stamp for seq, stamp in listed.items() if seq > served.folded}  # every write acknowledged before the search started
+        if swap is not None and swap.served.folded > served.folded:
+            entries |= self._remembered(corpus, served.folded, swap.served.folded, listed)
+        entries = dict(sorted(entries.items()))
         last = max(entries, default=served.folded)
         if after is not None and after > last:
             raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
@@ -242,6 +300,17 @@ class SearcherManager:
             return Generation(served, None, served.citable())
         segment, citable = self._segment(served, log, entries)
         return Generation(served, segment, citable)
+
+    def _remembered(self, corpus: str, folded: int, newer: int, listed: dict[int, Stamp]) -> dict[int, Stamp]:
+        """The entries numbered ``folded``+1 to ``newer`` (what a newer snapshot folded, which its build
+        may have trimmed already) that the log no longer lists, as this process read them; ``_Trimmed``
+        when it did not read every one: the old snapshot cannot answer without them."""
+        with self._freshening:
+            read = self._read.get(corpus, {})
+            kept = {seq: read[seq][0] for seq in range(folded + 1, newer + 1) if seq not in listed and seq in read}
+        if any(seq not in listed and seq not in kept for seq in range(folded + 1, newer + 1)):
+            raise _Trimmed
+        return kept
 
     def _segment(self, served: Served, log, entries: dict[int, Stamp]) -> tuple[FreshSegment, Citable]:
         """The fresh segment of exactly the log's ``entries`` as they are on disk now: the one made last
@@ -252,9 +321,11 @@ class SearcherManager:
 
         corpus, key = served.corpus, tuple(entries.items())
         with self._freshening:
-            kept = self._fresh.get(corpus)
-            if kept is not None and kept[0].indexes is served.indexes and self._keys.get(corpus) == key:
-                return kept
+            segments = self._fresh.setdefault(corpus, {})
+            kept = segments.get(id(served.indexes))
+            if kept is not None and kept[1].indexes is served.indexes and kept[0] == key:
+                return kept[1], kept[2]
+            before = kept or next(reversed(segments.values()), None)  # the last made: the encodings it reuses
             read = self._read.setdefault(corpus, {})
             for seq in [seq for seq in read if seq not in entries]:
                 del read[seq]
@@ -267,10 +338,11 @@ class SearcherManager:
                             raise _Trimmed from None
                         raise DamagedLog(str(error)) from None
             with built(corpus):
-                segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=kept[0] if kept else None, log=log.folder)
-            self._fresh[corpus] = kept = (segment, Citable(segment.tables))
-            self._keys[corpus] = key
-        return kept
+                segment = FreshSegment(served.indexes, [read[seq][1] for seq in entries], max(entries), before=before[1] if before else None, log=log.folder)
+            live = {id(candidate.indexes) for candidate in (self._served.get(corpus), getattr(self._swaps.get(corpus), "served", None)) if candidate is not None}
+            made = (key, segment, Citable(segment.tables))
+            self._fresh[corpus] = {at: old for at, old in segments.items() if at in live and at != id(served.indexes)} | {id(served.indexes): made}
+        return made[1], made[2]
 
     def _version(self, lake: LakeStorage, corpus: str, train: str, spec: CorpusSpec) -> tuple:
         """What a served snapshot is made of: the snapshots it reads, methods.yaml as of its last change, and

@@ -317,6 +317,50 @@ def test_writes_are_encoded_once_kept_and_pushed_back_past_the_bound(notes, tmp_
         server.stop()
 
 
+def test_a_fold_is_warmed_before_it_serves_and_the_old_snapshot_answers_exactly_meanwhile(notes, monkeypatch):
+    """After a fold commits, a lake that searched the corpus keeps answering from the snapshot before
+    while the new one is warmed (the writes the fold took and trimmed from the log come from the entries
+    it read), then serves the new one; a lake that never read those entries waits for the warm-up. The
+    warm-up is held back here by an event (on 8 documents it takes milliseconds; on a real corpus,
+    seconds): everything else is the lake's own code."""
+    from graphlake.api.searchers import SearcherManager
+
+    release, warming = threading.Event(), threading.Event()
+    original = SearcherManager._warm
+
+    def held(self, *args):
+        warming.set()
+        release.wait(60)
+        original(self, *args)
+
+    monkeypatch.setattr(SearcherManager, "_warm", held)
+    reader, late = GraphLake(notes), GraphLake(notes)
+    late.search("notes", "bm25", "kelp", k=3)  # served, but it reads none of the writes below
+    reader.upsert("notes", [{"id": "otter", "text": "Sea otters returned to the Aldersey kelp beds in spring."}])
+    gone = reader.delete("notes", ["d01"])
+    question = "Sea otters returned to the Aldersey kelp beds"
+    assert [h.doc_id for h in reader.search("notes", "bm25", question, k=1).hits] == ["otter"]
+    before = reader.searchers.served("notes")
+    cli("materialize", "--corpus", "notes")
+    assert not list((notes / "writes" / "notes").glob("*.json"))  # folded and trimmed
+
+    hits = reader.search("notes", "bm25", question, k=50, after_write=gone.seq).hits  # the old snapshot, with the entries it read
+    assert warming.is_set() and reader.searchers.served("notes") is before
+    assert [(h.doc_id, h.fresh) for h in hits][:1] == [("otter", True)] and "d01" not in {h.doc_id for h in hits}
+    meanwhile = reader.searchers.acquire("notes")
+    assert meanwhile.served is before and (meanwhile.fresh.through, meanwhile.fresh.touched) == (gone.seq, ["d01", "otter"])
+    threading.Timer(1.0, release.set).start()
+    started = time.monotonic()
+    waited = late.search("notes", "bm25", question, k=50).hits  # it cannot answer from the old one: it waits for the new
+    assert time.monotonic() - started >= 0.9 and [(h.doc_id, h.fresh) for h in waited][:1] == [("otter", False)] and "d01" not in {h.doc_id for h in waited}
+    for _ in range(100):
+        if reader.searchers.served("notes") is not before:
+            break
+        time.sleep(0.05)
+    now = reader.searchers.acquire("notes")
+    assert now.served is not before and now.fresh is None and [(h.doc_id, h.fresh) for h in reader.search("notes", "bm25", question, k=1).hits] == [("otter", False)]
+
+
 def test_chaos_two_servers_a_killed_server_and_a_killed_fold_lose_and_resurrect_nothing(notes, tmp_path):
     """Two writers and two searchers on two servers of one lake for ~40 s, while one server is killed
     (SIGKILL) and restarted and a fold is killed at a random moment. Every acknowledged write is then
