@@ -2,7 +2,9 @@
 search engine throttles its merges, so that a fold or a reindex on the machine a server runs on takes
 the cores the searches leave rather than half of them. Linux keeps a priority per thread and a thread
 inherits its creator's: set where a run starts, it holds for the encoders' and the executor's threads
-made after it."""
+made after it. An unprivileged process cannot raise its priority back, so a process that runs a build
+in itself (a notebook materializing in process) keeps it afterwards: set ``GRAPHLAKE_BUILD_NICE=0``
+there."""
 
 from __future__ import annotations
 
