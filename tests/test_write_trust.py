@@ -282,12 +282,12 @@ def test_writes_are_encoded_once_kept_and_pushed_back_past_the_bound(notes, tmp_
 
     written = [GraphLake(notes).upsert("notes", [{"id": f"n{w}-{i}", "text": f"Note {i} of batch {w} about the kelp transects."} for i in range(5)]) for w in range(4)]
     vectors = notes / "writes" / "notes" / "vectors"
-    assert sorted(p.name for p in vectors.iterdir()) == [f"{w.seq:012d}.npz" for w in written]
+    assert sorted(p.name for p in vectors.iterdir()) == [f"{w.seq:012d}.arrow" for w in written]
     restarted = GraphLake(notes)
     assert restarted.searchers.acquire("notes").fresh.encoded_here == 0
     assert "n2-3" in {h.doc_id for h in restarted.search("notes", "dense", "Note 3 of batch 2 about the kelp transects.", k=3).hits}
-    (vectors / f"{written[1].seq:012d}.npz").unlink()
-    assert GraphLake(notes).searchers.acquire("notes").fresh.encoded_here == 5 and (vectors / f"{written[1].seq:012d}.npz").is_file()
+    (vectors / f"{written[1].seq:012d}.arrow").unlink()
+    assert GraphLake(notes).searchers.acquire("notes").fresh.encoded_here == 5 and (vectors / f"{written[1].seq:012d}.arrow").is_file()
 
     server = Server(notes, tmp_path / "server.log", KEY, {"GRAPHLAKE_WRITE_BACKLOG": "50"})
     remote = RemoteLake(server.url, api_key=KEY)
@@ -529,7 +529,7 @@ server.terminate()
 server.wait()
 log = home / "writes" / "notes"
 vectors = log / "vectors"  # each acknowledged write's vectors, where the disk had room for them
-print("LEFT", sorted(n for n in os.listdir(log) if not n.endswith(".json") and n != "vectors") + sorted(n for n in os.listdir(vectors) if not n.endswith(".npz")) + sorted(n for n in os.listdir(home) if n.startswith(".")))
+print("LEFT", sorted(n for n in os.listdir(log) if not n.endswith(".json") and n != "vectors") + sorted(n for n in os.listdir(vectors) if not n.endswith(".arrow")) + sorted(n for n in os.listdir(home) if n.startswith(".")))
 print("READ", len(corpus_log(home, "notes").pending()) == acknowledged)
 """
 

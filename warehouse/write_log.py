@@ -80,8 +80,8 @@ class WriteLogError(ValueError):
     path, never the machine's) and the command that sets it aside."""
 
 
-VECTORS = "vectors"  # the pending writes' vectors, <seq>.npz, kept by the process that encoded them (retrieval/pending/encodings.py)
-_VECTORS = re.compile(r"^(\d{12})\.npz$")
+VECTORS, VECTORS_SUFFIX = "vectors", ".arrow"  # the pending writes' vectors, <seq>.arrow, kept by the process that encoded them (retrieval/pending/encodings.py)
+_VECTORS = re.compile(r"^(\d{12})\.arrow$")
 HIGH_WATER = "high-water"  # the largest number a repair saw: the next write takes a larger one
 Stamp = tuple[int, int, int]  # an entry file's inode, size and modification time: an entry changed on disk has another
 

@@ -1,12 +1,16 @@
 """The encodings of pending documents, made once: by the process that acknowledges a write, before it
 does (``api/searchers.py``), and kept beside the log as the write's vectors,
-``writes/<corpus>/vectors/<seq>.npz`` (``warehouse/write_log.py`` removes them with their entry). Every
+``writes/<corpus>/vectors/<seq>.arrow`` (``warehouse/write_log.py`` removes them with their entry). Every
 searcher of the lake reads them back, a server restarted or another one, so a search encodes nothing
 but a write whose vectors were never kept (a crash between its entry and its vectors, another model
-since) and keeps them then. The nodes themselves are chunked again when read (deterministic, cheap);
-what the file holds is what cost the time: the dense rows and the SPLADE weights, with the models and
-the chunking that made them, checked on reading, and each node's content hash, by which the fold's
-build takes them as it takes the previous build's vectors (``assets/vectors/encoders.py``).
+since) and keeps them then.
+
+The file is one Arrow table, a row per node, holding all that cost time to make: the node rows as the
+build stores them (chunking runs spaCy's sentencizer, 6 ms a document), their BM25 tokens, the dense
+rows and the SPLADE weights, and each node's content hash, by which the fold's build takes them as it
+takes the previous build's vectors (``assets/vectors/encoders.py``); its schema's metadata name the
+models and the chunking that made them, checked on reading. One memory-mapped read a write: a server
+restarted with a thousand pending writes reads them back in a fraction of a second.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,7 +31,8 @@ from graphlake.retrieval.index.tables import retrieval_text
 from graphlake.warehouse.digest import content_hash
 from graphlake.warehouse.encoder_specs import same_weights
 from graphlake.warehouse.node_rows import node_rows
-from graphlake.warehouse.write_log import VECTORS
+from graphlake.warehouse.tables import row_schema
+from graphlake.warehouse.write_log import VECTORS, VECTORS_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -52,81 +58,122 @@ def encode(indexes: IndexSet, documents: list[dict]) -> dict[str, Encoded]:
 
 def store(log: Path, seq: int, indexes: IndexSet, encoded: dict[str, Encoded]) -> None:
     """Keep write ``seq``'s vectors beside the log (replaced whole: a reader sees all of them or none)."""
-    parts = list(encoded.values())
-    splade = sp.csr_matrix(sp.vstack([e.splade for e in parts], format="csr")) if parts else sp.csr_matrix((0, 1))
+    table = _kept(indexes, encoded)
     folder = Path(log) / VECTORS
     folder.mkdir(exist_ok=True)
     staged = folder / f".{uuid.uuid4().hex}.tmp"
     try:
-        with open(staged, "wb") as handle:
-            np.savez(
-                handle,
-                made_by=np.array(json.dumps(_made_by(indexes))),
-                ids=np.array(list(encoded), dtype=np.str_),
-                hashes=np.array([content_hash(retrieval_text(e.title, t)) for e in parts for t in e.nodes.column("text").to_pylist()], dtype=np.str_),
-                dense=np.concatenate([e.dense for e in parts]) if parts else np.zeros((0, 1), np.float32),
-                splade_data=splade.data, splade_indices=splade.indices, splade_indptr=splade.indptr, splade_shape=np.array(splade.shape),
-            )  # fmt: skip
-            handle.flush()
+        with pa.OSFile(str(staged), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        with open(staged, "rb+") as handle:
             os.fsync(handle.fileno())
-        os.replace(staged, folder / f"{seq:012d}.npz")
+        os.replace(staged, _path(log, seq))
     finally:
         staged.unlink(missing_ok=True)
 
 
 def stored(log: Path, seq: int, indexes: IndexSet, documents: list[dict]) -> dict[str, Encoded] | None:
     """Write ``seq``'s kept vectors of ``documents`` (its upserted ones, as rows), None when none were
-    kept, or by other models, or for other nodes than these documents chunk into now."""
-    try:
-        with np.load(Path(log) / VECTORS / f"{seq:012d}.npz", allow_pickle=False) as kept:
-            if json.loads(str(kept["made_by"])) != _made_by(indexes) or kept["ids"].tolist() != [d["doc_id"] for d in documents]:
-                return None
-            dense, shape = kept["dense"], tuple(kept["splade_shape"])
-            splade = sp.csr_matrix((kept["splade_data"], kept["splade_indices"], kept["splade_indptr"]), shape=shape)
-    except (OSError, ValueError, KeyError):  # absent or unreadable: encoded again, never served wrong
+    kept, or by other models, or for other nodes than these documents hold."""
+    table = _read(_path(log, seq))
+    if table is None or _meta(table, "made_by") != _made_by(indexes) or _meta(table, "ids") != [d["doc_id"] for d in documents]:
         return None
-    nodes = _chunked(indexes, documents)
-    texts = _texts(documents, nodes)
-    if len(texts) != dense.shape[0] or len(texts) != splade.shape[0]:
+    ids, owners = _meta(table, "ids"), table.column("doc_id").to_pylist()
+    held = Counter(owners)
+    if owners != [doc_id for doc_id in ids for _ in range(held[doc_id])]:  # the nodes in the write's order
         return None
-    return _encoded(documents, nodes, texts, dense, splade)
+    bounds = np.cumsum([0] + [held[doc_id] for doc_id in ids])
+    nodes = table.select(row_schema("nodes").names)
+    parts = [nodes.slice(a, b - a) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+    if not _fits(documents, parts):
+        return None
+    splade = _csr(table.column("splade_indices"), table.column("splade_values"), int(_meta(table, "splade_width")))
+    stems = [tuple(words) for words in table.column("stems").to_pylist()]
+    return _encoded(documents, parts, _texts(documents, parts), _dense(table.column("dense")), splade, stems)
 
 
 def kept_rows(log: Path, role: str, made_by: dict[str, str]) -> pa.Table:
     """Every kept vector of the log's pending writes made by ``made_by``'s weights for ``role``
     (``dense`` or ``sparse``), as the build's vector rows (content_hash, dense, indices, values): what
     a fold takes instead of encoding those nodes again. A file that cannot be read is left out."""
-    hashes: list[str] = []
-    dense: list = []
-    indices: list = []
-    values: list = []
-    for path in sorted((Path(log) / VECTORS).glob("*.npz")):
-        try:
-            with np.load(path, allow_pickle=False) as kept:
-                if "hashes" not in kept or not same_weights(json.loads(str(kept["made_by"]))[role], made_by):
-                    continue
-                found = kept["hashes"].tolist()
-                if role == "dense":
-                    rows = kept["dense"]
-                    dense += list(rows)
-                    indices += [None] * len(found)
-                    values += [None] * len(found)
-                else:
-                    pointer, at, weights = kept["splade_indptr"], kept["splade_indices"], kept["splade_data"]
-                    indices += [at[a:b] for a, b in zip(pointer[:-1], pointer[1:], strict=True)]
-                    values += [weights[a:b] for a, b in zip(pointer[:-1], pointer[1:], strict=True)]
-                    dense += [None] * len(found)
-                hashes += found
-        except (OSError, ValueError, KeyError):  # unreadable: its nodes are encoded by the build
+    found = []
+    for path in sorted((Path(log) / VECTORS).glob(f"*{VECTORS_SUFFIX}")):
+        table = _read(path)
+        if table is None or not same_weights(_meta(table, "made_by")[role], made_by):
             continue
-    return pa.table(
-        {
-            "content_hash": pa.array(hashes, pa.string()),
-            "dense": pa.array(dense, pa.list_(pa.float32())),
-            "indices": pa.array(indices, pa.list_(pa.int32())),
-            "values": pa.array(values, pa.list_(pa.float32())),
-        }
-    )
+        floats, ints = (pa.nulls(table.num_rows, pa.list_(kind)) for kind in (pa.float32(), pa.int32()))
+        if role == "dense":
+            columns = [table.column("dense").cast(pa.list_(pa.float32())), ints, floats]
+        else:
+            columns = [floats, table.column("splade_indices"), table.column("splade_values")]
+        found.append(pa.table([table.column("retrieval_hash"), *columns], schema=_VECTOR_ROWS))
+    return pa.concat_tables(found) if found else _VECTOR_ROWS.empty_table()
+
+
+_VECTOR_ROWS = pa.schema([("content_hash", pa.string()), ("dense", pa.list_(pa.float32())), ("indices", pa.list_(pa.int32())), ("values", pa.list_(pa.float32()))])
+
+
+def _path(log: Path, seq: int) -> Path:
+    return Path(log) / VECTORS / f"{seq:012d}{VECTORS_SUFFIX}"
+
+
+def _kept(indexes: IndexSet, encoded: dict[str, Encoded]) -> pa.Table:
+    """The file's table: a row per node, its schema's metadata the models, the ids and SPLADE's width."""
+    parts = list(encoded.values())
+    schema = row_schema("nodes")
+    nodes = pa.concat_tables([e.nodes.select(schema.names).cast(schema) for e in parts]) if parts else schema.empty_table()
+    dense = np.concatenate([e.dense for e in parts]).astype(np.float32) if parts else np.zeros((0, 1), np.float32)
+    splade = _stacked_csr([e.splade for e in parts])
+    pointer = pa.array(splade.indptr.astype(np.int32))
+    titles = [e.title for e in parts for _ in range(e.nodes.num_rows)]
+    columns = {
+        **{name: nodes.column(name) for name in schema.names},
+        "retrieval_hash": pa.array([content_hash(retrieval_text(title, text)) for title, text in zip(titles, nodes.column("text").to_pylist(), strict=True)], pa.string()),
+        "dense": pa.FixedSizeListArray.from_arrays(pa.array(dense.reshape(-1)), dense.shape[1]),
+        "splade_indices": pa.ListArray.from_arrays(pointer, pa.array(splade.indices.astype(np.int32))),
+        "splade_values": pa.ListArray.from_arrays(pointer, pa.array(splade.data.astype(np.float32))),
+        "stems": pa.array([list(words) for e in parts for words in e.stems], pa.list_(pa.string())),
+    }
+    metadata = {"made_by": _made_by(indexes), "ids": list(encoded), "splade_width": splade.shape[1]}
+    return pa.table(columns).replace_schema_metadata({key: json.dumps(value) for key, value in metadata.items()})
+
+
+def _read(path: Path) -> pa.Table | None:
+    """A kept file's table, None when absent or unreadable (encoded again, never served wrong)."""
+    try:
+        with pa.memory_map(str(path)) as source:
+            return pa.ipc.open_file(source).read_all()
+    except (OSError, pa.ArrowInvalid):
+        return None
+
+
+def _meta(table: pa.Table, key: str):
+    return json.loads((table.schema.metadata or {}).get(key.encode(), b"null"))
+
+
+def _fits(documents: list[dict], parts: list[pa.Table]) -> bool:
+    """Whether each document's kept nodes are slices of its text as it is now."""
+    for document, nodes in zip(documents, parts, strict=True):
+        text = document["text"]
+        for start, end, piece in zip(*(nodes.column(c).to_pylist() for c in ("start", "end", "text")), strict=True):
+            if text[start:end] != piece or not 0 <= start < end:
+                return False
+    return True
+
+
+def _dense(column: pa.ChunkedArray) -> np.ndarray:
+    array = column.combine_chunks()
+    return array.values.to_numpy(zero_copy_only=False).reshape(len(array), array.type.list_size)
+
+
+def _csr(indices: pa.ChunkedArray, values: pa.ChunkedArray, width: int) -> sp.csr_matrix:
+    at, weights = indices.combine_chunks(), values.combine_chunks()
+    pointer = at.offsets.to_numpy()
+    return sp.csr_matrix((weights.values.to_numpy(), at.values.to_numpy(), pointer - pointer[0]), shape=(len(at), width))
+
+
+def _stacked_csr(parts: list[sp.csr_matrix]) -> sp.csr_matrix:
+    return sp.csr_matrix(sp.vstack(parts, format="csr")) if parts else sp.csr_matrix((0, 1), dtype=np.float32)
 
 
 def _made_by(indexes: IndexSet) -> dict:
@@ -148,10 +195,14 @@ def _texts(documents: list[dict], nodes: list[pa.Table]) -> list[str]:
     return [retrieval_text(d["title"], text) for d, table in zip(documents, nodes, strict=True) for text in table.column("text").to_pylist()]
 
 
-def _encoded(documents: list[dict], nodes: list[pa.Table], texts: list[str], dense: np.ndarray, splade: sp.csr_matrix) -> dict[str, Encoded]:
+def _encoded(documents: list[dict], nodes: list[pa.Table], texts: list[str], dense: np.ndarray, splade: sp.csr_matrix, tokens: list[tuple[str, ...]] | None = None) -> dict[str, Encoded]:
+    """By id, each document's nodes and their rows of ``dense``, ``splade`` and ``tokens`` (its BM25
+    tokens, counted here when not kept)."""
     from graphlake.kernels.text.bm25 import stems
 
-    tokens, found, at = stems(texts) if texts else [], {}, 0
+    if tokens is None:
+        tokens = stems(texts) if texts else []
+    found, at = {}, 0
     for document, table in zip(documents, nodes, strict=True):
         n = table.num_rows
         found[document["doc_id"]] = Encoded(document["title"], document["text"], table, dense[at : at + n], splade[at : at + n], tuple(tokens[at : at + n]))
