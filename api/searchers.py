@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.results import DamagedLog, IndexNotBuilt, RequestError, UnknownName
+from graphlake.common.memory import release_freed
 from graphlake.common.once import once
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import Methods
@@ -183,6 +184,7 @@ class SearcherManager:
         with self.backlog.holding(len(documents)), built(corpus):
             indexes = self.served(corpus).indexes
             encoded = encode(indexes, list(rows.values()))
+        release_freed()  # the activations' pages: the budget counts the segment, not the encoder's peak
         folder = WriteLog(self.home, corpus, lambda: 0).folder
 
         def keep(seq: int) -> None:

@@ -418,6 +418,7 @@ def main() -> None:
         p.add_argument("--restart", type=int, default=1000, help="single-document writes pending at the restart")
         p.add_argument("--pending", type=int, default=10000, help="documents pending in the last phase")
     parser.add_argument("--before", help="git revision measured beside the working tree")
+    parser.add_argument("--after", help="git revision measured instead of the working tree (so that it can change meanwhile)")
     parser.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "live_writes.md")
     args = parser.parse_args()
     if args.command == "arm":
@@ -430,7 +431,11 @@ def main() -> None:
         if args.before:
             with revision_on_path(args.before) as shim:
                 arms[args.before] = run_arm("before", shim, Path(scratch), args, methods)
-        arms["working tree"] = run_arm("after", None, Path(scratch), args, methods)
+        if args.after:
+            with revision_on_path(args.after) as shim:
+                arms[args.after] = run_arm("after", shim, Path(scratch), args, methods)
+        else:
+            arms["working tree"] = run_arm("after", None, Path(scratch), args, methods)
     lines = report(arms, args, "benchmarks/live_writes.py " + shlex.join(sys.argv[1:]))
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text("\n".join(lines) + "\n", encoding="utf-8")
