@@ -110,7 +110,7 @@ class SegmentBM25:
     statistics summed over segments). The base's own scores stay as built."""
 
     vocabulary: dict[str, int]
-    weights: sp.csr_matrix  # (texts, vocabulary)
+    by_word: sp.csr_matrix  # (vocabulary, texts): each word's weight in each text, by word so that a query's words select rows
 
     @classmethod
     def of(cls, texts: list[tuple[str, ...]], base: BM25Index | None = None, base_mean_length: float = 0.0) -> SegmentBM25:
@@ -132,7 +132,7 @@ class SegmentBM25:
         coo = counts.tocoo()
         norm = k1 * ((1 - b) + b * lengths[coo.row] / max(length_sum / max(total, 1.0), 1e-9))
         weights = idf[coo.col] * coo.data / (norm + coo.data)
-        return cls(vocabulary, sp.csr_matrix((weights.astype(np.float32), (coo.row, coo.col)), shape=counts.shape))
+        return cls(vocabulary, sp.csr_matrix((weights.astype(np.float32), (coo.col, coo.row)), shape=counts.shape[::-1]))
 
     def scores(self, queries: list[str]) -> np.ndarray:
         """``(queries, texts)``: each query's BM25 score of each text (its words' counts times their weights)."""
@@ -141,4 +141,4 @@ class SegmentBM25:
         rows = np.repeat(np.arange(len(queries)), [len(c) for c in columns])
         counts = sp.csr_matrix((np.ones(len(rows), np.float32), (rows, np.fromiter((c for cs in columns for c in cs), dtype=np.int64, count=len(rows)))), shape=(len(queries), len(self.vocabulary)))
         counts.sum_duplicates()
-        return np.asarray((counts @ self.weights.T).todense(), np.float64)
+        return np.asarray((counts @ self.by_word).todense(), np.float64)

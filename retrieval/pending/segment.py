@@ -81,6 +81,10 @@ class FreshSegment:
 
     def __len__(self) -> int:
         """Its nodes."""
+        return self._nodes
+
+    @cached_property
+    def _nodes(self) -> int:
         return sum(e.nodes.num_rows for e in self.encoded.values())
 
     @cached_property
@@ -112,11 +116,11 @@ class FreshSegment:
         """Each query's top ``k`` pending nodes by ``signal`` (``SIGNALS``; ``encoded``: the queries' dense
         rows or SPLADE weights), on the snapshot's scale, rows past the snapshot's; ``allowed``: a mask
         over the pending nodes."""
-        dense, splade, bm25 = self._matrices
+        dense, splade_by_term, bm25 = self._matrices
         if signal == "dense":
             scores = np.asarray(encoded, np.float32).reshape(len(queries), -1) @ dense.T
         elif signal == "splade":
-            scores = np.asarray((encoded @ splade.T).todense())
+            scores = np.asarray((sp.csr_matrix(encoded) @ splade_by_term).todense())
         else:
             scores = bm25.scores(queries)
         scores = np.asarray(scores, np.float64).reshape(len(queries), len(self))
@@ -131,15 +135,16 @@ class FreshSegment:
 
     @cached_property
     def _matrices(self) -> tuple[np.ndarray, sp.csr_matrix, SegmentBM25]:
-        """The pending nodes' dense rows, SPLADE rows and BM25 index, in node order."""
+        """The pending nodes' dense rows, their SPLADE weights by term (a query's terms select rows: no
+        transpose per search) and BM25 index, in node order."""
         from graphlake.kernels.text.bm25 import SegmentBM25
 
         encoded = [self.encoded[d] for d in self.present]
         built = self.indexes.snapshot.built
         bm25 = SegmentBM25.of([s for e in encoded for s in e.stems], self.indexes.bm25 if built else None, self.indexes.derived(BM25_MEAN_LENGTH) if built else 0.0)
         if not encoded:
-            return np.zeros((0, 1), np.float32), sp.csr_matrix((0, 1), dtype=np.float32), bm25
-        return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]), bm25
+            return np.zeros((0, 1), np.float32), sp.csr_matrix((1, 0), dtype=np.float32), bm25
+        return np.concatenate([e.dense for e in encoded]), _stacked([e.splade for e in encoded]).T.tocsr(), bm25
 
 
 class FreshTables(Snapshot):
