@@ -17,7 +17,25 @@ from typing import Any
 _WHERE = {
     **dict.fromkeys(("GraphLake", "open_lake"), "graphlake.api.lake"),
     **dict.fromkeys(("MAX_BATCH", "MAX_K", "MAX_QUERY_CHARS"), "graphlake.api.validation"),
-    **dict.fromkeys(("CorpusInfo", "DamagedLog", "DiskFull", "Hit", "IndexNotBuilt", "MethodInfo", "Overloaded", "RequestError", "RowsCut", "SearchResult", "UnknownName"), "graphlake.api.results"),
+    **dict.fromkeys(
+        (
+            "CorpusBusy",
+            "CorpusInfo",
+            "DamagedLog",
+            "DiskFull",
+            "DocumentPage",
+            "Hit",
+            "IndexNotBuilt",
+            "MethodInfo",
+            "Overloaded",
+            "RequestError",
+            "RowsCut",
+            "SearchResult",
+            "StoredDocument",
+            "UnknownName",
+        ),
+        "graphlake.api.results",
+    ),
     **dict.fromkeys(("RemoteLake", "ServerError"), "graphlake.api.client"),
 }
 __all__ = sorted(_WHERE)

@@ -13,7 +13,23 @@ from urllib.parse import quote
 import httpx
 import pyarrow as pa
 
-from graphlake.api.results import CorpusInfo, DiskFull, Hit, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, UnknownName, Written, refused_as_request
+from graphlake.api.results import (
+    CorpusBusy,
+    CorpusInfo,
+    DiskFull,
+    DocumentPage,
+    Hit,
+    IndexNotBuilt,
+    MethodInfo,
+    Overloaded,
+    RequestError,
+    RowsCut,
+    SearchResult,
+    StoredDocument,
+    UnknownName,
+    Written,
+    refused_as_request,
+)
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.filters import Filter
 from graphlake.warehouse.write_checks import checked_documents, checked_ids
@@ -26,7 +42,8 @@ class ServerError(RuntimeError):
 class RemoteLake:
     """The lake a server at ``url`` serves, with ``GraphLake``'s calls: ``search`` and ``search_batch``
     (and their awaitable ``asearch`` and ``asearch_batch``), ``corpora``, ``methods``, ``warm``, ``sql``,
-    ``create_corpus``, ``upsert``, ``delete`` and ``as_retriever``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
+    ``create_corpus``, ``upsert``, ``delete``, ``get_documents``, ``list_documents``, ``embed``, ``drop_corpus`` and
+    ``as_retriever``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) is sent when set."""
 
     def __init__(self, url: str, api_key: str | None = None, timeout: float = 300.0) -> None:
         self.url = url.rstrip("/")
@@ -121,6 +138,24 @@ class RemoteLake:
         """The ids of the corpus's documents that pass ``filter``, as ``GraphLake.document_ids``."""
         return self._post(f"/corpora/{quote(corpus, safe='')}/ids", {"filter": _filter(filter)})["ids"]
 
+    def get_documents(self, corpus: str, ids: list[str]) -> list[StoredDocument]:
+        """The documents with these ids, as ``GraphLake.get_documents``."""
+        wanted = refused_as_request(checked_ids, ids) if ids else []
+        return [StoredDocument(**item) for item in self._post(f"/corpora/{quote(corpus, safe='')}/documents/get", {"ids": wanted})] if wanted else []
+
+    def list_documents(self, corpus: str, after: str | None = None, limit: int = 100, filter: Filter | dict | str | None = None) -> DocumentPage:
+        """A page of the corpus's documents in id order, as ``GraphLake.list_documents``."""
+        page = self._post(f"/corpora/{quote(corpus, safe='')}/documents/list", {"after": after, "limit": limit, "filter": _filter(filter)})
+        return DocumentPage([StoredDocument(**item) for item in page["documents"]], page["next"])
+
+    def embed(self, corpus: str, texts: list[str], kind: str = "passage") -> list[list[float]]:
+        """``texts`` as the corpus's dense model encodes them, as ``GraphLake.embed``."""
+        return self._post("/embed", {"corpus": corpus, "texts": texts, "kind": kind})["vectors"]
+
+    def drop_corpus(self, name: str) -> bool:
+        """Have the server remove a corpus, as ``GraphLake.drop_corpus``."""
+        return self._read(self._send("DELETE", f"/corpora/{quote(name, safe='')}", None))["dropped"]
+
     def warm(self, corpus: str, method: str) -> None:
         """Have the server load what ``method`` reads on ``corpus`` now."""
         self._post("/warm", {"corpus": corpus, "method": method})
@@ -176,7 +211,7 @@ class RemoteLake:
         message = answer.json().get("error", answer.text) if json_answer else answer.text
         if answer.status_code == 429:
             raise Overloaded(message, int(answer.headers.get("retry-after", "1")))
-        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError, 507: DiskFull}.get(answer.status_code, ServerError)(message)
+        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError, 423: CorpusBusy, 507: DiskFull}.get(answer.status_code, ServerError)(message)
 
 
 def _body(corpus: Any, method: str, k: int, filter: Any, overrides: dict, **query: Any) -> dict:

@@ -11,6 +11,7 @@ Beside the facade: the arguments' checks (``validation.py``), the hits that cite
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -21,14 +22,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, give_memory_back
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
 from graphlake.api.hit_spans import Shown
-from graphlake.api.results import CorpusInfo, MethodInfo, RequestError, RowsCut, SearchResult, UnknownName, Written
+from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, MethodInfo, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written, refused_as_request
 from graphlake.api.searchers import Generation, SearcherManager, built
-from graphlake.api.validation import check_name, check_names, check_queries, corpora_named, kind_of, parsed_filter, shown
+from graphlake.api.validation import EMBED_KINDS, MAX_PAGE, check_name, check_names, check_queries, check_texts, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common.settings import HOME
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
@@ -39,8 +41,11 @@ from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.config_files import one_line
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import home_of
+from graphlake.warehouse.locks import writer_lock
+from graphlake.warehouse.scopes import LockedError
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
-from graphlake.warehouse.storage import LakeStorage
+from graphlake.warehouse.storage import LakeStorage, StorageError
+from graphlake.warehouse.write_checks import checked_ids
 
 POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
 ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop
@@ -106,6 +111,67 @@ class GraphLake:
         expression = parsed_filter(filter)
         with built(corpus):
             return self.searchers.acquire(corpus).document_ids(expression)
+
+    def get_documents(self, corpus: str, ids: list[str]) -> list[StoredDocument]:
+        """The documents of ``corpus`` with these ids, as a search starting now reads them (committed and
+        pending; a deleted or unknown id is left out), in the order of ``ids``."""
+        check_name("corpus", corpus)
+        wanted = refused_as_request(checked_ids, ids) if ids else []
+        if not wanted:
+            return []
+        with built(corpus):
+            documents = self.searchers.acquire(corpus).documents()
+        found = documents.filter(pc.is_in(documents.column("doc_id"), pa.array(wanted, pa.string())))
+        by_id = {row["doc_id"]: row for row in found.to_pylist()}
+        return [_stored(by_id[doc_id]) for doc_id in wanted if doc_id in by_id]
+
+    def list_documents(self, corpus: str, after: str | None = None, limit: int = 100, filter: Filter | dict | str | None = None) -> DocumentPage:
+        """``corpus``'s documents in id order, committed and pending, ``limit`` (at most ``MAX_PAGE``) at a
+        time from the first id past ``after`` (a page's ``next``), those passing ``filter``."""
+        check_name("corpus", corpus)
+        if after is not None and not isinstance(after, str):
+            raise RequestError(f"after: a page's cursor (a document id), got {kind_of(after)}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise RequestError(f"limit: documents a page, an integer from 1 to {MAX_PAGE}, got {limit!r}")
+        expression = parsed_filter(filter)
+        with built(corpus):
+            documents = self.searchers.acquire(corpus).documents(expression)
+        if after is not None:
+            documents = documents.filter(pc.greater(documents.column("doc_id"), pa.scalar(after)))
+        page = documents.take(pc.select_k_unstable(documents, k=min(limit + 1, documents.num_rows), sort_keys=[("doc_id", "ascending")])) if documents.num_rows else documents
+        rows = page.to_pylist()
+        return DocumentPage([_stored(row) for row in rows[:limit]], rows[limit - 1]["doc_id"] if len(rows) > limit else None)
+
+    def drop_corpus(self, name: str) -> bool:
+        """Remove a corpus: its declaration, log, tables, artefacts and caches, as one step under its
+        writer lock (``CorpusBusy`` naming the holder while a build holds it); whether it existed. The
+        lake-wide models keep what they learned from it."""
+        check_name("corpus", name)
+        registry, lake = CorpusRegistry(self.home), LakeStorage(self.home)
+        if name not in registry.all() and not any(lake.tables_dir.glob(f"*/corpus={name}")):
+            return False
+        try:
+            with writer_lock(self.home, name, "dropping the corpus", wait=0):
+                lake.forget(name)
+                registry.remove(name)
+        except LockedError as error:
+            raise CorpusBusy(str(error).split(";")[0] + "; drop it when that ends") from None
+        except StorageError as error:
+            raise RequestError(one_line(error)) from None
+        self.searchers.forget(name)
+        return True
+
+    def embed(self, corpus: str, texts: list[str], kind: str = "passage") -> list[list[float]]:
+        """``texts`` as ``corpus``'s dense model encodes them (``kind``: ``passage`` as its nodes are, or
+        ``query``): the vectors its dense search compares, for an application that wants the same ones."""
+        check_name("corpus", corpus)
+        checked = check_texts(texts)
+        if kind not in EMBED_KINDS:
+            raise RequestError(f"kind: one of {', '.join(EMBED_KINDS)}, got {kind!r}"[:200])
+        with built(corpus):
+            encoders = self.searchers.served(corpus).indexes.encoders
+            rows = encoders.dense_passages(checked) if kind == "passage" else encoders.dense(checked)
+        return rows.astype(float).tolist()
 
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
@@ -316,6 +382,10 @@ def _method(methods: Methods, name: str, overrides: dict[str, Any], k: int) -> O
     except MethodError as error:
         raise RequestError(str(error)) from None
     return op
+
+
+def _stored(row: dict[str, Any]) -> StoredDocument:
+    return StoredDocument(row["doc_id"], row["text"], row["title"] or "", json.loads(row["metadata"]) if row["metadata"] else {})
 
 
 def _query_time(op: Op) -> set[str]:

@@ -45,6 +45,10 @@ class Overloaded(RuntimeError):
         self.retry_after = retry_after
 
 
+class CorpusBusy(RuntimeError):
+    """A corpus held by a build or another drop: the message names the holder (423 over HTTP)."""
+
+
 class DamagedLog(IndexNotBuilt):
     """A lake-owned corpus's log of writes holds an entry (or a mark) that cannot be trusted: the message
     names it and ``graphlake doctor --repair``; nothing is served or written from it meanwhile (409)."""
@@ -122,6 +126,27 @@ class Written:
     seq: int
     op: str  # upsert | delete
     documents: int  # upserted or deleted ids, as given
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDocument:
+    """A document as it was written or ingested, with its metadata exactly as given: what reading
+    documents by id or in pages returns (a search returns its nodes, as ``Hit``\\ s)."""
+
+    id: str
+    text: str
+    title: str
+    metadata: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentPage:
+    """One page of a corpus's documents in id order; ``next``: the cursor (``after=``) of the page after
+    it, None on the last. A document present throughout a paging is on exactly one page, whatever is
+    written meanwhile (the cursor is an id, not an offset)."""
+
+    documents: list[StoredDocument]
+    next: str | None
 
 
 @dataclass(frozen=True, slots=True)

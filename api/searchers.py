@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from graphlake.api.citations import Citable
@@ -141,13 +142,19 @@ class Generation:
     def document_ids(self, expression: Filter | None) -> list[str]:
         """The ids of the documents a search reads that ``expression`` allows (all without one): the
         committed ones no pending write replaced or deleted, then the pending ones."""
+        return self.documents(expression).column("doc_id").to_pylist()
+
+    def documents(self, expression: Filter | None = None) -> pa.Table:
+        """The rows (doc_id, title, text, metadata) of the documents a search reads that ``expression``
+        allows, in ``document_ids``' order."""
         tables = self.citable.snapshot
-        ids = tables.documents().column("doc_id").to_pylist()
-        keep = np.ones(len(ids), bool) if expression is None else tables.metadata().select(expression)
+        documents = tables.documents()
+        keep = np.ones(documents.num_rows, bool) if expression is None else tables.metadata().select(expression)
         if self.fresh is not None:
-            committed, touched = len(ids) - len(self.fresh.present), set(self.fresh.touched)
-            keep[:committed] &= np.fromiter((doc_id not in touched for doc_id in ids[:committed]), bool, count=committed)
-        return [doc_id for doc_id, kept in zip(ids, keep.tolist(), strict=True) if kept]
+            committed, touched = documents.num_rows - len(self.fresh.present), set(self.fresh.touched)
+            ids = documents.column("doc_id").to_pylist()[:committed]
+            keep[:committed] &= np.fromiter((doc_id not in touched for doc_id in ids), bool, count=committed)
+        return documents.select(["doc_id", "title", "text", "metadata"]).filter(pa.array(keep))
 
 
 class SearcherManager:
@@ -211,6 +218,12 @@ class SearcherManager:
                 if swap is not None:
                     swap.done.wait()
         raise AssertionError("unreachable")
+
+    def forget(self, corpus: str) -> None:
+        """Let go of everything read of a dropped corpus (the next search of its name finds it undeclared)."""
+        with self._loading, self._freshening:
+            for held in (self._served, self._stamps, self._fresh, self._read, self._swaps):
+                held.pop(corpus, None)
 
     def loading(self, corpus: str) -> str | None:
         """The index of ``corpus`` being loaded now (a warm-up, a first search), None when none is."""

@@ -36,8 +36,8 @@ from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tam
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
-from graphlake.api.results import CorpusInfo, DiskFull, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, UnknownName, Written
-from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_K, MAX_NAME_CHARS, MAX_QUERY_CHARS
+from graphlake.api.results import CorpusBusy, CorpusInfo, DiskFull, DocumentPage, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written
+from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_EMBED_CHARS, MAX_K, MAX_NAME_CHARS, MAX_PAGE, MAX_QUERY_CHARS
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.core import OPERATORS
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
@@ -129,6 +129,37 @@ class DocumentIds(BaseModel):
     ids: list[str]
 
 
+class GetRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(max_length=MAX_WRITE_DOCUMENTS)
+
+
+class ListRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    after: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    limit: int = Field(100, ge=1, le=MAX_PAGE)
+    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None
+
+
+class EmbedRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    texts: list[Annotated[str, Field(max_length=MAX_EMBED_CHARS)]] = Field(min_length=1, max_length=MAX_BATCH)
+    kind: Literal["passage", "query"] = "passage"
+
+
+class Embedded(BaseModel):
+    vectors: list[list[float]]
+
+
+class Dropped(BaseModel):
+    corpus: str
+    dropped: bool
+
+
 class CorpusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -209,6 +240,10 @@ def _refusals(app: FastAPI) -> None:
     async def overloaded(request: Request, error: Overloaded) -> JSONResponse:
         return refusal(429, str(error), {"Retry-After": str(error.retry_after)})
 
+    @app.exception_handler(CorpusBusy)
+    async def busy(request: Request, error: CorpusBusy) -> JSONResponse:
+        return refusal(423, str(error))
+
     @app.exception_handler(DiskFull)
     async def no_room(request: Request, error: DiskFull) -> JSONResponse:
         return refusal(507, str(error))
@@ -252,6 +287,26 @@ def _lake_routes(app: FastAPI, lake: GraphLake) -> None:
     def document_ids(corpus: str, request: IdsRequest) -> DocumentIds:
         """The ids of the corpus's documents that pass the filter (all without one), committed and pending, as a search now reads them."""
         return DocumentIds(ids=lake.document_ids(corpus, request.filter))
+
+    @app.post("/corpora/{corpus}/documents/get")
+    def get_documents(corpus: str, request: GetRequest) -> list[StoredDocument]:
+        """The documents with these ids (committed and pending, as a search now reads them; unknown ids left out), in the order asked."""
+        return lake.get_documents(corpus, request.ids)
+
+    @app.post("/corpora/{corpus}/documents/list")
+    def list_documents(corpus: str, request: ListRequest) -> DocumentPage:
+        """A page of the corpus's documents in id order, from the first id past ``after``; ``next`` is the cursor of the page after."""
+        return lake.list_documents(corpus, request.after, request.limit, request.filter)
+
+    @app.post("/embed")
+    def embed(request: EmbedRequest) -> Embedded:
+        """The texts as the corpus's dense model encodes them (as passages or as queries)."""
+        return Embedded(vectors=lake.embed(request.corpus, request.texts, request.kind))
+
+    @app.delete("/corpora/{corpus}")
+    def drop_corpus(corpus: str) -> Dropped:
+        """Remove the corpus: its declaration, log, tables and artefacts, in one step (423 while a build holds it)."""
+        return Dropped(corpus=corpus, dropped=lake.drop_corpus(corpus))
 
     @app.post("/warm")
     def warm(request: WarmRequest) -> Health:

@@ -18,6 +18,9 @@ MAX_QUERY_CHARS = 2_000
 MAX_K = 1_000
 MAX_BATCH = 256
 MAX_CORPORA = 16  # searched in one call
+MAX_PAGE = 1_000  # documents a page of list_documents
+MAX_EMBED_CHARS = 100_000  # a text embed() encodes (the model reads its first 256 tokens)
+EMBED_KINDS = ("passage", "query")
 
 
 def check_names(corpus: Any, method: Any) -> None:
@@ -86,3 +89,13 @@ def shown(group_by: Any, context: Any, min_relevance: Any = None) -> Shown:
     if min_relevance is not None and (isinstance(min_relevance, bool) or not isinstance(min_relevance, int | float) or not 0 <= min_relevance <= 1):
         raise RequestError(f"min_relevance: a number from 0 to 1, got {min_relevance!r}"[:200])
     return Shown(group_by, context, None if min_relevance is None else float(min_relevance))
+
+
+def check_texts(texts: Any) -> list[str]:
+    """Texts to embed: 1 to ``MAX_BATCH`` strings of at most ``MAX_EMBED_CHARS`` characters."""
+    if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_BATCH:
+        raise RequestError(f"texts: a list of 1 to {MAX_BATCH} texts, got {kind_of(texts)}")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str) or len(text) > MAX_EMBED_CHARS:
+            raise RequestError(f"texts[{i}]: a string of at most {MAX_EMBED_CHARS:,} characters, got {kind_of(text)}")
+    return texts

@@ -32,9 +32,9 @@ _held: dict[Path, list] = {}  # lock path -> [open handle, depth], for this proc
 
 
 @contextmanager
-def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold the scope's writer lock: wait (announcing the holder once) up to ``GRAPHLAKE_LOCK_WAIT``
-    seconds for another holder, then fail naming it."""
+def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], None] | None = None, wait: float | None = None) -> Iterator[None]:
+    """Hold the scope's writer lock: wait (announcing the holder once) up to ``wait`` seconds (default
+    ``GRAPHLAKE_LOCK_WAIT``) for another holder, then fail naming it."""
     path = Path(home) / LOCKS / f"{scope}.lock"
     held = _held.get(path)
     if held is not None:
@@ -44,7 +44,7 @@ def writer_lock(home: Path, scope: str, purpose: str, announce: Callable[[str], 
         finally:
             held[1] -= 1
         return
-    wait = wait_seconds()  # a bad setting is refused before anything is made
+    wait = wait_seconds() if wait is None else wait  # a bad setting is refused before anything is made
     path.parent.mkdir(parents=True, exist_ok=True)
     handle = open(path, "a+", encoding="utf-8")
     try:

@@ -214,13 +214,15 @@ class LakeStorage:
             path = path / f"{column}={value}"
         return path
 
-    def forget(self, corpus: str) -> list[Path]:
-        """Remove every table partition, artefact, cache and snapshot of a corpus; the folders removed.
+    def forget(self, corpus: str, wait: float | None = None) -> list[Path]:
+        """Remove every table partition, artefact, cache, write log and snapshot of a corpus, under its
+        writer lock (``wait``: the seconds to wait for another writer, default ``GRAPHLAKE_LOCK_WAIT``);
+        the folders removed.
 
         Its snapshots go first (one atomic rename), so readers see the whole corpus or none of it."""
         if not _PARTITION_VALUE.match(corpus):
             raise StorageError(f"bad corpus {corpus!r}: use letters, digits, '_', '.', '-'")
-        with writer_lock(self.home, corpus, "graphlake forget"):
+        with writer_lock(self.home, corpus, "graphlake forget", wait=wait):
             self.snapshots.forget(corpus)
             found = [*self.tables_dir.glob(f"*/corpus={corpus}"), *(self.home / "artifacts").glob(f"*/corpus={corpus}")]
             found += [path for path in [self.home / PAIR_CACHE / corpus, self.home / WRITES / corpus] if path.is_dir()]
