@@ -27,7 +27,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from graphlake.api.results import NAMESPACE, RequestError, SearchResult
-from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
+from graphlake.api.retriever_settings import SearchSettings, no_extra_arguments, upserted, written_corpus
 
 
 class GraphLakeRetriever(BaseRetriever):
@@ -56,8 +56,7 @@ class GraphLakeRetriever(BaseRetriever):
     def add_documents(self, documents: list[Document], ids: list[str] | None = None, **kwargs: Any) -> list[str]:
         """Upsert ``documents`` into the corpus (one the lake owns), as LangChain's ``VectorStoreRetriever``
         does: ids from ``ids``, else each document's own, else new ones; the ids, once the write is durable."""
-        if kwargs:
-            raise RequestError(f"add_documents: unknown argument {sorted(kwargs)[0]!r} (it takes documents and ids)")
+        no_extra_arguments("add_documents", kwargs)
         given = list(ids) if ids is not None else [document.id or uuid.uuid4().hex for document in documents]
         if len(given) != len(documents):
             raise RequestError(f"add_documents: {len(given)} ids for {len(documents)} documents")

@@ -34,7 +34,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from graphlake.api.results import RequestError, SearchResult
-from graphlake.api.retriever_settings import upserted
+from graphlake.api.retriever_settings import no_extra_arguments, upserted
 
 
 class GraphLakeEmbeddings(Embeddings):
@@ -69,7 +69,7 @@ class GraphLakeVectorStore(VectorStore):
 
     def add_texts(self, texts: Iterable[str], metadatas: list[dict] | None = None, *, ids: list[str | None] | None = None, **kwargs: Any) -> list[str]:
         """Upsert the texts as documents (an id given is kept, a missing one made); their ids, once durable."""
-        _no_extra("add_texts", kwargs)
+        no_extra_arguments("add_texts", kwargs)
         texts = list(texts)
         metadatas = list(metadatas) if metadatas is not None else [{}] * len(texts)
         given = list(ids) if ids is not None else [None] * len(texts)
@@ -82,7 +82,7 @@ class GraphLakeVectorStore(VectorStore):
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
         """Delete the documents ``ids`` (an unknown id is no error); True once durable."""
-        _no_extra("delete", kwargs)
+        no_extra_arguments("delete", kwargs)
         if ids is None:
             raise RequestError("delete: give the ids of the documents to delete (drop_corpus removes a whole corpus)")
         if ids:
@@ -131,7 +131,7 @@ class GraphLakeVectorStore(VectorStore):
         **kwargs: Any,
     ) -> GraphLakeVectorStore:
         """A store over ``corpus`` of ``lake`` (both required) holding ``texts``."""
-        _no_extra("from_texts", kwargs)
+        no_extra_arguments("from_texts", kwargs)
         if lake is None or not corpus:
             raise RequestError("from_texts: give lake= (a GraphLake or RemoteLake) and corpus= (a corpus the lake owns, declared if new)")
         store = cls(lake, corpus, method, embedding)
@@ -155,8 +155,3 @@ _BATCH = 256  # texts an embed call takes
 
 def _document(hit) -> Document:
     return Document(page_content=hit.context if hit.context is not None else hit.text, metadata=hit.metadata, id=hit.doc_id)
-
-
-def _no_extra(call: str, kwargs: dict[str, Any]) -> None:
-    if kwargs:
-        raise RequestError(f"{call}: unknown argument {sorted(kwargs)[0]!r}")

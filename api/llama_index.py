@@ -23,7 +23,7 @@ from llama_index.core.schema import BaseNode, NodeRelationship, NodeWithScore, Q
 from llama_index.core.vector_stores.types import FilterCondition, FilterOperator, MetadataFilter, MetadataFilters
 
 from graphlake.api.results import NAMESPACE, RequestError, SearchResult
-from graphlake.api.retriever_settings import SearchSettings, upserted, written_corpus
+from graphlake.api.retriever_settings import SearchSettings, no_extra_arguments, upserted, written_corpus
 from graphlake.warehouse.write_checks import MAX_WRITE_DOCUMENTS
 
 _SAME = {FilterOperator.EQ: "eq", FilterOperator.NE: "ne", FilterOperator.GT: "gt", FilterOperator.GTE: "gte", FilterOperator.LT: "lt", FilterOperator.LTE: "lte"}
@@ -109,24 +109,28 @@ class GraphLakeRetriever(BaseRetriever):
         the lake owns), as a LlamaIndex vector store's ``add``; their ids, once the write is durable. A
         node split from a document keeps that document's id under ``ref_doc_id`` in its metadata (as
         LlamaIndex's own vector stores keep it), which ``delete`` and a retrieved node's SOURCE read."""
-        if kwargs:
-            raise RequestError(f"add: unknown argument {sorted(kwargs)[0]!r}")
-        self.written = self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), _kept(node)) for node in nodes]).seq
+        no_extra_arguments("add", kwargs)
+        self.written = self.lake.upsert(written_corpus(self.settings.corpus), [upserted(node.node_id, node.get_content(), kept_metadata(node)) for node in nodes]).seq
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
         """Delete the document ``ref_doc_id`` and every node added from it from the corpus (one the lake
         owns), as a vector store's ``delete``: the nodes a search reads now, in as many writes as they
         take (a node added meanwhile stays)."""
-        if kwargs:
-            raise RequestError(f"delete: unknown argument {sorted(kwargs)[0]!r}")
-        corpus = written_corpus(self.settings.corpus)
-        ids = [ref_doc_id, *self.lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})]
-        for start in range(0, len(ids), MAX_WRITE_DOCUMENTS):  # a document split into more nodes than one write takes
-            self.written = self.lake.delete(corpus, ids[start : start + MAX_WRITE_DOCUMENTS]).seq
+        no_extra_arguments("delete", kwargs)
+        self.written = delete_document(self.lake, written_corpus(self.settings.corpus), ref_doc_id)
 
 
-def _kept(node: BaseNode) -> dict[str, Any]:
+def delete_document(lake: Any, corpus: str, ref_doc_id: str) -> int:
+    """Delete the document ``ref_doc_id`` and every node added from it (those a search reads now), in as
+    many writes as they take (a node added meanwhile stays); the last write's number."""
+    ids = [ref_doc_id, *lake.document_ids(corpus, {"field": REF_DOC_ID, "eq": ref_doc_id})]
+    for start in range(0, len(ids), MAX_WRITE_DOCUMENTS):  # a document split into more nodes than one write takes
+        written = lake.delete(corpus, ids[start : start + MAX_WRITE_DOCUMENTS]).seq
+    return written
+
+
+def kept_metadata(node: BaseNode) -> dict[str, Any]:
     """The metadata a node is written with: its own, and the document it was split from."""
     ref = node.ref_doc_id
     if ref is None or ref == node.node_id:

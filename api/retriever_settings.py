@@ -57,3 +57,9 @@ def upserted(doc_id: str, text: str, metadata: dict[str, Any]) -> dict[str, Any]
     own = {key: value for key, value in metadata.items() if key != NAMESPACE}
     title = own.get("title")
     return {"id": doc_id, "text": text, "title": title if isinstance(title, str) else "", "metadata": own}
+
+
+def no_extra_arguments(call: str, kwargs: dict[str, Any]) -> None:
+    """An adapter's call given an argument it does not take: refused naming it, never dropped."""
+    if kwargs:
+        raise RequestError(f"{call}: unknown argument {sorted(kwargs)[0]!r}")
