@@ -34,7 +34,6 @@ import pyarrow.compute as pc
 from graphlake.api.citations import Citable
 from graphlake.api.relevance import Calibration, fitted
 from graphlake.api.results import DamagedLog, IndexNotBuilt, RequestError, UnknownName
-from graphlake.common.memory import release_freed
 from graphlake.common.once import once
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import Methods
@@ -183,6 +182,7 @@ class SearcherManager:
         """Encode an upsert's checked ``documents`` by ``corpus``'s models before it is acknowledged
         (within the backlog's bound: ``Overloaded`` past it), so that no search encodes them; what keeps
         their vectors beside the log once the write has its number."""
+        from graphlake.common.memory import release_freed
         from graphlake.retrieval.pending.encodings import encode, store
         from graphlake.warehouse.write_log import Write, WriteLog, apply
 
