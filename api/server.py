@@ -17,15 +17,16 @@ an unknown path (no redirect for a trailing slash), and a search whose index the
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
-from typing import Annotated, Any, Literal, Union
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from typing import Any, Union
 
 import pyarrow as pa
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import TypeAdapter
 from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -33,142 +34,35 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
-from graphlake.api.hit_spans import MAX_CONTEXT, Shown
 from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
+from graphlake.api.requests import (
+    BatchRequest,
+    CorpusRequest,
+    DeleteRequest,
+    DocumentIds,
+    Dropped,
+    Embedded,
+    EmbedRequest,
+    GetRequest,
+    Health,
+    IdsRequest,
+    ListRequest,
+    SearchRequest,
+    SqlRequest,
+    UpsertRequest,
+    WarmRequest,
+    answer_json,
+)  # fmt: skip
 from graphlake.api.results import CorpusBusy, CorpusInfo, DiskFull, DocumentPage, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written
-from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_EMBED_CHARS, MAX_K, MAX_NAME_CHARS, MAX_PAGE, MAX_QUERY_CHARS
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.core import OPERATORS
-from graphlake.retrieval.filters import MAX_FILTER_CHARS
-from graphlake.warehouse.write_checks import MAX_DOCUMENT_CHARS, MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
 
 OPEN_PATHS = frozenset({"/health"})
-MAX_SQL_CHARS = 100_000
-MAX_SQL_ROWS = 100_000  # in one answer over HTTP (the Python API's own limit is ten times that)
+MCP_PATH = "/mcp"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 MAX_HEADERS = 100  # Envoy's default count
 KEY_FORMS = "Authorization: Bearer <key>, or X-API-Key: <key>"
-
-
-class _Search(BaseModel):
-    """Any other field is one of the method's query-time parameters (``GET /methods`` lists them)."""
-
-    model_config = ConfigDict(extra="allow", strict=True)
-
-    corpus: (
-        Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]], Field(min_length=1, max_length=MAX_CORPORA)]
-    )  # several: their rankings fused, each hit naming its corpus
-    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    k: int = Field(10, ge=1, le=MAX_K)
-    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text
-    group_by: Literal["span", "document", "chunk"] = "span"  # api/hit_spans.py: a hit is a span of its document, one a document, or a ranked node
-    context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] | Literal["document"] | None = None  # neighbouring nodes a side with each hit, or its document
-    min_relevance: Annotated[float, Field(ge=0, le=1)] | None = None  # api/relevance.py: hits at least this relevant
-    after_write: Annotated[int, Field(ge=0)] | None = None  # a lake-owned corpus: see the writes up to this number (read your writes)
-
-    def shown(self) -> Shown:
-        return Shown(self.group_by, self.context, self.min_relevance)
-
-    def overrides(self) -> dict[str, Any]:
-        return {**(self.model_extra or {}), **({"after_write": self.after_write} if self.after_write is not None else {})}
-
-
-class SearchRequest(_Search):
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
-
-
-class BatchRequest(_Search):
-    queries: list[str] = Field(min_length=1, max_length=MAX_BATCH)
-
-
-class SqlRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    statement: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
-    limit: int = Field(10_000, ge=1, le=MAX_SQL_ROWS)
-
-
-class WarmRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-
-
-class DocumentBody(BaseModel):
-    """One upserted document; anything else about it goes in its metadata."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
-    title: str = Field("", max_length=MAX_TITLE_CHARS)
-    metadata: dict[str, Any] = {}
-
-
-class UpsertRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    documents: list[DocumentBody] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
-
-
-class DeleteRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
-
-
-class IdsRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None
-
-
-class DocumentIds(BaseModel):
-    ids: list[str]
-
-
-class GetRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(max_length=MAX_WRITE_DOCUMENTS)
-
-
-class ListRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    after: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
-    limit: int = Field(100, ge=1, le=MAX_PAGE)
-    filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None
-
-
-class EmbedRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    texts: list[Annotated[str, Field(max_length=MAX_EMBED_CHARS)]] = Field(min_length=1, max_length=MAX_BATCH)
-    kind: Literal["passage", "query"] = "passage"
-
-
-class Embedded(BaseModel):
-    vectors: list[list[float]]
-
-
-class Dropped(BaseModel):
-    corpus: str
-    dropped: bool
-
-
-class CorpusRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-
-
-class Health(BaseModel):
-    status: str
-    corpora: int
 
 
 def refusal(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -176,14 +70,36 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
     return JSONResponse({"error": error_line(message)}, status_code=status, headers=headers)
 
 
-def create_app(lake: GraphLake, api_key: str | None = None) -> FastAPI:
-    """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but /health."""
-    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False)
+def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0.1") -> FastAPI:
+    """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but
+    /health; with the ``mcp`` extra, MCP's streamable HTTP at /mcp (``api/mcp_server.py``)."""
+    agents = _mcp_routes(lake, host)
+    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=agents[1] if agents else None)
     _guard(app, api_key if api_key is not None else API_KEY.text() or "")
     _refusals(app)
     _lake_routes(app, lake)
     _search_routes(app, lake, MemoryBudget.from_env())
+    if agents:
+        app.router.routes.extend(agents[0])
     return app
+
+
+def _mcp_routes(lake: GraphLake, host: str) -> tuple[list, Callable] | None:
+    """MCP's route at /mcp with every tool (writes too: the API key guards it as it guards every route),
+    and the lifespan its session manager runs in; None without the ``mcp`` extra."""
+    try:
+        from graphlake.api.mcp_server import mcp_server
+    except ImportError:
+        return None
+    server = mcp_server(lake, writes=True)
+    routes = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, json_response=True, host=host).routes
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        async with server.session_manager.run():
+            yield
+
+    return routes, lifespan
 
 
 def _guard(app: FastAPI, key: str) -> None:
@@ -345,7 +261,7 @@ def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget) -> None:
     @app.post("/search", response_model=SearchResult)
     def search(request: SearchRequest) -> Response:
         [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget, request.shown())
-        return Response(_json(answer), media_type="application/json")
+        return Response(answer_json(answer), media_type="application/json")
 
     @app.post("/search/batch", response_model=list[SearchResult])
     def search_batch(request: BatchRequest) -> StreamingResponse:
@@ -409,21 +325,11 @@ def _unreadable(cause: BaseException | None) -> str:
     return "body: not JSON that can be read"
 
 
-_ANSWER = TypeAdapter(SearchResult)
-
-
-def _json(answer: SearchResult) -> bytes:
-    """An answer in the encoding FastAPI gives a returned value, without its validation pass over every hit
-    (the answer is the API's own dataclass, made by the lake): pydantic's serializer writes the same bytes
-    as ``json.dumps(asdict(answer))`` at a 26th of its cost (19 µs against 490 for ten hits)."""
-    return _ANSWER.dump_json(answer)
-
-
 def _json_list(answers: Iterator[SearchResult]) -> Iterator[bytes]:
     """A JSON list written one answer at a time."""
     yield b"["
     for i, answer in enumerate(answers):
-        yield (b"," if i else b"") + _json(answer)
+        yield (b"," if i else b"") + answer_json(answer)
     yield b"]"
 
 
@@ -475,4 +381,4 @@ def serve(lake: GraphLake, host: str = "127.0.0.1", port: int = 8000) -> None:
     import uvicorn
 
     tame_allocator()
-    uvicorn.run(create_app(lake), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config())
+    uvicorn.run(create_app(lake, host=host), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config())

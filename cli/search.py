@@ -138,6 +138,24 @@ def serve(
     run_server(GraphLake(home), host, port)
 
 
+@app.command(name="mcp")
+def mcp_stdio(
+    writes: Annotated[bool, typer.Option("--writes", help="Offer the upsert and delete tools too.")] = False,
+    server: Annotated[str | None, typer.Option("--server", help="Search a running graphlake serve at this URL instead of the lake on disk.")] = None,
+) -> None:
+    """Serve the lake's retrieval to an agent host over MCP's stdio: tools search, get_documents,
+    list_documents, corpora and methods (with --writes, upsert and delete). `graphlake serve` answers
+    MCP over HTTP at /mcp, behind its API key."""
+    try:
+        from graphlake.api.mcp_server import mcp_server
+    except ImportError:
+        fail("the MCP server needs the mcp extra: pip install -e '.[mcp]'")
+    from graphlake.api import GraphLake, RemoteLake
+
+    lake = RemoteLake(server) if server else GraphLake(lake_home())
+    mcp_server(lake, writes).run("stdio")
+
+
 @app.command(name="methods")
 def list_methods(
     use: Annotated[list[str] | None, typer.Option("--use", help="Switch on a method, a pattern (ap_*_kg) or a catalogue (grapher/*) in the lake's methods.yaml.")] = None,
