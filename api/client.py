@@ -140,8 +140,10 @@ class RemoteLake:
 
     def get_documents(self, corpus: str, ids: list[str]) -> list[StoredDocument]:
         """The documents with these ids, as ``GraphLake.get_documents``."""
-        wanted = refused_as_request(checked_ids, ids) if ids else []
-        return [StoredDocument(**item) for item in self._post(f"/corpora/{quote(corpus, safe='')}/documents/get", {"ids": wanted})] if wanted else []
+        if isinstance(ids, list | tuple) and not ids:
+            return []
+        wanted = refused_as_request(checked_ids, ids)
+        return [StoredDocument(**item) for item in self._post(f"/corpora/{quote(corpus, safe='')}/documents/get", {"ids": wanted})]
 
     def list_documents(self, corpus: str, after: str | None = None, limit: int = 100, filter: Filter | dict | str | None = None) -> DocumentPage:
         """A page of the corpus's documents in id order, as ``GraphLake.list_documents``."""

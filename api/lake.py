@@ -39,10 +39,10 @@ from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.config_files import one_line
-from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import DEMO_CORPUS, LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.locks import writer_lock
-from graphlake.warehouse.scopes import LockedError
+from graphlake.warehouse.scopes import WRITES, LockedError
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, StorageError
 from graphlake.warehouse.write_checks import checked_ids
@@ -116,9 +116,9 @@ class GraphLake:
         """The documents of ``corpus`` with these ids, as a search starting now reads them (committed and
         pending; a deleted or unknown id is left out), in the order of ``ids``."""
         check_name("corpus", corpus)
-        wanted = refused_as_request(checked_ids, ids) if ids else []
-        if not wanted:
+        if isinstance(ids, list | tuple) and not ids:
             return []
+        wanted = refused_as_request(checked_ids, ids)
         with built(corpus):
             documents = self.searchers.acquire(corpus).documents()
         found = documents.filter(pc.is_in(documents.column("doc_id"), pa.array(wanted, pa.string())))
@@ -135,7 +135,13 @@ class GraphLake:
             raise RequestError(f"limit: documents a page, an integer from 1 to {MAX_PAGE}, got {limit!r}")
         expression = parsed_filter(filter)
         with built(corpus):
-            documents = self.searchers.acquire(corpus).documents(expression)
+            generation = self.searchers.acquire(corpus)
+        if expression is not None:
+            try:
+                generation.metadata().check(expression)  # a misspelt field is refused, as a search refuses it, not an empty page
+            except FilterError as error:
+                raise RequestError(str(error)) from None
+        documents = generation.documents(expression)
         if after is not None:
             documents = documents.filter(pc.greater(documents.column("doc_id"), pa.scalar(after)))
         page = documents.take(pc.select_k_unstable(documents, k=min(limit + 1, documents.num_rows), sort_keys=[("doc_id", "ascending")])) if documents.num_rows else documents
@@ -143,17 +149,20 @@ class GraphLake:
         return DocumentPage([_stored(row) for row in rows[:limit]], rows[limit - 1]["doc_id"] if len(rows) > limit else None)
 
     def drop_corpus(self, name: str) -> bool:
-        """Remove a corpus: its declaration, log, tables, artefacts and caches, as one step under its
-        writer lock (``CorpusBusy`` naming the holder while a build holds it); whether it existed. The
-        lake-wide models keep what they learned from it."""
+        """Remove a corpus: its declaration, then its log, tables, artefacts and caches (its snapshots
+        first, in one rename), under its writer lock (``CorpusBusy`` naming the holder while a build holds
+        it); whether there was anything to remove. A crash between the two leaves files that a second drop
+        removes. The lake-wide models keep what they learned from it."""
         check_name("corpus", name)
+        if name == DEMO_CORPUS:
+            raise RequestError(f"corpus {name!r} is the bundled demo, which is not declared in corpora.yaml: `graphlake forget {name}` removes what it built")
         registry, lake = CorpusRegistry(self.home), LakeStorage(self.home)
-        if name not in registry.all() and not any(lake.tables_dir.glob(f"*/corpus={name}")):
+        if name not in registry.all() and not any(lake.tables_dir.glob(f"*/corpus={name}")) and not (self.home / WRITES / name).exists() and lake.snapshot(name).number == 0:
             return False
         try:
             with writer_lock(self.home, name, "dropping the corpus", wait=0):
+                registry.remove(name)  # first: a write racing the drop is refused (``api/writes.py``), it cannot make the log again
                 lake.forget(name)
-                registry.remove(name)
         except LockedError as error:
             raise CorpusBusy(str(error).split(";")[0] + "; drop it when that ends") from None
         except StorageError as error:

@@ -35,6 +35,9 @@ from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from graphlake.api.results import RequestError, SearchResult
 from graphlake.api.retriever_settings import no_extra_arguments, upserted
+from graphlake.api.validation import MAX_EMBED_CHARS
+from graphlake.retrieval.index.tables import retrieval_text
+from graphlake.warehouse.write_checks import MAX_WRITE_DOCUMENTS
 
 
 class GraphLakeEmbeddings(Embeddings):
@@ -75,9 +78,10 @@ class GraphLakeVectorStore(VectorStore):
         given = list(ids) if ids is not None else [None] * len(texts)
         if not len(texts) == len(metadatas) == len(given):
             raise RequestError(f"add_texts: {len(texts)} texts, {len(metadatas)} metadatas and {len(given)} ids")
-        made = [doc_id or uuid.uuid4().hex for doc_id in given]
-        if texts:
-            self._written = self.lake.upsert(self.corpus, [upserted(i, text, metadata) for i, text, metadata in zip(made, texts, metadatas, strict=True)]).seq
+        made = [doc_id if doc_id is not None else uuid.uuid4().hex for doc_id in given]
+        documents = [upserted(i, text, metadata, retrieved=False) for i, text, metadata in zip(made, texts, metadatas, strict=True)]
+        for start in range(0, len(documents), MAX_WRITE_DOCUMENTS):  # one write each thousand: the log's bound on a write
+            self._written = self.lake.upsert(self.corpus, documents[start : start + MAX_WRITE_DOCUMENTS]).seq
         return made
 
     def delete(self, ids: list[str] | None = None, **kwargs: Any) -> bool:
@@ -85,13 +89,16 @@ class GraphLakeVectorStore(VectorStore):
         no_extra_arguments("delete", kwargs)
         if ids is None:
             raise RequestError("delete: give the ids of the documents to delete (drop_corpus removes a whole corpus)")
-        if ids:
-            self._written = self.lake.delete(self.corpus, list(ids)).seq
+        ids = list(ids)
+        for start in range(0, len(ids), MAX_WRITE_DOCUMENTS):
+            self._written = self.lake.delete(self.corpus, ids[start : start + MAX_WRITE_DOCUMENTS]).seq
         return True
 
     def get_by_ids(self, ids: Sequence[str], /) -> list[Document]:
         """The documents with these ids, as written (unknown ones left out)."""
-        return [Document(page_content=d.text, metadata=d.metadata, id=d.id) for d in self.lake.get_documents(self.corpus, list(ids))]
+        ids = list(ids)
+        found = [d for start in range(0, len(ids), MAX_WRITE_DOCUMENTS) for d in self.lake.get_documents(self.corpus, ids[start : start + MAX_WRITE_DOCUMENTS])]
+        return [Document(page_content=d.text, metadata=d.metadata, id=d.id) for d in found]
 
     def similarity_search(self, query: str, k: int = 4, **kwargs: Any) -> list[Document]:
         return [document for document, _ in self.similarity_search_with_score(query, k, **kwargs)]
@@ -102,19 +109,28 @@ class GraphLakeVectorStore(VectorStore):
         result = self._search(query, k, filter, kwargs)
         return [(_document(hit), hit.relevance if hit.relevance is not None else hit.score) for hit in result.hits]
 
-    def _select_relevance_score_fn(self):
-        """A score as a relevance from 0 to 1: a calibrated relevance is one; a cosine is clipped."""
-        return lambda score: min(1.0, max(0.0, float(score)))
+    def _similarity_search_with_relevance_scores(self, query: str, k: int = 4, **kwargs: Any) -> list[tuple[Document, float]]:
+        """The top ``k`` documents with a relevance from 0 to 1, what ``score_threshold`` compares: the
+        method's calibrated relevance, else (``dense``) the cosine clipped to [0, 1]; another method the
+        lake has not calibrated on this corpus is refused, since its raw score is on no such scale."""
+        hits = self._search(query, k, kwargs.pop("filter", None), kwargs).hits
+        if any(hit.relevance is None for hit in hits) and self.method != "dense":
+            raise RequestError(
+                f"relevance scores: {self.method!r} has no calibrated relevance on corpus {self.corpus!r} (a stored run with judged queries fits one): use method 'dense', whose cosine is one, or similarity_search_with_score"
+            )
+        return [(_document(hit), hit.relevance if hit.relevance is not None else min(1.0, max(0.0, float(hit.score)))) for hit in hits]
 
     def max_marginal_relevance_search(self, query: str, k: int = 4, fetch_k: int = 20, lambda_mult: float = 0.5, filter: dict | str | None = None, **kwargs: Any) -> list[Document]:
         """``k`` of the top ``fetch_k`` documents, each the most relevant to the query and least alike to
-        those chosen before it (``lambda_mult``: 1, relevance only), by the lake's dense vectors."""
+        those chosen before it (``lambda_mult``: 1, relevance only), by the corpus's dense model's vectors
+        of each document's best span (with its title, as its nodes are encoded)."""
         hits = self._search(query, fetch_k, filter, kwargs).hits
         if not hits:
             return []
         found = [_document(hit) for hit in hits]
-        embeddings = self.embeddings
-        chosen = maximal_marginal_relevance(np.asarray(embeddings.embed_query(query)), embeddings.embed_documents([d.page_content for d in found]), lambda_mult=lambda_mult, k=k)
+        embeddings = self.embeddings  # each document's opening (what the model reads of it: 256 tokens), with its title as its nodes are encoded
+        passages = [retrieval_text(hit.title, hit.text)[:MAX_EMBED_CHARS] for hit in hits]
+        chosen = maximal_marginal_relevance(np.asarray(embeddings.embed_query(query)), embeddings.embed_documents(passages), lambda_mult=lambda_mult, k=k)
         return [found[i] for i in chosen]
 
     @classmethod
@@ -138,19 +154,34 @@ class GraphLakeVectorStore(VectorStore):
         store.add_texts(texts, metadatas, ids=ids)
         return store
 
+    @classmethod
+    def from_documents(cls, documents: list[Document], embedding: Embeddings | None = None, **kwargs: Any) -> GraphLakeVectorStore:
+        """A store over ``corpus`` of ``lake`` (both required) holding ``documents`` (their ids kept)."""
+        ids = kwargs.pop("ids", None) or [document.id for document in documents]
+        return cls.from_texts([d.page_content for d in documents], embedding, [d.metadata for d in documents], ids=ids, **kwargs)
+
     def as_retriever(self, **kwargs: Any) -> Any:
         """graphlake's retriever over this corpus and method (``search_kwargs``: k, filter, method and
         query-time parameters), reading at least through this store's last write."""
+        search_type = kwargs.pop("search_type", "similarity")
+        if search_type != "similarity":
+            raise RequestError(
+                f"as_retriever: search_type {search_type!r}: graphlake's retriever ranks by its method (similarity); use the store's max_marginal_relevance_search, or min_relevance in search_kwargs for a threshold"
+            )
         retriever = self.lake.as_retriever(**{"corpus": self.corpus, "method": self.method, **kwargs})
         retriever._written = self._written
         return retriever
 
     def _search(self, query: str, k: int, filter: dict | str | None, overrides: dict[str, Any]) -> SearchResult:
+        fixed = sorted(set(overrides) & STORE_SETTINGS)
+        if fixed:
+            raise RequestError(f"{fixed[0]}: a vector store returns whole documents, each once, reading its own writes; search the lake or its retriever to set {fixed[0]}")
         reading = {"after_write": self._written} if self._written is not None else {}
         return self.lake.search(self.corpus, overrides.pop("method", self.method), query, k=k, filter=filter, group_by="document", context="document", **reading, **overrides)
 
 
 _BATCH = 256  # texts an embed call takes
+STORE_SETTINGS = {"group_by", "context", "after_write", "k", "filter"}  # fixed by the store, or its call's own arguments
 
 
 def _document(hit) -> Document:

@@ -24,6 +24,7 @@ relevance where the lake has fitted one, else its own score (for ``dense``, a co
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from typing import Any
 
@@ -55,7 +56,7 @@ class GraphLakeEmbedding(BaseEmbedding):
         return self.lake.embed(self.corpus, [query], "query")[0]
 
     async def _aget_query_embedding(self, query: str) -> list[float]:
-        return self._get_query_embedding(query)
+        return await asyncio.to_thread(self._get_query_embedding, query)
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self.lake.embed(self.corpus, [text], "passage")[0]
@@ -90,7 +91,7 @@ class GraphLakeVectorStore(BasePydanticVectorStore):
         no_extra_arguments("add", kwargs)
         for start in range(0, len(nodes), MAX_WRITE_DOCUMENTS):
             batch = nodes[start : start + MAX_WRITE_DOCUMENTS]
-            self._written = self.lake.upsert(self.corpus, [upserted(node.node_id, node.get_content(), kept_metadata(node)) for node in batch]).seq
+            self._written = self.lake.upsert(self.corpus, [upserted(node.node_id, node.get_content(), kept_metadata(node), retrieved=False) for node in batch]).seq
         return [node.node_id for node in nodes]
 
     def delete(self, ref_doc_id: str, **kwargs: Any) -> None:
@@ -125,12 +126,34 @@ class GraphLakeVectorStore(BasePydanticVectorStore):
             raise RequestError("query: restricting to doc_ids or node_ids is not supported; filter on their metadata (filters=) instead")
         if query.alpha is not None:
             raise RequestError("query: alpha has no meaning here; mode 'hybrid' fuses BM25, dense and SPLADE by their ranks (method rrf)")
+        fixed = sorted(set(kwargs) & {"group_by", "context", "after_write", "k", "filter"})
+        if fixed:
+            raise RequestError(f"query: {fixed[0]} is the store's own (whole documents, its own writes read; similarity_top_k and filters set the rest)")
         reading = {"after_write": self._written} if self._written is not None else {}
         where = from_metadata_filters(query.filters) if query.filters is not None else None
         result = self.lake.search(self.corpus, MODES[query.mode], query.query_str, k=query.similarity_top_k, filter=where, group_by="document", context="document", **reading, **kwargs)
         found = [_node(StoredDocument(hit.doc_id, hit.context if hit.context is not None else hit.text, hit.title, hit.metadata)) for hit in result.hits]
         scores = [hit.relevance if hit.relevance is not None else hit.score for hit in result.hits]
         return VectorStoreQueryResult(nodes=found, similarities=scores, ids=[node.node_id for node in found])
+
+    async def async_add(self, nodes: Sequence[BaseNode], **kwargs: Any) -> list[str]:
+        return await asyncio.to_thread(self.add, nodes, **kwargs)
+
+    async def adelete(self, ref_doc_id: str, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.delete, ref_doc_id, **kwargs)
+
+    async def adelete_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None, **kwargs: Any) -> None:
+        await asyncio.to_thread(self.delete_nodes, node_ids, filters, **kwargs)
+
+    async def aclear(self) -> None:
+        await asyncio.to_thread(self.clear)
+
+    async def aget_nodes(self, node_ids: list[str] | None = None, filters: MetadataFilters | None = None) -> list[BaseNode]:
+        return await asyncio.to_thread(self.get_nodes, node_ids, filters)
+
+    async def aquery(self, query: VectorStoreQuery, **kwargs: Any) -> VectorStoreQueryResult:
+        """``query`` in a worker thread: the event loop stays free while the lake searches."""
+        return await asyncio.to_thread(self.query, query, **kwargs)
 
     def _ids(self, node_ids: list[str] | None, filters: MetadataFilters | None) -> list[str]:
         """The ids of the nodes passing ``filters`` (all without), those of ``node_ids`` when given."""

@@ -51,10 +51,15 @@ def written_corpus(corpus: str | list[str]) -> str:
     return corpus
 
 
-def upserted(doc_id: str, text: str, metadata: dict[str, Any]) -> dict[str, Any]:
-    """A framework's document as the lake takes it: its metadata as given, less graphlake's provenance
-    (a retrieved document written back), and its ``title`` field as its title."""
-    own = {key: value for key, value in metadata.items() if key != NAMESPACE}
+def upserted(doc_id: str, text: str, metadata: dict[str, Any] | None, retrieved: bool = True) -> dict[str, Any]:
+    """A framework's document as the lake takes it: its metadata as given and its ``title`` field as its
+    title; ``retrieved``: a retriever's document, which may be one it returned, written back, whose
+    provenance is dropped (a vector store's documents carry none: a key of that name is refused)."""
+    if metadata is None:
+        metadata = {}
+    if not isinstance(metadata, dict):
+        raise RequestError(f"document {doc_id!r}: metadata: a mapping of fields to values, got {type(metadata).__name__}")
+    own = {key: value for key, value in metadata.items() if key != NAMESPACE} if retrieved else dict(metadata)
     title = own.get("title")
     return {"id": doc_id, "text": text, "title": title if isinstance(title, str) else "", "metadata": own}
 

@@ -94,8 +94,10 @@ def shown(group_by: Any, context: Any, min_relevance: Any = None) -> Shown:
 def check_texts(texts: Any) -> list[str]:
     """Texts to embed: 1 to ``MAX_BATCH`` strings of at most ``MAX_EMBED_CHARS`` characters."""
     if not isinstance(texts, list) or not 1 <= len(texts) <= MAX_BATCH:
-        raise RequestError(f"texts: a list of 1 to {MAX_BATCH} texts, got {kind_of(texts)}")
+        raise RequestError(f"texts: a list of 1 to {MAX_BATCH} texts, got {kind_of(texts) if not isinstance(texts, list) else f'{len(texts)} texts'}")
     for i, text in enumerate(texts):
         if not isinstance(text, str) or len(text) > MAX_EMBED_CHARS:
-            raise RequestError(f"texts[{i}]: a string of at most {MAX_EMBED_CHARS:,} characters, got {kind_of(text)}")
+            raise RequestError(f"texts[{i}]: a string of at most {MAX_EMBED_CHARS:,} characters, got {kind_of(text) if not isinstance(text, str) else f'{len(text):,} characters'}")
+        if not text.isascii() and (bad := lone_surrogate(text)) is not None:
+            raise RequestError(f"texts[{i}]: not valid Unicode (a lone surrogate at character {bad})")
     return texts

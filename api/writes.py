@@ -14,6 +14,7 @@ from graphlake.api.results import NAMESPACE, DamagedLog, RequestError, UnknownNa
 from graphlake.api.validation import kind_of
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
+from graphlake.warehouse.locks import declarations_lock
 from graphlake.warehouse.object_store import remote_of
 from graphlake.warehouse.write_checks import checked_documents, checked_ids
 from graphlake.warehouse.write_log import Op, Write, WriteLogError, corpus_log
@@ -60,8 +61,19 @@ def delete(home: Path, corpus: str, ids: Any) -> Written:
 
 
 def _appended(home: Path, corpus: str, op: Op, given: list) -> Write:
-    """The write appended to the corpus's log; ``DamagedLog`` when the log's numbering cannot be trusted."""
+    """The write appended to the corpus's log; ``DamagedLog`` when the log's numbering cannot be trusted,
+    ``UnknownName`` when the corpus was dropped meanwhile. Its folder is made only while the corpus is
+    declared, under the declarations' lock a drop withdraws it under, and a drop renames the folder away
+    before removing it: a write the drop overtakes finds no folder and is refused, never re-creating it."""
+    log = corpus_log(home, corpus)
+    if not log.folder.is_dir():
+        with declarations_lock(home):
+            if corpus not in CorpusRegistry(home).all():
+                raise UnknownName(f"corpus {corpus!r} was dropped while this write was made: nothing was written")
+            log.folder.mkdir(parents=True, exist_ok=True)
     try:
-        return corpus_log(home, corpus).append(op, **({"documents": given} if op == "upsert" else {"ids": given}))
+        return log.append(op, **({"documents": given} if op == "upsert" else {"ids": given}))
     except WriteLogError as error:
         raise DamagedLog(str(error)) from None
+    except FileNotFoundError:
+        raise UnknownName(f"corpus {corpus!r} was dropped while this write was made: nothing was written") from None

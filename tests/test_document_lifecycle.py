@@ -102,6 +102,34 @@ def test_a_corpus_is_dropped_whole_and_not_while_a_build_holds_it(lake, tmp_path
             opened.search("gone", "rrf", "dropped note", k=1)
         opened.create_corpus("gone")  # the name is free again, and empty
         assert opened.search("gone", "rrf", "dropped note", k=1).hits == []
+
+        late: list = []  # a write encoded before the drop and appended after it is refused: it cannot bring the corpus back
+        encoded, dropped, encode = threading.Event(), threading.Event(), opened.searchers.encoded_write
+
+        def encode_then_wait(corpus: str, documents: list[dict]):
+            keep = encode(corpus, documents)
+            encoded.set()
+            dropped.wait(60)  # the drop lands between this write's encoding and its append
+            return keep
+
+        opened.searchers.encoded_write = encode_then_wait
+
+        def write() -> None:
+            try:
+                late.append(opened.upsert("gone", [{"id": "late", "text": "A late note about the mooring."}]))
+            except UnknownName as error:
+                late.append(error)
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        assert encoded.wait(60)
+        assert opened.drop_corpus("gone") is True
+        dropped.set()
+        writer.join()
+        opened.searchers.encoded_write = encode
+        assert isinstance(late[0], UnknownName) and "was dropped while this write was made" in str(late[0]), late
+        opened.create_corpus("gone")
+        assert opened.document_ids("gone") == [] and not list((lake / "writes" / "gone").glob("*.json"))
     finally:
         holder.kill()
         remote.close()

@@ -126,6 +126,12 @@ def test_scores_filters_mmr_and_the_lakes_own_vectors(where, request, notes):
     embeddings = store.embeddings
     query, passage = np.asarray(embeddings.embed_query("Which vessel carried the camera sled?")), np.asarray(embeddings.embed_documents([NOTES[2][1]])[0])
     assert abs(float(query @ passage) - scores[0]) < 2e-2  # the search's own cosine, up to the stored vector's precision
+    with pytest.raises(RequestError, match="'rrf' has no calibrated relevance on corpus 'notes'"):
+        GraphLakeVectorStore(lake, notes, method="rrf").similarity_search_with_relevance_scores("kelp", k=2, score_threshold=0.5)
+    with pytest.raises(RequestError, match="group_by: a vector store returns whole documents"):
+        store.similarity_search("kelp", k=2, group_by="chunk")
+    with pytest.raises(RequestError, match="'graphlake' is the key graphlake's provenance travels under"):
+        store.add_texts(["A note."], [{"graphlake": {"rank": 1}}])
     with pytest.raises(RequestError, match="encoded by the lake's own models"):
         GraphLakeVectorStore(lake, notes, embedding=DeterministicFakeEmbedding(size=8))
     assert GraphLakeVectorStore.from_texts(["A seal hauled out on the jetty."], GraphLakeEmbeddings(lake, "seals"), ids=["seal"], lake=lake, corpus="seals").get_by_ids(["seal"])[0].id == "seal"

@@ -113,13 +113,13 @@ class WriteLog:
 
     def append(self, op: Op, documents: list[dict[str, Any]] | None = None, ids: list[str] | None = None) -> Write:
         """Make the write (checked by the caller: ``write_checks.py``) durable and return it with its
-        number; ``DiskFull`` when the disk has no room, leaving nothing behind."""
+        number; ``DiskFull`` when the disk has no room, leaving nothing behind; ``FileNotFoundError``
+        when the log's folder is gone (its corpus dropped meanwhile)."""
         staged = self.folder / f".{uuid.uuid4().hex}.tmp"
         lock = self._appending.setdefault(self.folder, threading.Lock())
         try:
             with room_for(f"write to corpus {self.corpus!r}"), lock:
-                self.folder.mkdir(parents=True, exist_ok=True)
-                seq = self.last() + 1
+                seq = self.last() + 1  # the folder is the caller's to make (``api/writes.py``): one gone was dropped
                 while True:  # the number and the time are written in the body, so each attempt stages its own
                     at = time.time()
                     _stage(staged, _sealed({"seq": seq, "op": op, "at": at, **({"documents": documents} if op == "upsert" else {"ids": ids})}))
