@@ -35,9 +35,10 @@ class Searched:
     shown: Shown
     calibration: Calibration | str  # of the method's scores here, or why there is none
     fresh_from: int | None = None  # the first row of a lake-owned corpus's pending nodes (retrieval/pending/segment.py), when it has some
+    fresh_scaled: bool = True  # whether those are scored on the method's own scale (its calibration reads them)
 
     def result(self, i: int) -> SearchResult:
-        hits = cited(self.corpus, self.tables, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from)
+        hits = cited(self.corpus, self.tables, self.request.queries[i], self.found[i], self.k, self.shown, self.calibration, self.fresh_from, self.fresh_scaled)
         notes = [*self.notes, *self.short(len(hits), len(self.found[i].rows))]
         if (least := self.shown.min_relevance) is not None:
             kept = [replace(hit, rank=rank) for rank, hit in enumerate((hit for hit in hits if hit.relevance is not None and hit.relevance >= least), start=1)]
@@ -95,10 +96,13 @@ class Citable:
         return given if given is not None or not self.owned() else f"lake://{self.snapshot.corpus}/{doc_id}"
 
 
-def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None) -> list[Hit]:
+def cited(
+    corpus: str, tables: Citable, query: str, candidates: Candidates, k: int, shown: Shown, calibration: Calibration | str, fresh_from: int | None = None, fresh_scaled: bool = True
+) -> list[Hit]:
     """The top ``k`` hits of the candidates, grouped as ``shown`` says (``api/hit_spans.py``), each citing
     its document, with its context when asked and its calibrated relevance where the method has one (a
-    pending node, row ``fresh_from`` on, ranked by other scores than the method's, has none)."""
+    pending node, row ``fresh_from`` on, has none when it is ranked by other scores than the method's:
+    ``fresh_scaled`` False)."""
     by, context, snapshot = shown.by, shown.context, tables.snapshot
     titles, docs, node_ids = snapshot.titles(), snapshot.doc_ids(), snapshot.node_ids
     columns, (before, after) = tables.columns(), tables.neighbours()
@@ -139,7 +143,7 @@ def cited(corpus: str, tables: Citable, query: str, candidates: Candidates, k: i
                 context=around[0],
                 context_start=around[1],
                 context_end=around[2],
-                relevance=relevance.get(row) if row < pending else None,
+                relevance=relevance.get(row) if row < pending or fresh_scaled else None,
                 fresh=row >= pending,
             )
         )

@@ -403,12 +403,21 @@ def _query_time(op: Op) -> set[str]:
 
 def _unbuilt(corpus: str, method: str, op: Op) -> str:
     """The note of a search of a corpus the lake owns that was never built."""
-    from graphlake.retrieval.pending.merge import first_stage
+    from graphlake.retrieval.pending.merge import first_stage, fuses_first_stages
 
     said = f"corpus {corpus!r} has no build yet: its pending documents are searched alone"
-    if first_stage(op):
+    if first_stage(op) or fuses_first_stages(op):
         return said
     return f"{said}, ranked by the fusion of bm25, dense and SPLADE ({method!r} reads what a build makes: `graphlake materialize --corpus {corpus}`)"
+
+
+def _on_its_scale(op: Op, built: bool) -> bool:
+    """Whether pending nodes are scored on the method's own scale (so its calibration reads them): a first
+    stage merges them by its own score, ``rrf`` fuses them by its own fusion, and a built corpus's other
+    methods place them at a rank with that rank's score."""
+    from graphlake.retrieval.pending.merge import first_stage, fuses_first_stages
+
+    return built or first_stage(op) or fuses_first_stages(op)
 
 
 def _search(generation: Generation, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown) -> Searched:
@@ -456,4 +465,4 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
             f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)"
         )
     fresh_from = len(indexes.snapshot.node_ids) if fresh else None
-    return Searched(corpus, method, generation.snapshot, generation.citable, request, found, round(latency, 3), notes, k, shown, calibration, fresh_from)
+    return Searched(corpus, method, generation.snapshot, generation.citable, request, found, round(latency, 3), notes, k, shown, calibration, fresh_from, _on_its_scale(op, built))

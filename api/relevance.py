@@ -1,6 +1,9 @@
 """A hit's ``relevance``: its method's raw score mapped to the chance that a hit so scored is relevant,
 fitted per method and corpus on the method's stored run over the corpus's judged queries (isotonic
-regression of "the node's document is in the query's gold" on the score). Raw scores live on each
+regression of "the node's document is in the query's gold" on the score). A corpus with none (one the
+application writes) borrows the fit of another corpus of the lake searched by the same method with the
+same dense and sparse models, the one with the most judged queries, and says so in every answer: a
+threshold then means there what it means on that corpus. Raw scores live on each
 method's own scale (BM25 7.7, dense 0.72, rrf 0.033); relevance is one scale, so one threshold
 (``min_relevance``) means the same for every method.
 
@@ -29,12 +32,16 @@ class Calibration:
     relevance: np.ndarray
     queries: int
     judged: int  # (query, node) pairs fitted on
+    borrowed_from: str | None = None  # the corpus it was fitted on, when not the one searched
 
     def __call__(self, scores: np.ndarray) -> np.ndarray:
         return np.interp(scores, self.scores, self.relevance)
 
     def said(self) -> str:
-        return f"{KIND} on {self.queries} judged queries ({self.judged:,} ranked nodes of the stored run)"
+        fitted_on = f"{KIND} on {self.queries} judged queries ({self.judged:,} ranked nodes of the stored run)"
+        if self.borrowed_from is None:
+            return fitted_on
+        return f"borrowed from corpus {self.borrowed_from!r} (the same method and models; this corpus has no judged queries): {fitted_on} there, so read it as that corpus's odds"
 
 
 def fitted(runs: pa.Table, queries: pa.Table, qrels: pa.Table) -> Calibration | str:

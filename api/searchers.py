@@ -22,7 +22,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -86,13 +86,29 @@ class Served:
     def calibration(self, method: str) -> Calibration | str:
         """The method's relevance calibration here (``api/relevance.py``), or why it has none."""
         if method not in self._calibrations:
-            lake, partition = self.indexes.lake, {"corpus": self.corpus}
-            if not lake.has("runs", {**partition, "method": method}) or not lake.has("qrels", partition):
-                found: Calibration | str = f"no stored run of {method!r} on {self.corpus!r} with gold to fit it on (`graphlake eval --corpus {self.corpus} --methods {method}` makes one)"
+            lake = self.indexes.lake
+            if _judged(lake, self.corpus, method):
+                found: Calibration | str = _fitted_on(lake, self.corpus, method)
             else:
-                found = fitted(lake.read("runs", {**partition, "method": method}), lake.read("queries", partition), lake.read("qrels", partition))
+                found = self._borrowed(method) or f"no stored run of {method!r} on {self.corpus!r} with gold to fit it on (`graphlake eval --corpus {self.corpus} --methods {method}` makes one)"
             self._calibrations[method] = found
         return self._calibrations[method]
+
+    def _borrowed(self, method: str) -> Calibration | None:
+        """The calibration of ``method`` fitted on another corpus of the lake with the same dense and
+        sparse models (the one with the most judged queries), for a corpus with none judged."""
+        from graphlake.warehouse.corpora import CorpusRegistry
+
+        lake = LakeStorage(self.indexes.lake.home)  # the other corpora as committed now
+        registry = CorpusRegistry(lake.home)
+        models = _models(registry, self.corpus)
+        fits = []
+        for other in sorted(registry.all()):
+            if other != self.corpus and _judged(lake, other, method) and _models(registry, other) == models:
+                fit = _fitted_on(lake, other, method)
+                if isinstance(fit, Calibration):
+                    fits.append(replace(fit, borrowed_from=other))
+        return max(fits, key=lambda fit: fit.queries, default=None)
 
     @once
     def citable(self) -> Citable:
@@ -375,6 +391,21 @@ class SearcherManager:
         train = served.train if served is not None else corpus
         paths = (folders / corpus, folders / LAKE_SCOPE, folders / train, self.home / "methods.yaml", self.home / "corpora.yaml")
         return tuple(map(_mtime, paths))
+
+
+def _judged(lake: LakeStorage, corpus: str, method: str) -> bool:
+    """Whether ``corpus`` has a stored run of ``method`` and gold to fit its relevance on."""
+    return lake.has("runs", {"corpus": corpus, "method": method}) and lake.has("qrels", {"corpus": corpus})
+
+
+def _fitted_on(lake: LakeStorage, corpus: str, method: str) -> Calibration | str:
+    partition = {"corpus": corpus}
+    return fitted(lake.read("runs", {**partition, "method": method}), lake.read("queries", partition), lake.read("qrels", partition))
+
+
+def _models(registry, corpus: str) -> tuple[str, str]:
+    """The dense and sparse models ``corpus`` is encoded with: a calibration carries over only between corpora they encode alike."""
+    return registry.model(corpus, "dense").name, registry.model(corpus, "sparse").name
 
 
 def _listed(home: Path, corpus: str) -> dict[int, Stamp]:

@@ -262,3 +262,23 @@ def test_relevance_is_one_scale_for_every_method_and_a_threshold_means_the_same(
     with pytest.raises(RequestError, match="min_relevance: a number from 0 to 1"):
         lake.search("demo", "rrf", QUESTION, min_relevance=2)
     remote.close()
+
+
+def test_a_corpus_with_no_judged_queries_borrows_a_calibration_and_says_whose(demo_copy):
+    """A corpus the application writes has no judged queries: its relevance is the fit of the same method
+    on the lake's judged corpus with the same models (the demo), said in the answer, so that
+    ``min_relevance`` and LlamaIndex's ``SimilarityPostprocessor`` keep what they keep on the demo."""
+    from llama_index.core.postprocessor import SimilarityPostprocessor
+
+    from graphlake.api.llama_index import GraphLakeRetriever
+
+    lake = GraphLake(demo_copy)
+    lake.create_corpus("notes")
+    lake.upsert("notes", [{"id": "sled", "text": "The BenthoCam sled was carried by the research vessel Nereid."}, {"id": "fees", "text": "Mooring fees rose twice last year."}])
+    result = lake.search("notes", "rrf", QUESTION, k=2)
+    assert result.calibration.startswith("borrowed from corpus 'demo' (the same method and models; this corpus has no judged queries): isotonic on 23 judged queries"), result.calibration
+    demo = lake.search("demo", "rrf", QUESTION, k=1)
+    assert result.hits[0].doc_id == "sled" and result.hits[0].relevance is not None
+    assert 0 <= result.hits[1].relevance <= result.hits[0].relevance <= 1 and result.hits[0].score == demo.hits[0].score  # rank 1 in both: rrf's score, and relevance, alike
+    kept = SimilarityPostprocessor(similarity_cutoff=result.hits[0].relevance - 1e-9).postprocess_nodes(GraphLakeRetriever(lake, "notes", method="rrf", k=2).retrieve(QUESTION))
+    assert [n.node.ref_doc_id for n in kept] == ["sled"] + (["fees"] if result.hits[1].relevance >= result.hits[0].relevance - 1e-9 else [])

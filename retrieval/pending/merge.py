@@ -47,13 +47,16 @@ def with_pending(op: Op, request: Request, indexes: LakeIndexSet, fresh: FreshSe
 
 def pending_alone(op: Op, request: Request, fresh: FreshSegment | None, expression: Filter | None, pool: int) -> list[Candidates]:
     """A never-built corpus's ranking: its pending nodes alone, by the op's own signal for a first stage,
-    else by the reciprocal-rank fusion of BM25, dense and SPLADE (what every method's graphs and learned
-    indexes need is a build; the answer's note says so)."""
+    by its own fusion for a fusion of first stages (``rrf``), else by the reciprocal-rank fusion of BM25,
+    dense and SPLADE (what every other method's graphs and learned indexes need is a build; the answer's
+    note says so)."""
     if fresh is None or not fresh.present:
         return [Candidates(scores=np.zeros(0), rows=np.zeros(0, np.int64)) for _ in request.queries]
     signal, pending = _pending(op, request, fresh, expression, pool)
     if signal is not None:
         return pending[signal]
+    if fuses_first_stages(op):  # rrf itself: its own fusion of its own first stages, on its own scale
+        return [op.fuse([pending[FIRST_STAGES[stage.op]][i] for stage in op.inputs]) for i in range(len(request.queries))]
     fusion = RRF(op="rrf", inputs=_stages(pool), k=pool, constant=RRF_CONSTANT)
     return [fusion.fuse([pending[s][i] for s in SIGNALS]) for i in range(len(request.queries))]
 
@@ -71,6 +74,12 @@ def _pending(op: Op, request: Request, fresh: FreshSegment, expression: Filter |
 def _stages(pool: int) -> list[Op]:
     """BM25, dense and SPLADE first stages, in ``SIGNALS``' order."""
     return [BM25(op="bm25", k=pool), Dense(op="dense", k=pool), Splade(op="splade", k=pool)]
+
+
+def fuses_first_stages(op: Op) -> bool:
+    """Whether ``op`` is a reciprocal-rank fusion of first stages alone (``rrf``): a never-built corpus
+    ranks by it exactly, its scores on its own scale."""
+    return isinstance(op, RRF) and bool(op.inputs) and all(first_stage(stage) for stage in op.inputs)
 
 
 def first_stage(op: Op) -> bool:
