@@ -41,11 +41,9 @@ from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.config_files import one_line
 from graphlake.warehouse.corpora import DEMO_CORPUS, LAKE_OWNED, CorpusRegistry, CorpusSpec
 from graphlake.warehouse.home import home_of
-from graphlake.warehouse.locks import writer_lock
 from graphlake.warehouse.scopes import WRITES, LockedError
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, StorageError
-from graphlake.warehouse.write_checks import checked_ids
 
 POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
 ASYNC_SEARCHES = 1  # awaited searches at once: more threads contend for the interpreter's lock with the event loop
@@ -116,6 +114,8 @@ class GraphLake:
         """The documents of ``corpus`` with these ids, as a search starting now reads them (committed and
         pending; a deleted or unknown id is left out), in the order of ``ids``."""
         check_name("corpus", corpus)
+        from graphlake.warehouse.write_checks import checked_ids
+
         if isinstance(ids, list | tuple) and not ids:
             return []
         wanted = refused_as_request(checked_ids, ids)
@@ -153,6 +153,8 @@ class GraphLake:
         first, in one rename), under its writer lock (``CorpusBusy`` naming the holder while a build holds
         it); whether there was anything to remove. A crash between the two leaves files that a second drop
         removes. The lake-wide models keep what they learned from it."""
+        from graphlake.warehouse.locks import writer_lock
+
         check_name("corpus", name)
         if name == DEMO_CORPUS:
             raise RequestError(f"corpus {name!r} is the bundled demo, which is not declared in corpora.yaml: `graphlake forget {name}` removes what it built")
@@ -465,4 +467,6 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
             f"{fresh.writes} pending write(s) through number {fresh.through} searched in the fresh segment ({len(fresh.present)} documents, {len(fresh)} nodes; the next build folds them into the graphs)"
         )
     fresh_from = len(indexes.snapshot.node_ids) if fresh else None
-    return Searched(corpus, method, generation.snapshot, generation.citable, request, found, round(latency, 3), notes, k, shown, calibration, fresh_from, _on_its_scale(op, built))
+    return Searched(
+        corpus, method, generation.snapshot, generation.citable, request, found, round(latency, 3), notes, k, shown, calibration, fresh_from, fresh is not None and _on_its_scale(op, built)
+    )

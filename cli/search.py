@@ -138,6 +138,38 @@ def serve(
     run_server(GraphLake(home), host, port)
 
 
+@app.command()
+def documents(
+    corpus: Annotated[str, typer.Argument(help="The corpus to read.")],
+    ids: Annotated[list[str] | None, typer.Option("--id", help="Read this document (repeat the option); without one, list the corpus a page at a time.")] = None,
+    after: Annotated[str | None, typer.Option(help="List from the first id past this one (the cursor a page ends with).")] = None,
+    limit: Annotated[int, typer.Option(min=1, max=1000, help="Documents a page.")] = 100,
+    where: Annotated[str | None, typer.Option("--filter", help='Only documents whose metadata pass it: year >= 2016 and lang = "en".')] = None,
+    server: Annotated[str | None, typer.Option(help="Read through a running graphlake serve at this URL instead of the lake on disk.")] = None,
+) -> None:
+    """Read documents by id, or list a corpus's documents in id order a page at a time, committed and
+    pending alike, as a search now reads them: one JSON object a line ({id, text, title, metadata}); a
+    page ends with {"next": CURSOR}, null on the last (pass it as --after)."""
+    from graphlake.api import GraphLake, IndexNotBuilt, RemoteLake, RequestError, ServerError, UnknownName
+
+    lake = RemoteLake(server) if server else GraphLake(lake_home())
+    try:
+        if ids:
+            if after is not None or where is not None:
+                fail("--id reads those documents: --after and --filter page through a listing instead")
+            found = lake.get_documents(corpus, ids)
+            page = None
+        else:
+            page = lake.list_documents(corpus, after=after, limit=limit, filter=where)
+            found = page.documents
+    except (RequestError, UnknownName, IndexNotBuilt, ServerError) as error:
+        fail(str(error))
+    for document in found:
+        print(json.dumps(dataclasses.asdict(document), ensure_ascii=False))
+    if page is not None:
+        print(json.dumps({"next": page.next}))
+
+
 @app.command(name="mcp")
 def mcp_stdio(
     writes: Annotated[bool, typer.Option("--writes", help="Offer the upsert and delete tools too.")] = False,

@@ -4,10 +4,14 @@ a corpus dropped whole in one step, refused while a build holds it."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -62,6 +66,20 @@ def test_documents_are_read_by_id_and_listed_in_pages_while_writes_go_on(lake, t
         assert len(churn) >= 3
         page = remote.list_documents("log", limit=5, filter="n >= 118")
         assert [d.id for d in page.documents] == ["s118", "s119"] and page.next is None
+
+        def cli(*args: str) -> list[dict]:
+            done = subprocess.run(
+                [shutil.which("graphlake") or str(Path(sys.executable).parent / "graphlake"), "documents", "log", *args],
+                capture_output=True,
+                text=True,
+                env={**os.environ, "GRAPHLAKE_HOME": str(lake), "GRAPHLAKE_API_KEY": KEY},
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            return [json.loads(line) for line in done.stdout.splitlines()]
+
+        assert cli("--id", "s007") == [{"id": "s007", "text": steady[7]["text"], "title": "", "metadata": steady[7]["metadata"]}]
+        listed = cli("--filter", "n >= 117", "--limit", "2", "--server", server.url)
+        assert [d.get("id") for d in listed] == ["s117", "s118", None] and listed[-1] == {"next": "s118"}
     finally:
         remote.close()
         server.stop()

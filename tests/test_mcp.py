@@ -51,7 +51,7 @@ def test_an_agent_searches_over_stdio_and_writes_over_http_with_the_key(lake, tm
     try:
 
         async def over_http(headers: dict[str, str]) -> tuple[set[str], dict, dict]:
-            async with httpx2.AsyncClient(headers=headers) as http, Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client:
+            async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0)) as http, Client(streamable_http_client(f"{server.url}/mcp", http_client=http)) as client:
                 tools = {tool.name for tool in (await client.list_tools()).tools}
                 written = await client.call_tool("upsert", {"corpus": "field", "documents": [{"id": "gull", "text": "A gull stole the survey team's sandwich on the jetty."}]})
                 found = await client.call_tool("search", {"corpus": "field", "method": "bm25", "query": "sandwich jetty", "k": 1})
