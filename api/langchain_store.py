@@ -34,7 +34,7 @@ from langchain_core.vectorstores import VectorStore
 from langchain_core.vectorstores.utils import maximal_marginal_relevance
 
 from graphlake.api.results import RequestError, SearchResult
-from graphlake.api.retriever_settings import no_extra_arguments, upserted
+from graphlake.api.retriever_settings import STORE_SETTINGS, no_extra_arguments, upserted
 from graphlake.api.validation import MAX_EMBED_CHARS
 from graphlake.retrieval.index.tables import retrieval_text
 from graphlake.warehouse.write_checks import MAX_WRITE_DOCUMENTS
@@ -181,7 +181,6 @@ class GraphLakeVectorStore(VectorStore):
 
 
 _BATCH = 256  # texts an embed call takes
-STORE_SETTINGS = {"group_by", "context", "after_write", "k", "filter"}  # fixed by the store, or its call's own arguments
 
 
 def _document(hit) -> Document:

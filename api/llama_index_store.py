@@ -35,7 +35,7 @@ from pydantic import ConfigDict, PrivateAttr
 
 from graphlake.api.llama_index import REF_DOC_ID, delete_document, from_metadata_filters, kept_metadata
 from graphlake.api.results import RequestError, StoredDocument
-from graphlake.api.retriever_settings import no_extra_arguments, upserted
+from graphlake.api.retriever_settings import STORE_SETTINGS, no_extra_arguments, upserted
 from graphlake.warehouse.write_checks import MAX_WRITE_DOCUMENTS
 
 MODES = {VectorStoreQueryMode.DEFAULT: "dense", VectorStoreQueryMode.HYBRID: "rrf", VectorStoreQueryMode.SPARSE: "splade", VectorStoreQueryMode.TEXT_SEARCH: "bm25"}
@@ -126,7 +126,7 @@ class GraphLakeVectorStore(BasePydanticVectorStore):
             raise RequestError("query: restricting to doc_ids or node_ids is not supported; filter on their metadata (filters=) instead")
         if query.alpha is not None:
             raise RequestError("query: alpha has no meaning here; mode 'hybrid' fuses BM25, dense and SPLADE by their ranks (method rrf)")
-        fixed = sorted(set(kwargs) & {"group_by", "context", "after_write", "k", "filter"})
+        fixed = sorted(set(kwargs) & STORE_SETTINGS)
         if fixed:
             raise RequestError(f"query: {fixed[0]} is the store's own (whole documents, its own writes read; similarity_top_k and filters set the rest)")
         reading = {"after_write": self._written} if self._written is not None else {}

@@ -64,6 +64,9 @@ def upserted(doc_id: str, text: str, metadata: dict[str, Any] | None, retrieved:
     return {"id": doc_id, "text": text, "title": title if isinstance(title, str) else "", "metadata": own}
 
 
+STORE_SETTINGS = frozenset({"group_by", "context", "after_write", "k", "filter"})  # a vector store's own (whole documents, its writes read) or its call's arguments
+
+
 def no_extra_arguments(call: str, kwargs: dict[str, Any]) -> None:
     """An adapter's call given an argument it does not take: refused naming it, never dropped."""
     if kwargs:

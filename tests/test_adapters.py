@@ -268,6 +268,7 @@ def test_a_corpus_with_no_judged_queries_borrows_a_calibration_and_says_whose(de
     """A corpus the application writes has no judged queries: its relevance is the fit of the same method
     on the lake's judged corpus with the same models (the demo), said in the answer, so that
     ``min_relevance`` and LlamaIndex's ``SimilarityPostprocessor`` keep what they keep on the demo."""
+    pytest.importorskip("llama_index.core", reason="llama-index-core is not installed: pip install -e '.[llamaindex]'")
     from llama_index.core.postprocessor import SimilarityPostprocessor
 
     from graphlake.api.llama_index import GraphLakeRetriever

@@ -7,6 +7,9 @@
 from __future__ import annotations
 
 import pytest
+
+pytest.importorskip("llama_index.core", reason="llama-index-core is not installed: pip install -e '.[llamaindex]'")
+
 from llama_index.core import Document, VectorStoreIndex
 from llama_index.core.llms import MockLLM
 from llama_index.core.node_parser import SentenceSplitter
