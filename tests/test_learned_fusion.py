@@ -12,14 +12,15 @@ import numpy as np
 import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
+from graphlake.kernels.partners import SIGNALS
 from graphlake.retrieval.core import Candidates, run_inputs_batch
 from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
-from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key
+from graphlake.retrieval.models.learned_fusion import FEATURES_VERSION, IN_CORPUS, REPORT_FILE, SCALE_FREE, LearnedRankers, candidate_rows, feature_names, features, key, partners_of
 from graphlake.retrieval.operators.learned import rrf
 from graphlake.retrieval.queries import check_disjoint, gold_by_query
-from graphlake.retrieval.training.learned_fusion import fit
+from graphlake.retrieval.training.learned_fusion import fit, partner_runs
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 INPUTS = ["bm25", "dense", "splade", "ap_three", "graph_rrf", "grapher_gcs", "grasp_graph", "grasp_fused"]
@@ -40,7 +41,9 @@ def test_features_are_each_inputs_rank_and_scores_with_the_plans_signals():
     assert got["retrieved_by"] == [1, 2, 1] and got["in_top3"] == [1, 2, 1] and got["best_rank"] == [1, 1, 2]
     assert got["query_words"] == [3] * 3 and got["plan_valid"] == [1] * 3 and got["plan_candidates"] == [37] * 3
     assert got["plan_risk"] == [3] * 3  # aggressive, the last of no_trade, weak, normal, aggressive
-    assert math.isnan(features("q", [first], candidate_rows([first], 3), 3, IN_CORPUS)[0, -1])  # no plan: missing, not zero
+    alone = features("q", [first], candidate_rows([first], 3), 3, IN_CORPUS)
+    assert math.isnan(alone[0, feature_names(["a"], IN_CORPUS).index("plan_risk")])  # no plan: missing, not zero
+    assert np.isnan(table[:, -len(SIGNALS) :]).all()  # no partners given: the partner signals are missing, not zero
     # trained on another corpus: only what means the same on any corpus (ranks, scores scaled to the list)
     scale_free = features("who wrote it", [first, second], rows, 2, SCALE_FREE)
     assert feature_names(["a", "b"], SCALE_FREE)[:4] == ["a_rank", "a_scaled", "b_rank", "b_scaled"]
@@ -60,8 +63,9 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     assert set(trained["importance"]) == set(feature_names(INPUTS, IN_CORPUS)) and sum(trained["importance"].values()) > 0
     queries = lake.read("queries", {"corpus": "demo"}).to_pylist()
     train = {q["query_id"] for q in queries if q["split"] == "train"}
-    seen = set(trained["training_queries"]) | set(trained["stopping_queries"])
-    assert seen <= train and set(trained["training_queries"]).isdisjoint(trained["stopping_queries"]) and trained["stopping_queries"]
+    assert set(trained["training_queries"]) <= train and trained["folds"] == min(5, len(trained["training_queries"]))
+    signals = trained["partner_signals"]
+    assert stored.ranker(op).partners is signals["kept"] is (signals["gain"][1] > 0) and trained["held_out_ndcg"] is not None
     with pytest.raises(StorageError, match="learned_fusion for 'demo' would learn from its evaluated queries"):
         check_disjoint(lake, "demo", "demo", [q for q in queries if q["split"] == "test"][:1], "learned_fusion")
 
@@ -71,7 +75,8 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     request = new_request(indexes, [text])
     (result,) = op.run_batch(request, indexes)
     rows = candidate_rows(found, op.depth)
-    scores = stored.ranker(op).booster.predict(features(text, found, rows, op.depth, IN_CORPUS))
+    (partners,) = partners_of(indexes, request) if stored.ranker(op).partners else (None,)
+    scores = stored.ranker(op).booster.predict(features(text, found, rows, op.depth, IN_CORPUS, partners))
     assert result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
     assert set(result.rows.tolist()) <= set(rows.tolist()) and not request.notes
 
@@ -93,8 +98,9 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     indexes = open_index_set(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
     found = run_inputs_batch(op, new_request(indexes, [q["text"] for q in queries]), indexes)
+    partners = partner_runs([q["text"] for q in queries], indexes)
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))
-    ranker, trained = fit(op, queries, found, gold, indexes.snapshot.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
+    ranker, trained = fit(op, queries, found, partners, gold, indexes.snapshot.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
     assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1
     LearnedRankers({key(op): ranker}).save(tmp_path)
     loaded = LearnedRankers.load(tmp_path).ranker(op)
@@ -103,6 +109,7 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     (tmp_path / REPORT_FILE).write_text(json.dumps(older))
     assert LearnedRankers.load(tmp_path).held() == set()  # rankers of older features are retrained, not misread
     texts = [query["text"] for query in queries[:3]]
-    together = loaded.score(texts, found[:3], rows, op.depth)  # a batch in one prediction: each query as alone
-    alone = [ranker.score([text], [inputs], [chosen], op.depth)[0] for text, inputs, chosen in zip(texts, found, rows, strict=False)]
+    together = loaded.score(texts, found[:3], rows, op.depth, lambda: partners[:3])  # a batch in one prediction: each query as alone
+    alone = [ranker.score([text], [inputs], [chosen], op.depth, lambda p=p: [p])[0] for text, inputs, chosen, p in zip(texts, found, rows, partners, strict=False)]
+    assert loaded.partners is ranker.partners
     assert loaded.across_corpora and len(together) == 3 and all(np.array_equal(a, b) for a, b in zip(together, alone, strict=True))

@@ -9,17 +9,17 @@ from graphlake.warehouse.storage import LakeStorage
 
 
 class LearnedFusionConfig(Config):
-    validation_share: float = 0.2  # of the training queries, held out to stop the boosting
+    folds: int = 5  # of the training queries, by which the rounds and the partner signals are chosen
     seed: int = 0
-    rounds: int = 500  # at most; early stopping keeps the best on the held-out share
-    patience: int = 50  # rounds without a better held-out nDCG@10 before stopping
+    rounds: int = 500  # at most; the folds' best mean nDCG@10 chooses how many
+    patience: int = 50  # rounds without a better mean out-of-fold nDCG@10 before stopping
     learning_rate: float = 0.05
     num_leaves: int = 15
     min_data_in_leaf: int = 20
 
 
 def fit(context: AssetExecutionContext, config: LearnedFusionConfig, storage: LakeStorage) -> dict:
-    """A lambdarank model over the first stages' candidates per learned fusion, early-stopped on held-out training queries."""
+    """A lambdarank model over the first stages' candidates per learned fusion, its rounds and partner signals chosen by cross-validation."""
     rankers, summary = learn(storage, context.partition_key, config, context.log.info)
     storage.write_artifact("learned_fusion", {"corpus": context.partition_key}, rankers.save)
     importance = {name: fusion["importance"] for name, fusion in rankers.report.get("fusions", {}).items()}

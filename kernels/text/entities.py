@@ -86,6 +86,11 @@ def normalise(name: str) -> str:
     return " ".join(_PUNCTUATION.sub("", name.lower()).split())
 
 
+def bare_title(title: str) -> str:
+    """A title as text would mention it: parentheticals stripped ("Paris (band)" -> "paris"), normalised."""
+    return normalise(_PARENTHETICAL.sub(" ", title))
+
+
 def title_aliases(titles: Iterable[str]) -> dict[str, str]:
     """SPRIG-EL: normalised title with parentheticals stripped -> normalised title, when unambiguous.
 
@@ -98,7 +103,7 @@ def title_aliases(titles: Iterable[str]) -> dict[str, str]:
         if not target:
             continue
         claims[target].add(target)
-        alias = normalise(_PARENTHETICAL.sub(" ", title))
+        alias = bare_title(title)
         if alias and alias != target:
             claims[alias].add(target)
     return {alias: next(iter(targets)) for alias, targets in claims.items() if len(targets) == 1 and alias not in targets}

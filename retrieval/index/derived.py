@@ -19,6 +19,7 @@ from graphlake.warehouse.storage import StorageError
 if TYPE_CHECKING:
     from graphlake.kernels.graph.entity_graph import EntityGraph
     from graphlake.kernels.hybrid.vectors import HybridVectors
+    from graphlake.kernels.partners import NodeEntities, NodeTitles
     from graphlake.retrieval.index.skb import LoadedSKB
 
 
@@ -50,6 +51,35 @@ def _entity_graph(indexes: IndexSet, hub_prune_percent: float, degree_cap: int) 
     return EntityGraph.build(len(snapshot.node_ids), norms, entity_ids.indices.to_numpy(), rows, edges.column("weight").to_numpy(), hub_prune_percent, degree_cap)
 
 
+def _node_entities(indexes: IndexSet) -> NodeEntities | None:
+    """None where the corpus has no cooccurrence edges (a schema corpus without entity mentions)."""
+    from graphlake.kernels.partners import NodeEntities
+    from graphlake.kernels.text.entities import normalise
+
+    snapshot = indexes.snapshot
+    if not indexes.lake.has("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"}):
+        return None
+    edges = indexes.get("cooccurrence").edges
+    if not edges.num_rows:
+        return None
+    entity_ids = edges.column("src").combine_chunks().dictionary_encode()
+    norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
+    rows = snapshot.node_rows(edges.column("dst").to_pylist(), "cooccurrence edges")
+    titles = snapshot.titles()
+    title_norms = [normalise(titles.get(doc_id) or "") for doc_id in snapshot.doc_ids().tolist()]
+    return NodeEntities.build(len(snapshot.node_ids), norms, entity_ids.indices.to_numpy(), rows, title_norms)
+
+
+def _node_titles(indexes: IndexSet) -> NodeTitles:
+    from graphlake.kernels.partners import NodeTitles
+    from graphlake.kernels.text.entities import bare_title, normalise
+
+    snapshot = indexes.snapshot
+    titles = snapshot.titles()
+    texts = snapshot.nodes().column("text")
+    return NodeTitles([bare_title(titles.get(doc_id) or "") for doc_id in snapshot.doc_ids().tolist()], lambda row: texts[row].as_py() or "", normalise)
+
+
 def _skb(indexes: IndexSet, source: str) -> LoadedSKB:
     from graphlake.retrieval.index.skb import LoadedSKB
 
@@ -64,6 +94,10 @@ TITLE_ALIASES: Derived[dict[str, str]] = Derived("title_aliases", _title_aliases
 """The documents' titles as entity aliases (``kernels/text/entities.py``): what queries' entities link by."""
 ENTITY_GRAPH: Derived[EntityGraph] = Derived("entity_graph", _entity_graph)
 """(hub_prune_percent, degree_cap): SPRIG's entity-passage graph of the cooccurrence edges."""
+NODE_ENTITIES: Derived[NodeEntities | None] = Derived("node_entities", _node_entities)
+"""The cooccurrence edges as a node-by-entity matrix with the titles' entities: what partner signals read."""
+NODE_TITLES: Derived[NodeTitles] = Derived("node_titles", _node_titles)
+"""Each node's title as text mentions it, and its text normalised on demand: what title links read."""
 SKB: Derived[LoadedSKB] = Derived("skb", _skb)
 """(source): one of GRASP's SKBs, loaded."""
 GRASP_FUSION_CHOICE: Derived[tuple[str, dict]] = Derived("grasp_fusion_choice", lambda indexes, op: indexes.get("grasp_fusion").choice(op))
@@ -94,6 +128,11 @@ class EntityEdges:
         self._owner = weakref.ref(indexes)  # the index set keeps this object: a strong reference would be a cycle
         self.edges = indexes.lake.read("edges", {"corpus": indexes.corpus, "kind": "cooccurrence"})
 
+    @property
+    def extractor(self) -> str | None:
+        """The extractor the mentions came from (None: no edges)."""
+        return self.edges.column("source")[0].as_py() if self.edges.num_rows else None
+
     def graph(self, hub_prune_percent: float = 0.0, degree_cap: int = 0) -> EntityGraph:
         return self._owner().derived(ENTITY_GRAPH, hub_prune_percent, degree_cap)
 
@@ -103,7 +142,7 @@ class EntityEdges:
         from graphlake.kernels.text.entities import normalise
 
         indexes = self._owner()
-        built_with = self.edges.column("source")[0].as_py() if self.edges.num_rows else extractor
+        built_with = self.extractor or extractor
         if built_with != extractor:
             raise StorageError(f"cooccurrence edges of corpus {indexes.corpus!r} come from {built_with!r} mentions, not {extractor!r}")
         aliases = indexes.derived(TITLE_ALIASES)

@@ -3,7 +3,9 @@
 ``learned_fusion`` runs its inputs (each a declared method: BM25, dense, SPLADE, Allan-Poe's fused
 hybrid graph, SPRIG's PPR, GraphER's graph-context score, GRASP's plan and its fusion, ...), takes the
 union of their top ``depth`` candidates, describes every candidate by each input's rank and scores
-(missing where the input did not retrieve it; ``models/learned_fusion.py`` has the features), and orders
+(missing where the input did not retrieve it; ``models/learned_fusion.py`` has the features) and by the
+declared ``partners`` signals, read beside the ``anchors`` candidates the inputs put first
+(``kernels/partners.py``: what a multi-hop question's later hop shares with its first), and orders
 them by the LightGBM ranker the ``learned_fusion`` index trained on the corpus's training queries.
 Without one (a corpus without training queries) it is reciprocal-rank fusion of the same inputs, and
 says so in ``notes``.
@@ -16,10 +18,11 @@ from typing import ClassVar, Literal
 from pydantic import Field
 
 from graphlake.kernels.fusion import reciprocal_rank
+from graphlake.kernels.partners import FAMILIES
 from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.derived import LEARNED_RANKER
 from graphlake.retrieval.models.index_set import LakeIndexSet
-from graphlake.retrieval.models.learned_fusion import candidate_rows, key
+from graphlake.retrieval.models.learned_fusion import candidate_rows, key, partners_of
 
 
 def rrf(found: list[Candidates], depth: int, k: int) -> Candidates:
@@ -37,6 +40,8 @@ class LearnedFusion(Op):
     inputs: list[Input] = Field(min_length=2)
     depth: Count = 100  # each input's top this many form the candidates
     k: Count = 100
+    partners: list[Literal["dense", "titles", "entities"]] = Field(default_factory=lambda: list(FAMILIES))  # the partner signals it may learn from ([]: none)
+    anchors: Count = 3  # the candidates ranked first, beside which the partner signals read every candidate
 
     def reads(self) -> frozenset[str]:
         return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
@@ -50,4 +55,5 @@ class LearnedFusion(Op):
             request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")
             return [rrf(inputs, self.depth, self.k) for inputs in found]
         rows = [candidate_rows(inputs, self.depth) for inputs in found]
-        return [ranked(scores=scores, rows=chosen, k=self.k) for chosen, scores in zip(rows, model.score(request.queries, found, rows, self.depth), strict=True)]
+        scores = model.score(request.queries, found, rows, self.depth, lambda: partners_of(indexes, request, self.partners, self.anchors))
+        return [ranked(scores=scored, rows=chosen, k=self.k) for chosen, scored in zip(rows, scores, strict=True)]

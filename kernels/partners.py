@@ -1,0 +1,143 @@
+"""Signals that score a candidate together with the candidates ranked above it (its partners).
+
+A multi-hop question's later-hop passage shares little with the question and much with an earlier-hop
+passage: the bridge entity, or the title the first passage names (MDR and Beam Retrieval score hop two
+with hop one in the input; HippoRAG walks from the question's entities to the passages they link). Scored
+alone against the question such a passage ranks in the tens; read beside the few candidates ranked first
+(the *anchors*), it is the one that shares their bridge. Every signal here is a number per candidate
+given the anchors; a candidate is never its own partner.
+
+- dense: the best cosine to an anchor; the best cosine to the question expanded by an anchor (the sum of
+  both unit vectors, normalised: IRCoT's "retrieve with what was found", in one vector); and how much
+  that expansion adds over the question alone.
+- titles: whether the candidate's title occurs in an anchor's text, an anchor's title in the candidate's
+  text, and the candidate's title in the question (a comparison question names both of its pages).
+- entities: the inverse-document-frequency weight of the entities shared with the best anchor; whether
+  the candidate's title is an entity an anchor mentions, or an anchor's title one the candidate mentions
+  (the hyperlink a wiki page would carry); the weight of the question's entities the candidate mentions,
+  of those the first anchor lacks, and whether its own title is one of them (set-wise coverage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+DENSE = ("partner_cosine", "partner_expanded", "partner_expansion_gain")
+TITLES = ("title_in_anchor", "anchor_title_in_text", "title_in_query")
+ENTITIES = ("partner_entities", "partner_title_link", "query_entities", "query_entities_new", "title_entity_in_query")
+FAMILIES = {"dense": DENSE, "titles": TITLES, "entities": ENTITIES}  # as a learned_fusion declares which it reads
+SIGNALS = (*DENSE, *TITLES, *ENTITIES)
+
+
+@dataclass
+class NodeTitles:
+    """Each node's title as text mentions it (``bare_title``) and its text, normalised the same way on first
+    use (a query reads a few hundred of them; normalising every node up front would cost a corpus pass)."""
+
+    titles: list[str]
+    text: Callable[[int], str]  # a node row's raw text
+    normalise: Callable[[str], str]
+    _seen: dict[int, str] = field(default_factory=dict)
+
+    def padded(self, row: int) -> str:
+        """The node's normalised text between spaces, for word-bounded ``in`` tests."""
+        if row not in self._seen:
+            self._seen[row] = f" {self.normalise(self.text(row))} "
+        return self._seen[row]
+
+
+def title_signals(titles: NodeTitles, rows: np.ndarray, anchors: np.ndarray, query: str) -> np.ndarray:
+    """(candidates, 3): :data:`TITLES` for the candidates at node ``rows`` beside the ``anchors`` (positions
+    into them), ``query`` normalised as the texts are; a title of no letters or digits matches nothing."""
+    named = [f" {titles.titles[row]} " if titles.titles[row] else None for row in rows.tolist()]
+    anchor_texts = [(j, titles.padded(int(rows[j]))) for j in anchors.tolist()]
+    asked = f" {query} "
+    out = np.zeros((len(rows), len(TITLES)), np.float64)
+    for i, row in enumerate(rows.tolist()):
+        title = named[i]
+        if title is not None:
+            out[i, 0] = any(title in text for j, text in anchor_texts if j != i)
+            out[i, 2] = title in asked
+        text = titles.padded(row)
+        out[i, 1] = any(named[j] is not None and named[j] in text for j, _ in anchor_texts if j != i)
+    return out
+
+
+@dataclass(frozen=True)
+class NodeEntities:
+    """Which entities each node mentions (rows: nodes, columns: entities, 0/1), each entity's inverse
+    document frequency, and the entity column of each node's title (-1 where the title is no entity)."""
+
+    mentions: sp.csr_matrix
+    idf: np.ndarray
+    title: np.ndarray
+    columns: dict[str, int]  # entity norm -> column
+
+    @classmethod
+    def build(cls, n_nodes: int, norms: list[str], entity: np.ndarray, node: np.ndarray, title_norms: list[str]) -> NodeEntities:
+        """From entity->node mentions given as codes into ``norms`` and node rows; ``title_norms``: each
+        node's title, normalised and alias-linked as the mentions were."""
+        mentions = sp.csr_matrix((np.ones(len(node), np.float32), (node, entity)), shape=(n_nodes, len(norms)))
+        mentions.sum_duplicates()
+        mentions.data[:] = 1.0
+        df = np.diff(mentions.tocsc().indptr)
+        idf = np.log((1 + n_nodes) / (1 + df)).astype(np.float32)
+        columns = {norm: i for i, norm in enumerate(norms)}
+        title = np.fromiter((columns.get(t, -1) for t in title_norms), np.int64, count=n_nodes)
+        return cls(mentions, idf, title, columns)
+
+
+def anchors_of(scores: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the ``count`` best-scored candidates, best first (ties to the earlier position)."""
+    return np.lexsort((np.arange(len(scores)), -scores))[:count]
+
+
+def _best_other(pairs: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """Per candidate, the largest of its values against the anchors other than itself (-inf with none)."""
+    pairs = pairs.astype(np.float64, copy=True)
+    pairs[anchors, np.arange(len(anchors))] = -np.inf
+    return pairs.max(axis=1) if pairs.shape[1] else np.full(len(pairs), -np.inf)
+
+
+def dense_signals(vectors: np.ndarray, query: np.ndarray, anchors: np.ndarray) -> np.ndarray:
+    """(candidates, 3): :data:`DENSE` for candidates of unit-normalisable ``vectors`` and a ``query`` vector."""
+    unit = vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+    asked = query / max(float(np.linalg.norm(query)), 1e-12)
+    expanded = unit[anchors] + asked
+    expanded /= np.maximum(np.linalg.norm(expanded, axis=1, keepdims=True), 1e-12)
+    cosine = _best_other(unit @ unit[anchors].T, anchors)
+    expansion = _best_other(unit @ expanded.T, anchors)
+    out = np.stack([cosine, expansion, expansion - unit @ asked], axis=1)
+    out[~np.isfinite(out)] = np.nan
+    return out
+
+
+def entity_signals(entities: NodeEntities, rows: np.ndarray, anchors: np.ndarray, query_columns: np.ndarray) -> np.ndarray:
+    """(candidates, 5): :data:`ENTITIES` for the candidates at node ``rows``, ``anchors`` positions into
+    them, the question's entity columns ``query_columns``."""
+    mentions = entities.mentions[rows]
+    weighted = mentions.multiply(entities.idf[None, :]).tocsr()
+    anchored = mentions[anchors]
+    shared = _best_other((weighted @ anchored.T).toarray(), anchors)
+    titles = entities.title[rows]
+    named = titles >= 0
+    link = np.zeros((len(rows), len(anchors)), np.float64)
+    if named.any():  # the candidate's title among an anchor's mentions
+        link[named] = anchored[:, titles[named]].toarray().T
+    anchor_titles = titles[anchors]
+    for j in np.flatnonzero(anchor_titles >= 0):  # an anchor's title among the candidate's mentions
+        link[:, j] = np.maximum(link[:, j], mentions[:, anchor_titles[j]].toarray().ravel())
+    linked = _best_other(link, anchors)
+    asked = np.unique(query_columns)
+    covered = weighted[:, asked].toarray() if len(asked) else np.zeros((len(rows), 0), np.float32)
+    first = anchored[0, asked].toarray().ravel() > 0 if len(anchors) and len(asked) else np.zeros(len(asked), bool)
+    new = covered[:, ~first].sum(axis=1)
+    if len(anchors):
+        new[anchors[0]] = covered[anchors[0]].sum()  # the first anchor is measured against nothing above it
+    out = np.stack([shared, linked, covered.sum(axis=1), new, np.isin(titles, asked) & named], axis=1).astype(np.float64)
+    out[~np.isfinite(out)] = np.nan
+    return out
