@@ -20,6 +20,7 @@ given the anchors; a candidate is never its own partner.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,23 +32,33 @@ TITLES = ("title_in_anchor", "anchor_title_in_text", "title_in_query")
 ENTITIES = ("partner_entities", "partner_title_link", "query_entities", "query_entities_new", "title_entity_in_query")
 FAMILIES = {"dense": DENSE, "titles": TITLES, "entities": ENTITIES}  # as a learned_fusion declares which it reads
 SIGNALS = (*DENSE, *TITLES, *ENTITIES)
+CACHED = 4096  # normalised node texts a NodeTitles keeps (the anchors of recent queries)
 
 
 @dataclass
 class NodeTitles:
-    """Each node's title as text mentions it (``bare_title``) and its text, normalised the same way on first
-    use (a query reads a few hundred of them; normalising every node up front would cost a corpus pass)."""
+    """Each node's title as text mentions it (``bare_title``) and its text, normalised the same way on
+    use: a query reads a few hundred texts and normalising one costs more than every other signal, so
+    only the anchors' are normalised, and a candidate's only where its lower-cased raw text holds the
+    anchor title's longest word (a title inside a normalised text has each of its words in the raw one,
+    but for punctuation inside a word). The last :data:`CACHED` normalised texts are kept."""
 
     titles: list[str]
     text: Callable[[int], str]  # a node row's raw text
     normalise: Callable[[str], str]
     _seen: dict[int, str] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
 
     def padded(self, row: int) -> str:
         """The node's normalised text between spaces, for word-bounded ``in`` tests."""
-        if row not in self._seen:
-            self._seen[row] = f" {self.normalise(self.text(row))} "
-        return self._seen[row]
+        found = self._seen.get(row)
+        if found is None:
+            found = f" {self.normalise(self.text(row))} "
+            with self._lock:
+                if len(self._seen) >= CACHED:
+                    self._seen.pop(next(iter(self._seen)))
+                self._seen[row] = found
+        return found
 
 
 def title_signals(titles: NodeTitles, rows: np.ndarray, anchors: np.ndarray, query: str) -> np.ndarray:
@@ -55,6 +66,7 @@ def title_signals(titles: NodeTitles, rows: np.ndarray, anchors: np.ndarray, que
     into them), ``query`` normalised as the texts are; a title of no letters or digits matches nothing."""
     named = [f" {titles.titles[row]} " if titles.titles[row] else None for row in rows.tolist()]
     anchor_texts = [(j, titles.padded(int(rows[j]))) for j in anchors.tolist()]
+    probes = [(j, named[j], max(named[j].split(), key=len)) for j in anchors.tolist() if named[j] is not None]
     asked = f" {query} "
     out = np.zeros((len(rows), len(TITLES)), np.float64)
     for i, row in enumerate(rows.tolist()):
@@ -62,8 +74,9 @@ def title_signals(titles: NodeTitles, rows: np.ndarray, anchors: np.ndarray, que
         if title is not None:
             out[i, 0] = any(title in text for j, text in anchor_texts if j != i)
             out[i, 2] = title in asked
-        text = titles.padded(row)
-        out[i, 1] = any(named[j] is not None and named[j] in text for j, _ in anchor_texts if j != i)
+        if probes:
+            raw = titles.text(row).lower()
+            out[i, 1] = any(j != i and word in raw and anchor_title in titles.padded(row) for j, anchor_title, word in probes)
     return out
 
 
