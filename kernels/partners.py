@@ -69,14 +69,19 @@ def title_signals(titles: NodeTitles, rows: np.ndarray, anchors: np.ndarray, que
     probes = [(j, named[j], max(named[j].split(), key=len)) for j in anchors.tolist() if named[j] is not None]
     asked = f" {query} "
     out = np.zeros((len(rows), len(TITLES)), np.float64)
-    for i, row in enumerate(rows.tolist()):
-        title = named[i]
+    for i, title in enumerate(named):
         if title is not None:
-            out[i, 0] = any(title in text for j, text in anchor_texts if j != i)
             out[i, 2] = title in asked
-        if probes:
-            raw = titles.text(row).lower()
-            out[i, 1] = any(j != i and word in raw and anchor_title in titles.padded(row) for j, anchor_title, word in probes)
+    for j, text in anchor_texts:  # loops over the few anchors outside, the candidates inside: no generator per candidate
+        for i, title in enumerate(named):
+            if i != j and title is not None and title in text:
+                out[i, 0] = 1.0
+    if probes:
+        raws = [titles.text(row).lower() for row in rows.tolist()]
+        for j, anchor_title, word in probes:
+            for i, raw in enumerate(raws):
+                if i != j and word in raw and anchor_title in titles.padded(int(rows[i])):
+                    out[i, 1] = 1.0
     return out
 
 
