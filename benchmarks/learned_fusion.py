@@ -51,6 +51,9 @@ PAPERS = {  # the declared methods compared, by paper
     "GRASP": ("grasp_graph", "grasp_fused", "grasp_static", "grasp_dynamic"),
 }
 LTR = "graphlake_ltr"
+SOLO = "ltr_without_partners"  # graphlake_ltr without its partner signals: the same learning, each candidate scored alone
+BEFORE = "93c8744"  # the revision whose graphlake_ltr the "before" column gives (issue 89's start)
+DEPTHS = (5, 10, 20, 50, 100)  # the headroom table's cut-offs
 FAMILIES = {  # the ablation: graphlake_ltr without each family's inputs
     "first stages": ("bm25", "dense", "splade"),
     "Allan-Poe": ("ap_three",),
@@ -61,8 +64,9 @@ FAMILIES = {  # the ablation: graphlake_ltr without each family's inputs
 
 
 def ablations(inputs: list[str]) -> dict[str, dict]:
-    """graphlake_ltr's declaration without each family, as the lake's methods.yaml declares them."""
-    return {
+    """graphlake_ltr's declaration without each family, as the lake's methods.yaml declares them; and
+    without its partner signals."""
+    return {SOLO: {"op": "learned_fusion", "inputs": inputs, "depth": 100, "k": 100, "partners": []}} | {
         f"ltr_without_{family.lower().replace(' ', '_').replace('-', '_')}": {"op": "learned_fusion", "inputs": [i for i in inputs if i not in dropped], "depth": 100, "k": 100}
         for family, dropped in FAMILIES.items()
     }
@@ -81,8 +85,28 @@ def difference(lake: LakeStorage, corpus: str, split: str, metric: str, method: 
     return found["difference"], found["low"], found["high"]
 
 
+def headroom(lake: LakeStorage, corpus: str, split: str, methods: list[str], inputs: list[str]) -> list[str]:
+    """Rows of recall at each of :data:`DEPTHS` for ``methods`` and for the union of the ``inputs``' top 100
+    (with its mean size): whether a set's gap is in ranking (found, ranked low) or in finding."""
+    gold: dict[str, set[str]] = {}
+    for row in lake.read("qrels", {"corpus": corpus}).to_pylist():
+        if row["split"] == split and row["relevance"] > 0:
+            gold.setdefault(row["query_id"], set()).add(row["doc_id"])
+    ranked = {m: {} for m in [*methods, *inputs]}
+    for method, runs in ranked.items():
+        for row in lake.read("runs", {"corpus": corpus, "method": method}).select(["query_id", "rank", "doc_id"]).to_pylist():
+            runs.setdefault(row["query_id"], []).append((row["rank"], row["doc_id"]))
+    order = {m: {q: [d for _, d in sorted(found)] for q, found in runs.items()} for m, runs in ranked.items()}
+    recall = lambda found, q: len(gold[q] & set(found)) / len(gold[q])  # noqa: E731
+    rows = [f"| {corpus} | {m} | " + " | ".join(f"{np.mean([recall(order[m].get(q, [])[:k], q) for q in gold]):.3f}" for k in DEPTHS) + " | |" for m in methods]
+    union = {q: {d for m in inputs for d in order[m].get(q, [])[:100]} for q in gold}
+    size = np.mean([len(found) for found in union.values()])
+    return [*rows, f"| {corpus} | union of the inputs' top 100 | | | | | {np.mean([recall(union[q], q) for q in gold]):.3f} | {size:.0f} |"]
+
+
 def latency(corpus: str, split: str, count: int) -> dict:
-    """Milliseconds graphlake_ltr adds over its inputs (features and the model) per query, one at a time."""
+    """Milliseconds graphlake_ltr adds over its inputs (features, partner signals and the model) per query,
+    one at a time: the operator run again on a request that holds its inputs' candidates already."""
     from graphlake.retrieval.core import run_inputs_batch
     from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
@@ -92,14 +116,14 @@ def latency(corpus: str, split: str, count: int) -> dict:
     indexes = open_index_set(lake, corpus)
     texts = [q["text"] for q in lake.read("queries", {"corpus": corpus}).to_pylist() if q["split"] == split]
     texts = [texts[i] for i in np.random.default_rng(0).choice(len(texts), min(count, len(texts)), replace=False)]
-    op.run(texts[0], indexes)  # loads the model and the indexes
+    op.run_batch(new_request(indexes, texts[:1]), indexes)  # loads the model and the indexes
     added, first, sizes = [], [], []
     for text in texts:
         started = time.perf_counter()
         request = new_request(indexes, [text])
         (found,) = run_inputs_batch(op, request, indexes)
         inputs_done = time.perf_counter()
-        op.order(text, found, request, indexes)
+        op.run_batch(request, indexes)
         added.append((time.perf_counter() - inputs_done) * 1000)
         first.append((inputs_done - started) * 1000)
         sizes.append(len(candidate_rows(found, op.depth)))
@@ -144,7 +168,7 @@ def measure(lake: LakeStorage, corpus: str, compared: list[str], inputs: list[st
     from graphlake.retrieval.models.learned_fusion import LearnedRankers, key
 
     split, metric = CORPORA[corpus][2], PRIMARY[corpus]
-    ablated = list(ablations(inputs)) if ablate else []
+    ablated = list(ablations(inputs)) if ablate else [SOLO]
     started = time.perf_counter()
     report = json.loads(graphlake("eval", "--corpus", corpus, "--methods", ",".join([*compared, LTR, *ablated]), "--split", split, "--json"))
     print(f"{corpus}: evaluated in {time.perf_counter() - started:.0f} s", flush=True)
@@ -152,22 +176,30 @@ def measure(lake: LakeStorage, corpus: str, compared: list[str], inputs: list[st
     best = max((m for m in compared if m in scores), key=lambda m: scores[m])
     interval = lambda d: f"{d[0]:+.4f} [{d[1]:+.4f}, {d[2]:+.4f}]"  # noqa: E731
     d_best, d_rrf = difference(lake, corpus, split, metric, LTR, best), difference(lake, corpus, split, metric, LTR, "rrf")
+    d_solo = difference(lake, corpus, split, metric, LTR, SOLO)
     timed = latency(corpus, split, latency_queries)
     stored = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": corpus}))
     trained = stored.report.get("fusions", {}).get(key(load_methods(lake.home)[LTR]))
     if trained:
         top = ", ".join(f"{name} {gain:.0f}" for name, gain in list(trained["importance"].items())[:6])
+        signals = trained["partner_signals"]
         ranker = (
-            f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries, {len(trained['stopping_queries'])} "
-            f"to stop on, {trained['rounds']} rounds, {'scale-free features' if trained['across_corpora'] else 'all features'}; nDCG@10 on those {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}): {top}"
+            f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries in {trained['folds']} folds, {trained['rounds']} rounds, "
+            f"{'scale-free features' if trained['across_corpora'] else 'all features'}; out-of-fold nDCG@10 {trained['held_out_ndcg']:.3f}, rrf's {trained['held_out_ndcg_rrf']:.3f}; "
+            f"partner signals {'kept' if signals['kept'] else 'not kept'}, {signals['gain'][0]:+.4f} [{signals['gain'][1]:+.4f}, {signals['gain'][2]:+.4f}] "
+            f"({signals['ndcg_without']:.3f} without): {top}"
         )
     else:
         ranker = f"- {corpus}: no ranker ({stored.untrained})"
     return {
         "set": corpus,
-        "summary": f"| {corpus} | {metric} | {scores[LTR]:.4f} | {scores[best]:.4f} ({best}) | {interval(d_best)} | {scores['rrf']:.4f} | {interval(d_rrf)} |",
+        "summary": (
+            f"| {corpus} | {metric} | {scores[LTR]:.4f} | {{before}} | {scores[SOLO]:.4f} | {interval(d_solo)} | {scores[best]:.4f} ({best}) | {interval(d_best)} "
+            f"| {scores['rrf']:.4f} | {interval(d_rrf)} |"
+        ),
+        "headroom": headroom(lake, corpus, split, [LTR, SOLO], inputs),
         "detail": f"| {corpus} | " + " | ".join(f"{scores[m]:.4f}" if m in scores else "–" for m in [*compared, LTR]) + " |",
-        "ablation": [f"| {corpus} | {name} | {scores[name]:.4f} | {interval(difference(lake, corpus, split, metric, name, LTR))} |" for name in ablated],
+        "ablation": [f"| {corpus} | {name} | {scores[name]:.4f} | {interval(difference(lake, corpus, split, metric, name, LTR))} |" for name in ablated if name != SOLO],
         "latency": f"| {corpus} | {timed['queries']} | {timed['candidates']:.0f} | {timed['p50']:.2f} | {timed['p95']:.2f} | {timed['inputs_p50']:.1f} |",
         "ranker": ranker,
         "in_domain": (
@@ -187,12 +219,21 @@ def render(measured: list[dict], compared: list[str], inputs: list[str]) -> list
         f"({', '.join(inputs)}); each input's rank and score scaled to its list (and the raw score and its gap to the best where the ranker "
         "learns on the corpus's own train split: raw scales do not carry across corpora), how many inputs found the candidate and "
         "ranked it in their top 3 and top 10, its best rank, the query's length and GRASP's plan signals (valid, candidates, risk); "
-        "early-stopped on 20 % of the training queries",
+        "and the partner signals, each candidate read beside the three the inputs' rrf puts first (dense, title and entity links, the "
+        "question's entities it covers: kernels/partners.py); rounds chosen by 5-fold cross-validation on the training queries, "
+        "the partner signals kept only where their out-of-fold gain in nDCG@10 is beyond noise",
+        f"- without partner signals: `{SOLO}`, the same declaration with `partners: []` (learned the same way); graphlake_ltr at {BEFORE}: "
+        "the value this file gave before (early-stopped on 20 % of the training queries, no partner signals; unpaired)",
         "- Δ: paired difference of the per-query primary metric, 95 % bootstrap interval (10,000 resamples, seed 0)",
         "- compared: each paper's declared methods that need no cross-encoder (FastInsight's and GRASP's Stage 3 are not run here)",
     ]
-    lines += table("graphlake_ltr against each paper's best (primary metric)", ["set", "metric", "graphlake_ltr", "best other (method)", "Δ vs best [95% CI]", "rrf", "Δ vs rrf [95% CI]"])
-    lines += [m["summary"] for m in measured]
+    lines += table(
+        "graphlake_ltr against itself without partner signals and each paper's best (primary metric)",
+        ["set", "metric", "graphlake_ltr", f"graphlake_ltr at {BEFORE}", "without partner signals", "Δ vs without [95% CI]", "best other (method)", "Δ vs best [95% CI]", "rrf", "Δ vs rrf [95% CI]"],
+    )
+    lines += [m["summary"].replace("{before}", f"{m['before']:.4f}" if m.get("before") is not None else "–") for m in measured]
+    lines += table("Headroom: recall at k, and the union of graphlake_ltr's inputs' top 100", ["set", "ranking", *(f"R@{k}" for k in DEPTHS), "candidates (mean)"])
+    lines += [row for m in measured for row in m.get("headroom", [])]
     lines += table("Every compared method (primary metric)", ["set", *compared, LTR])[:-1]
     lines.append("|---|" + "---:|" * (len(compared) + 1))
     lines += [m["detail"] for m in measured]
@@ -244,6 +285,8 @@ def main() -> None:
     for corpus in sets:
         measured = measure(lake, corpus, compared, inputs, args.latency_queries, corpus in ablate, corpus in args.cross_validate.split(","))
         saved = json.loads(store.read_text(encoding="utf-8")) if store.exists() else {}
+        previous = saved.get(corpus, {})
+        measured["before"] = previous.get("before", float(previous["summary"].split("|")[3]) if "{before}" not in previous.get("summary", "{before}") else None)
         store.parent.mkdir(parents=True, exist_ok=True)
         store.write_text(json.dumps(saved | {corpus: measured}, indent=1), encoding="utf-8")
     saved = json.loads(store.read_text(encoding="utf-8"))
