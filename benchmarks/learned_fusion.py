@@ -140,7 +140,7 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     from graphlake.retrieval.learned_kinds import open_index_set
     from graphlake.retrieval.methods import load_methods
     from graphlake.retrieval.queries import gold_by_query
-    from graphlake.retrieval.training.learned_fusion import fit, input_runs, ranked_docs
+    from graphlake.retrieval.training.learned_fusion import declared_partners, fit, input_runs, partner_runs, ranked_docs
 
     op = load_methods(lake.home)[LTR]
     gold = gold_by_query(lake.read("qrels", {"corpus": corpus}))
@@ -150,13 +150,14 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")
     found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
+    partners = declared_partners(partner_runs([q["text"] for q in queries], indexes), op)
     doc_ids, rankings = indexes.snapshot.doc_ids(), {}
     for fold in np.array_split(np.random.default_rng(0).permutation(len(queries)), folds):
         held = set(fold.tolist())
         learning = [i for i in range(len(queries)) if i not in held]
-        ranker, _ = fit(op, [queries[i] for i in learning], [found[i] for i in learning], gold, doc_ids, LearnedFusionConfig(), across_corpora=False)
+        ranker, _ = fit(op, [queries[i] for i in learning], [found[i] for i in learning], [partners[i] for i in learning], gold, doc_ids, LearnedFusionConfig(), across_corpora=False)
         for i in fold.tolist():
-            rankings[queries[i]["query_id"]] = ranked_docs(ranker, queries[i]["text"], found[i], op.depth, doc_ids)
+            rankings[queries[i]["query_id"]] = ranked_docs(ranker, queries[i]["text"], found[i], partners[i], op.depth, doc_ids)
     return mean(evaluate(rankings, {q["query_id"]: gold[q["query_id"]] for q in queries}, [metric]), metric)
 
 

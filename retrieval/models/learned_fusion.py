@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     import lightgbm
 
     from graphlake.retrieval.core import Candidates, Op, Request
-    from graphlake.retrieval.models.index_set import LakeIndexSet
+    from graphlake.retrieval.index.index_set import IndexSet
 
 REPORT_FILE = "learned_fusion.json"
 FEATURES_VERSION = 3  # of the features below: part of the key, so a ranker trained on older ones is retrained
@@ -76,7 +76,7 @@ class Partners:
     query_columns: np.ndarray
 
 
-def partners_of(indexes: LakeIndexSet, request: Request, families: Sequence[str] = tuple(FAMILIES), anchors: int = 3) -> list[Partners]:
+def partners_of(indexes: IndexSet, request: Request, families: Sequence[str] = tuple(FAMILIES), anchors: int = 3) -> list[Partners]:
     """The :class:`Partners` of each of the request's queries, for the declared ``families``."""
     from graphlake.kernels.text.entities import normalise
     from graphlake.retrieval.index.derived import NODE_ENTITIES, NODE_TITLES
@@ -86,7 +86,7 @@ def partners_of(indexes: LakeIndexSet, request: Request, families: Sequence[str]
     for query in request.queries:
         columns: list[int] = []
         if entities is not None and "entities" in families:
-            edges = indexes.cooccurrence
+            edges = indexes.get("cooccurrence")
             norms = edges.query_entities(query, edges.extractor, request)
             columns = [entities.columns[n] for n in norms if n in entities.columns]
         out.append(Partners(tuple(families), anchors, indexes.dense, request.dense(query), titles, normalise(query), entities, np.asarray(columns, np.int64)))

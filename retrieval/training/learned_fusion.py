@@ -79,8 +79,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
             log(f"learned_fusion: {untrained[name]}")
             continue
         found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-        declared = [replace(p, families=tuple(op.partners), anchors=op.anchors) for p in partners]
-        ranker, trained = fit(op, queries, found, declared, gold, indexes.snapshot.doc_ids(), config, across_corpora=source != corpus)
+        ranker, trained = fit(op, queries, found, declared_partners(partners, op), gold, indexes.snapshot.doc_ids(), config, across_corpora=source != corpus)
         if ranker is None:
             untrained[name] = trained["reason"]
             log(f"learned_fusion: {trained['reason']}; rrf of its inputs")
@@ -231,6 +230,11 @@ def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexSet) -> tu
             except StorageError as error:
                 failed[name] = error
     return {name: found for name, found in runs.items() if name not in failed}, failed
+
+
+def declared_partners(partners: list[Partners], op: Op) -> list[Partners]:
+    """``partner_runs``'s answers for the families and anchors ``op`` declares."""
+    return [replace(p, families=tuple(op.partners), anchors=op.anchors) for p in partners]
 
 
 def partner_runs(texts: list[str], indexes: LakeIndexSet) -> list[Partners]:
