@@ -41,14 +41,19 @@ def _title_aliases(indexes: IndexSet) -> dict[str, str]:
     return title_aliases(list(indexes.snapshot.titles().values()))
 
 
+def _mentions(indexes: IndexSet, edges) -> tuple[list[str], np.ndarray, np.ndarray]:
+    """The cooccurrence edges as (entity norms, each edge's code into them, each edge's node row)."""
+    entity_ids = edges.column("src").combine_chunks().dictionary_encode()
+    norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
+    return norms, entity_ids.indices.to_numpy(), indexes.snapshot.node_rows(edges.column("dst").to_pylist(), "cooccurrence edges")
+
+
 def _entity_graph(indexes: IndexSet, hub_prune_percent: float, degree_cap: int) -> EntityGraph:
     from graphlake.kernels.graph.entity_graph import EntityGraph
 
-    snapshot, edges = indexes.snapshot, indexes.get("cooccurrence").edges
-    entity_ids = edges.column("src").combine_chunks().dictionary_encode()
-    norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
-    rows = snapshot.node_rows(edges.column("dst").to_pylist(), "cooccurrence edges")
-    return EntityGraph.build(len(snapshot.node_ids), norms, entity_ids.indices.to_numpy(), rows, edges.column("weight").to_numpy(), hub_prune_percent, degree_cap)
+    edges = indexes.get("cooccurrence").edges
+    norms, entities, rows = _mentions(indexes, edges)
+    return EntityGraph.build(len(indexes.snapshot.node_ids), norms, entities, rows, edges.column("weight").to_numpy(), hub_prune_percent, degree_cap)
 
 
 def _node_entities(indexes: IndexSet) -> NodeEntities | None:
@@ -62,12 +67,10 @@ def _node_entities(indexes: IndexSet) -> NodeEntities | None:
     edges = indexes.get("cooccurrence").edges
     if not edges.num_rows:
         return None
-    entity_ids = edges.column("src").combine_chunks().dictionary_encode()
-    norms = [entity_id.split(":", 1)[1] for entity_id in entity_ids.dictionary.to_pylist()]
-    rows = snapshot.node_rows(edges.column("dst").to_pylist(), "cooccurrence edges")
+    norms, entities, rows = _mentions(indexes, edges)
     titles = snapshot.titles()
     title_norms = [normalise(titles.get(doc_id) or "") for doc_id in snapshot.doc_ids().tolist()]
-    return NodeEntities.build(len(snapshot.node_ids), norms, entity_ids.indices.to_numpy(), rows, title_norms)
+    return NodeEntities.build(len(snapshot.node_ids), norms, entities, rows, title_norms)
 
 
 def _node_titles(indexes: IndexSet) -> NodeTitles:
