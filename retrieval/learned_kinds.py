@@ -95,8 +95,10 @@ def learned_fusions(methods: Methods) -> dict[str, Op]:
 
 
 def learned_fusion_reads(methods: Methods) -> frozenset[str]:
-    """What the learned fusion's training reads on the training corpus: what the fusions' inputs read."""
-    return _inputs_read(learned_fusions(methods))
+    """What the learned fusion's training reads on the training corpus: what the fusions' inputs and
+    their partner signals read."""
+    fusions = learned_fusions(methods)
+    return _inputs_read(fusions).union(*(op.partner_reads() for op in fusions.values()))
 
 
 def reranker_reads(methods: Methods, miners: tuple[str, ...] = RERANKER_MINERS) -> frozenset[str]:

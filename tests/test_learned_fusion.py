@@ -65,7 +65,7 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     train = {q["query_id"] for q in queries if q["split"] == "train"}
     assert set(trained["training_queries"]) <= train and trained["folds"] == min(5, len(trained["training_queries"]))
     signals = trained["partner_signals"]
-    assert stored.ranker(op).partners is signals["kept"] is (signals["gain"][1] > 0) and trained["held_out_ndcg"] is not None
+    assert stored.ranker(op).partners is signals["kept"] is (signals["gain"][1] > 0) and trained["out_of_fold_ndcg"] is not None
     with pytest.raises(StorageError, match="learned_fusion for 'demo' would learn from its evaluated queries"):
         check_disjoint(lake, "demo", "demo", [q for q in queries if q["split"] == "test"][:1], "learned_fusion")
 
@@ -98,10 +98,11 @@ def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(d
     indexes = open_index_set(lake, "demo")
     queries = [q for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "train"]
     found = run_inputs_batch(op, new_request(indexes, [q["text"] for q in queries]), indexes)
-    partners = partner_runs([q["text"] for q in queries], indexes)
+    partners = partner_runs([q["text"] for q in queries], indexes, ["dense", "titles", "entities"])
     gold = gold_by_query(lake.read("qrels", {"corpus": "demo"}))
     ranker, trained = fit(op, queries, found, partners, gold, indexes.snapshot.doc_ids(), LearnedFusionConfig(min_data_in_leaf=2), across_corpora=True)
     assert ranker.across_corpora and ranker.booster.num_feature() == len(feature_names(INPUTS, SCALE_FREE)) and trained["rounds"] >= 1
+    assert not ranker.partners and trained["partner_signals"]["gain"] == [0.0, 0.0, 0.0]  # partner signals are never read across corpora
     LearnedRankers({key(op): ranker}).save(tmp_path)
     loaded = LearnedRankers.load(tmp_path).ranker(op)
     rows = [candidate_rows(inputs, op.depth) for inputs in found[:3]]

@@ -86,9 +86,14 @@ def normalise(name: str) -> str:
     return " ".join(_PUNCTUATION.sub("", name.lower()).split())
 
 
+def strip_parentheticals(title: str) -> str:
+    """ "Paris (band)" -> "Paris  ": what a text naming the page would write of its title."""
+    return _PARENTHETICAL.sub(" ", title)
+
+
 def bare_title(title: str) -> str:
     """A title as text would mention it: parentheticals stripped ("Paris (band)" -> "paris"), normalised."""
-    return normalise(_PARENTHETICAL.sub(" ", title))
+    return normalise(strip_parentheticals(title))
 
 
 def title_aliases(titles: Iterable[str]) -> dict[str, str]:

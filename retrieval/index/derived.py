@@ -75,12 +75,11 @@ def _node_entities(indexes: IndexSet) -> NodeEntities | None:
 
 def _node_titles(indexes: IndexSet) -> NodeTitles:
     from graphlake.kernels.partners import NodeTitles
-    from graphlake.kernels.text.entities import bare_title, normalise
 
     snapshot = indexes.snapshot
     titles = snapshot.titles()
     texts = snapshot.nodes().column("text")
-    return NodeTitles([bare_title(titles.get(doc_id) or "") for doc_id in snapshot.doc_ids().tolist()], lambda row: texts[row].as_py() or "", normalise)
+    return NodeTitles.build([titles.get(doc_id) or "" for doc_id in snapshot.doc_ids().tolist()], lambda row: texts[row].as_py() or "")
 
 
 def _skb(indexes: IndexSet, source: str) -> LoadedSKB:

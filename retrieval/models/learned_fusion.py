@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from graphlake.retrieval.index.index_set import IndexSet
 
 REPORT_FILE = "learned_fusion.json"
-FEATURES_VERSION = 3  # of the features below: part of the key, so a ranker trained on older ones is retrained
+FEATURES_VERSION = 4  # of the features below: part of the key, so a ranker trained on older ones is retrained
 SCALE_FREE = ("rank", "scaled")  # what each input gives a candidate, on any corpus
 IN_CORPUS = (*SCALE_FREE, "score", "gap")  # ... and where the ranker learned on the evaluated corpus itself
 PER_CANDIDATE = ("retrieved_by", "in_top3", "in_top10", "best_rank")
@@ -61,36 +61,54 @@ def feature_names(inputs: list[str], each: tuple[str, ...]) -> list[str]:
 
 @dataclass(frozen=True)
 class Partners:
-    """What the partner signals (``kernels/partners.py``) read for one query: the declared families and
-    how many anchors, the corpus's dense vectors and the query's, the nodes' titles and the query as
-    they are normalised, the nodes' entities and the query's entity columns (None and empty on a corpus
-    without cooccurrence edges)."""
+    """What the partner signals (``kernels/partners.py``) read for one query, for the declared families
+    and number of anchors: each node's document (a code per node row: a candidate is never partnered
+    with its own document), the corpus's dense vectors and the query's (dense), the nodes' titles and
+    the query as they are normalised (titles), the nodes' entities and the query's entity columns
+    (entities; None and empty on a corpus without cooccurrence edges). What a family not declared
+    reads is None."""
 
     families: tuple[str, ...]
     anchors: int
-    vectors: np.ndarray
-    query: np.ndarray
-    titles: NodeTitles
-    query_text: str  # normalised as the titles are
-    entities: NodeEntities | None
-    query_columns: np.ndarray
+    documents: np.ndarray
+    vectors: np.ndarray | None = None
+    query: np.ndarray | None = None
+    titles: NodeTitles | None = None
+    query_text: str = ""  # normalised as the titles are
+    entities: NodeEntities | None = None
+    query_columns: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
 
 
 def partners_of(indexes: IndexSet, request: Request, families: Sequence[str] = tuple(FAMILIES), anchors: int = 3) -> list[Partners]:
-    """The :class:`Partners` of each of the request's queries, for the declared ``families``."""
+    """The :class:`Partners` of each of the request's queries: only what the declared ``families`` read
+    is loaded, and the queries' entities are found in one pass for the request."""
     from graphlake.kernels.text.entities import normalise
     from graphlake.retrieval.index.derived import NODE_ENTITIES, NODE_TITLES
 
-    entities, titles = indexes.derived(NODE_ENTITIES), indexes.derived(NODE_TITLES)
-    out = []
-    for query in request.queries:
-        columns: list[int] = []
-        if entities is not None and "entities" in families:
-            edges = indexes.get("cooccurrence")
-            norms = edges.query_entities(query, edges.extractor, request)
-            columns = [entities.columns[n] for n in norms if n in entities.columns]
-        out.append(Partners(tuple(families), anchors, indexes.dense, request.dense(query), titles, normalise(query), entities, np.asarray(columns, np.int64)))
-    return out
+    documents = indexes.snapshot.node_documents()
+    titles = indexes.derived(NODE_TITLES) if "titles" in families else None
+    entities = indexes.derived(NODE_ENTITIES) if "entities" in families else None
+    columns: list[list[int]] = [[] for _ in request.queries]
+    if entities is not None:
+        edges = indexes.get("cooccurrence")
+        request.mentions(list(request.queries), edges.extractor)  # one NER pass over the request's queries
+        norms = [edges.query_entities(query, edges.extractor, request) for query in request.queries]
+        columns = [[entities.columns[n] for n in found if n in entities.columns] for found in norms]
+    dense = "dense" in families
+    return [
+        Partners(
+            tuple(families),
+            anchors,
+            documents,
+            indexes.dense if dense else None,
+            request.dense(query) if dense else None,
+            titles,
+            normalise(query) if titles is not None else "",
+            entities,
+            np.asarray(found, np.int64),
+        )
+        for query, found in zip(request.queries, columns, strict=True)
+    ]
 
 
 def candidate_rows(found: list[Candidates], depth: int) -> np.ndarray:
@@ -134,14 +152,14 @@ def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, 
         out[:, column + 7] = float(RISK_LEVELS.index(plan["risk_level"])) if plan.get("risk_level") in RISK_LEVELS else np.nan
     if partners is not None and len(rows):
         column += len(PER_CANDIDATE) + len(PER_QUERY)
-        anchors, read = anchors_of(rrf_term(ranks).sum(axis=1), partners.anchors), set(partners.families)
+        anchors, read, documents = anchors_of(rrf_term(ranks).sum(axis=1), partners.anchors), set(partners.families), partners.documents[rows]
         if "dense" in read:
-            out[:, column : column + len(DENSE)] = dense_signals(partners.vectors[rows], partners.query, anchors)
+            out[:, column : column + len(DENSE)] = dense_signals(partners.vectors[rows], partners.query, documents, anchors)
         column += len(DENSE)
         if "titles" in read:
-            out[:, column : column + len(TITLES)] = title_signals(partners.titles, rows, anchors, partners.query_text)
+            out[:, column : column + len(TITLES)] = title_signals(partners.titles, rows, documents, anchors, partners.query_text)
         if "entities" in read and partners.entities is not None:
-            out[:, column + len(TITLES) :] = entity_signals(partners.entities, rows, anchors, partners.query_columns)
+            out[:, column + len(TITLES) :] = entity_signals(partners.entities, rows, documents, anchors, partners.query_columns)
     return out
 
 
@@ -149,7 +167,8 @@ def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, 
 class Ranker:
     """One trained LightGBM model and the features it learned from (``across_corpora``: the scale-free
     ones; ``partners``: with the partner signals, kept where they beat the model without them beyond
-    noise on the training queries, ``retrieval/training/learned_fusion.py``)."""
+    noise on the training queries, ``retrieval/training/learned_fusion.py``; never across corpora, whose
+    inverse document frequencies and cosine distributions are each corpus's own)."""
 
     booster: lightgbm.Booster
     across_corpora: bool

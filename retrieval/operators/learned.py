@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from graphlake.kernels.fusion import reciprocal_rank
-from graphlake.kernels.partners import FAMILIES
+from graphlake.kernels.partners import FAMILIES, FAMILY_READS
 from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.derived import LEARNED_RANKER
 from graphlake.retrieval.models.index_set import LakeIndexSet
@@ -43,8 +43,18 @@ class LearnedFusion(Op):
     partners: list[Literal["dense", "titles", "entities"]] = Field(default_factory=lambda: list(FAMILIES))  # the partner signals it may learn from ([]: none)
     anchors: Count = 3  # the candidates ranked first, beside which the partner signals read every candidate
 
+    @field_validator("partners")
+    @classmethod
+    def _canonical(cls, families: list[str]) -> list[str]:
+        """In :data:`FAMILIES`' order, each once: the same signals declared in any order are one ranker."""
+        return [family for family in FAMILIES if family in families]
+
+    def partner_reads(self) -> frozenset[str]:
+        """The index kinds its declared partner signals read (the titles read the nodes themselves)."""
+        return frozenset(kind for family in self.partners for kind in FAMILY_READS[family])
+
     def reads(self) -> frozenset[str]:
-        return frozenset({f"learned_fusion/{key(self)}"})  # a part per declaration: changing the inputs retrains
+        return frozenset({f"learned_fusion/{key(self)}"}) | self.partner_reads()  # a part per declaration: changing the inputs retrains
 
     def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         """Each query's candidates ordered by the trained model (the batch's in one prediction), or fused

@@ -70,7 +70,9 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
     check_disjoint(lake, corpus, source, queries, "learned_fusion")
     indexes = open_index_set(lake, source)
     runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
-    partners = partner_runs([q["text"] for q in queries], indexes)
+    across_corpora = source != corpus
+    families = sorted({family for op in fusions.values() for family in op.partners}) if not across_corpora else []
+    partners = partner_runs([q["text"] for q in queries], indexes, families) if families else [None] * len(queries)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():
         error = next((failed[id(item)] for item in op.inputs if id(item) in failed), None)
@@ -79,7 +81,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
             log(f"learned_fusion: {untrained[name]}")
             continue
         found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-        ranker, trained = fit(op, queries, found, declared_partners(partners, op), gold, indexes.snapshot.doc_ids(), config, across_corpora=source != corpus)
+        ranker, trained = fit(op, queries, found, declared_partners(partners, op), gold, indexes.snapshot.doc_ids(), config, across_corpora)
         if ranker is None:
             untrained[name] = trained["reason"]
             log(f"learned_fusion: {trained['reason']}; rrf of its inputs")
@@ -90,7 +92,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
         signals = trained["partner_signals"]
         log(
             f"learned_fusion ({', '.join(names)}): {trained['rounds']} rounds on {len(trained['training_queries'])} queries; "
-            f"out-of-fold nDCG@{CUTOFF} {trained['held_out_ndcg'] or 0:.3f} (rrf {trained['held_out_ndcg_rrf']:.3f}); partner signals "
+            f"out-of-fold nDCG@{CUTOFF} {trained['out_of_fold_ndcg'] or 0:.3f} (rrf {trained['ndcg_rrf']:.3f}); partner signals "
             f"{'kept' if signals['kept'] else 'not kept'}: {signals['gain'][0]:+.4f} [{signals['gain'][1]:+.4f}, {signals['gain'][2]:+.4f}]"
         )
     summary = {"trained": bool(rankers), "train_corpus": source, "training_queries": len(queries), "seconds": round(time.perf_counter() - started, 1)}
@@ -101,21 +103,23 @@ def fit(
     op: Op, queries: list[dict], found: list[list], partners: list[Partners], gold: dict[str, dict[str, int]], doc_ids: np.ndarray, config: Any, across_corpora: bool
 ) -> tuple[Ranker | None, dict]:
     """A lambdarank model for ``op`` on these queries (their inputs' candidates ``found``, what their
-    partner signals read) and its report; no model (and the reason) when no query has a relevant
-    candidate. ``across_corpora``: the queries are another corpus's, so the model reads the scale-free
-    features only.
+    partner signals read, None where it reads none) and its report; no model (and the reason) when no
+    query has a relevant candidate. ``across_corpora``: the queries are another corpus's, so the model
+    reads the scale-free features only and no partner signals (their inverse document frequencies and
+    cosine distributions are each corpus's own).
 
     The rounds are chosen by cross-validation over the queries (``config.folds`` seeded folds, the best
     mean nDCG@10), then the model learns from every query: a held-out share for early stopping cost a
     fifth of HotpotQA's 100 training queries and stopped on the noise of the other twenty (3 rounds). The
     same folds give each query an out-of-fold ranking by the model with the partner signals and by the
     model without them; the partner signals are kept only when their paired gain in nDCG@10 is beyond
-    noise (the lower end of its 95 % interval above 0), as the dense tuner keeps its encoder."""
+    noise (the lower end of its 95 % interval above 0), as the dense tuner keeps its encoder. The
+    out-of-fold nDCG is optimistic: the same folds chose the rounds."""
     grouped = _grouped(op, queries, found, partners, gold, doc_ids, per_input(across_corpora))
     if not grouped.groups:
         return None, {"reason": "no training query has a relevant document among its candidates"}
     folds = _folds(grouped, config)
-    declared = bool(getattr(op, "partners", ()))
+    declared = bool(getattr(op, "partners", ())) and not across_corpora
     without = _cross_validated(_without_partners(grouped), folds, config)
     with_partners = _cross_validated(grouped, folds, config) if declared else without
     judged = [queries[i] for i in grouped.positions]
@@ -131,8 +135,8 @@ def fit(
         "training_queries": grouped.query_ids,
         "folds": len(folds),
         "rounds": booster.num_trees(),
-        "held_out_ndcg": float(np.mean(with_ndcg if kept else without_ndcg)) if folds else None,
-        "held_out_ndcg_rrf": _mean_ndcg([_rrf_docs(op, found[i], doc_ids) for i in grouped.positions], judged, gold),
+        "out_of_fold_ndcg": float(np.mean(with_ndcg if kept else without_ndcg)) if folds else None,
+        "ndcg_rrf": _mean_ndcg([_rrf_docs(op, found[i], doc_ids) for i in grouped.positions], judged, gold),
         "partner_signals": {
             "kept": kept,
             "ndcg_with": float(np.mean(with_ndcg)) if folds else None,
@@ -232,18 +236,18 @@ def input_runs(fusions: list[Op], texts: list[str], indexes: LakeIndexSet) -> tu
     return {name: found for name, found in runs.items() if name not in failed}, failed
 
 
-def declared_partners(partners: list[Partners], op: Op) -> list[Partners]:
-    """``partner_runs``'s answers for the families and anchors ``op`` declares."""
-    return [replace(p, families=tuple(op.partners), anchors=op.anchors) for p in partners]
+def declared_partners(partners: list[Partners | None], op: Op) -> list[Partners | None]:
+    """``partner_runs``'s answers for the families and anchors ``op`` declares (None where it reads none)."""
+    return [replace(p, families=tuple(op.partners), anchors=op.anchors) if p is not None and op.partners else None for p in partners]
 
 
-def partner_runs(texts: list[str], indexes: LakeIndexSet) -> list[Partners]:
-    """What the partner signals read for each query, a chunk of queries encoded at once."""
+def partner_runs(texts: list[str], indexes: LakeIndexSet, families: list[str]) -> list[Partners]:
+    """What the partner signals of ``families`` read for each query, a chunk of queries at once."""
     out: list[Partners] = []
     for start in range(0, len(texts), CHUNK):
         request = new_request(indexes, texts[start : start + CHUNK])
-        request.prime(frozenset({"dense"}))
-        out += partners_of(indexes, request)
+        request.prime(frozenset({"dense"} & set(families)))
+        out += partners_of(indexes, request, families)
     return out
 
 
