@@ -188,12 +188,7 @@ def measure(lake: LakeStorage, corpus: str, compared: list[str], inputs: list[st
         ranker = (
             f"- {corpus} (trained on {CORPORA[corpus][3] or corpus}: {len(trained['training_queries'])} queries in {trained['folds']} folds, {trained['rounds']} rounds, "
             f"{'scale-free features' if trained['across_corpora'] else 'all features'}; out-of-fold nDCG@10 {trained['out_of_fold_ndcg']:.3f} (optimistic: the same folds chose the rounds), rrf's {trained['ndcg_rrf']:.3f}; "
-            + (
-                "no partner signals (not read across corpora)"
-                if trained["across_corpora"]
-                else f"partner signals {'kept' if signals['kept'] else 'not kept'}, {signals['gain'][0]:+.4f} [{signals['gain'][1]:+.4f}, {signals['gain'][2]:+.4f}] ({signals['ndcg_without']:.3f} without)"
-            )
-            + f": {top}"
+            f"partner signals {'kept' if signals['kept'] else 'not kept'}, {signals['gain'][0]:+.4f} [{signals['gain'][1]:+.4f}, {signals['gain'][2]:+.4f}] ({signals['ndcg_without']:.3f} without): {top}"
         )
     else:
         ranker = f"- {corpus}: no ranker ({stored.untrained})"

@@ -167,8 +167,7 @@ def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, 
 class Ranker:
     """One trained LightGBM model and the features it learned from (``across_corpora``: the scale-free
     ones; ``partners``: with the partner signals, kept where they beat the model without them beyond
-    noise on the training queries, ``retrieval/training/learned_fusion.py``; never across corpora, whose
-    inverse document frequencies and cosine distributions are each corpus's own)."""
+    noise on the training queries, ``retrieval/training/learned_fusion.py``)."""
 
     booster: lightgbm.Booster
     across_corpora: bool

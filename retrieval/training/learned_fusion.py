@@ -71,7 +71,7 @@ def learn(lake: LakeStorage, corpus: str, config: Any, log: Callable[[str], None
     indexes = open_index_set(lake, source)
     runs, failed = input_runs(list(fusions.values()), [q["text"] for q in queries], indexes)
     across_corpora = source != corpus
-    families = sorted({family for op in fusions.values() for family in op.partners}) if not across_corpora else []
+    families = sorted({family for op in fusions.values() for family in op.partners})
     partners = partner_runs([q["text"] for q in queries], indexes, families) if families else [None] * len(queries)
     rankers, untrained, report = {}, {}, {"train_corpus": source, "fusions": {}}
     for name, op in fusions.items():
@@ -105,8 +105,8 @@ def fit(
     """A lambdarank model for ``op`` on these queries (their inputs' candidates ``found``, what their
     partner signals read, None where it reads none) and its report; no model (and the reason) when no
     query has a relevant candidate. ``across_corpora``: the queries are another corpus's, so the model
-    reads the scale-free features only and no partner signals (their inverse document frequencies and
-    cosine distributions are each corpus's own).
+    reads the scale-free features only; its partner signals are kept by the same rule (HotpotQA dev,
+    trained on HotpotQA's train corpus: R@5 0.849 without them, 0.940 with them).
 
     The rounds are chosen by cross-validation over the queries (``config.folds`` seeded folds, the best
     mean nDCG@10), then the model learns from every query: a held-out share for early stopping cost a
@@ -119,7 +119,7 @@ def fit(
     if not grouped.groups:
         return None, {"reason": "no training query has a relevant document among its candidates"}
     folds = _folds(grouped, config)
-    declared = bool(getattr(op, "partners", ())) and not across_corpora
+    declared = bool(getattr(op, "partners", ()))
     without = _cross_validated(_without_partners(grouped), folds, config)
     with_partners = _cross_validated(grouped, folds, config) if declared else without
     judged = [queries[i] for i in grouped.positions]
