@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from graphlake.retrieval.index.index_set import IndexSet
 
 REPORT_FILE = "learned_fusion.json"
-FEATURES_VERSION = 4  # of the features below: part of the key, so a ranker trained on older ones is retrained
+FEATURES_VERSION = 5  # of the features below: part of the key, so a ranker trained on older ones is retrained
 SCALE_FREE = ("rank", "scaled")  # what each input gives a candidate, on any corpus
 IN_CORPUS = (*SCALE_FREE, "score", "gap")  # ... and where the ranker learned on the evaluated corpus itself
 PER_CANDIDATE = ("retrieved_by", "in_top3", "in_top10", "best_rank")
