@@ -151,7 +151,7 @@ def cross_validated(lake: LakeStorage, corpus: str, split: str, metric: str, fol
     if failed:
         raise SystemExit(f"{corpus}: graphlake_ltr's inputs cannot run: {failed}")
     found = [[runs[id(item)][i] for item in op.inputs] for i in range(len(queries))]
-    partners = declared_partners(partner_runs([q["text"] for q in queries], indexes), op)
+    partners = declared_partners(partner_runs([q["text"] for q in queries], indexes, op.partners), op)
     doc_ids, rankings = indexes.snapshot.doc_ids(), {}
     for fold in np.array_split(np.random.default_rng(0).permutation(len(queries)), folds):
         held = set(fold.tolist())

@@ -48,14 +48,14 @@ class NodeTitles:
     normalised, and a candidate's only where its lower-cased raw text holds the anchor title's *probe*:
     the longest run of letters and digits in the raw title ("brien" of "O'Brien"), which a raw text
     holds wherever its normalised form holds the title, unless the text breaks that run with a
-    punctuation mark the title lacks. The last :data:`CACHED` normalised texts are kept."""
+    punctuation mark the title lacks. The first :data:`CACHED` normalised texts since the oldest was dropped are kept (first in, first out)."""
 
     titles: list[str | None]
     probes: list[str]
     text: Callable[[int], str]  # a node row's raw text
     normalise: Callable[[str], str]
-    _seen: dict[int, str] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _seen: dict[int, str] = field(default_factory=dict, repr=False, compare=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     @classmethod
     def build(cls, titles: list[str], text: Callable[[int], str]) -> NodeTitles:
@@ -128,9 +128,12 @@ class NodeEntities:
         return cls(mentions, idf, title, columns)
 
 
-def anchors_of(scores: np.ndarray, count: int) -> np.ndarray:
-    """Positions of the ``count`` best-scored candidates, best first (ties to the earlier position)."""
-    return np.lexsort((np.arange(len(scores)), -scores))[:count]
+def anchors_of(scores: np.ndarray, documents: np.ndarray, count: int) -> np.ndarray:
+    """Positions of the best-scored candidate of each of the ``count`` best documents, best first (ties to
+    the earlier position): chunks of one page are one anchor, as they are never each other's partners."""
+    order = np.lexsort((np.arange(len(scores)), -scores))
+    _, first = np.unique(documents[order], return_index=True)
+    return order[np.sort(first)][:count]
 
 
 def _best_other(pairs: np.ndarray, documents: np.ndarray, anchors: np.ndarray) -> np.ndarray:
@@ -173,8 +176,9 @@ def entity_signals(entities: NodeEntities, rows: np.ndarray, documents: np.ndarr
     covered = weighted[:, asked].toarray() if len(asked) else np.zeros((len(rows), 0), np.float32)
     first = anchored[0, asked].toarray().ravel() > 0 if len(anchors) and len(asked) else np.zeros(len(asked), bool)
     new = covered[:, ~first].sum(axis=1)
-    if len(anchors):
-        new[anchors[0]] = covered[anchors[0]].sum()  # the first anchor is measured against nothing above it
+    if len(anchors):  # the first anchor's document is measured against nothing above it
+        own = documents == documents[anchors[0]]
+        new[own] = covered[own].sum(axis=1)
     out = np.stack([shared, linked, covered.sum(axis=1), new, np.isin(titles, asked) & named], axis=1).astype(np.float64)
     out[~np.isfinite(out)] = np.nan
     return out

@@ -191,6 +191,16 @@ class Request:
         return [self.ran[key, q] for q in self.queries]
 
 
+def masked(candidates: Candidates, allowed: Allowed | None) -> Candidates:
+    """The candidates the mask allows. Most operators search within it already; one that searches every
+    row (FastInsight's dense fallback and graph expansion, GAR's frontier) would otherwise return the
+    snapshot's node of a document deleted or rewritten since."""
+    if allowed is None or not len(candidates.rows):
+        return candidates
+    keep = allowed.keep(candidates.rows)
+    return candidates if keep.all() else replace(candidates, scores=candidates.scores[keep], rows=candidates.rows[keep])
+
+
 class Indexes(Protocol):
     """What the operator contract needs of a corpus's loaded indexes (``retrieval/index/index_set.py``:
     ``IndexSet``, which operators read through its typed handles)."""

@@ -22,8 +22,9 @@ pytestmark = pytest.mark.fast
 def test_dense_signals_read_each_candidate_beside_the_anchors_but_itself():
     vectors = np.array([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])  # unit: e1, e2, (e1+e2)/sqrt2
     query = np.array([3.0, 0.0])
-    anchors = anchors_of(np.array([0.1, 0.9, 0.5]), 2)
+    anchors = anchors_of(np.array([0.1, 0.9, 0.5]), np.arange(3), 2)
     assert anchors.tolist() == [1, 2]
+    assert anchors_of(np.array([0.1, 0.9, 0.5, 0.7]), np.array([0, 1, 2, 1]), 2).tolist() == [1, 2]  # one anchor per document: 3 is 1's page
     got = dense_signals(vectors, query, np.arange(3), anchors)
     assert got.shape == (3, len(DENSE))
     half = 1 / math.sqrt(2)

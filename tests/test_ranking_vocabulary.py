@@ -132,8 +132,7 @@ def test_fusion_sums_terms_in_order_and_skips_a_zero_weight():
 def test_a_method_that_searches_every_row_loses_the_rows_of_pending_deletes():
     """The fresh segment masks the snapshot's nodes of documents deleted or rewritten since; a method whose
     operators search every row (FastInsight, GAR) has what it returns of them dropped, in its order."""
-    from graphlake.retrieval.core import Candidates
-    from graphlake.retrieval.pending.merge import masked
+    from graphlake.retrieval.core import Candidates, masked
 
     mask = np.array([True, False, True, True, False])
     allowed = Allowed(mask, np.flatnonzero(mask), "pending")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from graphlake.retrieval.index.index_set import IndexSet
 
 REPORT_FILE = "learned_fusion.json"
-FEATURES_VERSION = 5  # of the features below: part of the key, so a ranker trained on older ones is retrained
+FEATURES_VERSION = 6  # of the features below: part of the key, so a ranker trained on older ones is retrained
 SCALE_FREE = ("rank", "scaled")  # what each input gives a candidate, on any corpus
 IN_CORPUS = (*SCALE_FREE, "score", "gap")  # ... and where the ranker learned on the evaluated corpus itself
 PER_CANDIDATE = ("retrieved_by", "in_top3", "in_top10", "best_rank")
@@ -152,7 +152,8 @@ def features(query: str, found: list[Candidates], rows: np.ndarray, depth: int, 
         out[:, column + 7] = float(RISK_LEVELS.index(plan["risk_level"])) if plan.get("risk_level") in RISK_LEVELS else np.nan
     if partners is not None and len(rows):
         column += len(PER_CANDIDATE) + len(PER_QUERY)
-        anchors, read, documents = anchors_of(rrf_term(ranks).sum(axis=1), partners.anchors), set(partners.families), partners.documents[rows]
+        documents = partners.documents[rows]
+        anchors, read = anchors_of(rrf_term(ranks).sum(axis=1), documents, partners.anchors), set(partners.families)
         if "dense" in read:
             out[:, column : column + len(DENSE)] = dense_signals(partners.vectors[rows], partners.query, documents, anchors)
         column += len(DENSE)
@@ -200,7 +201,7 @@ class LearnedRankers:
             return self.rankers[name]
         if name in self.untrained:
             return None
-        raise StorageError("learned_fusion holds no ranker for this operator (its inputs changed); materialize learned_fusion again")
+        raise StorageError("learned_fusion holds no ranker for this operator (its declaration is new or changed: inputs, depth, partners or anchors); materialize learned_fusion again")
 
     def why(self, op: Op) -> str:
         return self.untrained.get(key(op), "trained")

@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 
 from graphlake.kernels.fusion import reciprocal_rank
 from graphlake.kernels.partners import FAMILIES, FAMILY_READS
-from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, ranked, register, run_inputs_batch
+from graphlake.retrieval.core import Candidates, Count, Input, Op, Request, masked, ranked, register, run_inputs_batch
 from graphlake.retrieval.index.derived import LEARNED_RANKER
 from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.models.learned_fusion import candidate_rows, key, partners_of
@@ -41,7 +41,7 @@ class LearnedFusion(Op):
     depth: Count = 100  # each input's top this many form the candidates
     k: Count = 100
     partners: list[Literal["dense", "titles", "entities"]] = Field(default_factory=lambda: list(FAMILIES))  # the partner signals it may learn from ([]: none)
-    anchors: Count = 3  # the candidates ranked first, beside which the partner signals read every candidate
+    anchors: Count = Field(3, le=20)  # the documents ranked first, beside which the partner signals read every candidate
 
     @field_validator("partners")
     @classmethod
@@ -59,7 +59,9 @@ class LearnedFusion(Op):
     def run_batch(self, request: Request, indexes: LakeIndexSet) -> list[Candidates]:
         """Each query's candidates ordered by the trained model (the batch's in one prediction), or fused
         by RRF where none was trained."""
-        found = run_inputs_batch(self, request, indexes)
+        # an input that searches every row may return a node the request masks (a document written since):
+        # dropped before it can be a candidate, or an anchor the others are read beside
+        found = [[masked(candidates, request.allowed) for candidates in inputs] for inputs in run_inputs_batch(self, request, indexes)]
         model = indexes.derived(LEARNED_RANKER, self)
         if model is None:
             request.note(f"learned_fusion: no ranker trained for corpus {indexes.corpus!r} ({indexes.learned_fusion.why(self)}); rrf of its inputs")

@@ -10,14 +10,11 @@ among the snapshot's nodes, with the score of its place (the hit says it is fres
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import numpy as np
 import scipy.sparse as sp
 
 from graphlake.kernels.fusion import RRF_CONSTANT
-from graphlake.kernels.results import Allowed
-from graphlake.retrieval.core import Candidates, Op, Request
+from graphlake.retrieval.core import Candidates, Op, Request, masked
 from graphlake.retrieval.filters import Filter
 from graphlake.retrieval.models.index_set import LakeIndexSet
 from graphlake.retrieval.operators.vector import BM25, RRF, Dense, Splade
@@ -85,16 +82,6 @@ def fuses_first_stages(op: Op) -> bool:
 def first_stage(op: Op) -> bool:
     """Whether ``op`` ranks by one signal the fresh segment has (BM25, dense, SPLADE) itself."""
     return getattr(op, "op", "") in FIRST_STAGES
-
-
-def masked(candidates: Candidates, allowed: Allowed | None) -> Candidates:
-    """The candidates the mask allows. Most operators search within it already; one that searches every
-    row (FastInsight's dense fallback and graph expansion, GAR's frontier) would otherwise return the
-    snapshot's node of a document deleted or rewritten since."""
-    if allowed is None or not len(candidates.rows):
-        return candidates
-    keep = allowed.keep(candidates.rows)
-    return candidates if keep.all() else replace(candidates, scores=candidates.scores[keep], rows=candidates.rows[keep])
 
 
 def _by_score(mine: Candidates, theirs: Candidates, k: int) -> Candidates:
