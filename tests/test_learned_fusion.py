@@ -13,7 +13,8 @@ import pytest
 
 from graphlake.assets.retrieval.learned_fusion import LearnedFusionConfig
 from graphlake.kernels.partners import SIGNALS
-from graphlake.retrieval.core import Candidates, run_inputs_batch
+from graphlake.kernels.results import Allowed
+from graphlake.retrieval.core import Candidates, Request, masked, run_inputs_batch
 from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import open_index_set
 from graphlake.retrieval.methods import load_methods
@@ -88,6 +89,34 @@ def test_the_demo_ranker_learns_from_training_queries_only_and_ranks_as_the_mode
     assert any("no ranker trained" in note and "rrf of its inputs" in note for note in request.notes)
     with pytest.raises(StorageError, match="materialize learned_fusion again"):  # a declaration it was not trained for
         op.model_copy(update={"depth": 50}).run(text, indexes)
+
+
+def test_rows_the_request_masks_are_dropped_before_the_learned_fusion_ranks(demo_lake, monkeypatch):
+    """An input that searches every row (FastInsight's dense fallback, GAR's frontier) may return a node
+    the request masks, such as the snapshot's node of a document written since: the learned fusion drops
+    it before choosing candidates, so it is neither returned nor read as a partner of the others."""
+    import graphlake.retrieval.operators.learned as learned
+
+    lake = LakeStorage(demo_lake.home)
+    op = load_methods(demo_lake.home)["graphlake_ltr"]
+    indexes = open_index_set(lake, "demo")
+    ranker = LearnedRankers.load(lake.artifact("learned_fusion", {"corpus": "demo"})).ranker(op)
+    text = next(q["text"] for q in lake.read("queries", {"corpus": "demo"}).to_pylist() if q["split"] == "test")
+    (unmasked,) = op.run_batch(new_request(indexes, [text]), indexes)
+    top = int(unmasked.rows[0])
+    mask = np.ones(len(indexes.snapshot.doc_ids()), bool)
+    mask[top] = False
+    allowed = Allowed(mask, np.flatnonzero(mask), "all but the top row")
+    everything = run_inputs_batch(op, new_request(indexes, [text]), indexes)  # the inputs as if each searched every row
+    assert any(top in c.rows[: op.depth] for c in everything[0])
+    monkeypatch.setattr(learned, "run_inputs_batch", lambda *_: everything)
+    request = Request([text], indexes.encoders, op.k, allowed)
+    (result,) = op.run_batch(request, indexes)
+    found = [masked(c, allowed) for c in everything[0]]
+    rows = candidate_rows(found, op.depth)
+    (partners,) = partners_of(indexes, request) if ranker.partners else (None,)
+    scores = ranker.booster.predict(features(text, found, rows, op.depth, IN_CORPUS, partners))
+    assert top not in result.rows.tolist() and result.rows.tolist() == rows[np.lexsort((rows, -scores))][: op.k].tolist()
 
 
 def test_a_ranker_trained_on_another_corpus_reads_the_scale_free_features_only(demo_lake, tmp_path):

@@ -20,7 +20,7 @@ import numpy as np
 
 from graphlake.kernels.eval.metrics import ndcg_at_k, paired_bootstrap
 from graphlake.kernels.partners import SIGNALS
-from graphlake.retrieval.core import Candidates, Methods, Op, needs, shared_run
+from graphlake.retrieval.core import Candidates, Methods, Op, needs, ranked, shared_run
 from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.learned_kinds import learned_fusions, open_index_set
 from graphlake.retrieval.methods import load_methods
@@ -124,9 +124,8 @@ def fit(
     with_partners = _cross_validated(grouped, folds, config) if declared else without
     judged = [queries[i] for i in grouped.positions]
     ndcg = lambda rankings: [ndcg_at_k(ranking, gold[q["query_id"]], CUTOFF) for ranking, q in zip(rankings, judged, strict=True)]  # noqa: E731
-    candidates = [doc_ids[candidate_rows(found[i], op.depth)] for i in grouped.positions]
-    ranked = lambda scores: [list(dict.fromkeys(docs[np.argsort(-s, kind="stable")].tolist())) for docs, s in zip(candidates, scores, strict=True)]  # noqa: E731
-    with_ndcg, without_ndcg = (ndcg(ranked(v.scores)) if folds else [] for v in (with_partners, without))
+    candidates = [candidate_rows(found[i], op.depth) for i in grouped.positions]
+    with_ndcg, without_ndcg = (ndcg([_documents(rows, s, doc_ids) for rows, s in zip(candidates, v.scores, strict=True)]) if folds else [] for v in (with_partners, without))
     gain = paired_bootstrap(without_ndcg, with_ndcg, seed=config.seed) if folds and declared else {"difference": 0.0, "low": 0.0, "high": 0.0}
     kept = gain["low"] > 0
     chosen = with_partners if kept else without
@@ -270,11 +269,18 @@ def _grouped(op: Op, queries: list[dict], found: list[list], partners: list[Part
 
 
 def ranked_docs(ranker: Ranker, text: str, found: list, partners: Partners, depth: int, doc_ids: np.ndarray) -> list[str]:
+    """One query's documents as ``ranker`` serves them, from its inputs' candidates ``found``."""
     rows = candidate_rows(found, depth)
     if not len(rows):
         return []
     (scores,) = ranker.score([text], [found], [rows], depth, lambda: [partners])
-    return list(dict.fromkeys(doc_ids[rows[np.lexsort((rows, -scores))]].tolist()))
+    return _documents(rows, scores, doc_ids)
+
+
+def _documents(rows: np.ndarray, scores: np.ndarray, doc_ids: np.ndarray) -> list[str]:
+    """The documents of ``rows`` in the order serving ranks them by ``scores`` (ties to the lower row),
+    so that the fold rule judges the ranking a search returns."""
+    return list(dict.fromkeys(doc_ids[ranked(scores=scores, rows=rows, k=len(rows)).rows].tolist()))
 
 
 def _mean_ndcg(rankings: list[list[str]], queries: list[dict], gold: dict[str, dict[str, int]]) -> float:
