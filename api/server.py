@@ -16,6 +16,7 @@ an unknown path (no redirect for a trailing slash), and a search whose index the
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
@@ -58,6 +59,7 @@ from graphlake.api.results import CorpusBusy, CorpusInfo, DiskFull, DocumentPage
 from graphlake.common.settings import API_KEY
 from graphlake.retrieval.core import OPERATORS
 
+LOG = logging.getLogger("uvicorn.error")  # the server's log
 OPEN_PATHS = frozenset({"/health"})
 MCP_PATH = "/mcp"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -103,7 +105,9 @@ def _mcp_routes(lake: GraphLake, host: str) -> tuple[list, Callable] | None:
 
 
 def _guard(app: FastAPI, key: str) -> None:
-    """The key every route but the open ones requires, and the limits on a request's body and headers."""
+    """The key every route but the open ones requires, the limits on a request's body and headers, and
+    a 500 for what no route foresaw that leaves the connection usable (``_Contained``)."""
+    app.add_middleware(_Contained)  # added first, runs last: around the routes alone
 
     @app.middleware("http")
     async def require_key(request: Request, call_next):
@@ -141,8 +145,8 @@ def _refusals(app: FastAPI) -> None:
         return refusal(409, str(error))
 
     @app.exception_handler(Exception)
-    async def failed(request: Request, error: Exception) -> JSONResponse:  # the traceback goes to the server's log
-        return refusal(500, f"internal error ({type(error).__name__}); the server's log has the details")
+    async def failed(request: Request, error: Exception) -> JSONResponse:  # outside the routes (a middleware's): Starlette re-raises it, uvicorn closes
+        return refusal(500, _internal(error), {"Connection": "close"})
 
     @app.exception_handler(UnknownName)
     async def unknown(request: Request, error: UnknownName) -> JSONResponse:
@@ -331,6 +335,38 @@ def _json_list(answers: Iterator[SearchResult]) -> Iterator[bytes]:
     for i, answer in enumerate(answers):
         yield (b"," if i else b"") + answer_json(answer)
     yield b"]"
+
+
+def _internal(error: BaseException) -> str:
+    return f"internal error ({type(error).__name__}); the server's log has the details"
+
+
+class _Contained:
+    """An error a route did not foresee, answered as a 500 refusal with its traceback in the server's log,
+    the connection kept open for the client's next request: Starlette's own handler re-raises the error
+    after answering, and uvicorn then drops the connection without a ``Connection: close``. Once an
+    answer has started (a streamed batch) nothing more can be said: the connection is closed."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as error:
+            if started:
+                raise
+            LOG.exception("%s %s failed", scope["method"], scope["path"])
+            await refusal(500, _internal(error))(scope, receive, send)
 
 
 class _Limits:

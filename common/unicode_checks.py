@@ -3,6 +3,8 @@ UTF-8 form, so a tokenizer, DuckDB or Arrow fails on it deep inside; a request n
 
 from __future__ import annotations
 
+import unicodedata
+
 
 def lone_surrogate(text: str) -> int | None:
     """The index of the first half UTF-16 pair in ``text``, None if it has none."""
@@ -11,3 +13,9 @@ def lone_surrogate(text: str) -> int | None:
     except UnicodeEncodeError as error:
         return error.start
     return None
+
+
+def same_id(text: str) -> str:
+    """An id as the lake compares and keeps it: in Unicode's composed form (NFC), so that "café" typed
+    with one code point for the é and with an e and a combining accent (NFD) is one document."""
+    return text if text.isascii() else unicodedata.normalize("NFC", text)

@@ -11,7 +11,11 @@ that fails however it fails costs the caller nothing but the child.
 The child reads only the committed snapshots' files (DuckDB's ``allowed_paths`` is their list: no
 glob over the lake's folders reaches a staged file or an older version), writes nowhere, and cannot
 be reconfigured. The statements must all be queries (SELECT, and EXPLAIN of one), checked by DuckDB's
-own parser.
+own parser, and none may read the process's configuration or the views' definitions
+(``current_setting('allowed_paths')`` would list every file of the lake by its absolute path,
+``duckdb_views()`` the same inside each view's text, ``duckdb_settings()`` the account's home too):
+the names a statement calls are read from DuckDB's own syntax tree. An error's message names the lake
+as ``<lake>`` and the account's home as ``~``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,12 @@ STARTUP_SECONDS = 20.0  # the child's own start (imports, the catalog), on top o
 HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding
 
 _READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
+# what names the lake's files or the account's folders: settings, views' text, extensions, secrets
+REVEALING = frozenset(
+    {"current_setting", "getenv", "getvariable", "duckdb_settings", "duckdb_views", "duckdb_extensions", "duckdb_secrets", "which_secret"}
+    | {"duckdb_temporary_files", "duckdb_databases", "duckdb_external_file_cache", "duckdb_logs", "duckdb_log_contexts", "pg_views", "information_schema.views"}
+)  # fmt: skip
+_REVEALING_TEXT = re.compile(r"\b(?:" + "|".join(sorted(REVEALING)).replace(".", r"\s*\.\s*") + r"|pragma_\w+)\b", re.IGNORECASE)
 _EXPLAINED = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)  # what precedes the explained statement
 
 
@@ -128,12 +138,51 @@ def reading_statements(con: duckdb.DuckDBPyConnection, query: str) -> list:
         if explained is not None and explained != statement.query:
             reading_statements(con, explained)
         elif statement.type not in _READING or explained is not None:  # an EXPLAIN of a form not recognised: refused
-            shown = " ".join(statement.query.split())
-            shown = shown if len(shown) <= 60 else shown[:57] + "..."
             raise ReadOnlyError(
-                f"the lake's SQL connection is read-only: {statement.type.name} statement `{shown}` refused; its tables change only through `graphlake ingest` / `graphlake materialize`"
+                f"the lake's SQL connection is read-only: {statement.type.name} statement `{_shown(statement.query)}` refused; its tables change only through `graphlake ingest` / `graphlake materialize`"
             )
+        else:
+            _refuse_revealing(con, statement.query)
     return statements
+
+
+def _shown(query: str) -> str:
+    shown = " ".join(query.split())
+    return shown if len(shown) <= 60 else shown[:57] + "..."
+
+
+def _refuse_revealing(con: duckdb.DuckDBPyConnection, query: str) -> None:
+    """Refuse a query that calls what names the lake's files or the account's folders (``REVEALING``,
+    any ``pragma_`` function): the functions and tables it names, from DuckDB's syntax tree; a form the
+    tree cannot be written for (PIVOT) is read as text, a mention anywhere refused."""
+    (tree,) = con.execute("SELECT json_serialize_sql(?)", [query]).fetchall()[0]
+    parsed = json.loads(tree)
+    if parsed.get("error"):
+        named = {re.sub(r"\s+", "", match.group(0).lower()) for match in _REVEALING_TEXT.finditer(query)}
+    else:
+        named = set()
+        _names(parsed, named)
+    found = sorted(name for name in named if name in REVEALING or name.startswith("pragma_"))
+    if found:
+        raise PermissionRefused(
+            f"statement `{_shown(query)}`: {found[0]} reads the SQL process's settings or the views' text, which name the lake's files: refused"
+            " (the tables and their columns: SELECT * FROM information_schema.columns)"
+        )
+
+
+def _names(node: object, found: set[str]) -> None:
+    """The functions a serialized statement calls and the tables it reads (a name without its schema)."""
+    if isinstance(node, dict):
+        if isinstance(node.get("function_name"), str):
+            found.add(node["function_name"].lower())
+        if node.get("type") == "BASE_TABLE" and isinstance(node.get("table_name"), str):
+            table, schema = node["table_name"].lower(), str(node.get("schema_name") or "").lower()
+            found |= {table, f"{schema}.{table}"}
+        for value in node.values():
+            _names(value, found)
+    elif isinstance(node, list):
+        for item in node:
+            _names(item, found)
 
 
 def _confine(con: duckdb.DuckDBPyConnection, files: list[str], megabytes: int) -> None:
@@ -228,8 +277,18 @@ def _main(home: str, limit: str, seconds: str, megabytes: str) -> int:
         sys.stdout.buffer.write(json.dumps(header).encode() + b"\n")
         sys.stdout.buffer.write(body)  # not joined to the header: that would copy the whole result once more
         return 0
+    said["message"] = redacted(said["message"], Path(home))
     sys.stdout.buffer.write(json.dumps(said).encode() + b"\n")
     return 3
+
+
+def redacted(message: str, home: Path) -> str:
+    """``message`` with the lake's folder written ``<lake>`` and the account's home ``~``: an error
+    names a file by its absolute path, which tells a client where the server keeps its data."""
+    for folder, shown in ((home.resolve(), "<lake>"), (home.absolute(), "<lake>"), (Path.home(), "~")):
+        if len(str(folder)) > 1:
+            message = message.replace(str(folder), shown)
+    return message
 
 
 if __name__ == "__main__":

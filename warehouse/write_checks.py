@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphlake.common.unicode_checks import lone_surrogate
+from graphlake.common.unicode_checks import lone_surrogate, same_id
 
 MAX_NAME_CHARS = 200  # an id
 MAX_WRITE_DOCUMENTS = 1_000  # in one write
@@ -59,7 +59,7 @@ def checked_id(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
         raise WriteRefused(f"{where}: an id is a non-empty string of at most {MAX_NAME_CHARS} characters, got {kind_of(value)}")
     _unicode(value, where)
-    return value
+    return same_id(value)
 
 
 def checked_document(i: int, document: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ The language itself is ``retrieval/filters.py``."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -42,6 +43,19 @@ def _type(value: Any) -> str | None:
 
 
 _ARROW = {"number": pa.float64(), "string": pa.string(), "bool": pa.bool_()}
+
+
+def _arrow(kind: str, items: list[Any]) -> pa.Array:
+    """Values of one type as the column compares them: every number as a float (JSON's integers have
+    no bound, a float64's range is ±1.8e308: a larger one compares as infinity of its sign)."""
+    return pa.array([_number(item) for item in items] if kind == "number" else items, _ARROW[kind])
+
+
+def _number(value: int | float) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 _SINGULAR = {"number": "a number", "string": "a string", "bool": "true/false"}
 _PLURAL = {"number": "numbers", "string": "strings", "bool": "true/false"}
 
@@ -126,7 +140,7 @@ class DocumentMetadata:
                 kind = _type(value)
                 if kind is not None:  # an object is there, but nothing a comparison reads
                     values[kind][0].append(i), values[kind][1].append(value)
-        typed = {kind: (np.asarray(docs, dtype=np.int64), pa.array(items, _ARROW[kind])) for kind, (docs, items) in values.items() if docs}
+        typed = {kind: (np.asarray(docs, dtype=np.int64), _arrow(kind, items)) for kind, (docs, items) in values.items() if docs}
         return _Column(present, typed)
 
     def check(self, expression: Filter) -> None:
@@ -184,14 +198,14 @@ class DocumentMetadata:
             docs, values = column.typed[kind]
             same = [item for item in wanted if _type(item) == kind]
             if op in ("eq", "in"):
-                hits = pc.is_in(values, value_set=pa.array(same, _ARROW[kind]))
+                hits = pc.is_in(values, value_set=_arrow(kind, same))
             elif op == "prefix":
                 hits = pc.starts_with(values, pattern=value)
             elif op == "contains":
                 hits = pc.match_substring(values, pattern=value)
             else:
                 compare = {"gt": pc.greater, "gte": pc.greater_equal, "lt": pc.less, "lte": pc.less_equal}[op]
-                hits = compare(values, pa.scalar(same[0], _ARROW[kind]))
+                hits = compare(values, _arrow(kind, same[:1])[0])
             mask[docs[np.asarray(hits.to_numpy(zero_copy_only=False), dtype=bool)]] = True
         return mask
 

@@ -19,6 +19,7 @@ from typing import Any
 import pyarrow as pa
 
 from graphlake.common.settings import MAX_LINE_BYTES
+from graphlake.common.unicode_checks import same_id
 from graphlake.kernels.text.chunking import MAX_TEXT_CHARS
 from graphlake.warehouse.tables import CITED_BY, row_schema
 
@@ -285,13 +286,13 @@ class CorpusBuilder:
         return bool(self._documents)
 
     def has_document(self, doc_id: str) -> bool:
-        return doc_id in self._documents
+        return same_id(doc_id) in self._documents
 
     def has_query(self, query_id: str) -> bool:
         return query_id in self._queries
 
     def add_document(self, doc_id: str, title: str, text: str, where: Location, metadata: dict | None = None) -> str:
-        where = where.with_record(doc_id)
+        where, doc_id = where.with_record(doc_id), same_id(doc_id)
         if not doc_id:
             raise IngestError(where, "document has an empty id")
         if not text.strip():
@@ -326,6 +327,7 @@ class CorpusBuilder:
 
     def add_qrel(self, query_id: str, doc_id: str, where: Location, relevance: int = 1, split: str | None = None) -> None:
         """Record gold; the same pair seen twice keeps its highest relevance."""
+        doc_id = same_id(doc_id)
         key = (query_id, doc_id)
         previous = self._qrels.get(key)
         if previous is None or relevance > previous["relevance"]:
@@ -334,6 +336,7 @@ class CorpusBuilder:
 
     def add_foreign_key(self, src_doc_id: str, src_column: str, dst_doc_id: str, dst_column: str, position: int, where: Location) -> None:
         """One declared foreign key; ``position`` is its index in the schema's declaration list."""
+        src_doc_id, dst_doc_id = same_id(src_doc_id), same_id(dst_doc_id)
         self._foreign_keys.append(
             {
                 "src_doc_id": src_doc_id,
