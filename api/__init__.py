@@ -27,6 +27,7 @@ _WHERE = {
             "Hit",
             "IndexNotBuilt",
             "MethodInfo",
+            "NameConflict",
             "Overloaded",
             "RequestError",
             "RowsCut",

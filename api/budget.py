@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass
 
 from graphlake.common.settings import SERVE_MEMORY_MB, SERVE_QUEUE_S, SERVE_REQUEST_MB
+from graphlake.common.stopping import Stop
 from graphlake.kernels.text.encoders import MAX_TOKENS
 from graphlake.kernels.text.query_encoders import BATCH, BATCH_TOKENS
 
@@ -116,16 +117,16 @@ class MemoryBudget:
     def from_env(cls) -> MemoryBudget:
         return cls(int(SERVE_MEMORY_MB.number()) * MB, int(SERVE_REQUEST_MB.number()) * MB, SERVE_QUEUE_S.number())
 
-    def take(self, cost: int) -> None:
+    def take(self, cost: int, stop: Stop | None = None) -> None:
         """Hold ``cost`` bytes of the budget, waiting for them if others hold too much; ``OverBudget`` past
-        one request's budget, or when the wait runs out."""
+        one request's budget, or when the wait runs out (at the ``stop``'s deadline, if sooner)."""
         if cost > self.per_request:
             raise OverBudget(
                 f"this search would hold about {cost / MB:,.0f} MB, over the {self.per_request / MB:,.0f} MB one request may ({SERVE_REQUEST_MB.name}): "
                 "send fewer or shorter queries, or a smaller k or candidates",
                 busy=False,
             )
-        deadline = time.monotonic() + self.wait
+        deadline = time.monotonic() + min(self.wait, stop.left() if stop is not None else self.wait)
         with self._room:
             while self._free < cost:
                 left = deadline - time.monotonic()

@@ -21,6 +21,7 @@ from graphlake.api.results import (
     Hit,
     IndexNotBuilt,
     MethodInfo,
+    NameConflict,
     Overloaded,
     RequestError,
     RowsCut,
@@ -122,7 +123,7 @@ class RemoteLake:
 
     def create_corpus(self, name: str) -> CorpusInfo:
         """Have the server declare a corpus its lake owns."""
-        return CorpusInfo(**self._post("/corpora", {"name": name}))
+        return CorpusInfo(**self._read(self._send("POST", "/corpora", {"name": name}), conflict=NameConflict))
 
     def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
         """Add or replace documents of a corpus the lake owns, as ``GraphLake.upsert``."""
@@ -206,14 +207,15 @@ class RemoteLake:
             raise ServerError(f"server {self.url}: {error}") from None
         return self._read(answer)
 
-    def _read(self, answer: httpx.Response) -> Any:
+    def _read(self, answer: httpx.Response, conflict: type[Exception] = IndexNotBuilt) -> Any:
+        """The answer's JSON, or its refusal raised as the Python API raises it (409: ``conflict``)."""
         if answer.status_code == 200:
             return answer.json()
         json_answer = answer.headers.get("content-type", "").startswith("application/json")
         message = answer.json().get("error", answer.text) if json_answer else answer.text
         if answer.status_code == 429:
             raise Overloaded(message, int(answer.headers.get("retry-after", "1")))
-        raise {404: UnknownName, 409: IndexNotBuilt, 422: RequestError, 423: CorpusBusy, 507: DiskFull}.get(answer.status_code, ServerError)(message)
+        raise {404: UnknownName, 409: conflict, 422: RequestError, 423: CorpusBusy, 507: DiskFull}.get(answer.status_code, ServerError)(message)
 
 
 def _body(corpus: Any, method: str, k: int, filter: Any, overrides: dict, **query: Any) -> dict:

@@ -28,10 +28,12 @@ from graphlake.api.budget import CHUNK_QUERIES, MemoryBudget, Shape, estimate, g
 from graphlake.api.citations import Searched
 from graphlake.api.corpora_fusion import fused
 from graphlake.api.hit_spans import Shown
-from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, MethodInfo, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written, refused_as_request
+from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, MethodInfo, NameConflict, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written, refused_as_request
 from graphlake.api.searchers import Generation, SearcherManager, built
 from graphlake.api.validation import EMBED_KINDS, MAX_PAGE, check_name, check_names, check_queries, check_texts, corpora_named, kind_of, parsed_filter, shown
+from graphlake.common import stopping
 from graphlake.common.settings import HOME
+from graphlake.common.stopping import Stop
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
 from graphlake.retrieval.filters import Filter, FilterError
@@ -39,7 +41,7 @@ from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.index.metadata import DocumentMetadata
 from graphlake.retrieval.methods import available_methods, load_methods
 from graphlake.warehouse.config_files import one_line
-from graphlake.warehouse.corpora import DEMO_CORPUS, LAKE_OWNED, CorpusRegistry, CorpusSpec
+from graphlake.warehouse.corpora import DEMO_CORPUS, LAKE_OWNED, CorpusRegistry, CorpusSpec, NameTaken
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.scopes import WRITES, LockedError
 from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
@@ -82,7 +84,9 @@ class GraphLake:
             raise RequestError(f"name: a corpus name, got {kind_of(name)}")
         try:
             spec = CorpusRegistry(self.home).declare_owned(name, replace=False, **settings)
-        except ValueError as error:  # a name taken, a bad name or setting (pydantic's lines made one)
+        except NameTaken as error:
+            raise NameConflict(str(error)) from None
+        except ValueError as error:  # a bad name or setting (pydantic's lines made one)
             raise RequestError(one_line(error)[:300]) from None
         return self._info(LakeStorage(self.home), spec)
 
@@ -299,6 +303,7 @@ class GraphLake:
         overrides: dict[str, Any],
         budget: MemoryBudget | None = None,
         shown: Shown = Shown(),
+        stop: Stop | None = None,
     ) -> Iterator[SearchResult]:
         """``search_batch`` as an iterator, with the query-time values as one mapping whatever their names (a
         body field named ``queries`` or ``self`` is a value the method refuses, not a second argument). The
@@ -306,7 +311,9 @@ class GraphLake:
         made as it is reached, so a server streams a batch of 256 answers of 1,000 hits without holding
         them all. With a ``budget`` (the server's), the search's
         memory is estimated from its shape (``api/budget.py``) and held from before the search until the
-        last answer is made; ``OverBudget`` when it does not fit."""
+        last answer is made; ``OverBudget`` when it does not fit. With a ``stop`` (the server's deadline and
+        disconnect), the search checks it between its stages and raises ``Stopped``; the wait for the
+        budget ends at its deadline too."""
         names = corpora_named(corpus)
         for name in names:
             check_names(name, method)
@@ -330,12 +337,12 @@ class GraphLake:
         if budget is not None:
             for name, generation in generations.items():  # the pending writes' segments stay in memory between searches
                 budget.resident(f"fresh:{name}", generation.fresh.nbytes if generation.fresh is not None else 0)
-            budget.take(cost)
+            budget.take(cost, stop)
         try:
             searched = []
             for name in names:
                 with built(name):
-                    searched.append(_search(generations[name], method, ops[name], queries, k, pool, expression, len(names) == 1, shown))
+                    searched.append(_search(generations[name], method, ops[name], queries, k, pool, expression, len(names) == 1, shown, stop))
         except BaseException:
             if budget is not None:
                 budget.give_back(cost)
@@ -352,16 +359,17 @@ class GraphLake:
 
         return each()
 
-    def sql(self, statement: str, limit: int = 10_000) -> pa.Table:
+    def sql(self, statement: str, limit: int = 10_000, stop: Stop | None = None) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses
         (a process of its own, within ``$GRAPHLAKE_SQL_TIMEOUT`` and ``$GRAPHLAKE_SQL_MEMORY_MB``): at most
-        ``limit`` rows, with a ``RowsCut`` warning when there were more."""
+        ``limit`` rows, with a ``RowsCut`` warning when there were more. ``stop``: its process is killed
+        when the stop is called off or its deadline passes (``Stopped``)."""
         if not isinstance(statement, str) or not statement.strip():
             raise RequestError(f"statement: SQL text, got {kind_of(statement)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ROWS:
             raise RequestError(f"limit: a whole number of rows from 1 to {MAX_ROWS:,}, got {limit!r}")
         try:
-            answer = run_sql(self.home, statement, limit)
+            answer = run_sql(self.home, statement, limit, stop)
         except SandboxError as error:
             raise RequestError(str(error).splitlines()[0]) from None
         if answer.cut:
@@ -422,7 +430,7 @@ def _on_its_scale(op: Op, built: bool) -> bool:
     return built or first_stage(op) or fuses_first_stages(op)
 
 
-def _search(generation: Generation, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown) -> Searched:
+def _search(generation: Generation, method: str, op: Op, queries: list[str], k: int, pool: int, expression: Filter | None, check: bool, shown: Shown, stop: Stop | None = None) -> Searched:
     """One corpus's ``pool`` candidates for every query, ``CHUNK_QUERIES`` at a time, shown as ``k`` hits;
     ``check``: refuse a filter naming a field none of its documents has. With a fresh segment (a
     lake-owned corpus's pending writes), the snapshot's nodes of documents written since are masked as a
@@ -437,7 +445,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
     try:
         if check and expression is not None:  # the fields of the committed and the pending documents alike
             generation.metadata().check(expression)
-        request = new_request(indexes, queries, expression if built else None, False, pool)
+        request = replace(new_request(indexes, queries, expression if built else None, False, pool), stop=stop)
     except FilterError as error:
         raise RequestError(str(error)) from None
     if fresh is not None:
@@ -445,6 +453,7 @@ def _search(generation: Generation, method: str, op: Op, queries: list[str], k: 
     started, found = time.perf_counter(), []
     for start in range(0, len(queries), CHUNK_QUERIES):
         chunk = request.of(queries[start : start + CHUNK_QUERIES])
+        stopping.check(stop, f"query {start + 1} of {len(queries)}")
         if not built:  # a corpus the lake owns, never built: its pending documents are the corpus
             from graphlake.retrieval.pending.merge import pending_alone
 

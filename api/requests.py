@@ -6,16 +6,46 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, WithJsonSchema
 
 from graphlake.api.hit_spans import MAX_CONTEXT, Shown
-from graphlake.api.results import SearchResult
+from graphlake.api.results import NAMESPACE, SearchResult
 from graphlake.api.validation import MAX_BATCH, MAX_CORPORA, MAX_EMBED_CHARS, MAX_K, MAX_NAME_CHARS, MAX_PAGE, MAX_QUERY_CHARS
+from graphlake.common.unicode_checks import SPACES_ONLY_NOT
+from graphlake.retrieval.core import METHOD_NAME
 from graphlake.retrieval.filters import MAX_FILTER_CHARS
-from graphlake.warehouse.write_checks import MAX_DOCUMENT_CHARS, MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
+from graphlake.warehouse.corpora import CORPUS_NAME
+from graphlake.warehouse.write_checks import EXACT_INTEGER, MAX_DOCUMENT_CHARS, MAX_METADATA_DEPTH, MAX_TITLE_CHARS, MAX_WRITE_DOCUMENTS
 
 MAX_SQL_CHARS = 100_000
 MAX_SQL_ROWS = 100_000  # in one answer over HTTP (the Python API's own limit is ten times that)
+
+# what a document's metadata may hold (warehouse/write_checks.py): any JSON, its whole numbers within ±2^53
+# (a filter compares them as float64); "graphlake" is the adapters' key. Recursive: the server's OpenAPI
+# document holds the value's schema as a component (api/server.py)
+METADATA_VALUE = "MetadataValue"
+VALUE_REF = {"$ref": f"#/components/schemas/{METADATA_VALUE}"}
+METADATA_VALUE_SCHEMA = {
+    "anyOf": [
+        {"type": "null"},
+        {"type": "boolean"},
+        {"type": "string"},
+        {"type": "integer", "minimum": -EXACT_INTEGER, "maximum": EXACT_INTEGER},
+        {"type": "number", "not": {"type": "integer"}},
+        {"type": "array", "items": VALUE_REF},
+        {"type": "object", "additionalProperties": VALUE_REF},
+    ],
+    "description": f"any JSON value, nested at most {MAX_METADATA_DEPTH} deep; whole numbers within ±2^53",
+}
+VALUE_PLACEHOLDER = {"x-graphlake-schema": METADATA_VALUE}  # pydantic resolves every $ref it sees: the server puts VALUE_REF in its place
+METADATA_SCHEMA = {"type": "object", "additionalProperties": VALUE_PLACEHOLDER, "not": {"required": [NAMESPACE]}, "default": {}}
+DEADLINE = "seconds this request may take, at most the server's deadline ($GRAPHLAKE_SERVE_DEADLINE_S, 60 by default, its default too); past it: 504"
+# as strict as the checks behind them (api/validation.py, warehouse/write_checks.py), so that the
+# schema says what the server takes: a name's characters, a text with something in it besides spaces
+CorpusName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=f"^{CORPUS_NAME.pattern}$", examples=["demo"])]
+MethodName = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=f"^{METHOD_NAME.pattern}$", examples=["bm25"])]
+Query = Annotated[str, Field(min_length=1, max_length=MAX_QUERY_CHARS, pattern=SPACES_ONLY_NOT, examples=["Which vessel carried the sled?"])]
+DocumentId = Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS, pattern=SPACES_ONLY_NOT, description="compared and kept in Unicode's composed form (NFC)")]
 
 
 class _Search(BaseModel):
@@ -23,16 +53,15 @@ class _Search(BaseModel):
 
     model_config = ConfigDict(extra="allow", strict=True)
 
-    corpus: (
-        Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | Annotated[list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]], Field(min_length=1, max_length=MAX_CORPORA)]
-    )  # several: their rankings fused, each hit naming its corpus
-    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    corpus: CorpusName | Annotated[list[CorpusName], Field(min_length=1, max_length=MAX_CORPORA, json_schema_extra={"uniqueItems": True})]  # several: their rankings fused, each hit naming its corpus
+    method: MethodName
     k: int = Field(10, ge=1, le=MAX_K)
     filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None  # retrieval/filters.py: JSON or text
     group_by: Literal["span", "document", "chunk"] = "span"  # api/hit_spans.py: a hit is a span of its document, one a document, or a ranked node
     context: Annotated[int, Field(ge=0, le=MAX_CONTEXT)] | Literal["document"] | None = None  # neighbouring nodes a side with each hit, or its document
     min_relevance: Annotated[float, Field(ge=0, le=1)] | None = None  # api/relevance.py: hits at least this relevant
     after_write: Annotated[int, Field(ge=0)] | None = None  # a lake-owned corpus: see the writes up to this number (read your writes)
+    timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
     def shown(self) -> Shown:
         return Shown(self.group_by, self.context, self.min_relevance)
@@ -42,11 +71,11 @@ class _Search(BaseModel):
 
 
 class SearchRequest(_Search):
-    query: str = Field(min_length=1, max_length=MAX_QUERY_CHARS)
+    query: Query
 
 
 class BatchRequest(_Search):
-    queries: list[str] = Field(min_length=1, max_length=MAX_BATCH)
+    queries: list[Query] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class SqlRequest(BaseModel):
@@ -54,13 +83,14 @@ class SqlRequest(BaseModel):
 
     statement: str = Field(min_length=1, max_length=MAX_SQL_CHARS)
     limit: int = Field(10_000, ge=1, le=MAX_SQL_ROWS)
+    timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
 
 class WarmRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    method: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    corpus: CorpusName
+    method: MethodName
 
 
 class DocumentBody(BaseModel):
@@ -68,10 +98,10 @@ class DocumentBody(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
-    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS)
+    id: DocumentId
+    text: str = Field(min_length=1, max_length=MAX_DOCUMENT_CHARS, pattern=SPACES_ONLY_NOT)
     title: str = Field("", max_length=MAX_TITLE_CHARS)
-    metadata: dict[str, Any] = {}
+    metadata: Annotated[dict[str, Any], WithJsonSchema(METADATA_SCHEMA)] = {}
 
 
 class UpsertRequest(BaseModel):
@@ -83,7 +113,7 @@ class UpsertRequest(BaseModel):
 class DeleteRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
+    ids: list[DocumentId] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
 
 
 class IdsRequest(BaseModel):
@@ -99,13 +129,13 @@ class DocumentIds(BaseModel):
 class GetRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    ids: list[Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)]] = Field(max_length=MAX_WRITE_DOCUMENTS)
+    ids: list[DocumentId] = Field(max_length=MAX_WRITE_DOCUMENTS)
 
 
 class ListRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    after: Annotated[str, Field(min_length=1, max_length=MAX_NAME_CHARS)] | None = None
+    after: DocumentId | None = None
     limit: int = Field(100, ge=1, le=MAX_PAGE)
     filter: dict[str, Any] | Annotated[str, Field(max_length=MAX_FILTER_CHARS)] | None = None
 
@@ -113,7 +143,7 @@ class ListRequest(BaseModel):
 class EmbedRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    corpus: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    corpus: CorpusName
     texts: list[Annotated[str, Field(max_length=MAX_EMBED_CHARS)]] = Field(min_length=1, max_length=MAX_BATCH)
     kind: Literal["passage", "query"] = "passage"
 
@@ -130,7 +160,7 @@ class Dropped(BaseModel):
 class CorpusRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    name: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    name: CorpusName
 
 
 class Health(BaseModel):

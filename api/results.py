@@ -36,6 +36,10 @@ def refused_as_request(check: Callable[[Any], Any], value: Any) -> Any:
         raise RequestError(str(error)) from None
 
 
+class NameConflict(RequestError):
+    """A corpus name another corpus has, or one kept for the bundled demo (409 over HTTP)."""
+
+
 class Overloaded(RuntimeError):
     """A write refused because the lake is encoding as many as it may at once: retry in ``retry_after``
     seconds (429 with ``Retry-After`` over HTTP)."""

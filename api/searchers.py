@@ -326,7 +326,7 @@ class SearcherManager:
         entries = dict(sorted(entries.items()))
         last = max(entries, default=served.folded)
         if after is not None and after > last:
-            raise RequestError(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
+            raise UnknownName(f"after_write: write {after} is not in corpus {corpus!r}'s log (its last is {last})")
         if not entries:
             return Generation(served, None, served.citable())
         segment, citable = self._segment(served, log, entries)

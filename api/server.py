@@ -12,22 +12,30 @@ string). Every refusal, the HTTP layer's own included (``api/http_protocol.py``)
 whose body is one line of at most 300 characters: ``{"error": "..."}``; a malformed body, one over
 ``MAX_BODY_BYTES`` (refused before it is read whole), a head over 64 KiB or ``MAX_HEADERS`` headers,
 an unknown path (no redirect for a trailing slash), and a search whose index the lake has not built
-(409) among them. Values are strict: ``"k": "5"`` or ``true`` is refused, not read as a number."""
+(409) among them. Values are strict: ``"k": "5"`` or ``true`` is refused, not read as a number.
+Searches and SQL run under a deadline and stop when their client disconnects (``api/running.py``); the
+OpenAPI document lists every status a route answers (``documented``)."""
 
 from __future__ import annotations
 
+import json
 import logging
+import math
+import os
+import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from typing import Any, Union
+from contextlib import asynccontextmanager, nullcontext
+from typing import Annotated, Any, Union
 
 import pyarrow as pa
 from fastapi import FastAPI, Request
+from fastapi import Path as PathParameter
 from fastapi.exceptions import RequestValidationError
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from pydantic import TypeAdapter
+from fastapi.routing import APIRoute
+from pydantic import BaseModel, Field, TypeAdapter
 from starlette.background import BackgroundTask
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
@@ -35,9 +43,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from graphlake.api.access import key_matches
 from graphlake.api.budget import MemoryBudget, OverBudget, give_memory_back, tame_allocator
-from graphlake.api.http_protocol import MAX_BODY_BYTES, JsonErrorsProtocol, error_line, logging_config
+from graphlake.api.http_protocol import MAX_BODY_BYTES, MAX_ERROR_CHARS, JsonErrorsProtocol, error_line, logging_config
 from graphlake.api.lake import GraphLake
 from graphlake.api.requests import (
+    METADATA_VALUE,
+    METADATA_VALUE_SCHEMA,
+    VALUE_PLACEHOLDER,
+    VALUE_REF,
     BatchRequest,
     CorpusRequest,
     DeleteRequest,
@@ -55,12 +67,34 @@ from graphlake.api.requests import (
     WarmRequest,
     answer_json,
 )  # fmt: skip
-from graphlake.api.results import CorpusBusy, CorpusInfo, DiskFull, DocumentPage, IndexNotBuilt, MethodInfo, Overloaded, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written
-from graphlake.common.settings import API_KEY
-from graphlake.retrieval.core import OPERATORS
+from graphlake.api.results import (
+    CorpusBusy,
+    CorpusInfo,
+    DiskFull,
+    DocumentPage,
+    IndexNotBuilt,
+    MethodInfo,
+    NameConflict,
+    Overloaded,
+    RequestError,
+    RowsCut,
+    SearchResult,
+    StoredDocument,
+    UnknownName,
+    Written,
+)
+from graphlake.api.running import Running
+from graphlake.common.settings import API_KEY, SERVE_GRACE_S, SERVE_PRIVATE_DOCS
+from graphlake.common.stopping import Stop, Stopped
+from graphlake.common.unicode_checks import SPACES_ONLY_NOT
+from graphlake.retrieval.core import METHOD_NAME, OPERATORS
+from graphlake.warehouse.corpora import CORPUS_NAME
+from graphlake.warehouse.write_checks import MAX_NAME_CHARS
 
 LOG = logging.getLogger("uvicorn.error")  # the server's log
+EXIT_S = 5.0  # after the grace, how long requests stopped at shutdown have to end before the process exits
 OPEN_PATHS = frozenset({"/health"})
+DOCS_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})  # no data: open unless GRAPHLAKE_SERVE_PRIVATE_DOCS
 MCP_PATH = "/mcp"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 MAX_HEADERS = 100  # Envoy's default count
@@ -72,15 +106,59 @@ def refusal(status: int, message: str, headers: dict[str, str] | None = None) ->
     return JSONResponse({"error": error_line(message)}, status_code=status, headers=headers)
 
 
+class Refusal(BaseModel):
+    """What every status but 200 answers."""
+
+    error: str = Field(description=f"why, on one line of at most {MAX_ERROR_CHARS} characters")
+
+
+RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before asking again", "schema": {"type": "integer"}}}
+WHY = {
+    400: "not an HTTP request or a body this server reads (malformed, not UTF-8, a number of over 4,300 digits)",
+    401: "the API key is missing or wrong ($GRAPHLAKE_API_KEY is set on the server)",
+    404: "no such corpus or method (the message names the ones the lake has)",
+    409: "what the request reads is not built, a corpus's log of writes is damaged (the message names the command), or a corpus name is taken",
+    413: f"the body is over {MAX_BODY_BYTES >> 20} MiB",
+    422: "a value the request may not hold, or one the lake cannot answer as asked",
+    423: "a build holds the corpus",
+    429: "the lake is encoding as many writes as it may at once",
+    431: "too many headers, or a request head over 64 KiB",
+    500: "an internal error; the server's log has the details",
+    503: "the server is at its memory budget, or shutting down: try again (Retry-After)",
+    504: "the request ran past its deadline (timeout_s, or the server's $GRAPHLAKE_SERVE_DEADLINE_S) and was stopped",
+    507: "no room on the lake's disk; nothing of the write was kept",
+}
+EVERY_ROUTE = (400, 413, 431, 500)
+CorpusInPath = Annotated[str, PathParameter(max_length=MAX_NAME_CHARS, pattern=f"^{CORPUS_NAME.pattern}$", description="a corpus's name")]
+
+
+def documented(*statuses: int, guarded: bool = True) -> dict[int | str, dict[str, Any]]:
+    """The refusals a route answers, for its OpenAPI entry (``EVERY_ROUTE`` besides, and 401 where the key guards it)."""
+    found = sorted({*statuses, *EVERY_ROUTE, *((401,) if guarded else ())})
+    return {status: {"model": Refusal, "description": WHY[status], **({"headers": RETRY_AFTER} if status in (429, 503) else {})} for status in found}
+
+
 def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0.1") -> FastAPI:
     """The HTTP app over ``lake``; ``api_key`` (default ``$GRAPHLAKE_API_KEY``) guards every route but
     /health; with the ``mcp`` extra, MCP's streamable HTTP at /mcp (``api/mcp_server.py``)."""
     agents = _mcp_routes(lake, host)
-    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=agents[1] if agents else None)
+    running = Running()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with agents[1](app) if agents else nullcontext():
+            try:
+                yield
+            finally:  # past the grace SIGTERM gives (uvicorn's graceful shutdown), what still runs is stopped
+                if stopped := running.call_off():
+                    LOG.warning("stopping %d request(s) still running at shutdown", stopped)
+
+    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=lifespan)
+    app.router.route_class = _JsonRoute
     _guard(app, api_key if api_key is not None else API_KEY.text() or "")
     _refusals(app)
-    _lake_routes(app, lake)
-    _search_routes(app, lake, MemoryBudget.from_env())
+    _lake_routes(app, lake, running)
+    _search_routes(app, lake, MemoryBudget.from_env(), running)
     if agents:
         app.router.routes.extend(agents[0])
     return app
@@ -108,10 +186,15 @@ def _guard(app: FastAPI, key: str) -> None:
     """The key every route but the open ones requires, the limits on a request's body and headers, and
     a 500 for what no route foresaw that leaves the connection usable (``_Contained``)."""
     app.add_middleware(_Contained)  # added first, runs last: around the routes alone
+    open_paths = OPEN_PATHS | (frozenset() if SERVE_PRIVATE_DOCS.flag() else DOCS_PATHS)
 
     @app.middleware("http")
     async def require_key(request: Request, call_next):
-        if key and request.url.path not in OPEN_PATHS:
+        allowed = _methods_at(app, request.url.path)
+        if allowed and request.method not in allowed:  # before the key: which methods a path takes is in the schema anyway
+            listed = ", ".join(sorted(allowed))
+            return refusal(405, f"{request.method} {request.url.path}: this path takes {listed}", {"Allow": listed})
+        if key and request.url.path not in open_paths:
             given, problem = _key_of(request.headers)
             if problem is None and not key_matches(given, key):
                 problem = "missing or wrong API key"
@@ -128,11 +211,14 @@ def _refusals(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, error: RequestValidationError) -> JSONResponse:
         problem = error.errors()[0]
-        where = ".".join(str(part) for part in problem["loc"] if part != "body") or "body"
+        where = ".".join(str(part) for part in problem["loc"] if part != "body" and _named(part)) or "body"
         if problem["type"] == "json_invalid":
             where, problem["msg"] = "body", f"not JSON ({problem.get('ctx', {}).get('error', 'a decode error')} at character {problem['loc'][-1]})"
         if problem["type"] == "string_unicode":
             problem["msg"] = "not valid Unicode (a lone surrogate, \\ud800 to \\udfff)"
+        if problem["type"] == "string_pattern_mismatch":
+            given = str(problem.get("input", ""))
+            problem["msg"] = f"{given if len(given) <= 40 else given[:37] + '...'!r} is {PATTERNS.get(problem.get('ctx', {}).get('pattern'), 'not of the form the schema gives')}"
         return refusal(422, f"{where}: {problem['msg']}")
 
     @app.exception_handler(HTTPException)
@@ -142,6 +228,10 @@ def _refusals(app: FastAPI) -> None:
 
     @app.exception_handler(IndexNotBuilt)
     async def not_built(request: Request, error: IndexNotBuilt) -> JSONResponse:
+        return refusal(409, str(error))
+
+    @app.exception_handler(NameConflict)
+    async def name_taken(request: Request, error: NameConflict) -> JSONResponse:
         return refusal(409, str(error))
 
     @app.exception_handler(Exception)
@@ -168,86 +258,98 @@ def _refusals(app: FastAPI) -> None:
     async def no_room(request: Request, error: DiskFull) -> JSONResponse:
         return refusal(507, str(error))
 
+    @app.exception_handler(Stopped)
+    async def stopped(request: Request, error: Stopped) -> JSONResponse:
+        if error.why == "disconnected":  # nobody reads the answer: the server's log says it
+            LOG.info("%s %s: %s", request.method, request.url.path, error)
+        return refusal(504, str(error)) if error.why == "deadline" else refusal(503, str(error), {"Retry-After": "1"})
+
     @app.exception_handler(OverBudget)
     async def over_budget(request: Request, error: OverBudget) -> JSONResponse:
         return refusal(503, str(error), {"Retry-After": "1"}) if error.busy else refusal(422, str(error))
 
 
-def _lake_routes(app: FastAPI, lake: GraphLake) -> None:
+def _lake_routes(app: FastAPI, lake: GraphLake, running: Running) -> None:
     """What is in the lake, the writes to the corpora it owns, warming, and SQL."""
 
-    @app.api_route("/health", methods=["GET", "HEAD"])
+    @app.api_route("/health", methods=["GET", "HEAD"], responses=documented(guarded=False))
     def health() -> Health:
         return Health(status="ok", corpora=len(lake.corpora()))
 
-    @app.api_route("/corpora", methods=["GET", "HEAD"])
+    @app.api_route("/corpora", methods=["GET", "HEAD"], responses=documented())
     def corpora() -> list[CorpusInfo]:
         return lake.corpora()
 
-    @app.api_route("/methods", methods=["GET", "HEAD"])
+    @app.api_route("/methods", methods=["GET", "HEAD"], responses=documented())
     def methods() -> list[MethodInfo]:
         return lake.methods()
 
-    @app.post("/corpora")
+    @app.post("/corpora", responses=documented(409, 422, 507))
     def create_corpus(request: CorpusRequest) -> CorpusInfo:
         """Declare a corpus the lake owns (no error if it exists), filled by the writes below."""
         return lake.create_corpus(request.name)
 
-    @app.post("/corpora/{corpus}/documents")
-    def upsert(corpus: str, request: UpsertRequest) -> Written:
+    def upsert(corpus: CorpusInPath, request: UpsertRequest) -> Written:
         """Add or replace documents of a corpus the lake owns; answered once the write is durable, with its number."""
         return lake.upsert(corpus, [document.model_dump() for document in request.documents])
 
-    @app.delete("/corpora/{corpus}/documents")
-    def delete(corpus: str, request: DeleteRequest) -> Written:
+    # its numbers read as written (APIRoute's plain JSON): a document's metadata comes back as it went in, 1.0 a float
+    app.router.add_api_route("/corpora/{corpus}/documents", upsert, methods=["POST"], responses=documented(404, 409, 422, 429, 507), route_class_override=APIRoute)
+
+    @app.delete("/corpora/{corpus}/documents", responses=documented(404, 409, 422, 429, 507))
+    def delete(corpus: CorpusInPath, request: DeleteRequest) -> Written:
         """Delete documents of a corpus the lake owns by id; answered once the write is durable, with its number."""
         return lake.delete(corpus, request.ids)
 
-    @app.post("/corpora/{corpus}/ids")
-    def document_ids(corpus: str, request: IdsRequest) -> DocumentIds:
+    @app.post("/corpora/{corpus}/ids", responses=documented(404, 409, 422))
+    def document_ids(corpus: CorpusInPath, request: IdsRequest) -> DocumentIds:
         """The ids of the corpus's documents that pass the filter (all without one), committed and pending, as a search now reads them."""
         return DocumentIds(ids=lake.document_ids(corpus, request.filter))
 
-    @app.post("/corpora/{corpus}/documents/get")
-    def get_documents(corpus: str, request: GetRequest) -> list[StoredDocument]:
+    @app.post("/corpora/{corpus}/documents/get", responses=documented(404, 409, 422))
+    def get_documents(corpus: CorpusInPath, request: GetRequest) -> list[StoredDocument]:
         """The documents with these ids (committed and pending, as a search now reads them; unknown ids left out), in the order asked."""
         return lake.get_documents(corpus, request.ids)
 
-    @app.post("/corpora/{corpus}/documents/list")
-    def list_documents(corpus: str, request: ListRequest) -> DocumentPage:
+    @app.post("/corpora/{corpus}/documents/list", responses=documented(404, 409, 422))
+    def list_documents(corpus: CorpusInPath, request: ListRequest) -> DocumentPage:
         """A page of the corpus's documents in id order, from the first id past ``after``; ``next`` is the cursor of the page after."""
         return lake.list_documents(corpus, request.after, request.limit, request.filter)
 
-    @app.post("/embed")
+    @app.post("/embed", responses=documented(404, 409, 422, 503))
     def embed(request: EmbedRequest) -> Embedded:
         """The texts as the corpus's dense model encodes them (as passages or as queries)."""
         return Embedded(vectors=lake.embed(request.corpus, request.texts, request.kind))
 
-    @app.delete("/corpora/{corpus}")
-    def drop_corpus(corpus: str) -> Dropped:
+    @app.delete("/corpora/{corpus}", responses=documented(404, 422, 423, 507))
+    def drop_corpus(corpus: CorpusInPath) -> Dropped:
         """Remove the corpus: its declaration, log, tables and artefacts, in one step (423 while a build holds it)."""
         return Dropped(corpus=corpus, dropped=lake.drop_corpus(corpus))
 
-    @app.post("/warm")
+    @app.post("/warm", responses=documented(404, 409, 422, 503))
     def warm(request: WarmRequest) -> Health:
         """Load what the method reads on the corpus now, so that the first search's latency is the search's."""
         lake.warm(request.corpus, request.method)
         return Health(status="warm", corpora=1)
 
-    @app.post("/sql", response_class=Response, responses={200: {"content": {ARROW_STREAM: {}}, "description": "the rows, as an Arrow IPC stream"}})
-    def sql(request: SqlRequest) -> Response:
+    @app.post("/sql", response_class=Response, responses={200: {"content": {ARROW_STREAM: {}}, "description": "the rows, as an Arrow IPC stream"}, **documented(422, 503, 504)})
+    async def sql(request: SqlRequest, http: Request) -> Response:
         """A read-only statement in the lake's SQL sandbox; the rows as an Arrow IPC stream, ``X-Rows-Cut: 1`` when there were more than ``limit``."""
-        with warnings.catch_warnings(record=True) as said:
-            warnings.simplefilter("always", RowsCut)
-            table = lake.sql(request.statement, request.limit)
-        sink = pa.BufferOutputStream()
-        with pa.ipc.new_stream(sink, table.schema) as writer:
-            writer.write_table(table)
-        cut = any(issubclass(w.category, RowsCut) for w in said)
-        return Response(sink.getvalue().to_pybytes(), media_type=ARROW_STREAM, headers={"X-Rows-Cut": "1"} if cut else {})
+
+        def answered(stop: Stop) -> tuple[bytes, bool]:
+            with warnings.catch_warnings(record=True) as said:
+                warnings.simplefilter("always", RowsCut)
+                table = lake.sql(request.statement, request.limit, stop)
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_stream(sink, table.schema) as writer:
+                writer.write_table(table)
+            return sink.getvalue().to_pybytes(), any(issubclass(w.category, RowsCut) for w in said)
+
+        rows, cut = await running.stoppable(http, request.timeout_s, answered)
+        return Response(rows, media_type=ARROW_STREAM, headers={"X-Rows-Cut": "1"} if cut else {})
 
 
-def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget) -> None:
+def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running: Running) -> None:
     """The searches, within the memory ``budget``, and the schema that lists each method's query-time parameters."""
 
     def openapi() -> dict[str, Any]:
@@ -257,19 +359,27 @@ def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget) -> None:
             schema = get_openapi(title=app.title, version=app.version, description=app.description, routes=app.routes)
             for body in ("SearchRequest", "BatchRequest"):
                 schema["components"]["schemas"][body]["properties"].update(query_time_parameters(lake))
+            schema = _placed(schema)
+            schema["components"]["schemas"][METADATA_VALUE] = METADATA_VALUE_SCHEMA
             app.openapi_schema = schema
         return app.openapi_schema
 
     app.openapi = openapi
 
-    @app.post("/search", response_model=SearchResult)
-    def search(request: SearchRequest) -> Response:
-        [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget, request.shown())
-        return Response(answer_json(answer), media_type="application/json")
+    @app.post("/search", response_model=SearchResult, responses=documented(404, 409, 422, 503, 504))
+    async def search(request: SearchRequest, http: Request) -> Response:
+        def answered(stop: Stop) -> bytes:
+            [answer] = lake.answers(request.corpus, request.method, [request.query], request.k, request.filter, request.overrides(), budget, request.shown(), stop)
+            return answer_json(answer)
 
-    @app.post("/search/batch", response_model=list[SearchResult])
-    def search_batch(request: BatchRequest) -> StreamingResponse:
-        answers = lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget, request.shown())
+        return Response(await running.stoppable(http, request.timeout_s, answered), media_type="application/json")
+
+    @app.post("/search/batch", response_model=list[SearchResult], responses=documented(404, 409, 422, 503, 504))
+    async def search_batch(request: BatchRequest, http: Request) -> StreamingResponse:
+        def answered(stop: Stop) -> Iterator[SearchResult]:
+            return lake.answers(request.corpus, request.method, request.queries, request.k, request.filter, request.overrides(), budget, request.shown(), stop)
+
+        answers = await running.stoppable(http, request.timeout_s, answered)  # the search; its answers are then written one at a time
         return StreamingResponse(_json_list(answers), media_type="application/json", background=BackgroundTask(give_memory_back))
 
 
@@ -289,6 +399,15 @@ def query_time_parameters(lake: GraphLake) -> dict[str, dict[str, Any]]:
         schema = _inlined(TypeAdapter(Union[tuple(types)] if len(types) > 1 else types[0]).json_schema())  # noqa: UP007 (a tuple of types)
         found[name] = {**schema, "description": f"query-time parameter of {', '.join(methods)}"}
     return found
+
+
+def _placed(node: Any) -> Any:
+    """The schema with the metadata value's reference where its placeholder stands."""
+    if node == VALUE_PLACEHOLDER:
+        return dict(VALUE_REF)
+    if isinstance(node, dict):
+        return {key: _placed(value) for key, value in node.items()}
+    return [_placed(item) for item in node] if isinstance(node, list) else node
 
 
 def _inlined(schema: dict[str, Any]) -> dict[str, Any]:
@@ -335,6 +454,59 @@ def _json_list(answers: Iterator[SearchResult]) -> Iterator[bytes]:
     for i, answer in enumerate(answers):
         yield (b"," if i else b"") + answer_json(answer)
     yield b"]"
+
+
+def _json_number(text: str) -> int | float:
+    """A JSON number with a fraction or an exponent: a whole one (``18572.0``, ``1e3``) is an integer, as
+    JSON Schema counts it, so that a strict integer field takes what the schema calls an integer."""
+    value = float(text)
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+
+
+class _JsonRequest(Request):
+    async def json(self) -> Any:
+        if not hasattr(self, "_json"):
+            self._json = json.loads(await self.body(), parse_float=_json_number)
+        return self._json
+
+
+class _JsonRoute(APIRoute):
+    """A route whose body is read with :func:`_json_number` (every route but the upsert, whose documents
+    are stored as sent)."""
+
+    def get_route_handler(self) -> Callable:
+        handler = super().get_route_handler()
+
+        async def route(request: Request) -> Response:
+            return await handler(_JsonRequest(request.scope, request.receive))
+
+        return route
+
+
+def _methods_at(app: FastAPI, path: str) -> frozenset[str]:
+    """Every method some route takes at ``path`` (Starlette's own 405 names only the first route's);
+    empty for a path no route has, or one a mounted app answers whatever its method."""
+    found: set[str] = set()
+    for route in app.routes:
+        regex, methods = getattr(route, "path_regex", None), getattr(route, "methods", None)
+        if regex is not None and regex.match(path):
+            if not methods:
+                return frozenset()
+            found |= methods
+    return frozenset(found)
+
+
+PATTERNS = {
+    f"^{CORPUS_NAME.pattern}$": "not a corpus name (letters, digits and _ . -)",
+    f"^{METHOD_NAME.pattern}$": "not a method name (letters, digits and _)",
+    SPACES_ONLY_NOT: "empty (only spaces)",
+}  # what a request's text failed, in words
+
+
+def _named(part: int | str) -> bool:
+    """A part of a validation error's place that names a field or an index, not pydantic's tag for the
+    member of a union it tried (``constrained-str``, ``list[...]``)."""
+    return isinstance(part, int) or (part.isidentifier() and part not in ("str", "int", "float", "bool", "none"))
 
 
 def _internal(error: BaseException) -> str:
@@ -413,8 +585,22 @@ class _Limits:
 
 
 def serve(lake: GraphLake, host: str = "127.0.0.1", port: int = 8000) -> None:
-    """Serve ``lake`` until interrupted, with a bounded head and the API's own refusals (``api/http_protocol.py``)."""
+    """Serve ``lake`` until interrupted, with a bounded head and the API's own refusals (``api/http_protocol.py``).
+    SIGTERM (or Ctrl-C) lets the running requests finish for ``$GRAPHLAKE_SERVE_GRACE_S``, then stops
+    them (a search at its next stage, an SQL process killed); a request stuck inside one stage past
+    ``EXIT_S`` more does not hold the process up: it exits."""
     import uvicorn
 
     tame_allocator()
-    uvicorn.run(create_app(lake, host=host), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config())
+    grace = SERVE_GRACE_S.number()
+    config = uvicorn.Config(create_app(lake, host=host), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config(), timeout_graceful_shutdown=math.ceil(grace))
+    uvicorn.Server(config).run()
+    watchdog = threading.Timer(EXIT_S, _exit_stuck)  # a worker thread (not a daemon) would keep the process alive
+    watchdog.daemon = True
+    watchdog.start()
+
+
+def _exit_stuck() -> None:
+    LOG.error("a request was still running %g s after the server stopped it: exiting", EXIT_S)
+    logging.shutdown()
+    os._exit(1)

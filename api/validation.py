@@ -8,7 +8,7 @@ from typing import Any
 
 from graphlake.api.hit_spans import GROUPINGS, MAX_CONTEXT, Shown
 from graphlake.api.results import RequestError
-from graphlake.common.unicode_checks import lone_surrogate
+from graphlake.common.unicode_checks import blank, lone_surrogate
 from graphlake.retrieval.core import METHOD_NAME
 from graphlake.retrieval.filters import Filter, FilterError, parse_filter
 from graphlake.warehouse.corpora import CORPUS_NAME
@@ -49,7 +49,7 @@ def check_queries(queries: list[str], k: int) -> None:
     for i, query in enumerate(queries):
         if not isinstance(query, str):
             raise RequestError(f"query {i}: a string, got {kind_of(query)}")
-        if not query.strip():
+        if blank(query):
             raise RequestError(f"query {i}: empty")
         if len(query) > MAX_QUERY_CHARS:
             raise RequestError(f"query {i}: at most {MAX_QUERY_CHARS} characters, got {len(query)}")

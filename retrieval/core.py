@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, Protocol, T
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, PrivateAttr, ValidationError, ValidationInfo
 
+from graphlake.common.stopping import Stop, check
 from graphlake.kernels.results import Allowed, best_of, unfilled
 
 if TYPE_CHECKING:
@@ -132,7 +133,7 @@ class Request:
     methods or inputs share runs once per request (``shared_run``).
 
     ``of(queries)`` is the same request for some of its queries: the encodings, mentions, notes and
-    candidates stay shared."""
+    candidates stay shared, and so does ``stop``, the deadline or cause that ends the search early."""
 
     queries: list[str]
     encoders: QueryEncoders
@@ -142,6 +143,7 @@ class Request:
     encoded: dict[str, tuple[np.ndarray | None, sp.csr_matrix | None]] = field(default_factory=dict)
     ran: dict[tuple[str, str], Candidates] = field(default_factory=dict)
     found_mentions: dict[tuple[str, str], list[tuple[str, str]]] = field(default_factory=dict)
+    stop: Stop | None = None  # checked before each operator runs and before the queries are encoded
 
     def of(self, queries: list[str]) -> Request:
         return replace(self, queries=list(queries))
@@ -156,6 +158,7 @@ class Request:
         texts = [t for t in dict.fromkeys(self.queries) if t not in self.encoded]
         if not texts or not (dense or splade):
             return
+        check(self.stop, "encoding the queries")
         vectors = self.encoders.dense(texts) if dense else [None] * len(texts)
         weights = self.encoders.splade(texts) if splade else None
         for i, text in enumerate(texts):
@@ -356,6 +359,7 @@ def shared_run(op: Op, request: Request, indexes: Indexes) -> list[Candidates]:
     within one request an operator that several methods or inputs share runs once."""
     if not request.queries:
         return []
+    check(request.stop, op.op)
     wide = op.widened()
     if wide is not None:
         return [found.top(op.k) for found in shared_run(wide, request, indexes)]

@@ -24,7 +24,7 @@ from dagster import DagsterInstance, build_sensor_context
 from typer.testing import CliRunner
 
 from conftest import use_lake
-from graphlake.api import GraphLake, RemoteLake, RequestError
+from graphlake.api import GraphLake, RemoteLake, RequestError, UnknownName
 from graphlake.cli import app
 from graphlake.pipelines.definitions import build_definitions
 from graphlake.pipelines.reindex import pending_writes_sensor
@@ -102,7 +102,7 @@ def test_writes_are_searchable_at_once_and_folded_as_a_scratch_build(tmp_path, m
 
         shown = LangChainRetriever(lake=remote, corpus="notes", k=2).invoke(corpus["d26"]["title"])
         assert shown[0].id == "d26" and shown[0].metadata["graphlake"]["fresh"] and shown[0].metadata["year"] == corpus["d26"]["metadata"]["year"]
-        with pytest.raises(RequestError, match="after_write: write 99 is not in corpus 'notes'"):
+        with pytest.raises(UnknownName, match="after_write: write 99 is not in corpus 'notes'"):
             remote.search("notes", "rrf", "sled", after_write=99)
     finally:
         remote.close()

@@ -172,7 +172,7 @@ HTTP_CASES: dict[str, tuple[bytes, int, str]] = {  # label: the raw request, its
     "Content-Length beside chunked": (b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nTransfer-Encoding: chunked\r\n\r\n{}", 400, "Content-Length beside Transfer-Encoding"),
     "a garbage request line": (b"\x01\x02 garbage\r\n\r\n", 400, "not an HTTP request this server reads"),
     "method FOO": (b"FOO /health HTTP/1.1\r\nHost: x\r\n\r\n", 400, "not an HTTP request this server reads"),
-    "a PUT where POST is": (b"PUT /search HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"Content-Length: 0\r\n\r\n", 405, "Method Not Allowed"),
+    "a PUT where POST is": (b"PUT /search HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"Content-Length: 0\r\n\r\n", 405, "PUT /search: this path takes POST"),
     "a 1 MB URL": (b"GET /" + b"a" * 1_000_000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 431, "request line and headers: over 64 KiB"),
     "a 16 MB header": (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (16 << 20) + b"\r\n\r\n", 431, "request line and headers: over 64 KiB"),
     "200 headers": (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(200)) + b"\r\n", 431, "headers: at most 100, got 202"),

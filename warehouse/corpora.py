@@ -64,6 +64,11 @@ FORMAT_CHUNKING: dict[str, Chunking] = {
 # the formats that read a separate query file (``--queries``) or gold file (``--qrels``)
 READS = {"queries": {"hipporag", "jsonl", "spider", "bird", "files"}, "qrels": {"jsonl", "files"}}
 
+
+class NameTaken(ValueError):
+    """A corpus name another corpus has, or one kept for the bundled demo."""
+
+
 CORPUS_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.\-]*")
 
 
@@ -299,7 +304,7 @@ class CorpusRegistry:
         with declarations_lock(self.path.parent):  # the check and the declaration, one step for every client
             declared = self.all().get(name)
             if declared is not None and declared.format != LAKE_OWNED:
-                raise ValueError(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
+                raise NameTaken(f"corpus {name!r} exists, read from its {declared.format} source; a corpus the lake owns needs a name of its own")
             if declared is None or replace:
                 self.add(CorpusSpec(name=name, format=LAKE_OWNED, path=f"{WRITES}/{name}", **settings))  # relative: a copied or moved lake keeps its own log
             return self.get(name)
@@ -307,7 +312,7 @@ class CorpusRegistry:
     def add(self, spec: CorpusSpec) -> None:
         """Declare or redeclare a corpus; the file is replaced atomically."""
         if spec.name == DEMO_CORPUS:
-            raise ValueError(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
+            raise NameTaken(f"corpus name {DEMO_CORPUS!r} is reserved for the bundled demo")
         self._rewrite(lambda corpora: corpora.__setitem__(spec.name, spec.model_dump(mode="json", exclude={"name"}, exclude_defaults=True)))
 
     def remove(self, name: str) -> bool:

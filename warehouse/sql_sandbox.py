@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,10 +37,12 @@ import duckdb
 import pyarrow as pa
 
 from graphlake.common.settings import SQL_MEMORY_MB, SQL_TIMEOUT
+from graphlake.common.stopping import Stop, check
 from graphlake.common.unicode_checks import lone_surrogate
 
 TIMEOUT_ENV, MEMORY_ENV = SQL_TIMEOUT.name, SQL_MEMORY_MB.name
 MAX_ROWS = 1_000_000  # the most rows one answer may carry
+POLL_S = 0.25  # how often a statement's caller looks whether it was called off
 STARTUP_SECONDS = 20.0  # the child's own start (imports, the catalog), on top of the statement's time limit
 HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding
 
@@ -88,9 +91,14 @@ def limits() -> tuple[float, int]:
     return seconds, megabytes
 
 
-def run_sql(home: Path, statement: str, limit: int) -> Answer:
-    """Run ``statement`` on the lake at ``home`` in a child process; at most ``limit`` rows come back."""
+def run_sql(home: Path, statement: str, limit: int, stop: Stop | None = None) -> Answer:
+    """Run ``statement`` on the lake at ``home`` in a child process; at most ``limit`` rows come back.
+    ``stop``: the child is killed when it is called off (``Stopped``), and its time limit is the sooner of
+    the sandbox's and the stop's deadline."""
     seconds, megabytes = limits()
+    by_deadline = stop is not None and stop.left() < seconds
+    if by_deadline:
+        seconds = max(stop.left(), 0.1)
     if not 1 <= limit <= MAX_ROWS:
         raise SandboxError(f"limit: between 1 and {MAX_ROWS:,} rows, got {limit}")
     if not statement.strip():
@@ -99,10 +107,10 @@ def run_sql(home: Path, statement: str, limit: int) -> Answer:
         raise SandboxError(f"statement: not valid Unicode (a lone surrogate at character {bad + 1})")
     command = [sys.executable, "-m", "graphlake.warehouse.sql_sandbox", str(home), str(limit), repr(seconds), str(megabytes)]
     env = {**os.environ, "MALLOC_ARENA_MAX": "2"}  # glibc's per-thread arenas would reserve address space the cap counts
-    try:
-        done = subprocess.run(command, input=statement.encode("utf-8"), capture_output=True, timeout=seconds + STARTUP_SECONDS, env=env)
-    except subprocess.TimeoutExpired:
-        raise LimitError(_past_time(seconds)) from None
+    done = _child(command, statement.encode("utf-8"), seconds + (0 if by_deadline else STARTUP_SECONDS), env, stop)
+    if done is None or (by_deadline and done.returncode == 3 and b'"LimitError"' in done.stdout[:200] and b"ran past" in done.stdout[:300]):
+        check(stop, "the statement's end")  # the deadline's own message, when it was the deadline
+        raise LimitError(_past_time(seconds))
     header, _, body = done.stdout.partition(b"\n")
     if done.returncode < 0:  # killed (the kernel's OOM killer) or aborted where it could not say why
         raise LimitError(f"the statement stopped the SQL process ({_how(done.returncode)}), most likely past the memory limit of {megabytes} MB (set {MEMORY_ENV} for more)")
@@ -115,6 +123,29 @@ def run_sql(home: Path, statement: str, limit: int) -> Answer:
     said = json.loads(header)
     table = pa.ipc.open_stream(body).read_all() if body else pa.table({})
     return Answer(table, said["cut"], said["left_out"])
+
+
+def _child(command: list[str], given: bytes, seconds: float, env: dict[str, str], stop: Stop | None) -> subprocess.CompletedProcess | None:
+    """The child's run, None when it ran past ``seconds`` (killed); killed and ``Stopped`` when ``stop``
+    is called off meanwhile (checked four times a second)."""
+    with subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env) as child:
+        if stop is not None:
+            stop.when_called_off(child.kill)  # a server shutting down kills it before it exits
+        ends, sent = time.monotonic() + seconds, given
+        while True:
+            try:
+                out, err = child.communicate(sent, timeout=min(POLL_S, max(ends - time.monotonic(), 0.01)))
+                return subprocess.CompletedProcess(command, child.returncode, out, err)
+            except subprocess.TimeoutExpired:
+                sent = None  # taken with the first call
+            if stop is not None and stop.called_off is not None:
+                child.kill()
+                child.communicate()
+                check(stop, "the statement's end")
+            if time.monotonic() >= ends:
+                child.kill()
+                child.communicate()
+                return None
 
 
 def _past_time(seconds: float) -> str:

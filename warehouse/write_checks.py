@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphlake.common.unicode_checks import lone_surrogate, same_id
+from graphlake.common.unicode_checks import blank, lone_surrogate, same_id
 
 MAX_NAME_CHARS = 200  # an id
 MAX_WRITE_DOCUMENTS = 1_000  # in one write
@@ -31,7 +31,7 @@ class WriteRefused(ValueError):
 
 
 def kind_of(value: Any) -> str:
-    return "an empty string" if isinstance(value, str) and not value.strip() else type(value).__name__
+    return "an empty string" if isinstance(value, str) and blank(value) else type(value).__name__
 
 
 def checked_documents(documents: Any) -> list[dict[str, Any]]:
@@ -56,7 +56,7 @@ def checked_ids(ids: Any) -> list[str]:
 
 
 def checked_id(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not value.strip() or len(value) > MAX_NAME_CHARS:
+    if not isinstance(value, str) or blank(value) or len(value) > MAX_NAME_CHARS:
         raise WriteRefused(f"{where}: an id is a non-empty string of at most {MAX_NAME_CHARS} characters, got {kind_of(value)}")
     _unicode(value, where)
     return same_id(value)
@@ -74,7 +74,7 @@ def checked_document(i: int, document: Any) -> dict[str, Any]:
         raise WriteRefused(f"{where}: unknown field {unknown[0]!r} (a document has {', '.join(FIELDS)}; anything else goes in its metadata)")
     text, title, metadata = document.get("text"), document.get("title"), document.get("metadata")
     title, metadata = "" if title is None else title, {} if metadata is None else metadata  # absent or null: none
-    if not isinstance(text, str) or not text.strip():
+    if not isinstance(text, str) or blank(text):
         raise WriteRefused(f"{where}: text: a non-empty string, got {kind_of(text)}")
     if len(text) > MAX_DOCUMENT_CHARS:
         raise WriteRefused(f"{where}: text: {len(text):,} characters, more than {MAX_DOCUMENT_CHARS:,}: split it into several documents")

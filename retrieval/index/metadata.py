@@ -56,6 +56,8 @@ def _number(value: int | float) -> float:
         return float(value)
     except OverflowError:
         return math.inf if value > 0 else -math.inf
+
+
 _SINGULAR = {"number": "a number", "string": "a string", "bool": "true/false"}
 _PLURAL = {"number": "numbers", "string": "strings", "bool": "true/false"}
 
