@@ -7,6 +7,12 @@ counted as they arrive and a head past ``MAX_HEAD_BYTES`` is refused (431) befor
 more of it; a request the parser refuses (a bad request line or method, ``Content-Length: -1``, a
 length beside chunked encoding) is answered ``{"error": "..."}`` like every other refusal. (h11 bounds
 heads too, but parsing in Python it cost bm25's small requests 17 % of their throughput.)
+
+A slow client holds nothing for long: a request's head must arrive whole within
+``$GRAPHLAKE_SERVE_HEAD_TIMEOUT_S`` of the connection (or of its first byte, on a kept-alive one) and
+its body within ``$GRAPHLAKE_SERVE_BODY_TIMEOUT_S`` of the head, else a 408 closes the connection; one
+client address holds at most ``$GRAPHLAKE_SERVE_CLIENT_CONNECTIONS`` open connections (past them:
+429, closed at once).
 """
 
 from __future__ import annotations
@@ -15,10 +21,13 @@ import copy
 import json
 import logging
 import re
+from collections import Counter
 from typing import Any
 
 from uvicorn.config import LOGGING_CONFIG
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from graphlake.common.settings import SERVE_BODY_TIMEOUT_S, SERVE_CLIENT_CONNECTIONS, SERVE_HEAD_TIMEOUT_S
 
 MAX_HEAD_BYTES = 64 << 10  # request line and headers (Envoy's default is 60 KiB, nginx's 32 KiB)
 MAX_ERROR_CHARS = 300  # an error line past this is cut: a refusal never echoes a request back whole
@@ -26,7 +35,8 @@ MAX_BODY_BYTES = 4 << 20  # a full batch of the longest queries, escaped, fits w
 LINGER_S = 2.0  # after refusing a request mid-send, what the client still sends is read and dropped this long
 _LENGTH = re.compile(rb"(?im)^content-length:[ \t]*(\S*)[ \t]*\r?$")
 _CHUNKED = re.compile(rb"(?im)^transfer-encoding:")
-_REASONS = {400: b"Bad Request", 413: b"Content Too Large", 431: b"Request Header Fields Too Large"}
+_REASONS = {400: b"Bad Request", 408: b"Request Timeout", 413: b"Content Too Large", 429: b"Too Many Requests", 431: b"Request Header Fields Too Large"}
+_OPEN: Counter[str] = Counter()  # connections open per client address (the event loop's thread alone counts)
 
 
 def error_line(message: str) -> str:
@@ -52,14 +62,54 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         super().__init__(*args, **kwargs)
         self._head, self._heads = b"", 0  # the current head's bytes so far (at most the bound), heads read whole
         self._in_head, self._draining = True, False
+        self._address, self._timer = None, None  # the client address counted in _OPEN; the head's or the body's deadline
+
+    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        address, most = self.client[0] if self.client else "", int(SERVE_CLIENT_CONNECTIONS.number())
+        if _OPEN[address] >= most:
+            return self._refuse(429, f"{most} connections are open from {address} already ({SERVE_CLIENT_CONNECTIONS.name}): close one first")
+        _OPEN[address] += 1
+        self._address = address
+        self._due("head")
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._address is not None:
+            _OPEN[self._address] -= 1
+            if not _OPEN[self._address]:
+                del _OPEN[self._address]
+            self._address = None
+        self._due(None)
+        super().connection_lost(exc)
+
+    def on_message_begin(self) -> None:
+        if self._timer is None:  # a kept-alive connection's next request: its head is due from its first byte
+            self._due("head")
+        super().on_message_begin()
 
     def on_headers_complete(self) -> None:
         self._in_head, self._heads = False, self._heads + 1
+        self._due("body")
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
+        self._due(None)
         super().on_message_complete()
         self._head, self._in_head = b"", True  # the connection's next request starts
+
+    def _due(self, part: str | None) -> None:
+        """The deadline of the request's ``part`` (``head`` or ``body``) in place of the one before; None: no deadline."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if part is not None:
+            seconds = (SERVE_HEAD_TIMEOUT_S if part == "head" else SERVE_BODY_TIMEOUT_S).number()
+            self._timer = self.loop.call_later(seconds, self._late, part, seconds)
+
+    def _late(self, part: str, seconds: float) -> None:
+        self._timer = None
+        if not self.transport.is_closing():
+            self._refuse(408, f"the request's {part} did not arrive within {seconds:g} s")
 
     def data_received(self, data: bytes) -> None:
         if self._draining:
@@ -83,6 +133,7 @@ class JsonErrorsProtocol(HttpToolsProtocol):
         self._refuse(*refused_head(self._head))
 
     def _refuse(self, status: int, said: str) -> None:
+        self._due(None)
         body = json.dumps({"error": error_line(said)}).encode()
         head = b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n" % (status, _REASONS[status], len(body))
         self.transport.write(head + body)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -182,3 +183,48 @@ def test_sigterm_ends_a_server_within_its_grace_whatever_it_runs(demo_lake, tmp_
     assert ended < 1 + EXIT_S + 2, (ended, log[-3000:])  # the grace, the stopped search's last stage, the start of the exit
     assert "Shutting down" in log and not psutil.pid_exists(server.process.pid), log[-3000:]
     assert not [p for p in psutil.process_iter(["cmdline"]) if "graphlake.warehouse.sql_sandbox" in " ".join(p.info["cmdline"] or []) and str(demo_lake.home) in " ".join(p.info["cmdline"] or [])]
+
+
+def _slow(url: str, head: bytes, trickle: bytes, every: float = 0.5) -> tuple[float, bytes]:
+    """Seconds until the server answered and closed a client that sends ``head`` at once, then
+    ``trickle`` a byte at a time, and what it answered."""
+    host, port = url.removeprefix("http://").split(":")
+    started = time.monotonic()
+    with socket.create_connection((host, int(port)), timeout=30) as sock:
+        sock.sendall(head)
+        sock.settimeout(every)
+        answer = b""
+        for byte in trickle:
+            try:
+                sock.sendall(bytes([byte]))
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:  # reset: the server closed it
+                break
+            if not chunk:
+                break
+            answer += chunk
+        return time.monotonic() - started, answer
+
+
+def test_slow_clients_are_cut_off_at_their_timeouts_and_one_address_holds_few_connections(tiny, tmp_path):
+    settings = {"GRAPHLAKE_SERVE_HEAD_TIMEOUT_S": "2", "GRAPHLAKE_SERVE_BODY_TIMEOUT_S": "3", "GRAPHLAKE_SERVE_CLIENT_CONNECTIONS": "6"}
+    server = Server(tiny, tmp_path / "server.log", KEY, settings)
+    try:
+        head = b"POST /search HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + KEY.encode() + b"\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n"
+        took, answer = _slow(server.url, b"POST /search HTTP/1.1\r\n", b"X-Slow: " + b"a" * 40)  # a head a byte every half second
+        assert answer.startswith(b"HTTP/1.1 408") and b"the request's head did not arrive within 2 s" in answer and 1.5 < took < 5, (took, answer)
+        took, answer = _slow(server.url, head, b"{" + b" " * 60)  # a body a byte every half second
+        assert answer.startswith(b"HTTP/1.1 408") and b"the request's body did not arrive within 3 s" in answer and 2.5 < took < 7, (took, answer)
+        held = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(6)]  # idle: each holds a place
+        try:
+            refused = httpx.get(f"{server.url}/health", timeout=5)  # the seventh: answered 429 and closed
+            assert refused.status_code == 429 and "6 connections are open from 127.0.0.1 already" in refused.json()["error"], refused.text
+        finally:
+            for sock in held:
+                sock.close()
+        time.sleep(0.5)
+        assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200  # the places free again
+    finally:
+        server.stop()
