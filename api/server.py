@@ -67,28 +67,14 @@ from graphlake.api.requests import (
     WarmRequest,
     answer_json,
 )  # fmt: skip
-from graphlake.api.results import (
-    CorpusBusy,
-    CorpusInfo,
-    DiskFull,
-    DocumentPage,
-    IndexNotBuilt,
-    MethodInfo,
-    NameConflict,
-    Overloaded,
-    RequestError,
-    RowsCut,
-    SearchResult,
-    StoredDocument,
-    UnknownName,
-    Written,
-)
+from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, IndexNotBuilt, MethodInfo, NameConflict, Overloaded, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written
 from graphlake.api.running import Running
 from graphlake.common.settings import API_KEY, SERVE_GRACE_S, SERVE_PRIVATE_DOCS
 from graphlake.common.stopping import Stop, Stopped
 from graphlake.common.unicode_checks import SPACES_ONLY_NOT
 from graphlake.retrieval.core import METHOD_NAME, OPERATORS
 from graphlake.warehouse.corpora import CORPUS_NAME
+from graphlake.warehouse.scopes import DiskFull
 from graphlake.warehouse.write_checks import MAX_NAME_CHARS
 
 LOG = logging.getLogger("uvicorn.error")  # the server's log
