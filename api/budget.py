@@ -16,15 +16,18 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-from graphlake.common.settings import SERVE_MEMORY_MB, SERVE_QUEUE_S, SERVE_REQUEST_MB
+from graphlake.common.settings import SERVE_MEMORY_MB, SERVE_QUEUE_S, SERVE_REQUEST_MB, SERVE_SQL_PROCESSES
 from graphlake.common.stopping import Stop
 from graphlake.kernels.text.encoders import MAX_TOKENS
 from graphlake.kernels.text.query_encoders import BATCH, BATCH_TOKENS
 
 CHUNK_QUERIES = 32  # queries searched at once in a batch: the batched path's speed, a chunk's memory
 MB = 1 << 20
+SQL_START_MB = 128  # an SQL process before its statement runs: Python, DuckDB, Arrow and the catalog (121 MB measured)
 
 # measured factors (bytes); see the module's docstring
 BASE = 8 * MB  # a request's own objects: its body, parsed, its filter's allowed rows, its notes
@@ -107,15 +110,35 @@ class MemoryBudget:
     before it starts and gives it back when its answer is written; one that does not fit waits in line
     up to ``wait`` seconds."""
 
-    def __init__(self, capacity: int, per_request: int, wait: float) -> None:
+    def __init__(self, capacity: int, per_request: int, wait: float, statements: int = 2) -> None:
         self.capacity, self.per_request, self.wait = capacity, min(per_request, capacity), wait
+        self._statements = threading.BoundedSemaphore(statements)  # SQL processes at once
         self._free = capacity
         self._room = threading.Condition()
         self._resident: dict[str, int] = {}  # what stays between searches (a corpus's fresh segment), by what holds it
 
     @classmethod
     def from_env(cls) -> MemoryBudget:
-        return cls(int(SERVE_MEMORY_MB.number()) * MB, int(SERVE_REQUEST_MB.number()) * MB, SERVE_QUEUE_S.number())
+        return cls(int(SERVE_MEMORY_MB.number()) * MB, int(SERVE_REQUEST_MB.number()) * MB, SERVE_QUEUE_S.number(), int(SERVE_SQL_PROCESSES.number()))
+
+    @contextmanager
+    def statement(self, stop: Stop | None = None) -> Iterator[int]:
+        """One SQL statement's place: one of ``SERVE_SQL_PROCESSES`` and one request's budget, held while its
+        process runs; yields the DuckDB memory limit (MB) that keeps the process within it: the process's
+        own start (``SQL_START_MB``), the limit, and as much again for the result's batches."""
+        megabytes = (self.per_request // MB - SQL_START_MB) // 2
+        if megabytes < 16:
+            raise OverBudget(f"one request's budget of {self.per_request // MB} MB leaves an SQL statement no room: set {SERVE_REQUEST_MB.name} to {SQL_START_MB + 128} or more", busy=False)
+        if not self._statements.acquire(timeout=min(self.wait, stop.left() if stop is not None else self.wait)):
+            raise OverBudget(f"the server runs as many SQL statements as it may at once ({SERVE_SQL_PROCESSES.name}); try again shortly", busy=True)
+        try:
+            self.take(self.per_request, stop)
+            try:
+                yield megabytes
+            finally:
+                self.give_back(self.per_request)
+        finally:
+            self._statements.release()
 
     def take(self, cost: int, stop: Stop | None = None) -> None:
         """Hold ``cost`` bytes of the budget, waiting for them if others hold too much; ``OverBudget`` past

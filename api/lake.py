@@ -32,7 +32,7 @@ from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, MethodIn
 from graphlake.api.searchers import Generation, SearcherManager, built
 from graphlake.api.validation import EMBED_KINDS, MAX_PAGE, check_name, check_names, check_queries, check_texts, corpora_named, kind_of, parsed_filter, shown
 from graphlake.common import stopping
-from graphlake.common.settings import HOME
+from graphlake.common.settings import HOME, SERVE_REQUEST_MB, SQL_MEMORY_MB
 from graphlake.common.stopping import Stop
 from graphlake.common.suggest import did_you_mean
 from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
@@ -44,7 +44,7 @@ from graphlake.warehouse.config_files import one_line
 from graphlake.warehouse.corpora import DEMO_CORPUS, LAKE_OWNED, CorpusRegistry, CorpusSpec, NameTaken
 from graphlake.warehouse.home import home_of
 from graphlake.warehouse.scopes import WRITES, LockedError
-from graphlake.warehouse.sql_sandbox import MAX_ROWS, SandboxError, run_sql
+from graphlake.warehouse.sql_sandbox import MAX_ROWS, LimitError, SandboxError, run_sql
 from graphlake.warehouse.storage import LakeStorage, StorageError
 
 POOLS = ("k", "candidates", "depth")  # an operator's fields that size the candidates it keeps per query
@@ -359,17 +359,25 @@ class GraphLake:
 
         return each()
 
-    def sql(self, statement: str, limit: int = 10_000, stop: Stop | None = None) -> pa.Table:
+    def sql(self, statement: str, limit: int = 10_000, stop: Stop | None = None, budget: MemoryBudget | None = None) -> pa.Table:
         """A read-only SQL query over the lake's committed tables, in the sandbox ``graphlake sql`` uses
         (a process of its own, within ``$GRAPHLAKE_SQL_TIMEOUT`` and ``$GRAPHLAKE_SQL_MEMORY_MB``): at most
         ``limit`` rows, with a ``RowsCut`` warning when there were more. ``stop``: its process is killed
-        when the stop is called off or its deadline passes (``Stopped``)."""
+        when the stop is called off or its deadline passes (``Stopped``). With a ``budget`` (the server's),
+        the statement waits for its place in it and its process's memory is kept within one request's share."""
         if not isinstance(statement, str) or not statement.strip():
             raise RequestError(f"statement: SQL text, got {kind_of(statement)}")
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_ROWS:
             raise RequestError(f"limit: a whole number of rows from 1 to {MAX_ROWS:,}, got {limit!r}")
         try:
-            answer = run_sql(self.home, statement, limit, stop)
+            if budget is None:
+                answer = run_sql(self.home, statement, limit, stop)
+            else:
+                with budget.statement(stop) as megabytes:
+                    answer = run_sql(self.home, statement, limit, stop, megabytes)
+        except LimitError as error:
+            said = str(error).splitlines()[0]  # a server's statement has its share of one request's budget
+            raise RequestError(said.replace(f"set {SQL_MEMORY_MB.name}", f"set {SERVE_REQUEST_MB.name}") if budget is not None else said) from None
         except SandboxError as error:
             raise RequestError(str(error).splitlines()[0]) from None
         if answer.cut:

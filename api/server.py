@@ -143,8 +143,9 @@ def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0
     app.router.route_class = _JsonRoute
     _guard(app, api_key if api_key is not None else API_KEY.text() or "")
     _refusals(app)
-    _lake_routes(app, lake, running)
-    _search_routes(app, lake, MemoryBudget.from_env(), running)
+    budget = MemoryBudget.from_env()  # the searches' and the SQL statements' alike
+    _lake_routes(app, lake, budget, running)
+    _search_routes(app, lake, budget, running)
     if agents:
         app.router.routes.extend(agents[0])
     return app
@@ -255,7 +256,7 @@ def _refusals(app: FastAPI) -> None:
         return refusal(503, str(error), {"Retry-After": "1"}) if error.busy else refusal(422, str(error))
 
 
-def _lake_routes(app: FastAPI, lake: GraphLake, running: Running) -> None:
+def _lake_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running: Running) -> None:
     """What is in the lake, the writes to the corpora it owns, warming, and SQL."""
 
     @app.api_route("/health", methods=["GET", "HEAD"], responses=documented(guarded=False))
@@ -325,7 +326,7 @@ def _lake_routes(app: FastAPI, lake: GraphLake, running: Running) -> None:
         def answered(stop: Stop) -> tuple[bytes, bool]:
             with warnings.catch_warnings(record=True) as said:
                 warnings.simplefilter("always", RowsCut)
-                table = lake.sql(request.statement, request.limit, stop)
+                table = lake.sql(request.statement, request.limit, stop, budget)
             sink = pa.BufferOutputStream()
             with pa.ipc.new_stream(sink, table.schema) as writer:
                 writer.write_table(table)

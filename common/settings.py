@@ -103,6 +103,7 @@ SERVE_HEAD_TIMEOUT_S = Variable(
 )
 SERVE_BODY_TIMEOUT_S = Variable("GRAPHLAKE_SERVE_BODY_TIMEOUT_S", 30.0, "Seconds a request's body may take to arrive after its headers; past it: 408, closed.", float, least=0.1)
 SERVE_CLIENT_CONNECTIONS = Variable("GRAPHLAKE_SERVE_CLIENT_CONNECTIONS", 64, "Connections one client address may hold open at once; past them: 429, closed.", int, least=1)
+SERVE_SQL_PROCESSES = Variable("GRAPHLAKE_SERVE_SQL_PROCESSES", 2, "SQL statements a server runs at once, each holding one request's memory budget; the next waits as a search does.", int, least=1)
 SERVE_PRIVATE_DOCS = Variable("GRAPHLAKE_SERVE_PRIVATE_DOCS", None, "Set (not 0): /openapi.json and /docs want the API key too (open by default: they hold no data).")
 SQL_TIMEOUT = Variable("GRAPHLAKE_SQL_TIMEOUT", 60.0, "Seconds one SQL statement may run.", float, least=0.1)
 SQL_MEMORY_MB = Variable("GRAPHLAKE_SQL_MEMORY_MB", 2048, "Memory (MB) the SQL sandbox's process may use.", int, least=64)
@@ -112,7 +113,7 @@ VARIABLES: tuple[Variable, ...] = (
     DATASETS, MAX_LINE_BYTES, MAX_FAILURE_SHARE, SHARD_NODES, DASK, REINDEX_CRON, FOLD_WRITES, FOLD_AGE_S, WRITE_BACKLOG, BUILD_NICE,
     MODEL_CACHE, ENCODER_PRECISION, DEVICE,
     LLM_BASE_URL, LLM_MODEL, LLM_API_KEY, LLM_PRICE, LLM_TIMEOUT, LLM_RETRIES,
-    API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SERVE_DEADLINE_S, SERVE_GRACE_S, SERVE_HEAD_TIMEOUT_S, SERVE_BODY_TIMEOUT_S, SERVE_CLIENT_CONNECTIONS, SERVE_PRIVATE_DOCS, SQL_TIMEOUT, SQL_MEMORY_MB,
+    API_KEY, SERVE_MEMORY_MB, SERVE_REQUEST_MB, SERVE_QUEUE_S, SERVE_DEADLINE_S, SERVE_GRACE_S, SERVE_HEAD_TIMEOUT_S, SERVE_BODY_TIMEOUT_S, SERVE_CLIENT_CONNECTIONS, SERVE_SQL_PROCESSES, SERVE_PRIVATE_DOCS, SQL_TIMEOUT, SQL_MEMORY_MB,
 )  # fmt: skip
 SECRETS = tuple(v.name for v in VARIABLES if v.secret)
 PRECISIONS = ("auto", "float32", "bfloat16", "float16")  # what ENCODER_PRECISION may say; auto: what the device does fastest

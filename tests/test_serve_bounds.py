@@ -228,3 +228,36 @@ def test_slow_clients_are_cut_off_at_their_timeouts_and_one_address_holds_few_co
         assert httpx.get(f"{server.url}/health", timeout=5).status_code == 200  # the places free again
     finally:
         server.stop()
+
+
+HEAVY_SQL = "SELECT count(DISTINCT range::VARCHAR || 'x') FROM range(20000000)"  # a hash table far past a statement's share, in 1.5 s
+
+
+def test_concurrent_sql_statements_share_the_servers_memory_budget(tiny, tmp_path):
+    """Four heavy statements at once, on a server whose budget holds two requests: at most two SQL
+    processes run, and together they stay within the budget; each answers, or runs out of its share
+    (422, in one line), or waited its turn too long (503 with Retry-After)."""
+    settings = {"GRAPHLAKE_SERVE_MEMORY_MB": "800", "GRAPHLAKE_SERVE_REQUEST_MB": "400", "GRAPHLAKE_SERVE_QUEUE_S": "20"}
+    server = Server(tiny, tmp_path / "server.log", KEY, settings)
+    process, peaks, answers = psutil.Process(server.process.pid), [], []
+    try:
+        asked = [threading.Thread(target=lambda: answers.append(httpx.post(f"{server.url}/sql", json={"statement": HEAVY_SQL}, headers=AUTH, timeout=120))) for _ in range(4)]
+        for thread in asked:
+            thread.start()
+        while any(thread.is_alive() for thread in asked):
+            children = process.children(recursive=True)
+            resident = 0
+            for child in children:
+                try:
+                    resident += child.memory_info().rss
+                except psutil.NoSuchProcess:
+                    pass
+            peaks.append((len(children), resident))
+            time.sleep(0.05)
+    finally:
+        server.stop()
+    print(f"SQL processes at once: at most {max(n for n, _ in peaks)}; their resident memory together: at most {max(r for _, r in peaks) / 2**20:.0f} MB")
+    assert max(n for n, _ in peaks) <= 2 and max(r for _, r in peaks) <= 800 * 2**20
+    assert len(answers) == 4 and {a.status_code for a in answers} <= {200, 422, 503}, [a.text for a in answers]
+    assert all("Out of Memory" in a.json()["error"] and "GRAPHLAKE_SERVE_REQUEST_MB" in a.json()["error"] for a in answers if a.status_code == 422), [a.text for a in answers]
+    assert all(a.headers.get("retry-after") for a in answers if a.status_code == 503)

@@ -44,7 +44,7 @@ TIMEOUT_ENV, MEMORY_ENV = SQL_TIMEOUT.name, SQL_MEMORY_MB.name
 MAX_ROWS = 1_000_000  # the most rows one answer may carry
 POLL_S = 0.25  # how often a statement's caller looks whether it was called off
 STARTUP_SECONDS = 20.0  # the child's own start (imports, the catalog), on top of the statement's time limit
-HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding
+HEADROOM_MB = 256  # address space past the limit for the result's batches and their encoding (at most the limit)
 
 _READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 # what names the lake's files or the account's folders: settings, views' text, extensions, secrets
@@ -91,11 +91,13 @@ def limits() -> tuple[float, int]:
     return seconds, megabytes
 
 
-def run_sql(home: Path, statement: str, limit: int, stop: Stop | None = None) -> Answer:
+def run_sql(home: Path, statement: str, limit: int, stop: Stop | None = None, megabytes: int | None = None) -> Answer:
     """Run ``statement`` on the lake at ``home`` in a child process; at most ``limit`` rows come back.
     ``stop``: the child is killed when it is called off (``Stopped``), and its time limit is the sooner of
-    the sandbox's and the stop's deadline."""
-    seconds, megabytes = limits()
+    the sandbox's and the stop's deadline. ``megabytes``: a lower memory limit than the sandbox's (a
+    server's share of its budget)."""
+    seconds, configured = limits()
+    megabytes = configured if megabytes is None else min(megabytes, configured)
     by_deadline = stop is not None and stop.left() < seconds
     if by_deadline:
         seconds = max(stop.left(), 0.1)
@@ -231,7 +233,7 @@ def _cap_address_space(megabytes: int) -> None:
     allocation past it fails, in DuckDB as an out-of-memory error, whatever allocates it."""
     with open("/proc/self/status") as status:
         mapped_kb = next(int(line.split()[1]) for line in status if line.startswith("VmSize:"))
-    cap = (mapped_kb << 10) + ((megabytes + HEADROOM_MB) << 20)
+    cap = (mapped_kb << 10) + ((megabytes + min(HEADROOM_MB, megabytes)) << 20)
     resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
