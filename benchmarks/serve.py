@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import psutil
 from dagster import AssetSelection
 from rich.console import Console
 
@@ -176,6 +177,7 @@ def load(home: Path, corpus: str, methods: list[str], queries: list[str], second
 
 
 LONG_CHARS, BATCH, BIG_K, CONCURRENT = 2_000, 256, 1_000, 8  # the memory scenarios' batch: the API's bounds
+HEAVY_STATEMENTS, HEAVY_SQL = 4, "SELECT count(DISTINCT range::VARCHAR || 'x') FROM range(20000000)"  # a hash table past any statement's share
 
 
 def long_queries(texts: list[str], count: int, seed: int) -> list[str]:
@@ -192,6 +194,17 @@ def long_queries(texts: list[str], count: int, seed: int) -> list[str]:
     return found
 
 
+def _children_mb(pid: int) -> float:
+    """The resident size (MiB) of ``pid``'s children now (the server's SQL processes)."""
+    found = 0.0
+    for child in psutil.Process(pid).children(recursive=True):
+        try:
+            found += child.memory_info().rss / 2**20
+        except psutil.NoSuchProcess:
+            pass
+    return found
+
+
 def _peak_since_reset(pid: int, reset: bool) -> float:
     """The resident peak (MiB) since the last reset; ``reset``: start a new one (``/proc/PID/clear_refs``)."""
     if reset:
@@ -203,8 +216,10 @@ def _peak_since_reset(pid: int, reset: bool) -> float:
 
 def memory(url: str, pid: int, corpus: str, methods: list[str], texts: list[str], idle: float) -> tuple[list[str], dict]:
     """The memory scenarios: per method one batch of BATCH long queries at k BIG_K; CONCURRENT such batches
-    at once of rrf and of ap_three at candidates 10,000; a 16 MB header. Each: the server's resident peak
-    against idle, and how its requests were answered (status: count)."""
+    at once of rrf and of ap_three at candidates 10,000; HEAVY_STATEMENTS SQL statements far past their
+    share at once beside CONCURRENT rrf batches; a 16 MB header. Each: the resident peak of the server
+    and its SQL processes together (theirs sampled every 0.05 s) against the server's idle, and how its
+    requests were answered (status: count)."""
     headers = {"Content-Type": "application/json"}
 
     def batch(method: str, seed: int, **extra) -> int:
@@ -217,11 +232,26 @@ def memory(url: str, pid: int, corpus: str, methods: list[str], texts: list[str]
         except httpx.HTTPError:
             return -1
 
+    def statement(_: int) -> int:
+        try:
+            return httpx.post(f"{url}/sql", json={"statement": HEAVY_SQL}, headers=headers, timeout=600).status_code
+        except httpx.HTTPError:
+            return -1
+
     def scenario(label: str, run) -> None:
         _peak_since_reset(pid, reset=True)
-        started = time.perf_counter()
+        started, done, children = time.perf_counter(), threading.Event(), [0.0]
+
+        def watch() -> None:  # the SQL processes' memory: outside the server's own peak
+            while not done.wait(0.05):
+                children[0] = max(children[0], _children_mb(pid) + _rss_mb(pid))
+
+        watcher = threading.Thread(target=watch)
+        watcher.start()
         statuses = run()
-        peak = max(_peak_since_reset(pid, reset=False), _rss_mb(pid))
+        done.set()
+        watcher.join()
+        peak = max(_peak_since_reset(pid, reset=False), _rss_mb(pid), children[0])
         counted = {str(code): statuses.count(code) for code in sorted(set(statuses))}
         rows.append(f"| {label} | {len(statuses)} | {', '.join(f'{c}: {n}' for c, n in counted.items())} | {time.perf_counter() - started:.1f} | {peak:.0f} | {peak / idle:.2f} | {_rss_mb(pid):.0f} |")
         summary[label] = {"statuses": counted, "peak_mb": round(peak, 1), "peak_over_idle": round(peak / idle, 3)}
@@ -235,6 +265,10 @@ def memory(url: str, pid: int, corpus: str, methods: list[str], texts: list[str]
         with ThreadPoolExecutor(CONCURRENT) as pool:
             label = f"{method}{' candidates 10,000' if extra else ''}: {CONCURRENT} such batches at once"
             scenario(label, lambda method=method, extra=extra: list(pool.map(lambda seed: batch(method, seed, **extra), range(1, CONCURRENT + 1))))
+
+    with ThreadPoolExecutor(CONCURRENT + HEAVY_STATEMENTS) as pool:
+        label = f"SQL: {HEAVY_STATEMENTS} statements far past their share at once, beside {CONCURRENT} rrf batches"
+        scenario(label, lambda: list(pool.map(lambda seed: statement(seed) if seed < HEAVY_STATEMENTS else batch("rrf", seed), range(HEAVY_STATEMENTS + CONCURRENT))))
 
     def header() -> list[int]:
         try:
