@@ -35,7 +35,7 @@ from graphlake.common import stopping
 from graphlake.common.settings import HOME, SERVE_REQUEST_MB, SQL_MEMORY_MB
 from graphlake.common.stopping import Stop
 from graphlake.common.suggest import did_you_mean
-from graphlake.retrieval.core import MethodError, Methods, Op, needs, query_encodings, unfiltered, walk
+from graphlake.retrieval.core import MethodError, Methods, Op, Request, needs, query_encodings, unfiltered, walk
 from graphlake.retrieval.filters import Filter, FilterError
 from graphlake.retrieval.index.index_set import new_request
 from graphlake.retrieval.index.metadata import DocumentMetadata
@@ -90,13 +90,14 @@ class GraphLake:
             raise RequestError(one_line(error)[:300]) from None
         return self._info(LakeStorage(self.home), spec)
 
-    def upsert(self, corpus: str, documents: list[dict[str, Any]]) -> Written:
+    def upsert(self, corpus: str, documents: list[dict[str, Any]], stop: Stop | None = None) -> Written:
         """Add or replace documents (``{"id", "text", "title"?, "metadata"?}``) of a corpus the lake owns;
         encoded, then acknowledged once durable, in every search that starts after (``api/searchers.py``),
-        folded in by the next build; ``Overloaded`` when the lake is encoding as many as it may at once."""
+        folded in by the next build; ``Overloaded`` when the lake is encoding as many as it may at once.
+        ``stop``: checked once the documents are encoded, before the write is appended (``Stopped``: nothing written)."""
         from graphlake.api import writes
 
-        return writes.upsert(self.home, corpus, documents, encoded=self.searchers.encoded_write)
+        return writes.upsert(self.home, corpus, documents, encoded=self.searchers.encoded_write, stop=stop)
 
     def delete(self, corpus: str, ids: list[str]) -> Written:
         """Delete documents of a corpus the lake owns by id: no search that starts after the
@@ -176,29 +177,36 @@ class GraphLake:
         self.searchers.forget(name)
         return True
 
-    def embed(self, corpus: str, texts: list[str], kind: str = "passage") -> list[list[float]]:
+    def embed(self, corpus: str, texts: list[str], kind: str = "passage", stop: Stop | None = None) -> list[list[float]]:
         """``texts`` as ``corpus``'s dense model encodes them (``kind``: ``passage`` as its nodes are, or
-        ``query``): the vectors its dense search compares, for an application that wants the same ones."""
+        ``query``): the vectors its dense search compares, for an application that wants the same ones.
+        ``stop``: checked before each ``CHUNK_QUERIES`` texts are encoded."""
         check_name("corpus", corpus)
         checked = check_texts(texts)
         if kind not in EMBED_KINDS:
             raise RequestError(f"kind: one of {', '.join(EMBED_KINDS)}, got {kind!r}"[:200])
         with built(corpus):
             encoders = self.searchers.served(corpus).indexes.encoders
-            rows = encoders.dense_passages(checked) if kind == "passage" else encoders.dense(checked)
-        return rows.astype(float).tolist()
+            encode = encoders.dense_passages if kind == "passage" else encoders.dense
+            vectors = []
+            for start in range(0, len(checked), CHUNK_QUERIES):
+                stopping.check(stop, f"text {start + 1} of {len(checked)}")
+                vectors += encode(checked[start : start + CHUNK_QUERIES]).astype(float).tolist()
+        return vectors
 
     def methods(self) -> list[MethodInfo]:
         declared, switched = available_methods(self.home)
         methods = load_methods(self.home)
         return [MethodInfo(name=name, paper=item.paper, about=item.about, switched_on=name in switched, query_time=sorted(_query_time(methods[name]))) for name, item in declared.items()]
 
-    def warm(self, corpus: str, method: str) -> None:
-        """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is the search's."""
+    def warm(self, corpus: str, method: str, stop: Stop | None = None) -> None:
+        """Load what ``method`` reads on ``corpus`` now (indexes, models), so that the first search's latency is
+        the search's; ``stop``: checked before each operator runs (what is loaded stays loaded)."""
         check_names(corpus, method)
         with built(corpus):
             served = self.searchers.served(corpus)
-            _method(served.methods, method, {}, 1).run("warm up", served.indexes)
+            stopping.check(stop, f"{method} ran")
+            _method(served.methods, method, {}, 1).run_batch(Request(["warm up"], served.indexes.encoders, stop=stop), served.indexes)
             served.searched.add(method)
 
     def loading(self, corpus: str) -> str | None:

@@ -91,6 +91,7 @@ class WarmRequest(BaseModel):
 
     corpus: CorpusName
     method: MethodName
+    timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
 
 class DocumentBody(BaseModel):
@@ -108,6 +109,7 @@ class UpsertRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     documents: list[DocumentBody] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
+    timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
 
 class DeleteRequest(BaseModel):
@@ -146,6 +148,7 @@ class EmbedRequest(BaseModel):
     corpus: CorpusName
     texts: list[Annotated[str, Field(max_length=MAX_EMBED_CHARS)]] = Field(min_length=1, max_length=MAX_BATCH)
     kind: Literal["passage", "query"] = "passage"
+    timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
 
 class Embedded(BaseModel):

@@ -69,7 +69,7 @@ from graphlake.api.requests import (
 )  # fmt: skip
 from graphlake.api.results import CorpusBusy, CorpusInfo, DocumentPage, IndexNotBuilt, MethodInfo, NameConflict, Overloaded, RequestError, RowsCut, SearchResult, StoredDocument, UnknownName, Written
 from graphlake.api.running import Running
-from graphlake.common.settings import API_KEY, SERVE_GRACE_S, SERVE_PRIVATE_DOCS
+from graphlake.common.settings import API_KEY, SERVE_DEADLINE_S, SERVE_GRACE_S, SERVE_PRIVATE_DOCS
 from graphlake.common.stopping import Stop, Stopped
 from graphlake.common.unicode_checks import SPACES_ONLY_NOT
 from graphlake.retrieval.core import METHOD_NAME, OPERATORS
@@ -276,12 +276,14 @@ def _lake_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running: R
         """Declare a corpus the lake owns (no error if it exists), filled by the writes below."""
         return lake.create_corpus(request.name)
 
-    def upsert(corpus: CorpusInPath, request: UpsertRequest) -> Written:
-        """Add or replace documents of a corpus the lake owns; answered once the write is durable, with its number."""
-        return lake.upsert(corpus, [document.model_dump() for document in request.documents])
+    async def upsert(corpus: CorpusInPath, request: UpsertRequest, http: Request) -> Written:
+        """Add or replace documents of a corpus the lake owns; answered once the write is durable, with its number
+        (past its deadline, or its client gone, before the write is appended: nothing is written)."""
+        documents = [document.model_dump() for document in request.documents]
+        return await running.stoppable(http, request.timeout_s, lambda stop: lake.upsert(corpus, documents, stop))
 
     # its numbers read as written (APIRoute's plain JSON): a document's metadata comes back as it went in, 1.0 a float
-    app.router.add_api_route("/corpora/{corpus}/documents", upsert, methods=["POST"], responses=documented(404, 409, 422, 429, 507), route_class_override=APIRoute)
+    app.router.add_api_route("/corpora/{corpus}/documents", upsert, methods=["POST"], responses=documented(404, 409, 422, 429, 503, 504, 507), route_class_override=APIRoute)
 
     @app.delete("/corpora/{corpus}/documents", responses=documented(404, 409, 422, 429, 507))
     def delete(corpus: CorpusInPath, request: DeleteRequest) -> Written:
@@ -303,20 +305,20 @@ def _lake_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running: R
         """A page of the corpus's documents in id order, from the first id past ``after``; ``next`` is the cursor of the page after."""
         return lake.list_documents(corpus, request.after, request.limit, request.filter)
 
-    @app.post("/embed", responses=documented(404, 409, 422, 503))
-    def embed(request: EmbedRequest) -> Embedded:
+    @app.post("/embed", responses=documented(404, 409, 422, 503, 504))
+    async def embed(request: EmbedRequest, http: Request) -> Embedded:
         """The texts as the corpus's dense model encodes them (as passages or as queries)."""
-        return Embedded(vectors=lake.embed(request.corpus, request.texts, request.kind))
+        return Embedded(vectors=await running.stoppable(http, request.timeout_s, lambda stop: lake.embed(request.corpus, request.texts, request.kind, stop)))
 
     @app.delete("/corpora/{corpus}", responses=documented(404, 422, 423, 507))
     def drop_corpus(corpus: CorpusInPath) -> Dropped:
         """Remove the corpus: its declaration, log, tables and artefacts, in one step (423 while a build holds it)."""
         return Dropped(corpus=corpus, dropped=lake.drop_corpus(corpus))
 
-    @app.post("/warm", responses=documented(404, 409, 422, 503))
-    def warm(request: WarmRequest) -> Health:
+    @app.post("/warm", responses=documented(404, 409, 422, 503, 504))
+    async def warm(request: WarmRequest, http: Request) -> Health:
         """Load what the method reads on the corpus now, so that the first search's latency is the search's."""
-        lake.warm(request.corpus, request.method)
+        await running.stoppable(http, request.timeout_s, lambda stop: lake.warm(request.corpus, request.method, stop))
         return Health(status="warm", corpora=1)
 
     @app.post("/sql", response_class=Response, responses={200: {"content": {ARROW_STREAM: {}}, "description": "the rows, as an Arrow IPC stream"}, **documented(422, 503, 504)})
@@ -348,6 +350,10 @@ def _search_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running:
                 schema["components"]["schemas"][body]["properties"].update(query_time_parameters(lake))
             schema = _placed(schema)
             schema["components"]["schemas"][METADATA_VALUE] = METADATA_VALUE_SCHEMA
+            for body in schema["components"]["schemas"].values():  # the deadline a request may ask for: at most the server's
+                for branch in body.get("properties", {}).get("timeout_s", {}).get("anyOf", []):
+                    if branch.get("type") == "number":
+                        branch["maximum"] = SERVE_DEADLINE_S.number()
             app.openapi_schema = schema
         return app.openapi_schema
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from graphlake.api.results import NAMESPACE, DamagedLog, RequestError, UnknownName, Written, refused_as_request
 from graphlake.api.validation import kind_of
+from graphlake.common.stopping import Stop, check
 from graphlake.common.suggest import did_you_mean
 from graphlake.warehouse.corpora import LAKE_OWNED, CorpusRegistry
 from graphlake.warehouse.locks import declarations_lock
@@ -36,7 +37,7 @@ def owned(home: Path, corpus: Any) -> str:
     return corpus
 
 
-def upsert(home: Path, corpus: str, documents: Any, encoded: Callable[[str, list[dict]], Callable[[int], None]] | None = None) -> Written:
+def upsert(home: Path, corpus: str, documents: Any, encoded: Callable[[str, list[dict]], Callable[[int], None]] | None = None, stop: Stop | None = None) -> Written:
     """Add or replace ``documents`` (``{"id", "text", "title"?, "metadata"?}`` each) as one durable write;
     ``encoded``: encodes the checked documents before the write is appended and returns what keeps their
     vectors once it has its number (``SearcherManager.encoded_write``), all before the acknowledgement."""
@@ -46,6 +47,7 @@ def upsert(home: Path, corpus: str, documents: Any, encoded: Callable[[str, list
         if NAMESPACE in document["metadata"]:
             raise RequestError(f"documents[{i}] (id {document['id']!r}): metadata: {NAMESPACE!r} is the key graphlake's provenance travels under in the adapters")
     keep = encoded(corpus, checked) if encoded is not None else None
+    check(stop, "the write was appended: nothing was written")
     write = _appended(home, corpus, "upsert", checked)
     if keep is not None:
         keep(write.seq)

@@ -136,6 +136,15 @@ def test_a_request_ends_at_its_deadline_or_when_its_client_leaves(tiny, served, 
             assert late.status_code == 504 and late.json()["error"].startswith("past its deadline of 1e-09 s: stopped before"), late.text
             more = client.post("/search", json={**body, "timeout_s": 61})
             assert more.status_code == 422 and "timeout_s: at most the server's deadline of 60 s" in more.json()["error"], more.text
+            assert client.post("/corpora", json={"name": "late"}).status_code == 200
+            for route, asked in (
+                ("/embed", {"corpus": "tiny", "texts": ["a telescope"]}),
+                ("/warm", {"corpus": "tiny", "method": "bm25"}),
+                ("/corpora/late/documents", {"documents": [{"id": "x", "text": "a telescope"}]}),
+            ):
+                late = client.post(route, json={**asked, "timeout_s": 1e-9})
+                assert late.status_code == 504 and late.json()["error"].startswith("past its deadline of 1e-09 s: stopped before"), (route, late.text)
+            assert client.post("/corpora/late/ids", json={}).json() == {"ids": []}  # the late write: nothing written
             started = time.monotonic()
             slow = client.post("/sql", json={"statement": LONG_SQL, "timeout_s": 1.5})
             assert slow.status_code == 504 and "past its deadline of 1.5 s" in slow.json()["error"] and time.monotonic() - started < 10, slow.text
