@@ -126,7 +126,6 @@ LONG_BATCH = [" ".join([f"{word} kelp urchin survey vessel sled transplant rockl
 LONG_SQL = "WITH RECURSIVE t(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM t WHERE n < 10000000000) SELECT count(*) FROM t"
 
 
-@pytest.mark.xfail(strict=False, reason="flaky on a loaded machine (failed 1 of 3 runs at f47bcdd, cause not isolated): issue 90, next session")
 def test_a_request_ends_at_its_deadline_or_when_its_client_leaves(tiny, served, tmp_path):
     server = Server(tiny, tmp_path / "server.log", KEY)
     process = psutil.Process(server.process.pid)
@@ -155,7 +154,7 @@ def test_a_request_ends_at_its_deadline_or_when_its_client_leaves(tiny, served, 
         assert _idle_within(process, 2.0) < 0.2 and not process.children(recursive=True)
     finally:
         log = server.stop()
-    assert "the client disconnected: stopped before" in log
+    assert "the client disconnected: stopped before" in log, log[-4000:]
 
     # a batch the client leaves on the shared demo server: the search stops at its next stage
     queries = LONG_BATCH

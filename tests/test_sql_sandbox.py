@@ -5,6 +5,7 @@ memory or rows); every query the README shows still runs."""
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 
 import duckdb
@@ -12,6 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from graphlake.cli import app
+from graphlake.common.stopping import Stop, Stopped
+from graphlake.warehouse.sql_sandbox import run_sql
 from lake_checks import readme_queries
 
 SECRET = "sk-never-print-me-4711"
@@ -112,6 +115,16 @@ def test_a_runaway_statement_is_stopped_in_one_line(reads_demo, monkeypatch):
         assert refused.exit_code == 1 and said in refused.stderr, refused.output
     monkeypatch.setenv("GRAPHLAKE_SQL_TIMEOUT", "nan")
     assert "GRAPHLAKE_SQL_TIMEOUT='nan'" in sql("SELECT 1").stderr
+
+
+def test_a_statement_called_off_says_so_never_out_of_memory(reads_demo):
+    """The stop's hook kills the child at once, also while the child starts (0.3 s): the parent then sees
+    a killed process and must say why (it said "most likely past the memory limit" there)."""
+    for delay in (0.3, 1.0):
+        stop = Stop.within(60)
+        threading.Timer(delay, stop.call_off, ("disconnected",)).start()
+        with pytest.raises(Stopped, match="the client disconnected: stopped before the statement's end"):
+            run_sql(reads_demo.home, "SELECT count(*) FROM range(100000000000000)", 10, stop)
 
 
 @pytest.mark.parametrize("statement", ["SELECT 1", "EXPLAIN SELECT 1", "DESCRIBE nodes", "SHOW TABLES", "WITH a AS (SELECT 2 AS x) SELECT x FROM a"])

@@ -137,6 +137,8 @@ def _child(command: list[str], given: bytes, seconds: float, env: dict[str, str]
         while True:
             try:
                 out, err = child.communicate(sent, timeout=min(POLL_S, max(ends - time.monotonic(), 0.01)))
+                if stop is not None and stop.called_off is not None:  # killed by its hook, not out of memory
+                    check(stop, "the statement's end")
                 return subprocess.CompletedProcess(command, child.returncode, out, err)
             except subprocess.TimeoutExpired:
                 sent = None  # taken with the first call
