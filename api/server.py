@@ -175,20 +175,7 @@ def _guard(app: FastAPI, key: str) -> None:
     app.add_middleware(_Contained)  # added first, runs last: around the routes alone
     open_paths = OPEN_PATHS | (frozenset() if SERVE_PRIVATE_DOCS.flag() else DOCS_PATHS)
 
-    @app.middleware("http")
-    async def require_key(request: Request, call_next):
-        allowed = _methods_at(app, request.url.path)
-        if allowed and request.method not in allowed:  # before the key: which methods a path takes is in the schema anyway
-            listed = ", ".join(sorted(allowed))
-            return refusal(405, f"{request.method} {request.url.path}: this path takes {listed}", {"Allow": listed})
-        if key and request.url.path not in open_paths:
-            given, problem = _key_of(request.headers)
-            if problem is None and not key_matches(given, key):
-                problem = "missing or wrong API key"
-            if problem is not None:
-                return refusal(401, f"{problem} ({KEY_FORMS})")
-        return await call_next(request)
-
+    app.add_middleware(_KeyRequired, routes=app, key=key, open_paths=open_paths)
     app.add_middleware(_Limits, body=MAX_BODY_BYTES, headers=MAX_HEADERS)  # added last, runs first: before the key
 
 
@@ -532,6 +519,32 @@ class _Contained:
                 raise
             LOG.exception("%s %s failed", scope["method"], scope["path"])
             await refusal(500, _internal(error))(scope, receive, send)
+
+
+class _KeyRequired:
+    """A 405 naming every method a path takes (before the key: the schema says so anyway), then a 401
+    without the key on every path but ``open_paths``. Plain ASGI, not Starlette's ``BaseHTTPMiddleware``:
+    that one wraps every ``receive`` in a task group of its own, which made each search's disconnect
+    watch (``api/running.py``) cost about 0.4 ms of CPU (``benchmarks/results/serve_overhead.md``)."""
+
+    def __init__(self, app: ASGIApp, routes: FastAPI, key: str, open_paths: frozenset[str]) -> None:
+        self.app, self.routes, self.key, self.open_paths = app, routes, key, open_paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        method, path = scope["method"], scope["path"]
+        allowed = _methods_at(self.routes, path)
+        if allowed and method not in allowed:
+            listed = ", ".join(sorted(allowed))
+            return await refusal(405, f"{method} {path}: this path takes {listed}", {"Allow": listed})(scope, receive, send)
+        if self.key and path not in self.open_paths:
+            given, problem = _key_of(Headers(scope=scope))
+            if problem is None and not key_matches(given, self.key):
+                problem = "missing or wrong API key"
+            if problem is not None:
+                return await refusal(401, f"{problem} ({KEY_FORMS})")(scope, receive, send)
+        await self.app(scope, receive, send)
 
 
 class _Limits:
