@@ -123,20 +123,26 @@ class MemoryBudget:
 
     @contextmanager
     def statement(self, stop: Stop | None = None) -> Iterator[int]:
-        """One SQL statement's place: one of ``SERVE_SQL_PROCESSES`` and one request's budget, held while its
+        """One SQL statement's place: one of ``SERVE_SQL_PROCESSES`` and a share of the budget, held while its
         process runs; yields the DuckDB memory limit (MB) that keeps the process within it: the process's
-        own start (``SQL_START_MB``), the limit, and as much again for the result's batches."""
-        megabytes = (self.per_request // MB - SQL_START_MB) // 2
+        own start (``SQL_START_MB``), the limit, and as much again for the result's batches. The share is
+        one request's, less what the pending writes keep (``resident``) when they leave less: a share that
+        can never be free would only wait and be refused."""
+        with self._room:
+            kept = sum(self._resident.values())
+        share = min(self.per_request, self.capacity - kept)
+        megabytes = (share // MB - SQL_START_MB) // 2
         if megabytes < 16:
-            raise OverBudget(f"one request's budget of {self.per_request // MB} MB leaves an SQL statement no room: set {SERVE_REQUEST_MB.name} to {SQL_START_MB + 128} or more", busy=False)
+            why = f"one request's budget of {self.per_request // MB} MB" if share == self.per_request else f"the budget of {self.capacity // MB} MB less the {kept // MB} MB the pending writes keep"
+            raise OverBudget(f"{why} leaves an SQL statement no room: set {SERVE_REQUEST_MB.name} and {SERVE_MEMORY_MB.name} higher (at least {SQL_START_MB + 32} MB free)", busy=False)
         if not self._statements.acquire(timeout=min(self.wait, stop.left() if stop is not None else self.wait)):
             raise OverBudget(f"the server runs as many SQL statements as it may at once ({SERVE_SQL_PROCESSES.name}); try again shortly", busy=True)
         try:
-            self.take(self.per_request, stop)
+            self.take(share, stop)
             try:
                 yield megabytes
             finally:
-                self.give_back(self.per_request)
+                self.give_back(share)
         finally:
             self._statements.release()
 

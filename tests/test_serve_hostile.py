@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from graphlake.api import RequestError, open_lake
-from graphlake.api.budget import MemoryBudget, OverBudget
+from graphlake.api.budget import MB, SQL_START_MB, MemoryBudget, OverBudget
 from graphlake.retrieval.methods import load_methods
 from served import KEY, REQUEST_MB
 
@@ -137,6 +137,16 @@ def test_the_memory_budget_queues_a_search_then_refuses_it():
         budget.take(60)
     budget.resident("fresh:notes", 0)  # folded
     budget.take(60)
+    budget.give_back(60)
+    # an SQL statement's share: one request's, less what pending writes keep when the budget has no more
+    sql = MemoryBudget(capacity=384 * MB, per_request=384 * MB, wait=0.1)  # the defaults
+    sql.resident("fresh:notes", 1 * MB)  # one upserted document: its share could never be free whole
+    with sql.statement() as megabytes:
+        assert megabytes == (383 - SQL_START_MB) // 2 and sql.held == 384 * MB
+    sql.resident("fresh:notes", 300 * MB)
+    with pytest.raises(OverBudget, match="less the 300 MB the pending writes keep") as none, sql.statement():
+        pass
+    assert not none.value.busy
 
 
 def raw(url: str, request: bytes) -> tuple[int, dict | str]:
