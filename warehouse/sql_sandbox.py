@@ -50,7 +50,7 @@ _READING = {duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN}
 # what names the lake's files or the account's folders: settings, views' text, extensions, secrets
 REVEALING = frozenset(
     {"current_setting", "getenv", "getvariable", "duckdb_settings", "duckdb_views", "duckdb_extensions", "duckdb_secrets", "which_secret"}
-    | {"duckdb_temporary_files", "duckdb_databases", "duckdb_external_file_cache", "duckdb_logs", "duckdb_log_contexts", "pg_views", "information_schema.views"}
+    | {"duckdb_temporary_files", "duckdb_databases", "duckdb_external_file_cache", "duckdb_logs", "duckdb_log_contexts", "pg_views", "pg_settings", "information_schema.views"}
 )  # fmt: skip
 _REVEALING_TEXT = re.compile(r"\b(?:" + "|".join(sorted(REVEALING)).replace(".", r"\s*\.\s*") + r"|pragma_\w+)\b", re.IGNORECASE)
 _EXPLAINED = re.compile(r"^\s*EXPLAIN\s+(?:ANALY[SZ]E\s+)?(?:\([^)]*\)\s*)?", re.IGNORECASE)  # what precedes the explained statement
@@ -275,7 +275,7 @@ def _answer(home: Path, statement: str, limit: int, seconds: float, megabytes: i
         finally:
             timer.cancel()
     cut = table.num_rows > limit
-    table = table.slice(0, limit)
+    table = _redacted_text(table.slice(0, limit), home)
     sink = io.BytesIO()
     with pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
@@ -317,12 +317,29 @@ def _main(home: str, limit: str, seconds: str, megabytes: str) -> int:
     return 3
 
 
+def _redacted_text(table: pa.Table, home: Path) -> pa.Table:
+    """``table`` with its text columns ``redacted``: a plan (``EXPLAIN ANALYZE``) names the files it read
+    by their absolute paths, and so may a catalog view no list foresaw."""
+    import pyarrow.compute as pc
+
+    for i, column in enumerate(table.columns):
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            for folder, shown in _folders(home):
+                column = pc.replace_substring(column, str(folder), shown)
+            table = table.set_column(i, table.field(i), column)
+    return table
+
+
+def _folders(home: Path) -> list[tuple[Path, str]]:
+    """What ``redacted`` replaces: the lake's folder (resolved and as given) and the account's home."""
+    return [(folder, shown) for folder, shown in ((home.resolve(), "<lake>"), (home.absolute(), "<lake>"), (Path.home(), "~")) if len(str(folder)) > 1]
+
+
 def redacted(message: str, home: Path) -> str:
     """``message`` with the lake's folder written ``<lake>`` and the account's home ``~``: an error
     names a file by its absolute path, which tells a client where the server keeps its data."""
-    for folder, shown in ((home.resolve(), "<lake>"), (home.absolute(), "<lake>"), (Path.home(), "~")):
-        if len(str(folder)) > 1:
-            message = message.replace(str(folder), shown)
+    for folder, shown in _folders(home):
+        message = message.replace(str(folder), shown)
     return message
 
 
