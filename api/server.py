@@ -18,6 +18,7 @@ OpenAPI document lists every status a route answers (``documented``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import math
@@ -78,7 +79,8 @@ from graphlake.warehouse.scopes import DiskFull
 from graphlake.warehouse.write_checks import MAX_NAME_CHARS
 
 LOG = logging.getLogger("uvicorn.error")  # the server's log
-EXIT_S = 5.0  # after the grace, how long requests stopped at shutdown have to end before the process exits
+ANSWER_S = 2.0  # after the grace, how long requests stopped at shutdown have to answer before uvicorn cancels them
+EXIT_S = 5.0  # after uvicorn's shutdown, how long a request stuck in one stage may hold the process up
 OPEN_PATHS = frozenset({"/health"})
 DOCS_PATHS = frozenset({"/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"})  # no data: open unless GRAPHLAKE_SERVE_PRIVATE_DOCS
 MCP_PATH = "/mcp"
@@ -133,13 +135,10 @@ def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with agents[1](app) if agents else nullcontext():
-            try:
-                yield
-            finally:  # past the grace SIGTERM gives (uvicorn's graceful shutdown), what still runs is stopped
-                if stopped := running.call_off():
-                    LOG.warning("stopping %d request(s) still running at shutdown", stopped)
+            yield
 
     app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=lifespan)
+    app.state.running = running  # what ``serve`` stops at the end of the shutdown's grace
     app.router.route_class = _JsonRoute
     _guard(app, api_key if api_key is not None else API_KEY.text() or "")
     _refusals(app)
@@ -593,14 +592,31 @@ class _Limits:
 def serve(lake: GraphLake, host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve ``lake`` until interrupted, with a bounded head and the API's own refusals (``api/http_protocol.py``).
     SIGTERM (or Ctrl-C) lets the running requests finish for ``$GRAPHLAKE_SERVE_GRACE_S``, then stops
-    them (a search at its next stage, an SQL process killed); a request stuck inside one stage past
-    ``EXIT_S`` more does not hold the process up: it exits."""
+    them (a search at its next stage, an SQL process killed: each answers 503); a request stuck inside
+    one stage past ``ANSWER_S`` + ``EXIT_S`` more does not hold the process up: it exits."""
     import uvicorn
 
     tame_allocator()
-    grace = SERVE_GRACE_S.number()
-    config = uvicorn.Config(create_app(lake, host=host), host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config(), timeout_graceful_shutdown=math.ceil(grace))
-    uvicorn.Server(config).run()
+    grace, app = SERVE_GRACE_S.number(), create_app(lake, host=host)
+    running: Running = app.state.running
+
+    class Graceful(uvicorn.Server):
+        """uvicorn's shutdown, the running requests called off at the grace's end: each then answers its
+        503 at its next stage, before uvicorn cancels what is left ``ANSWER_S`` later (a bare 500)."""
+
+        async def shutdown(self, sockets=None) -> None:
+            def call_off() -> None:
+                if stopped := running.call_off():
+                    LOG.warning("stopping %d request(s) still running at shutdown", stopped)
+
+            timer = asyncio.get_running_loop().call_later(grace, call_off)
+            try:
+                await super().shutdown(sockets)
+            finally:
+                timer.cancel()
+
+    config = uvicorn.Config(app, host=host, port=port, log_level="info", http=JsonErrorsProtocol, log_config=logging_config(), timeout_graceful_shutdown=math.ceil(grace + ANSWER_S))
+    Graceful(config).run()
     watchdog = threading.Timer(EXIT_S, _exit_stuck)  # a worker thread (not a daemon) would keep the process alive
     watchdog.daemon = True
     watchdog.start()

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner
 
 from conftest import copy_lake, use_lake
-from graphlake.api.server import EXIT_S
+from graphlake.api.server import ANSWER_S
 from graphlake.cli import app
 from served import KEY, Server
 
@@ -167,13 +167,11 @@ def test_a_request_ends_at_its_deadline_or_when_its_client_leaves(tiny, served, 
 
 def test_sigterm_ends_a_server_within_its_grace_whatever_it_runs(demo_lake, tmp_path):
     server = Server(demo_lake.home, tmp_path / "server.log", KEY, {"GRAPHLAKE_SERVE_GRACE_S": "1"})
-    answered: list[int] = []
+    answered: list[tuple[int, str]] = []
 
     def ask(route: str, body: dict) -> None:
-        try:
-            answered.append(httpx.post(f"{server.url}{route}", json=body, headers=AUTH, timeout=120).status_code)
-        except httpx.HTTPError:  # the connection closed by the shutdown
-            pass
+        answer = httpx.post(f"{server.url}{route}", json=body, headers=AUTH, timeout=120)
+        answered.append((answer.status_code, answer.text))
 
     running = [
         threading.Thread(target=ask, args=("/search/batch", {"corpus": "demo", "method": "graphlake_ltr", "queries": LONG_BATCH, "k": 100})),
@@ -189,7 +187,8 @@ def test_sigterm_ends_a_server_within_its_grace_whatever_it_runs(demo_lake, tmp_
     for thread in running:
         thread.join(timeout=30)
     log = server.stop()
-    assert ended < 1 + EXIT_S + 2, (ended, log[-3000:])  # the grace, the stopped search's last stage, the start of the exit
+    assert ended < 1 + ANSWER_S + 2, (ended, log[-3000:])  # the grace, the stopped search's last stage, the exit
+    assert len(answered) == 2 and all(status == 503 and "the server is shutting down: stopped before" in text for status, text in answered), answered  # before: uvicorn's bare 500
     assert "Shutting down" in log and not psutil.pid_exists(server.process.pid), log[-3000:]
     assert not [p for p in psutil.process_iter(["cmdline"]) if "graphlake.warehouse.sql_sandbox" in " ".join(p.info["cmdline"] or []) and str(demo_lake.home) in " ".join(p.info["cmdline"] or [])]
 
