@@ -35,6 +35,7 @@ from graphlake.common import stopping
 from graphlake.common.settings import HOME, SERVE_REQUEST_MB, SQL_MEMORY_MB
 from graphlake.common.stopping import Stop
 from graphlake.common.suggest import did_you_mean
+from graphlake.common.unicode_checks import same_id
 from graphlake.retrieval.core import MethodError, Methods, Op, Request, needs, query_encodings, unfiltered, walk
 from graphlake.retrieval.filters import Filter, FilterError
 from graphlake.retrieval.index.index_set import new_request
@@ -148,7 +149,7 @@ class GraphLake:
                 raise RequestError(str(error)) from None
         documents = generation.documents(expression)
         if after is not None:
-            documents = documents.filter(pc.greater(documents.column("doc_id"), pa.scalar(after)))
+            documents = documents.filter(pc.greater(documents.column("doc_id"), pa.scalar(same_id(after))))
         page = documents.take(pc.select_k_unstable(documents, k=min(limit + 1, documents.num_rows), sort_keys=[("doc_id", "ascending")])) if documents.num_rows else documents
         rows = page.to_pylist()
         return DocumentPage([_stored(row) for row in rows[:limit]], rows[limit - 1]["doc_id"] if len(rows) > limit else None)

@@ -32,6 +32,8 @@ from typing import Annotated, Any, NoReturn, Union
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, ValidationError, model_validator
 
+from graphlake.common.unicode_checks import same_id
+
 MAX_FILTER_CHARS = 4_000
 MAX_VALUES = 1_000  # in one ``in`` list
 MAX_DEPTH = 32  # groups within groups
@@ -46,6 +48,10 @@ def _exact(value: Any) -> Any:
     if isinstance(value, int) and not isinstance(value, bool) and abs(value) > EXACT_INTEGERS:
         raise ValueError(f"a whole number within ±2^53 (what JSON and a double hold exactly), got {str(value)[:30]}")
     return value
+
+
+def _composed(value: Any) -> Any:
+    return same_id(value) if isinstance(value, str) else value
 
 
 Text = Annotated[StrictStr, Field(max_length=1_000)]
@@ -89,6 +95,15 @@ class Condition(_Node):
     exists: StrictBool | None = None
     prefix: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
     contains: Annotated[StrictStr, Field(min_length=1, max_length=1_000)] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _ids_composed(cls, data: Any) -> Any:
+        """A ``doc_id``'s values as the lake keeps ids (``same_id``: NFC), so that "café" typed either way
+        finds its document."""
+        if isinstance(data, dict) and data.get("field") == "doc_id":
+            return {name: [_composed(item) for item in value] if isinstance(value, list) else _composed(value) for name, value in data.items()}
+        return data
 
     @model_validator(mode="after")
     def _some(self) -> Condition:

@@ -64,6 +64,11 @@ def test_no_stored_value_fails_a_filter_and_an_error_leaves_the_connection_usabl
             assert client.post("/corpora/notes/ids", json={}).json() == {"ids": [composed]}
             [stored] = client.post("/corpora/notes/documents/get", json={"ids": [decomposed]}).json()
             assert (stored["id"], stored["text"]) == (composed, "Coffee at the café, brewed again.")
+            found = lambda where: [h["doc_id"] for h in client.post("/search", json={"corpus": "notes", "method": "bm25", "query": "coffee", "filter": where}).json()["hits"]]  # noqa: E731
+            for where in (f'doc_id = "{decomposed}"', {"field": "doc_id", "in": [decomposed]}, {"field": "doc_id", "prefix": decomposed}):
+                assert found(where) == [composed], where  # a filter's id compared composed too
+            page = client.post("/corpora/notes/documents/list", json={"after": decomposed}).json()
+            assert page["documents"] == [], page  # the cursor is that document, composed: nothing after it
     finally:
         server.stop()
 
