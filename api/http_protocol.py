@@ -48,6 +48,8 @@ def error_line(message: str) -> str:
 def refused_head(head: bytes) -> tuple[int, str]:
     """The status and the line for a request head the parser would not read (``head``: its first bytes)."""
     length = _LENGTH.search(head)
+    if len(set(_LENGTH.findall(head))) > 1:
+        return 400, "Content-Length: two headers that differ; send one"
     if length is not None and _CHUNKED.search(head):
         return 400, "Content-Length beside Transfer-Encoding: send one of them"
     if length is not None and length.group(1).isdigit():  # digits, past what the parser counts

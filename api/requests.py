@@ -108,7 +108,7 @@ class DocumentBody(BaseModel):
 class UpsertRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
-    documents: list[DocumentBody] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS)
+    documents: list[DocumentBody] = Field(min_length=1, max_length=MAX_WRITE_DOCUMENTS, description="each with an id of its own (compared in NFC); two with one id are a 422 naming both")
     timeout_s: Annotated[float, Field(gt=0, description=DEADLINE)] | None = None
 
 

@@ -101,6 +101,7 @@ class Refusal(BaseModel):
 
 
 RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before asking again", "schema": {"type": "integer"}}}
+HEADERS = {405: {"Allow": {"description": "the methods the path takes", "schema": {"type": "string"}}}, 429: RETRY_AFTER, 503: RETRY_AFTER}
 WHY = {
     400: "not an HTTP request or a body this server reads (malformed, not UTF-8, a number of over 4,300 digits)",
     401: "the API key is missing or wrong ($GRAPHLAKE_API_KEY is set on the server)",
@@ -109,21 +110,24 @@ WHY = {
     413: f"the body is over {MAX_BODY_BYTES >> 20} MiB",
     422: "a value the request may not hold, or one the lake cannot answer as asked",
     423: "a build holds the corpus",
-    429: "the lake is encoding as many writes as it may at once",
+    405: "the path does not take this method (Allow names the ones it takes)",
+    408: "the request's head or body did not arrive within $GRAPHLAKE_SERVE_HEAD_TIMEOUT_S / $GRAPHLAKE_SERVE_BODY_TIMEOUT_S",
+    429: "the lake is encoding as many writes as it may at once, or this address holds as many connections as it may ($GRAPHLAKE_SERVE_CLIENT_CONNECTIONS)",
     431: "too many headers, or a request head over 64 KiB",
     500: "an internal error; the server's log has the details",
+    501: "a Transfer-Encoding other than chunked",
     503: "the server is at its memory budget, or shutting down: try again (Retry-After)",
     504: "the request ran past its deadline (timeout_s, or the server's $GRAPHLAKE_SERVE_DEADLINE_S) and was stopped",
     507: "no room on the lake's disk; nothing of the write was kept",
 }
-EVERY_ROUTE = (400, 413, 431, 500)
+EVERY_ROUTE = (400, 405, 408, 413, 429, 431, 500, 501)
 CorpusInPath = Annotated[str, PathParameter(max_length=MAX_NAME_CHARS, pattern=f"^{CORPUS_NAME.pattern}$", description="a corpus's name")]
 
 
 def documented(*statuses: int, guarded: bool = True) -> dict[int | str, dict[str, Any]]:
     """The refusals a route answers, for its OpenAPI entry (``EVERY_ROUTE`` besides, and 401 where the key guards it)."""
     found = sorted({*statuses, *EVERY_ROUTE, *((401,) if guarded else ())})
-    return {status: {"model": Refusal, "description": WHY[status], **({"headers": RETRY_AFTER} if status in (429, 503) else {})} for status in found}
+    return {status: {"model": Refusal, "description": WHY[status], **({"headers": HEADERS[status]} if status in HEADERS else {})} for status in found}
 
 
 def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0.1") -> FastAPI:
@@ -268,8 +272,8 @@ def _lake_routes(app: FastAPI, lake: GraphLake, budget: MemoryBudget, running: R
         documents = [document.model_dump() for document in request.documents]
         return await running.stoppable(http, request.timeout_s, lambda stop: lake.upsert(corpus, documents, stop))
 
-    # its numbers read as written (APIRoute's plain JSON): a document's metadata comes back as it went in, 1.0 a float
-    app.router.add_api_route("/corpora/{corpus}/documents", upsert, methods=["POST"], responses=documented(404, 409, 422, 429, 503, 504, 507), route_class_override=APIRoute)
+    # its numbers read as written (_AsSentRoute): a document's metadata comes back as it went in, 1.0 a float
+    app.router.add_api_route("/corpora/{corpus}/documents", upsert, methods=["POST"], responses=documented(404, 409, 422, 429, 503, 504, 507), route_class_override=_AsSentRoute)
 
     @app.delete("/corpora/{corpus}/documents", responses=documented(404, 409, 422, 429, 507))
     def delete(corpus: CorpusInPath, request: DeleteRequest) -> Written:
@@ -443,23 +447,38 @@ def _json_number(text: str) -> int | float:
 
 
 class _JsonRequest(Request):
+    """A body read as JSON in UTF-8 alone (``json.loads`` of bytes takes UTF-16 and UTF-32 too), its
+    numbers with a fraction or an exponent by ``numbers``."""
+
+    numbers: Callable[[str], Any] | None = staticmethod(_json_number)
+
     async def json(self) -> Any:
         if not hasattr(self, "_json"):
-            self._json = json.loads(await self.body(), parse_float=_json_number)
+            self._json = json.loads((await self.body()).decode("utf-8"), parse_float=self.numbers)
         return self._json
 
 
+class _AsSentRequest(_JsonRequest):
+    numbers = None  # a document's metadata comes back as it went in: 1.0 a float
+
+
 class _JsonRoute(APIRoute):
-    """A route whose body is read with :func:`_json_number` (every route but the upsert, whose documents
-    are stored as sent)."""
+    """A route whose body is read as ``_JsonRequest`` reads it (every route but the upsert, whose
+    documents are stored as sent: ``_AsSentRoute``)."""
+
+    request_class: type[_JsonRequest] = _JsonRequest
 
     def get_route_handler(self) -> Callable:
         handler = super().get_route_handler()
 
         async def route(request: Request) -> Response:
-            return await handler(_JsonRequest(request.scope, request.receive))
+            return await handler(self.request_class(request.scope, request.receive))
 
         return route
+
+
+class _AsSentRoute(_JsonRoute):
+    request_class = _AsSentRequest
 
 
 def _methods_at(app: FastAPI, path: str) -> frozenset[str]:
@@ -562,6 +581,12 @@ class _Limits:
         headers = Headers(scope=scope)
         if "content-length" in headers and "transfer-encoding" in headers:  # a request smuggler's pair (RFC 9112, 6.3)
             return await refusal(400, "Content-Length beside Transfer-Encoding: send one of them", {"Connection": "close"})(scope, receive, send)
+        coding = headers.get("transfer-encoding")
+        if coding is not None and coding.strip().lower() != "chunked":  # gzip, say: read as plain bytes it would be garbage
+            return await refusal(501, f"Transfer-Encoding {coding.strip()[:40]!r}: only chunked is read", {"Connection": "close"})(scope, receive, send)
+        hosts = len(headers.getlist("host"))
+        if scope.get("http_version") == "1.1" and hosts != 1:  # RFC 9112, 3.2: exactly one
+            return await refusal(400, f"Host: one header in an HTTP/1.1 request, got {hosts}", {"Connection": "close"})(scope, receive, send)
         declared = headers.get("content-length", "")
         if declared and (not declared.isdigit() or int(declared) > self.body):
             return await self._refuse(scope, receive, send)

@@ -171,9 +171,9 @@ def raw(url: str, request: bytes) -> tuple[int, dict | str]:
 AUTHORIZATION = f"Authorization: Bearer {KEY}\r\n".encode()
 
 
-def posted(body: bytes) -> bytes:
-    """A search whose body is ``body`` as it is, with its key and its length."""
-    return b"POST /search HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+def posted(body: bytes, path: bytes = b"/search") -> bytes:
+    """A search (or a post to ``path``) whose body is ``body`` as it is, with its key and its length."""
+    return b"POST " + path + b" HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
 
 HTTP_CASES: dict[str, tuple[bytes, int, str]] = {  # label: the raw request, its status, what its error says
@@ -187,6 +187,12 @@ HTTP_CASES: dict[str, tuple[bytes, int, str]] = {  # label: the raw request, its
     "a 16 MB header": (b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (16 << 20) + b"\r\n\r\n", 431, "request line and headers: over 64 KiB"),
     "200 headers": (b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-H%d: 1\r\n" % i for i in range(200)) + b"\r\n", 431, "headers: at most 100, got 202"),
     "a body that is not UTF-8": (posted(b'"\xff\xfe"'), 400, "body: not UTF-8"),
+    "a body in UTF-16": (posted('{"corpus": "demo", "method": "bm25", "query": "sled"}'.encode("utf-16")), 400, "body: not UTF-8"),  # json.loads took it
+    "an upsert in UTF-16": (posted('{"documents": [{"id": "a", "text": "b"}]}'.encode("utf-16"), b"/corpora/notes/documents"), 400, "body: not UTF-8"),
+    "two Content-Lengths": (b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 5\r\n\r\n{}", 400, "Content-Length: two headers that differ"),
+    "Transfer-Encoding gzip": (b"POST /search HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"Transfer-Encoding: gzip, chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n", 501, "only chunked is read"),
+    "no Host": (b"GET /health HTTP/1.1\r\n\r\n", 400, "Host: one header in an HTTP/1.1 request, got 0"),
+    "two Hosts": (b"GET /health HTTP/1.1\r\nHost: x\r\nHost: y\r\n\r\n", 400, "Host: one header in an HTTP/1.1 request, got 2"),
     "a 5,000-digit number": (posted(b'{"k": ' + b"9" * 5000 + b"}"), 400, "body: a number of more than 4,300 digits"),
     "a trailing slash": (b"GET /corpora/ HTTP/1.1\r\nHost: x\r\n" + AUTHORIZATION + b"\r\n", 404, "Not Found"),
     "Authorization without Bearer": (b"GET /corpora HTTP/1.1\r\nHost: x\r\nAuthorization: " + KEY.encode() + b"\r\n\r\n", 401, "Authorization: expected 'Bearer <key>'"),
