@@ -26,7 +26,7 @@ import os
 import threading
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, Union
 
 import pyarrow as pa
@@ -136,12 +136,7 @@ def create_app(lake: GraphLake, api_key: str | None = None, host: str = "127.0.0
     agents = _mcp_routes(lake, host)
     running = Running()
 
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with agents[1](app) if agents else nullcontext():
-            yield
-
-    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=lifespan)
+    app = FastAPI(title="graphlake", summary="Graph-RAG retrieval over a graphlake lake", version="1", redirect_slashes=False, lifespan=agents[1] if agents else None)
     app.state.running = running  # what ``serve`` stops at the end of the shutdown's grace
     app.router.route_class = _JsonRoute
     _guard(app, api_key if api_key is not None else API_KEY.text() or "")
